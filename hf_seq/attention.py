@@ -1,0 +1,331 @@
+"""The one attention core of hf_seq.
+
+Attention is three steps, exactly as the notes teach it:
+
+1. **score** every key against every query (``dot``, ``scaled_dot``, ``general``/bilinear, ``additive``/Bahdanau,
+   ``cosine``),
+2. **masked softmax** over the keys (padding mask, causal mask; a row whose keys are all masked gets zero weights,
+   never NaN),
+3. **weighted sum** of the values.
+
+:func:`attend` is that function; attention and self-attention are the same call with different inputs
+(``attend(q, K, V)`` with keys/values from the encoder, or from the sequence itself).
+:class:`MultiHeadAttention` builds the Transformer's multi-head layer on the same core, with a fused projection,
+an SDPA fast path and an eager path (:func:`attend`) that returns the weights and gives the same numbers.
+The attention-RNN decoder, the Transformer and BERT all use this file.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+SCORE_FUNCTIONS = ("dot", "scaled_dot", "general", "additive", "cosine")
+ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 1. Scores
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class AttentionScore(nn.Module):
+    """Score function ``s(q, k)`` giving ``(..., T_q, T_k)`` scores for queries ``(..., T_q, D_q)`` and keys ``(..., T_k, D_k)``.
+
+    * ``dot``:        ``qᵀk`` (needs ``D_q == D_k``)
+    * ``scaled_dot``: ``qᵀk / sqrt(D_k)`` (the Transformer's score)
+    * ``general``:    ``kᵀ W q``, a bilinear form with a learned ``W`` (Luong's "general"), any ``D_q``, ``D_k``
+    * ``additive``:   ``vᵀ tanh(W₁k + W₂q)`` (Bahdanau's MLP score), any ``D_q``, ``D_k``
+    * ``cosine``:     ``qᵀk / (|q| |k|)``
+
+    Keys are transformed once by :meth:`prepare_keys` (e.g. ``W₁k`` for ``additive``), so a decoder that scores the
+    same encoder states at every step pays that cost once.
+    """
+
+    def __init__(self, kind: str, query_size: int, key_size: int, hidden_size: int | None = None) -> None:
+        super().__init__()
+        if kind not in SCORE_FUNCTIONS:
+            raise ValueError(f"`kind` must be one of {SCORE_FUNCTIONS}, got {kind!r}.")
+        if kind in ("dot", "scaled_dot", "cosine") and query_size != key_size:
+            raise ValueError(
+                f"The {kind!r} score needs query_size == key_size, got query_size={query_size} and "
+                f"key_size={key_size}; use 'general' or 'additive' for different sizes."
+            )
+        self.kind = kind
+        self.query_size = query_size
+        self.key_size = key_size
+        if kind == "general":
+            self.bilinear = nn.Linear(query_size, key_size, bias=False)  # W: maps q into key space
+        elif kind == "additive":
+            hidden_size = hidden_size or key_size
+            self.key_proj = nn.Linear(key_size, hidden_size, bias=False)  # W₁
+            self.query_proj = nn.Linear(query_size, hidden_size, bias=True)  # W₂ (+ bias)
+            self.energy = nn.Linear(hidden_size, 1, bias=False)  # v
+
+    def prepare_keys(self, key: torch.Tensor) -> torch.Tensor:
+        """Transform the keys once: ``(..., T_k, D_k)`` → what :meth:`score` expects."""
+        if self.kind == "additive":
+            return self.key_proj(key)  # (..., T_k, A)
+        if self.kind == "cosine":
+            return F.normalize(key, dim=-1)
+        return key
+
+    def score(self, query: torch.Tensor, prepared_key: torch.Tensor) -> torch.Tensor:
+        """Scores ``(..., T_q, T_k)`` of queries ``(..., T_q, D_q)`` against keys from :meth:`prepare_keys`."""
+        if self.kind == "dot":
+            return query @ prepared_key.transpose(-1, -2)
+        if self.kind == "scaled_dot":
+            return (query @ prepared_key.transpose(-1, -2)) / math.sqrt(self.key_size)
+        if self.kind == "general":
+            return self.bilinear(query) @ prepared_key.transpose(-1, -2)
+        if self.kind == "cosine":
+            return F.normalize(query, dim=-1) @ prepared_key.transpose(-1, -2)
+        # additive: (..., T_q, 1, A) + (..., 1, T_k, A) -> tanh -> v -> (..., T_q, T_k)
+        hidden = torch.tanh(self.query_proj(query).unsqueeze(-2) + prepared_key.unsqueeze(-3))
+        return self.energy(hidden).squeeze(-1)
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        return self.score(query, self.prepare_keys(key))
+
+    def extra_repr(self) -> str:
+        return f"kind={self.kind!r}, query_size={self.query_size}, key_size={self.key_size}"
+
+
+def scaled_dot_score(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """``qᵀk / sqrt(d)`` for ``(..., T_q, d)`` and ``(..., T_k, d)`` → ``(..., T_q, T_k)`` (parameter-free)."""
+    return (query @ key.transpose(-1, -2)) / math.sqrt(query.size(-1))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 2. Masks and the masked softmax
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def causal_mask(query_length: int, key_length: int, device: torch.device | None = None) -> torch.Tensor:
+    """Boolean ``(T_q, T_k)`` mask, True where query ``i`` may see key ``j``.
+
+    The queries are the last ``T_q`` positions of the ``T_k`` keys (so a cached decoder step with ``T_k - T_q``
+    earlier positions sees all of them plus itself).
+    """
+    past = key_length - query_length
+    rows = torch.arange(query_length, device=device).unsqueeze(1) + past  # (T_q, 1) absolute query positions
+    cols = torch.arange(key_length, device=device).unsqueeze(0)  # (1, T_k)
+    return cols <= rows
+
+
+def make_attention_mask(
+    key_padding_mask: torch.Tensor | None,
+    query_length: int,
+    key_length: int | None = None,
+    causal: bool = False,
+    device: torch.device | None = None,
+) -> torch.Tensor | None:
+    """Combine a padding mask and/or a causal mask into one boolean ``(B or 1, 1, T_q, T_k)`` mask (True = attend).
+
+    ``key_padding_mask`` is the usual ``attention_mask`` ``(B, T_k)`` with 1 for tokens and 0 for padding. Returns
+    ``None`` when nothing is masked, which lets the SDPA fast path skip the mask entirely.
+    """
+    mask = None
+    if key_padding_mask is not None:
+        if key_length is not None and key_padding_mask.shape[-1] != key_length:
+            raise ValueError(
+                f"attention_mask has length {key_padding_mask.shape[-1]} but there are {key_length} keys."
+            )
+        key_length = key_padding_mask.shape[-1]
+        device = key_padding_mask.device
+        mask = key_padding_mask.bool()[:, None, None, :]  # (B, 1, 1, T_k)
+    if causal:
+        if key_length is None:
+            key_length = query_length
+        tri = causal_mask(query_length, key_length, device)[None, None]  # (1, 1, T_q, T_k)
+        mask = tri if mask is None else mask & tri
+    return mask
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None, dim: int = -1) -> torch.Tensor:
+    """Softmax of ``scores`` over ``dim`` where ``mask`` (broadcastable, True = keep) is False gets weight exactly 0.
+
+    A row with no unmasked entry gets all-zero weights (not NaN), so padded query positions stay finite.
+    """
+    if mask is None:
+        return torch.softmax(scores, dim=dim)
+    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return torch.softmax(scores, dim=dim).masked_fill(~mask, 0.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 3. The one attention function
+# ---------------------------------------------------------------------------------------------------------------
+
+ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def attend(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    score: ScoreFn | AttentionScore | None = None,
+    dropout_p: float = 0.0,
+    training: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``Attn(Q, K, V)``: score → masked softmax → weighted sum of the values.
+
+    Args:
+        query: ``(..., T_q, D_q)``; key: ``(..., T_k, D_k)``; value: ``(..., T_k, D_v)``.
+        mask: boolean, broadcastable to ``(..., T_q, T_k)``, True where a query may attend to a key.
+        score: a score function or :class:`AttentionScore`; default scaled dot product.
+        dropout_p: dropout on the attention weights (only when ``training``).
+
+    Returns:
+        ``(context (..., T_q, D_v), weights (..., T_q, T_k))``. Each weight row sums to 1 over the unmasked keys and
+        is exactly 0 on masked keys (all 0 when every key is masked).
+    """
+    scores = (score or scaled_dot_score)(query, key)  # (..., T_q, T_k)
+    weights = masked_softmax(scores, mask)
+    attn = F.dropout(weights, p=dropout_p, training=True) if (training and dropout_p > 0) else weights
+    return attn @ value, weights  # (..., T_q, D_v), (..., T_q, T_k)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Multi-head attention (Transformer, BERT)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def sdpa_attend(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """Fast path of :func:`attend` with the scaled dot score: ``torch.nn.functional.scaled_dot_product_attention``.
+
+    Gives the same numbers as ``attend(query, key, value, mask)`` (also for rows whose keys are all masked, which
+    come out as zeros instead of SDPA's NaN). ``is_causal`` is used only when there is no other mask.
+    """
+    if mask is None:
+        return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, is_causal=is_causal)
+    has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1): rows with at least one visible key
+    safe_mask = mask | ~has_key  # let empty rows see everything (finite), then zero them below
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=safe_mask, dropout_p=dropout_p)
+    return out.masked_fill(~has_key, 0.0)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention: ``l`` heads of scaled-dot attention concatenated, then ``W_O``.
+
+    Self-attention uses one fused ``W_QKV`` projection; cross-attention (``is_cross_attention=True``) projects the
+    queries with ``W_Q`` and the encoder states with a fused ``W_KV``. ``attn_implementation="sdpa"`` runs
+    :func:`sdpa_attend`; ``"eager"`` runs :func:`attend` and returns the attention weights. With a ``cache``
+    (``DynamicCache`` or ``EncoderDecoderCache``) self-attention appends this step's keys/values, and
+    cross-attention computes the encoder keys/values once and reuses them (beam search reorders the cache).
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        is_cross_attention: bool = False,
+        kv_dim: int | None = None,
+        layer_idx: int | None = None,
+    ) -> None:
+        super().__init__()
+        if embed_dim % num_heads != 0:
+            raise ValueError(
+                f"The hidden size ({embed_dim}) must be divisible by the number of attention heads ({num_heads})."
+            )
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.dropout = dropout
+        self.is_cross_attention = is_cross_attention
+        self.layer_idx = layer_idx
+        if is_cross_attention:
+            self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)  # W_Q
+            self.kv_proj = nn.Linear(kv_dim or embed_dim, 2 * embed_dim, bias=bias)  # [W_K; W_V]
+        else:
+            self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)  # [W_Q; W_K; W_V]
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)  # W_O
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.num_heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+
+    def _cross_key_values(self, key_value_states: torch.Tensor | None, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoder keys/values ``(B, nh, S, hs)``: from the cache when already computed, else projected (and cached)."""
+        if cache is not None and cache.is_updated.get(self.layer_idx, False):
+            layer = cache.cross_attention_cache.layers[self.layer_idx]
+            return layer.keys, layer.values
+        if key_value_states is None:
+            raise ValueError("Cross-attention needs `encoder_hidden_states` (key_value_states) or a filled cache.")
+        key, value = self.kv_proj(key_value_states).chunk(2, dim=-1)  # 2 × (B, S, E)
+        key, value = self._split_heads(key), self._split_heads(value)
+        if cache is not None:
+            key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
+            cache.is_updated[self.layer_idx] = True
+        return key, value
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        cache=None,
+        is_causal: bool = False,
+        attn_implementation: str = "sdpa",
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from ``hidden_states`` ``(B, T, E)``.
+
+        Args:
+            key_value_states: encoder states ``(B, S, D_kv)`` for cross-attention.
+            attention_mask: boolean ``(B or 1, 1, T, T_k)`` from :func:`make_attention_mask` (True = attend), or None.
+            cache: ``DynamicCache`` / ``EncoderDecoderCache`` for incremental decoding.
+            is_causal: causal self-attention without an explicit mask (lets SDPA use its causal kernel).
+            output_attentions: return the weights ``(B, nh, T, T_k)`` (forces the eager path).
+
+        Returns:
+            ``(output (B, T, E), weights or None)``.
+        """
+        batch, length, _ = hidden_states.shape
+        if self.is_cross_attention:
+            query = self._split_heads(self.q_proj(hidden_states))  # (B, nh, T, hs)
+            key, value = self._cross_key_values(key_value_states, cache)  # (B, nh, S, hs)
+        else:
+            query, key, value = (self._split_heads(t) for t in self.qkv_proj(hidden_states).chunk(3, dim=-1))
+            if cache is not None:
+                self_cache = getattr(cache, "self_attention_cache", cache)
+                key, value = self_cache.update(key, value, self.layer_idx)  # (B, nh, T_past + T, hs)
+
+        if is_causal and attention_mask is None and key.shape[-2] != length:
+            # A cached step: the new queries see every earlier position, so no mask is needed for one query.
+            is_causal = False
+            if length > 1:
+                attention_mask = make_attention_mask(None, length, key.shape[-2], causal=True, device=key.device)
+
+        dropout_p = self.dropout if self.training else 0.0
+        weights = None
+        if output_attentions or attn_implementation == "eager":
+            mask = attention_mask
+            if is_causal:
+                mask = make_attention_mask(None, length, key.shape[-2], causal=True, device=key.device)
+            context, weights = attend(query, key, value, mask, dropout_p=dropout_p, training=self.training)
+        elif attn_implementation == "sdpa":
+            context = sdpa_attend(query, key, value, attention_mask, dropout_p=dropout_p, is_causal=is_causal)
+        else:
+            raise ValueError(
+                f"attn_implementation must be one of {ATTENTION_IMPLEMENTATIONS}, got {attn_implementation!r}."
+            )
+        context = context.transpose(1, 2).reshape(batch, length, self.embed_dim)  # (B, T, E)
+        return self.out_proj(context), (weights if output_attentions else None)
+
+    def extra_repr(self) -> str:
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, cross={self.is_cross_attention}"

@@ -1,0 +1,179 @@
+"""Generic Transformer blocks shared by the Transformer encoder-decoder and BERT.
+
+Each block is "sub-layer + residual + LayerNorm" around the one attention core (:mod:`.attention`):
+
+* :class:`TransformerEncoderBlock` = self-attention → position-wise feed-forward,
+* :class:`TransformerDecoderBlock` = masked self-attention → cross-attention → position-wise feed-forward.
+
+``norm_position="post"`` is the original paper's (and BERT's) ``x = LayerNorm(x + Sublayer(x))``;
+``norm_position="pre"`` is ``x = x + Sublayer(LayerNorm(x))`` (the annotated Transformer's code), which then needs a
+final LayerNorm after the last block — the owning stack adds it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from transformers.activations import ACT2FN
+
+from .attention import MultiHeadAttention
+
+NORM_POSITIONS = ("post", "pre")
+
+
+def sinusoidal_position_table(num_positions: int, dim: int) -> torch.Tensor:
+    """The paper's fixed position table ``(num_positions, dim)``.
+
+    ``PE[pos, 2i] = sin(pos / 10000^(2i/dim))`` and ``PE[pos, 2i+1] = cos(pos / 10000^(2i/dim))``.
+    """
+    position = torch.arange(num_positions, dtype=torch.float32).unsqueeze(1)  # (P, 1)
+    inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))  # (ceil(dim/2),)
+    table = torch.zeros(num_positions, dim)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq[: dim // 2])
+    return table
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network ``fc2(dropout(act(fc1(x))))``."""
+
+    def __init__(self, d_model: int, ffn_dim: int, activation: str = "relu", activation_dropout: float = 0.0) -> None:
+        super().__init__()
+        if activation not in ACT2FN:
+            raise ValueError(f"activation_function must be one of {sorted(ACT2FN)}, got {activation!r}.")
+        self.fc1 = nn.Linear(d_model, ffn_dim)
+        self.act = ACT2FN[activation]
+        self.dropout = nn.Dropout(activation_dropout)
+        self.fc2 = nn.Linear(ffn_dim, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.dropout(self.act(self.fc1(x))))  # (B, T, d_model)
+
+
+class ResidualNorm(nn.Module):
+    """Residual connection + LayerNorm around one sub-layer, post-LN or pre-LN."""
+
+    def __init__(self, d_model: int, dropout: float, norm_position: str, eps: float) -> None:
+        super().__init__()
+        if norm_position not in NORM_POSITIONS:
+            raise ValueError(f"norm_position must be one of {NORM_POSITIONS}, got {norm_position!r}.")
+        self.pre = norm_position == "pre"
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def normed_input(self, x: torch.Tensor) -> torch.Tensor:
+        """What the sub-layer reads: ``LayerNorm(x)`` for pre-LN, ``x`` for post-LN."""
+        return self.norm(x) if self.pre else x
+
+    def add(self, x: torch.Tensor, sublayer_out: torch.Tensor) -> torch.Tensor:
+        """Add the sub-layer output to the residual stream (and normalise for post-LN)."""
+        out = x + self.dropout(sublayer_out)
+        return out if self.pre else self.norm(out)
+
+
+class TransformerEncoderBlock(nn.Module):
+    """Encoder block: self-attention + feed-forward, each with residual + LayerNorm."""
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        ffn_dim: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_position: str = "post",
+        layer_norm_eps: float = 1e-5,
+        layer_idx: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, layer_idx=layer_idx)
+        self.self_attn_residual = ResidualNorm(d_model, dropout, norm_position, layer_norm_eps)
+        self.ffn = FeedForward(d_model, ffn_dim, activation, activation_dropout)
+        self.ffn_residual = ResidualNorm(d_model, dropout, norm_position, layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        attn_implementation: str = "sdpa",
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``hidden_states`` ``(B, T, d)``, boolean ``attention_mask`` ``(B, 1, 1|T, T)`` → ``(B, T, d)``, weights."""
+        x = hidden_states
+        attn_out, weights = self.self_attn(
+            self.self_attn_residual.normed_input(x),
+            attention_mask=attention_mask,
+            attn_implementation=attn_implementation,
+            output_attentions=output_attentions,
+        )
+        x = self.self_attn_residual.add(x, attn_out)
+        x = self.ffn_residual.add(x, self.ffn(self.ffn_residual.normed_input(x)))
+        return x, weights
+
+
+class TransformerDecoderBlock(nn.Module):
+    """Decoder block: masked self-attention + cross-attention + feed-forward, each with residual + LayerNorm."""
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        ffn_dim: int,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_position: str = "post",
+        layer_norm_eps: float = 1e-5,
+        layer_idx: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, layer_idx=layer_idx)
+        self.self_attn_residual = ResidualNorm(d_model, dropout, norm_position, layer_norm_eps)
+        self.cross_attn = MultiHeadAttention(
+            d_model, num_heads, attention_dropout, is_cross_attention=True, layer_idx=layer_idx
+        )
+        self.cross_attn_residual = ResidualNorm(d_model, dropout, norm_position, layer_norm_eps)
+        self.ffn = FeedForward(d_model, ffn_dim, activation, activation_dropout)
+        self.ffn_residual = ResidualNorm(d_model, dropout, norm_position, layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor | None,
+        self_attention_mask: torch.Tensor | None = None,
+        cross_attention_mask: torch.Tensor | None = None,
+        cache=None,
+        attn_implementation: str = "sdpa",
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Decoder states ``(B, T, d)`` → ``(B, T, d)``, self-attention weights, cross-attention weights.
+
+        ``self_attention_mask`` None means plain causal masking (SDPA's causal kernel); pass a boolean mask from
+        :func:`~.attention.make_attention_mask` (``causal=True``) when the decoder input has padding.
+        """
+        x = hidden_states
+        attn_out, self_weights = self.self_attn(
+            self.self_attn_residual.normed_input(x),
+            attention_mask=self_attention_mask,
+            cache=cache,
+            is_causal=self_attention_mask is None,
+            attn_implementation=attn_implementation,
+            output_attentions=output_attentions,
+        )
+        x = self.self_attn_residual.add(x, attn_out)
+        cross_out, cross_weights = self.cross_attn(
+            self.cross_attn_residual.normed_input(x),
+            key_value_states=encoder_hidden_states,
+            attention_mask=cross_attention_mask,
+            cache=cache,
+            attn_implementation=attn_implementation,
+            output_attentions=output_attentions,
+        )
+        x = self.cross_attn_residual.add(x, cross_out)
+        x = self.ffn_residual.add(x, self.ffn(self.ffn_residual.normed_input(x)))
+        return x, self_weights, cross_weights
