@@ -4,20 +4,19 @@ Every loader reads files installed by ``make data`` (``scripts/fetch_data.sh``) 
 (``$HF_SEQ_DATA`` or ``<repo>/data``) and splits them with a seeded shuffle (``random.Random(seed)``, stable
 across Python versions). The ``test`` split is for the final figure only: never train or select models on it.
 
-==================  =========================================================  ==============================
-loader              rows / columns                                             split
-==================  =========================================================  ==============================
-load_sentiment      ``text``, ``label`` (0 = rotten/negative, 1 = fresh)       80/10/10 of deduplicated texts
-load_translation    ``translation`` {"en", "es"}, ``ref`` ("Gen 1:1")          90/5/5 of verses
-load_brown          one sentence: ``doc_id``, ``genre``, ``paragraph_id``,     80/10/10 of documents per genre
-                    ``sentence_id``, ``tokens``, ``tags``, ``coarse_tags``
-load_brown_documents one document: ``doc_id``, ``genre``, ``paragraphs``       same documents as load_brown
-                    (list of paragraphs, each a list of sentence strings)
-load_shakespeare    one work: ``work``, ``title``, ``text``                    whole works: 34/4/4
-load_ptb            one line: ``text`` (keeps ``<unk>`` and ``N``)             Mikolov's train/valid/test
-==================  =========================================================  ==============================
+Loaders (columns; unit and proportions of the split):
 
-Parsed corpora are cached in memory (``functools.lru_cache``); each call builds a fresh ``DatasetDict``.
+- ``load_sentiment``: ``text``, ``label`` (0 = rotten = negative, 1 = fresh = positive); deduplicated texts, 80/10/10.
+- ``load_translation``: ``translation`` {"en", "es"}, ``ref`` ("Gen 1:1"); verses, 90/5/5.
+- ``load_brown``: one sentence per row: ``doc_id``, ``genre``, ``paragraph_id``, ``sentence_id``, ``tokens``, ``tags``,
+  ``coarse_tags``; whole documents, ~80/10/10 within each genre.
+- ``load_brown_documents``: one document per row: ``doc_id``, ``genre``, ``paragraphs`` (lists of sentence strings);
+  the same documents as ``load_brown``.
+- ``load_shakespeare``: one work per row: ``work``, ``title``, ``text``; whole works, 34/4/4.
+- ``load_ptb``: one line per row: ``text`` (``<unk>`` and ``N`` kept); Mikolov's official train/valid/test.
+
+Parsed corpora and built splits are cached in memory; each call returns a fresh ``DatasetDict`` over the shared
+(immutable) Arrow tables, so ``set_format`` on one result does not affect another.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from __future__ import annotations
 import bz2
 import csv
 import functools
-import io
 import os
 import random
 import re
@@ -34,7 +32,9 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence as SequenceFeature, Value
+import pyarrow as pa
+from datasets import ClassLabel, Dataset, DatasetDict, DatasetInfo, Features, NamedSplit, Translation, Value
+from datasets import Sequence as SequenceFeature
 
 __all__ = [
     "BROWN_COARSE_TAGS",
@@ -95,6 +95,32 @@ def _seeded_split(items: Sequence, seed: int, fractions: tuple[float, float]) ->
     return {name: [items[i] for i in sorted(idx)] for name, idx in cuts.items()}
 
 
+def _dataset(columns: dict[str, list], features: Features, split: str) -> Dataset:
+    """Dataset built straight from Arrow arrays (much faster than ``Dataset.from_dict(features=...)``)."""
+    table = pa.Table.from_pydict(columns, schema=features.arrow_schema)
+    return Dataset(table, info=DatasetInfo(features=features), split=NamedSplit(split))
+
+
+def _fresh_copy(dd: DatasetDict) -> DatasetDict:
+    """A new DatasetDict whose Datasets share the (immutable) Arrow tables of ``dd`` but not its format state."""
+    return DatasetDict({k: Dataset(v.data, info=v.info.copy(), split=v.split) for k, v in dd.items()})
+
+
+def _cached_loader(fn):
+    """Memoise a loader per (data directory, arguments); every call returns a fresh DatasetDict over shared tables."""
+
+    @functools.lru_cache(maxsize=32)
+    def build(root: str, *args, **kwargs) -> DatasetDict:
+        return fn(*args, **kwargs)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return _fresh_copy(build(str(data_dir()), *args, **kwargs))
+
+    wrapper.cache_clear = build.cache_clear  # type: ignore[attr-defined]
+    return wrapper
+
+
 def _check_seed(seed: int) -> None:
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ValueError(f"seed must be an int, got {seed!r}")
@@ -107,7 +133,7 @@ SENTIMENT_LABELS = ["negative", "positive"]
 _SENTIMENT_CATEGORY = {"rotten": 0, "fresh": 1}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sentiment_rows(path: str) -> tuple[tuple[tuple[str, int], ...], dict[str, int]]:
     """Deduplicated (text, label) pairs in a canonical (sorted) order, and counts of what was dropped."""
     with bz2.open(path, "rt", encoding="utf-8", newline="") as f:
@@ -138,6 +164,7 @@ def _sentiment_rows(path: str) -> tuple[tuple[tuple[str, int], ...], dict[str, i
     return tuple(kept), stats
 
 
+@_cached_loader
 def load_sentiment(seed: int = 42) -> DatasetDict:
     """Rotten Tomatoes critic snippets as ``text`` / ``label`` (0 = rotten = negative, 1 = fresh = positive).
 
@@ -170,7 +197,9 @@ _NOTE_RE = re.compile(r"<note\b[^>]*>.*?</note>", re.S)
 _TITLE_RE = re.compile(r"<title\b([^>]*)>(.*?)</title>", re.S)
 # A closing inline tag immediately followed by an opening one separates two words (RV1909 writes
 # `tambien</transChange><w ...>la`), so that boundary becomes a space.
-_TAG_SEAM_RE = re.compile(r"</(?:w|transChange|divineName|q|seg|foreign)>(?=<(?:w|transChange|divineName|q|seg|foreign)\b)")
+_TAG_SEAM_RE = re.compile(
+    r"</(?:w|transChange|divineName|q|seg|foreign)>(?=<(?:w|transChange|divineName|q|seg|foreign)\b)"
+)
 # Inline (word-level) tags are removed to nothing: a KJV word may be split by one (`give</w>n`,
 # `haber<transChange>lo`), and the text already carries its own spaces between words.
 _INLINE_TAG_RE = re.compile(r"</?(?:w|transChange|divineName|q|seg|foreign|reference|hi|rdg)\b[^>]*>")
@@ -182,18 +211,32 @@ _SPACE_BEFORE_PUNCT_RE = re.compile(r"\s+([,.;:?!)\]’»])")
 _SPACE_AFTER_OPEN_RE = re.compile(r"([(\[¿¡«])\s+")
 
 
+_ACROSTIC_RE = re.compile(r"<foreign>[^<A-Za-z]*([A-Za-z]+\.?)</foreign>")
+
+
+def _title_replacement(match: re.Match) -> str:
+    """Psalm titles keep their words; Psalm 119's acrostic headings keep the letter's name (RV1909 has "BETH" in
+    the verse); every other heading is dropped."""
+    attributes, content = match.group(1), match.group(2)
+    if 'type="psalm"' in attributes:
+        return f" {content} "
+    acrostic = _ACROSTIC_RE.search(content)
+    return f" {acrostic.group(1)} " if acrostic else " "
+
+
 def clean_sword_markup(raw: str) -> str:
     """Plain verse text from an OSIS verse entry of a SWORD module.
 
     Per tag: ``<note>`` footnotes and non-psalm ``<title>`` headings are dropped with their content; canonical psalm
-    titles (``<title type="psalm">``) keep their text (RV1909 has the same words inside the verse); a closing inline
+    titles (``<title type="psalm">``) keep their text (RV1909 has the same words inside the verse), Psalm 119's
+    acrostic headings keep the letter's name ("BETH."), other headings go; a closing inline
     tag directly followed by an opening one becomes a space; other inline tags (``w``, ``transChange``,
     ``divineName``, ``q``, ``seg``, ``foreign``) become nothing; structural tags (``div``, ``milestone``, ``l``,
     ``lg``, ``lb``, ``chapter``) become a space; the paragraph sign ``¶`` and USFM markers (``\\nd``, ``\\+nd*``) are
     removed; whitespace is collapsed and spaces before closing punctuation are removed.
     """
     text = _NOTE_RE.sub("", raw)
-    text = _TITLE_RE.sub(lambda m: f" {m.group(2)} " if 'type="psalm"' in m.group(1) else " ", text)
+    text = _TITLE_RE.sub(_title_replacement, text)
     text = _TAG_SEAM_RE.sub(" ", text)
     text = _INLINE_TAG_RE.sub("", text)
     text = _ANY_TAG_RE.sub(" ", text)
@@ -236,7 +279,7 @@ _CHAPTER_RE = re.compile(r'<chapter\b[^>]*\bsID="([^".]+)\.(\d+)"')
 
 
 def _verse_refs(entries: list[str]) -> list[str | None]:
-    """"Book chapter:verse" for each slot, None for module/testament/book/chapter heading slots.
+    """ "Book chapter:verse" for each slot, None for module/testament/book/chapter heading slots.
 
     The slot layout of the KJV versification is: module heading, testament heading, then per book a book
     heading slot and per chapter a chapter heading slot followed by the verse slots. The book and chapter slots
@@ -264,7 +307,7 @@ def _verse_refs(entries: list[str]) -> list[str | None]:
     return refs
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _translation_pairs(root: str) -> tuple[tuple[str, str, str], ...]:
     """(ref, English, Spanish) for every verse slot with text on both sides, in canonical order."""
     pairs = []
@@ -282,6 +325,7 @@ def _translation_pairs(root: str) -> tuple[tuple[str, str, str], ...]:
     return tuple(pairs)
 
 
+@_cached_loader
 def load_translation(seed: int = 42, max_words: int | None = None) -> DatasetDict:
     """English (KJV) – Spanish (Reina-Valera 1909) verse pairs: ``translation`` {"en", "es"} and ``ref``.
 
@@ -298,14 +342,13 @@ def load_translation(seed: int = 42, max_words: int | None = None) -> DatasetDic
         _require(f"sword/{module}/ot.bzz", "translation (SWORD KJV/RV1909)")
     pairs = _translation_pairs(str(root))
     splits = _seeded_split(pairs, seed, (0.05, 0.05))
+    features = Features({"translation": Translation(languages=["en", "es"]), "ref": Value("string")})
     out = {}
     for name, part in splits.items():
         if max_words is not None:
             part = [p for p in part if max(len(p[1].split()), len(p[2].split())) <= max_words]
-        out[name] = Dataset.from_dict(
-            {"translation": [{"en": en, "es": es} for _, en, es in part], "ref": [ref for ref, _, _ in part]},
-            split=name,
-        )
+        columns = {"translation": [{"en": en, "es": es} for _, en, es in part], "ref": [ref for ref, _, _ in part]}
+        out[name] = _dataset(columns, features, name)
     return DatasetDict(out)
 
 
@@ -358,6 +401,7 @@ def _brown_base_tag(tag: str) -> str:
     return t
 
 
+@functools.lru_cache(maxsize=4096)
 def brown_coarse_tag(tag: str) -> str:
     """Coarse (universal-style, 12 tags: :data:`BROWN_COARSE_TAGS`) tag of an original Brown tag.
 
@@ -380,7 +424,7 @@ def brown_coarse_tag(tag: str) -> str:
 _BROWN_FILE_RE = re.compile(r"^c([a-r])(\d\d)$")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _brown_documents(root: str) -> tuple[tuple[str, str, tuple[tuple[tuple[tuple[str, str], ...], ...], ...]], ...]:
     """(doc_id, genre letter, paragraphs → sentences → (word, tag)) for each of the 500 documents."""
     docs = []
@@ -425,6 +469,7 @@ def _brown_split_docs(seed: int) -> dict[str, list]:
     return {name: [d for d in docs if d[0] in chosen[name]] for name in SPLITS}
 
 
+@_cached_loader
 def load_brown(seed: int = 42) -> DatasetDict:
     """Brown corpus, one row per sentence, split BY DOCUMENT (stratified by genre, ~80/10/10 documents).
 
@@ -458,10 +503,11 @@ def load_brown(seed: int = 42) -> DatasetDict:
                     tags = [t for _, t in sentence]
                     cols["tags"].append(tags)
                     cols["coarse_tags"].append([brown_coarse_tag(t) for t in tags])
-        out[name] = Dataset.from_dict(cols, features=features, split=name)
+        out[name] = _dataset(cols, features, name)
     return DatasetDict(out)
 
 
+@_cached_loader
 def load_brown_documents(seed: int = 42) -> DatasetDict:
     """Brown documents (same document split as :func:`load_brown`) as plain text for next-sentence pretraining.
 
@@ -483,7 +529,7 @@ def load_brown_documents(seed: int = 42) -> DatasetDict:
             cols["doc_id"].append(doc_id)
             cols["genre"].append(genre)
             cols["paragraphs"].append([[" ".join(w for w, _ in s) for s in paragraph] for paragraph in paragraphs])
-        out[name] = Dataset.from_dict(cols, features=features, split=name)
+        out[name] = _dataset(cols, features, name)
     return DatasetDict(out)
 
 
@@ -505,7 +551,7 @@ def _strip_gutenberg(text: str) -> str:
     return text
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _shakespeare_works(root: str) -> tuple[tuple[str, str, str], ...]:
     works = []
     for path in sorted(Path(root).glob("*_gut.txt")):
@@ -516,6 +562,7 @@ def _shakespeare_works(root: str) -> tuple[tuple[str, str, str], ...]:
     return tuple(works)
 
 
+@_cached_loader
 def load_shakespeare(seed: int = 42, num_held_out: int = 4) -> DatasetDict:
     """Shakespeare's 42 works, one row per work (``work`` file stem, ``title`` first line, ``text``).
 
@@ -549,10 +596,10 @@ def load_shakespeare(seed: int = 42, num_held_out: int = 4) -> DatasetDict:
 _PTB_RE = re.compile(r"penn\['(train|valid|test)'\]\s*=\s*\"\"\"(.*?)\"\"\"", re.S)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ptb_lines(path: str) -> dict[str, tuple[str, ...]]:
     """Non-empty stripped lines of each PTB part, parsed with a regular expression (the file is never executed)."""
-    source = io.open(path, encoding="utf-8").read()
+    source = Path(path).read_text(encoding="utf-8")
     parts = {}
     for name, body in _PTB_RE.findall(source):
         parts[name] = tuple(line.strip() for line in body.split("\n") if line.strip())
@@ -562,6 +609,7 @@ def _ptb_lines(path: str) -> dict[str, tuple[str, ...]]:
     return parts
 
 
+@_cached_loader
 def load_ptb() -> DatasetDict:
     """Mikolov's Penn Treebank LM text, official train / valid (→ ``validation``) / test, one row per line (``text``).
 

@@ -1,0 +1,76 @@
+"""chrF / chrF++ through ``sacrebleu`` as a local ``evaluate`` metric.
+
+``evaluate.load("<path>/hf_seq/metrics/chrf.py").compute(predictions=[...], references=[[...], ...])`` equals
+``sacrebleu.corpus_chrf(predictions, list(zip(*references)))``; ``word_order=2`` gives chrF++.
+"""
+
+import datasets
+import evaluate
+import sacrebleu as scb
+
+_DESCRIPTION = "Character n-gram F-score (Popovic, 2015) computed by sacrebleu; word_order=2 gives chrF++."
+_CITATION = """@inproceedings{popovic-2015-chrf,
+  title = "chr{F}: character n-gram {F}-score for automatic {MT} evaluation",
+  author = "Popovi{\\'c}, Maja",
+  booktitle = "Proceedings of the Tenth Workshop on Statistical Machine Translation",
+  year = "2015",
+}"""
+_KWARGS_DESCRIPTION = """
+Args:
+    predictions (list[str]): system outputs.
+    references (list[str] or list[list[str]]): reference(s) per prediction, the same number for each.
+    char_order (int): character n-gram order, default 6.
+    word_order (int): word n-gram order, default 0 (2 = chrF++).
+    beta (int): recall weight, default 2.
+    lowercase (bool): default False.
+    whitespace (bool): include whitespace in character n-grams, default False.
+    eps_smoothing (bool): default False.
+Returns:
+    score (float, 0-100), char_order, word_order, beta.
+"""
+
+
+@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+class ChrF(evaluate.Metric):
+    """Corpus chrF computed by sacrebleu."""
+
+    def _info(self):
+        return evaluate.MetricInfo(
+            description=_DESCRIPTION,
+            citation=_CITATION,
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=[
+                datasets.Features(
+                    {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
+                ),
+                datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
+            ],
+        )
+
+    def _compute(
+        self,
+        predictions,
+        references,
+        char_order=6,
+        word_order=0,
+        beta=2,
+        lowercase=False,
+        whitespace=False,
+        eps_smoothing=False,
+    ):
+        if references and isinstance(references[0], str):
+            references = [[ref] for ref in references]
+        n_refs = len(references[0]) if references else 1
+        if any(len(refs) != n_refs for refs in references):
+            raise ValueError("chrF requires the same number of references for every prediction")
+        transposed = [[refs[i] for refs in references] for i in range(n_refs)]
+        metric = scb.CHRF(
+            char_order=char_order,
+            word_order=word_order,
+            beta=beta,
+            lowercase=lowercase,
+            whitespace=whitespace,
+            eps_smoothing=eps_smoothing,
+        )
+        result = metric.corpus_score(predictions, transposed)
+        return {"score": result.score, "char_order": char_order, "word_order": word_order, "beta": beta}

@@ -1,0 +1,476 @@
+"""Tokenizer builders on the ``tokenizers`` library, each returning a ``transformers.PreTrainedTokenizerFast``.
+
+The returned tokenizers are ordinary Hugging Face tokenizers: ``save_pretrained`` writes ``tokenizer.json`` +
+``tokenizer_config.json`` and ``AutoTokenizer.from_pretrained(folder)`` gives back the same tokenizer (vocabulary,
+special tokens, ``model_max_length``, ``padding_side``, ``truncation_side``). Truncation and padding are the standard
+call options: ``tok(texts, truncation=True, max_length=M, padding="max_length")``; set
+``tok.truncation_side = "left"`` to keep the LAST ``M`` tokens and ``tok.padding_side = "left"`` to pre-pad.
+
+=============================  ====================================================================================
+builder                        use
+=============================  ====================================================================================
+build_word_level_tokenizer     the notes' word tokenizer: lowercase, keep the top V words, the rest → unk
+build_char_tokenizer           one token per character (space and newline included); decode gives the text back
+build_wordpiece_tokenizer      BERT: [PAD] [UNK] [CLS] [SEP] [MASK], "[CLS] A [SEP] B [SEP]", token_type_ids
+build_bpe_tokenizer            byte-level BPE (no unknown characters), ByteLevel decoder
+build_translation_tokenizer    one vocabulary for English + Spanish, <pad> <unk> <s> </s>, "$A </s>" (recommended:
+                               kind="bpe")
+=============================  ====================================================================================
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast
+
+__all__ = [
+    "build_bpe_tokenizer",
+    "build_char_tokenizer",
+    "build_translation_tokenizer",
+    "build_word_level_tokenizer",
+    "build_wordpiece_tokenizer",
+    "iter_texts",
+]
+
+DEFAULT_MODEL_MAX_LENGTH = 512
+_SIDES = ("left", "right")
+_PRE_TOKENIZERS = ("whitespace_punct", "whitespace")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------------------------------------
+def iter_texts(texts: Any) -> Iterator[str]:
+    """Strings from ``texts``: a string, an iterable of strings, of ``{"en": .., "es": ..}`` dicts or of
+    ``(src, tgt)`` pairs, a ``datasets.Dataset`` (its ``text`` or ``translation`` column) or a ``DatasetDict``
+    (its ``train`` split)."""
+    if isinstance(texts, str):
+        yield texts
+        return
+    # datasets objects, without importing datasets here
+    if hasattr(texts, "column_names") and isinstance(getattr(texts, "column_names", None), dict):  # DatasetDict
+        if "train" not in texts:
+            raise ValueError("texts: a DatasetDict must have a 'train' split to build a vocabulary from")
+        yield from iter_texts(texts["train"])
+        return
+    if hasattr(texts, "column_names") and isinstance(texts.column_names, list):  # Dataset
+        for column in ("text", "translation", "tokens"):
+            if column in texts.column_names:
+                yield from iter_texts(texts[column])
+                return
+        raise ValueError(f"texts: a Dataset needs a 'text' or 'translation' column, got {texts.column_names}")
+    for item in texts:
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, Mapping):
+            for value in item.values():
+                if isinstance(value, str):
+                    yield value
+        elif isinstance(item, Sequence):
+            for value in item:
+                if isinstance(value, str):
+                    yield value
+                else:
+                    raise ValueError(f"texts: expected strings inside a pair/list, got {type(value).__name__}")
+        else:
+            raise ValueError(f"texts: expected str, dict or pair items, got {type(item).__name__}")
+
+
+def _check_common(padding_side: str, truncation_side: str, model_max_length: int) -> None:
+    if padding_side not in _SIDES:
+        raise ValueError(f"padding_side must be one of {_SIDES}, got {padding_side!r}")
+    if truncation_side not in _SIDES:
+        raise ValueError(f"truncation_side must be one of {_SIDES}, got {truncation_side!r}")
+    if not isinstance(model_max_length, int) or model_max_length < 1:
+        raise ValueError(f"model_max_length must be a positive int, got {model_max_length!r}")
+
+
+def _dedupe(tokens: Iterable[str | None]) -> list[str]:
+    out: list[str] = []
+    for token in tokens:
+        if token is not None and token not in out:
+            out.append(token)
+    return out
+
+
+def _template(tokenizer: Tokenizer, bos: str | None, eos: str | None) -> processors.TemplateProcessing | None:
+    """ "<bos> $A <eos>" (either may be None) and the pair form "<bos> $A <eos> $B:1 <eos>:1"."""
+    if bos is None and eos is None:
+        return None
+    single = ([bos] if bos else []) + ["$A"] + ([eos] if eos else [])
+    pair = single + ["$B:1"] + ([f"{eos}:1"] if eos else [])
+    specials = [(t, tokenizer.token_to_id(t)) for t in _dedupe([bos, eos])]
+    return processors.TemplateProcessing(single=" ".join(single), pair=" ".join(pair), special_tokens=specials)
+
+
+def _wrap(
+    tokenizer: Tokenizer,
+    *,
+    model_max_length: int,
+    padding_side: str,
+    truncation_side: str,
+    model_input_names: list[str] | None = None,
+    **special_tokens: str | None,
+) -> PreTrainedTokenizerFast:
+    """A ``PreTrainedTokenizerFast`` around ``tokenizer`` with the named special tokens set."""
+    kwargs = {k: v for k, v in special_tokens.items() if v is not None}
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        model_max_length=model_max_length,
+        padding_side=padding_side,
+        truncation_side=truncation_side,
+        clean_up_tokenization_spaces=False,
+        model_input_names=model_input_names or ["input_ids", "attention_mask"],
+        **kwargs,
+    )
+    return fast
+
+
+def _ranked_words(tokenizer: Tokenizer, texts: Any, min_frequency: int, limit: int | None) -> list[str]:
+    """Words as ``tokenizer``'s normalizer + pre-tokenizer produce them, most frequent first, ties alphabetical.
+
+    Counted in Rust by ``WordLevelTrainer`` (no special tokens, so ids are exactly the ranks); at most ``limit``.
+    """
+    trainer = trainers.WordLevelTrainer(
+        vocab_size=limit if limit is not None else 2**31 - 1,
+        min_frequency=min_frequency,
+        special_tokens=[],
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(iter_texts(texts), trainer=trainer)
+    return [word for word, _ in sorted(tokenizer.get_vocab(with_added_tokens=False).items(), key=lambda x: x[1])]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# word level
+# ----------------------------------------------------------------------------------------------------------
+def build_word_level_tokenizer(
+    texts: Any,
+    max_vocab_size: int | None = None,
+    min_frequency: int = 1,
+    lowercase: bool = True,
+    special_tokens: Sequence[str] = ("[PAD]", "[UNK]"),
+    unk_token: str | None = None,
+    pad_token: str | None = None,
+    bos_token: str | None = None,
+    eos_token: str | None = None,
+    add_bos: bool = False,
+    add_eos: bool = False,
+    pre_tokenizer: str = "whitespace_punct",
+    padding_side: str = "right",
+    truncation_side: str = "right",
+    model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+) -> PreTrainedTokenizerFast:
+    """Word-level tokenizer: keep the ``max_vocab_size`` most frequent words, every other word → unk.
+
+    ``max_vocab_size`` counts the special tokens too (it is the embedding size); ``None`` keeps every word seen
+    ``min_frequency`` times. Ties in frequency are broken alphabetically, so the vocabulary is deterministic.
+    ``pre_tokenizer="whitespace_punct"`` splits words from punctuation (``\\w+|[^\\w\\s]+``), ``"whitespace"``
+    splits on whitespace only (PTB: its ``<unk>`` stays one token). ``unk_token`` / ``pad_token`` default to the
+    ``special_tokens`` entries spelled ``[UNK]``/``<unk>`` and ``[PAD]``/``<pad>`` (else the second and first entry).
+    With ``unk_token="<unk>"`` the corpus' own ``<unk>`` maps to the unknown id. ``add_bos``/``add_eos`` wrap every
+    encoding in ``bos_token``/``eos_token`` (a ``TemplateProcessing`` post-processor).
+    """
+    _check_common(padding_side, truncation_side, model_max_length)
+    if pre_tokenizer not in _PRE_TOKENIZERS:
+        raise ValueError(f"pre_tokenizer must be one of {_PRE_TOKENIZERS}, got {pre_tokenizer!r}")
+    if max_vocab_size is not None and (not isinstance(max_vocab_size, int) or max_vocab_size < 1):
+        raise ValueError(f"max_vocab_size must be a positive int or None, got {max_vocab_size!r}")
+    if not isinstance(min_frequency, int) or min_frequency < 1:
+        raise ValueError(f"min_frequency must be an int >= 1, got {min_frequency!r}")
+    specials = list(special_tokens)
+    unk_token = unk_token or next((t for t in specials if t.lower() in ("[unk]", "<unk>")), None)
+    pad_token = pad_token or next((t for t in specials if t.lower() in ("[pad]", "<pad>")), None)
+    if unk_token is None:
+        if len(specials) < 2:
+            raise ValueError("special_tokens must contain an unknown token (e.g. '[UNK]') or pass unk_token=")
+        unk_token = specials[1]
+    if add_bos and not bos_token:
+        raise ValueError("add_bos=True needs bos_token (e.g. '<s>')")
+    if add_eos and not eos_token:
+        raise ValueError("add_eos=True needs eos_token (e.g. '</s>')")
+    specials = _dedupe([pad_token, unk_token, *specials, bos_token, eos_token])
+
+    tokenizer = Tokenizer(models.WordLevel(vocab={unk_token: 0}, unk_token=unk_token))
+    if lowercase:
+        tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = (
+        pre_tokenizers.Whitespace() if pre_tokenizer == "whitespace_punct" else pre_tokenizers.WhitespaceSplit()
+    )
+    ranked = _ranked_words(
+        tokenizer, texts, min_frequency, None if max_vocab_size is None else max_vocab_size + len(specials)
+    )
+    vocab = {tok: i for i, tok in enumerate(specials)}
+    limit = None if max_vocab_size is None else max(0, max_vocab_size - len(vocab))
+    for word in [w for w in ranked if w not in vocab][:limit]:
+        vocab[word] = len(vocab)
+    tokenizer.model = models.WordLevel(vocab=vocab, unk_token=unk_token)
+    # the special tokens are never split or lowercased; the corpus' own unk spelling (PTB "<unk>") is kept as is
+    tokenizer.add_special_tokens(specials)
+    post = _template(tokenizer, bos_token if add_bos else None, eos_token if add_eos else None)
+    if post is not None:
+        tokenizer.post_processor = post
+    # no decoder: tokenizers joins the words with single spaces
+    return _wrap(
+        tokenizer,
+        model_max_length=model_max_length,
+        padding_side=padding_side,
+        truncation_side=truncation_side,
+        unk_token=unk_token,
+        pad_token=pad_token,
+        bos_token=bos_token,
+        eos_token=eos_token,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# character level
+# ----------------------------------------------------------------------------------------------------------
+def build_char_tokenizer(
+    texts: Any,
+    lowercase: bool = False,
+    special_tokens: Sequence[str] = ("[PAD]", "[UNK]"),
+    unk_token: str | None = None,
+    pad_token: str | None = None,
+    bos_token: str | None = None,
+    eos_token: str | None = None,
+    add_bos: bool = False,
+    add_eos: bool = False,
+    min_frequency: int = 1,
+    padding_side: str = "right",
+    truncation_side: str = "right",
+    model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+) -> PreTrainedTokenizerFast:
+    """Character tokenizer: one token per character, including space, tab and newline.
+
+    Vocabulary: the special tokens, then every character seen at least ``min_frequency`` times (by decreasing
+    frequency, ties by code point). ``decode(ids, skip_special_tokens=True)`` returns the text exactly (for
+    characters in the vocabulary; others come back as the unk token).
+    """
+    _check_common(padding_side, truncation_side, model_max_length)
+    specials = list(special_tokens)
+    unk_token = unk_token or next((t for t in specials if t.lower() in ("[unk]", "<unk>")), None)
+    pad_token = pad_token or next((t for t in specials if t.lower() in ("[pad]", "<pad>")), None)
+    if unk_token is None:
+        raise ValueError("special_tokens must contain an unknown token (e.g. '[UNK]') or pass unk_token=")
+    if add_bos and not bos_token:
+        raise ValueError("add_bos=True needs bos_token (e.g. '<s>')")
+    if add_eos and not eos_token:
+        raise ValueError("add_eos=True needs eos_token (e.g. '</s>')")
+    specials = _dedupe([pad_token, unk_token, *specials, bos_token, eos_token])
+    counts: Counter = Counter()
+    for text in iter_texts(texts):
+        counts.update(text.lower() if lowercase else text)
+    vocab = {tok: i for i, tok in enumerate(specials)}
+    for char, count in sorted(counts.items(), key=lambda x: (-x[1], x[0])):
+        if count >= min_frequency and char not in vocab:
+            vocab[char] = len(vocab)
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unk_token))
+    if lowercase:
+        tokenizer.normalizer = normalizers.Lowercase()
+    # every character (newline included: [\s\S]) is its own pre-token
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tokenizer.add_special_tokens(specials)
+    post = _template(tokenizer, bos_token if add_bos else None, eos_token if add_eos else None)
+    if post is not None:
+        tokenizer.post_processor = post
+    tokenizer.decoder = decoders.Fuse()  # concatenate the characters without separators
+    return _wrap(
+        tokenizer,
+        model_max_length=model_max_length,
+        padding_side=padding_side,
+        truncation_side=truncation_side,
+        unk_token=unk_token,
+        pad_token=pad_token,
+        bos_token=bos_token,
+        eos_token=eos_token,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# WordPiece (BERT)
+# ----------------------------------------------------------------------------------------------------------
+BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def build_wordpiece_tokenizer(
+    texts: Any,
+    vocab_size: int = 8000,
+    lowercase: bool = True,
+    min_frequency: int = 2,
+    padding_side: str = "right",
+    truncation_side: str = "right",
+    model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+) -> PreTrainedTokenizerFast:
+    """BERT-style WordPiece tokenizer: ids 0–4 are ``[PAD] [UNK] [CLS] [SEP] [MASK]``.
+
+    Encodes one text as ``[CLS] A [SEP]`` and a pair as ``[CLS] A [SEP] B [SEP]`` with ``token_type_ids`` 0 for
+    the first segment and 1 for the second; ``mask_token`` is set (``pipeline("fill-mask")``).
+    """
+    _check_common(padding_side, truncation_side, model_max_length)
+    if not isinstance(vocab_size, int) or vocab_size <= len(BERT_SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size must be an int > {len(BERT_SPECIAL_TOKENS)}, got {vocab_size!r}")
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(BERT_SPECIAL_TOKENS),
+        continuing_subword_prefix="##",
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(iter_texts(texts), trainer=trainer)
+    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    return _wrap(
+        tokenizer,
+        model_max_length=model_max_length,
+        padding_side=padding_side,
+        truncation_side=truncation_side,
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# byte-level BPE
+# ----------------------------------------------------------------------------------------------------------
+def build_bpe_tokenizer(
+    texts: Any,
+    vocab_size: int = 8000,
+    min_frequency: int = 2,
+    lowercase: bool = False,
+    pad_token: str | None = "<pad>",
+    unk_token: str | None = "<unk>",
+    bos_token: str | None = "<s>",
+    eos_token: str | None = "</s>",
+    add_bos: bool = False,
+    add_eos: bool = False,
+    add_prefix_space: bool = True,
+    padding_side: str = "right",
+    truncation_side: str = "right",
+    model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+) -> PreTrainedTokenizerFast:
+    """Byte-level BPE (GPT-2 style): every string is representable, ``ByteLevel`` decoder gives clean text.
+
+    Special tokens get the first ids in the order pad, unk, bos, eos (those not None). ``add_prefix_space`` makes a
+    sentence-initial word tokenize like the same word inside a sentence (decode strips that leading space).
+    ``vocab_size`` includes the 256 byte symbols and the special tokens.
+    """
+    _check_common(padding_side, truncation_side, model_max_length)
+    specials = _dedupe([pad_token, unk_token, bos_token, eos_token])
+    if not isinstance(vocab_size, int) or vocab_size <= 256 + len(specials):
+        raise ValueError(
+            f"vocab_size must be an int > {256 + len(specials)} (256 bytes + special tokens), got {vocab_size!r}"
+        )
+    if add_bos and not bos_token:
+        raise ValueError("add_bos=True needs bos_token")
+    if add_eos and not eos_token:
+        raise ValueError("add_eos=True needs eos_token")
+    tokenizer = Tokenizer(models.BPE(unk_token=unk_token))
+    if lowercase:
+        tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space, use_regex=True)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(iter_texts(texts), trainer=trainer)
+    post = _template(tokenizer, bos_token if add_bos else None, eos_token if add_eos else None)
+    byte_post = processors.ByteLevel(trim_offsets=True)
+    tokenizer.post_processor = byte_post if post is None else processors.Sequence([byte_post, post])
+    # ByteLevel turns the byte symbols back into text; with add_prefix_space the added leading space is removed
+    tokenizer.decoder = (
+        decoders.Sequence([decoders.ByteLevel(), decoders.Strip(content=" ", left=1, right=0)])
+        if add_prefix_space
+        else decoders.ByteLevel()
+    )
+    return _wrap(
+        tokenizer,
+        model_max_length=model_max_length,
+        padding_side=padding_side,
+        truncation_side=truncation_side,
+        pad_token=pad_token,
+        unk_token=unk_token,
+        bos_token=bos_token,
+        eos_token=eos_token,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# translation (shared source/target vocabulary)
+# ----------------------------------------------------------------------------------------------------------
+def build_translation_tokenizer(
+    pairs_or_texts: Any,
+    kind: str = "bpe",
+    vocab_size: int = 8000,
+    lowercase: bool = False,
+    min_frequency: int = 2,
+    model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+    padding_side: str = "right",
+    truncation_side: str = "right",
+) -> PreTrainedTokenizerFast:
+    """One tokenizer for both languages of a translation pair: ``<pad>``=0, ``<unk>``=1, ``<s>``=2, ``</s>``=3.
+
+    Every encoding ends with ``</s>`` (``"$A </s>"``), so ``tok(src, text_target=tgt)`` gives ``input_ids`` and
+    ``labels`` that both end with EOS; decoder start = ``<s>`` (``bos_token_id``). ``pairs_or_texts`` may be a
+    ``DatasetDict``/``Dataset`` from :func:`hf_seq.data.load_translation` (train split, both languages), an
+    iterable of ``{"en": .., "es": ..}`` dicts, of pairs or of strings.
+
+    ``kind="bpe"`` (recommended): byte-level BPE — shared subwords cover rare names, inflections and every
+    character. ``kind="word"``: word level, top ``vocab_size`` words, others → ``<unk>``.
+    """
+    if kind not in ("bpe", "word"):
+        raise ValueError(f"kind must be 'bpe' or 'word', got {kind!r}")
+    texts = list(iter_texts(pairs_or_texts))
+    if kind == "bpe":
+        return build_bpe_tokenizer(
+            texts,
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            lowercase=lowercase,
+            pad_token="<pad>",
+            unk_token="<unk>",
+            bos_token="<s>",
+            eos_token="</s>",
+            add_bos=False,
+            add_eos=True,
+            padding_side=padding_side,
+            truncation_side=truncation_side,
+            model_max_length=model_max_length,
+        )
+    return build_word_level_tokenizer(
+        texts,
+        max_vocab_size=vocab_size,
+        min_frequency=1,
+        lowercase=lowercase,
+        special_tokens=("<pad>", "<unk>", "<s>", "</s>"),
+        unk_token="<unk>",
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        add_eos=True,
+        pre_tokenizer="whitespace_punct",
+        padding_side=padding_side,
+        truncation_side=truncation_side,
+        model_max_length=model_max_length,
+    )

@@ -1,0 +1,50 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the Hub is unreachable here; fail fast instead of retrying
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def clean_python(tmp_path_factory) -> Path:
+    """A separate virtual environment WITHOUT hf_seq: its own interpreter, sharing only the dependencies' files.
+
+    The new venv gets a ``.pth`` line with this environment's site-packages directory, so torch/transformers import
+    from there, but ``.pth`` files inside that directory (the editable install of hf_seq) are not processed, and
+    the repository is not on the path — ``import hf_seq`` fails there (asserted here). Models saved with
+    ``save_pretrained`` must load in it through ``trust_remote_code=True`` alone.
+    """
+    env_dir = tmp_path_factory.mktemp("clean_venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    python = env_dir / "bin" / "python"
+    target_site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    Path(target_site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    probe = run_clean(python, "import transformers, torch\ntry:\n    import hf_seq\nexcept ImportError:\n    print('no hf_seq')\n")
+    assert probe.stdout.strip().endswith("no hf_seq"), probe.stdout + probe.stderr
+    return python
+
+
+def run_clean(python: Path, code: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``code`` with the clean interpreter, from a directory outside the repository, offline."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(Path(cwd or "/tmp") / ".hf_home"))
+    return subprocess.run(
+        [str(python), "-c", code], cwd=str(cwd or "/tmp"), env=env, capture_output=True, text=True, timeout=timeout
+    )
