@@ -13,11 +13,13 @@ has PyTorch's name and shape, e.g. ``layers.0.weight_ih_l0``, ``layers.0.bias_hh
   ``gru_step``) on the very same tensors; it is tested equal to the fused path.
 
 A new cell type plugs in through :func:`register_cell` (see :class:`CellType`); a cell without a ``torch.nn``
-counterpart (e.g. issue 3's ``"self_attention_lstm"``) provides ``build_layer`` (its parameter holder) and either a
-``step`` function or a whole ``scan`` over time, and always runs on the cell path.
+counterpart provides ``build_layer`` (its parameter holder) and either a ``step`` function or a whole ``scan`` over
+time, and always runs on the cell path. The self-attention LSTM (``"self_attention_lstm"``, LSTMN; end of this file)
+is such a cell: its scan attends over all previous states through the shared attention core.
 
 State layout (like ``torch.nn``): a tuple of tensors shaped ``(num_layers * num_directions, B, H)``, ordered layer 0
-forward, layer 0 backward, layer 1 forward, ... — ``(h,)`` for rnn/gru, ``(h, c)`` for lstm. ``state[0]`` is always
+forward, layer 0 backward, layer 1 forward, ... — ``(h,)`` for rnn/gru, ``(h, c)`` for lstm, ``(h, c, h̃, tape_h,
+tape_c, tape_mask)`` for self_attention_lstm (the tape of previous states, (L*D, B, S, H)). ``state[0]`` is always
 the hidden state ``h`` (poolers rely on that).
 """
 
@@ -30,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+from .attention import AttentionScore, attend
 
 State = tuple[torch.Tensor, ...]
 
@@ -371,6 +375,9 @@ class RecurrentStack(nn.Module):
         restored = []
         for i, tensor in enumerate(final):
             initial = torch.zeros_like(tensor) if state is None else state[i]
+            if initial.shape != tensor.shape:  # a growing tape (self_attention_lstm): its scan already masked the row
+                restored.append(tensor)
+                continue
             keep = empty.view(1, -1, *([1] * (tensor.dim() - 2)))  # (1, B, 1...)
             restored.append(torch.where(keep, initial, tensor))
         return tuple(restored)
@@ -473,3 +480,103 @@ class RecurrentStack(nn.Module):
                 outputs.append(new_state[0])
             state = new_state
         return torch.stack(outputs, dim=1), state  # (B, T, H)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Self-attention LSTM (LSTMN, Cheng, Dong & Lapata 2016, "Long Short-Term Memory-Networks for Machine Reading").
+# The notes' self-attention RNN: the recurrence does not read only h_{t-1} but an attention-weighted summary of ALL
+# previous states. With the memory tape of previous hidden states h_1..h_{t-1} and memory cells c_1..c_{t-1}:
+#
+#     a_i^t = vᵀ tanh(W_h h_i + W_x x_t + W_h̃ h̃_{t-1})      additive score (query [x_t; h̃_{t-1}], keys h_i)
+#     s^t   = softmax(a^t)                                    over the previous, non-padded steps only
+#     h̃_t   = Σ_i s_i^t h_i,   c̃_t = Σ_i s_i^t c_i           one weighted sum of the values [h_i; c_i]
+#     (h_t, c_t) = lstm_step(W_ih x_t + b_ih, (h̃_t, c̃_t))    the LSTM gates with (h̃_t, c̃_t) in place of (h_{t-1}, c_{t-1})
+#
+# The scores, masked softmax and weighted sum are the shared attention core (``attend`` + ``AttentionScore``). At the
+# first step the tape is empty and h̃ = c̃ = 0, i.e. the plain LSTM's zero initial state.
+#
+# State of one direction (tuple of (B, ...) tensors; the stack adds the leading num_layers*num_directions dim):
+#     (h_t (B,H), c_t (B,H), h̃_t (B,H), tape_h (B,S,H), tape_c (B,S,H), tape_mask (B,S) bool)
+# so ``state[0]`` is still the last hidden state, and a generation cache holds the whole tape (S = tokens read so far).
+# ----------------------------------------------------------------------------------------------------------------
+
+SELF_ATTENTION_LSTM_STATES = ("h", "c", "h_tilde", "tape_h", "tape_c", "tape_mask")
+
+
+class SelfAttentionLSTMLayer(nn.LSTM):
+    """Parameter holder of one self-attention LSTM layer: the LSTM gates under ``torch.nn.LSTM``'s names (so the
+    weights initialise and load like an LSTM's) plus one additive :class:`AttentionScore` per direction
+    (``attention_l0``, ``attention_l0_reverse``). Run it with :func:`self_attention_lstm_scan` (``RecurrentStack`` does);
+    calling it directly is an error."""
+
+    def __init__(self, input_size: int, hidden_size: int, bidirectional: bool = False) -> None:
+        super().__init__(input_size, hidden_size, num_layers=1, batch_first=True, bidirectional=bidirectional)
+        # query = [x_t; h̃_{t-1}] (W_x, W_h̃ and a bias in query_proj), keys = previous h_i (W_h in key_proj), v = energy
+        self.attention_l0 = AttentionScore("additive", input_size + hidden_size, hidden_size, hidden_size)
+        if bidirectional:
+            self.attention_l0_reverse = AttentionScore("additive", input_size + hidden_size, hidden_size, hidden_size)
+
+    def forward(self, *args, **kwargs):  # noqa: D102 - not a torch.nn.LSTM at run time
+        raise RuntimeError("SelfAttentionLSTMLayer holds parameters only; run it through RecurrentStack")
+
+
+def self_attention_lstm_scan(
+    layer: SelfAttentionLSTMLayer, suffix: str, x: torch.Tensor, mask: torch.Tensor | None, init: State | None
+) -> tuple[torch.Tensor, State]:
+    """One direction of one self-attention LSTM layer over time (see the section comment for the equations).
+
+    x: (B, T, I); mask: (B, T) bool (True = real token) or None; init: the direction's state from a previous call
+    (the tape continues) or None. Returns outputs (B, T, H) (zero at padding) and the new state.
+    """
+    weight_ih = getattr(layer, f"weight_ih_l0{suffix}")  # (4H, I)
+    weight_hh = getattr(layer, f"weight_hh_l0{suffix}")  # (4H, H)
+    bias_ih = getattr(layer, f"bias_ih_l0{suffix}", None)
+    bias_hh = getattr(layer, f"bias_hh_l0{suffix}", None)
+    scorer: AttentionScore = getattr(layer, f"attention_l0{suffix}")
+    batch_size, seq_len, _ = x.shape
+    hidden_size = weight_hh.shape[1]
+    if init is None:
+        h = c = h_tilde = x.new_zeros(batch_size, hidden_size)  # (B, H)
+        tape_h = tape_c = x.new_zeros(batch_size, 0, hidden_size)  # (B, 0, H)
+        tape_mask = torch.zeros(batch_size, 0, dtype=torch.bool, device=x.device)  # (B, 0)
+    else:
+        h, c, h_tilde, tape_h, tape_c, tape_mask = init
+        tape_mask = tape_mask.bool()
+    tape_keys = scorer.prepare_keys(tape_h)  # (B, S, A): W_h h_i, computed once per tape entry
+    gates_x = F.linear(x, weight_ih, bias_ih)  # (B, T, 4H)
+    outputs = []
+    for t in range(seq_len):
+        if tape_h.shape[1] > 0:
+            query = torch.cat([x[:, t], h_tilde], dim=-1).unsqueeze(1)  # (B, 1, I+H)
+            values = torch.cat([tape_h, tape_c], dim=-1)  # (B, S, 2H): one weighted sum gives h̃ and c̃
+            context, _ = attend(query, tape_keys, values, tape_mask.unsqueeze(1), score=scorer.score)  # (B, 1, 2H)
+            new_h_tilde, c_tilde = context.squeeze(1).split(hidden_size, dim=-1)  # (B, H) each
+        else:  # empty tape: the summary of nothing is the zero state
+            new_h_tilde, c_tilde = h_tilde.new_zeros(batch_size, hidden_size), c.new_zeros(batch_size, hidden_size)
+        new_h, new_c = lstm_step(gates_x[:, t], (new_h_tilde, c_tilde), weight_hh, bias_hh)  # (B, H) each
+        if mask is not None:
+            real = mask[:, t].unsqueeze(-1)  # (B, 1)
+            new_h, new_c = torch.where(real, new_h, h), torch.where(real, new_c, c)
+            new_h_tilde = torch.where(real, new_h_tilde, h_tilde)
+            outputs.append(torch.where(real, new_h, torch.zeros_like(new_h)))
+            entry_mask = mask[:, t : t + 1]  # (B, 1) padded steps enter the tape masked out
+        else:
+            outputs.append(new_h)
+            entry_mask = torch.ones(batch_size, 1, dtype=torch.bool, device=x.device)
+        h, c, h_tilde = new_h, new_c, new_h_tilde
+        tape_h = torch.cat([tape_h, h.unsqueeze(1)], dim=1)  # (B, S+1, H)
+        tape_c = torch.cat([tape_c, c.unsqueeze(1)], dim=1)
+        tape_keys = torch.cat([tape_keys, scorer.prepare_keys(h.unsqueeze(1))], dim=1)  # (B, S+1, A)
+        tape_mask = torch.cat([tape_mask, entry_mask], dim=1)  # (B, S+1)
+    return torch.stack(outputs, dim=1), (h, c, h_tilde, tape_h, tape_c, tape_mask)  # (B, T, H), state
+
+
+register_cell(
+    CellType(
+        "self_attention_lstm",
+        num_gates=4,
+        num_states=len(SELF_ATTENTION_LSTM_STATES),
+        build_layer=SelfAttentionLSTMLayer,
+        scan=self_attention_lstm_scan,
+    )
+)

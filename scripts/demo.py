@@ -1,6 +1,6 @@
 """`make demo`: train the BiLSTM sentiment classifier on the real Rotten Tomatoes snippets, then use it through Auto*.
 
-Reuses the run in runs/sentiment-bilstm when it is already there (delete the folder to retrain).
+Reuses the run in runs/sentiment_bilstm_tuned when it is already there (delete the folder to retrain).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN_DIR = ROOT / "runs" / "sentiment-bilstm"
-RECIPE = ROOT / "configs" / "sentiment_bilstm.json"
+RUN_DIR = ROOT / "runs" / "sentiment_bilstm_tuned"
+RECIPE = ROOT / "configs" / "sentiment_bilstm_tuned.json"
 EXAMPLES = [
     "A warm, funny and beautifully acted film that earns every one of its tears.",
     "Tedious, predictable and far too long; I checked my watch three times.",
@@ -31,7 +31,7 @@ def main() -> None:
     else:
         print(f"Using the finished run in {RUN_DIR} (delete it to retrain).")
     results = json.loads(results_file.read_text())
-    print(f"\nTest accuracy: {results['test_accuracy']:.4f}  (validation: {results['eval_accuracy']:.4f})")
+    print(f"\nTest accuracy: {results['test_accuracy']:.4f}  (validation: {results['validation_accuracy']:.4f})")
 
     import hf_seq  # noqa: F401  (registers the hf_seq model types with the Auto classes)
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline

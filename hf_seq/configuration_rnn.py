@@ -1,0 +1,206 @@
+"""Configuration of the recurrent family (``model_type="hf_seq_rnn"``): embedding → recurrent stack → pooling → head."""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+from .recurrent import CELL_TYPES, IMPLEMENTATIONS
+
+POOLINGS = ("last", "mean", "max", "flatten")
+INPUT_ENCODINGS = ("embedding", "one_hot")
+
+
+def _check_positive_int(name: str, value, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
+
+
+def _check_probability(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) < 1.0:
+        raise ValueError(f"`{name}` must be a float in [0, 1), got {value!r}")
+
+
+class RNNConfig(PretrainedConfig):
+    r"""Configuration of the hf_seq recurrent models (``RNNModel``, ``RNNForSequenceClassification``,
+    ``RNNForTokenClassification``, ``RNNForCausalLM``).
+
+    The notes' whole arc is a value of this config, not a subclass:
+
+    * ``cell="none", pooling="flatten", max_seq_length=20, embedding_size=8`` — Embedding → Flatten → logistic regression;
+    * ``cell="rnn"`` — SimpleRNN ``h_t = tanh(A·[h_{t-1}; x_t] + b)``, last state → classifier;
+    * ``cell="lstm"`` / ``"gru"``; ``num_layers > 1`` — stacked ("return sequences"); ``bidirectional=True`` —
+      both directions, the two final states concatenated.
+
+    Args:
+        vocab_size: rows of the embedding table.
+        embedding_size: word vector size ``x``.
+        hidden_size: recurrent state size ``h`` (per direction).
+        num_layers: stacked recurrent layers.
+        cell: "none" (no recurrence: the embeddings are the features), "rnn", "lstm", "gru",
+            "self_attention_lstm" (the notes' self-attention RNN, LSTMN of Cheng et al. 2016: each step's recurrent
+            input is an attention-weighted summary of all previous states; cell path only), or a cell type added
+            with ``hf_seq.recurrent.register_cell``.
+        bidirectional: add a right-to-left layer per level and concatenate the directions.
+        pooling: how a sequence becomes one vector for sequence classification — "last" (final state: the last real
+            token's state; bidirectional: forward final state ⊕ backward state after the first token), "mean" /
+            "max" over real tokens, "flatten" (concatenate all ``max_seq_length`` positions, the notes' logistic
+            regression; inputs must be padded/truncated to exactly ``max_seq_length``). ``cell="none"`` has no state,
+            so it does not allow "last".
+        max_seq_length: sequence length the model expects (Keras' ``input_length``); required by
+            ``pooling="flatten"``, otherwise an optional upper bound checked on input. (Not called ``max_length``:
+            ``transformers`` treats ``config.max_length`` as a generation parameter and refuses to save it; a
+            ``max_length=`` keyword is accepted as an alias.)
+        dropout: dropout between stacked layers and on the features fed to the classifier head.
+        embedding_dropout: dropout on the word vectors.
+        freeze_embeddings: keep the embedding table fixed during training (pretrained word vectors, see
+            ``load_pretrained_embeddings``).
+        implementation: "fused" (``torch.nn`` kernels) or "cell" (the notes' explicit per-step equations).
+        initializer_range: std of the normal initialisation of embeddings and linear heads.
+        pad_token_id: id of the padding token (its embedding row is zero and untrained).
+        input_encoding: "embedding" (learned table, ``embedding_size`` wide) or "one_hot" (the notes' char
+            generator: each token is its one-hot vector, a fixed identity embedding without parameters; needs
+            ``embedding_size == vocab_size``).
+        tie_word_embeddings: ``RNNForCausalLM`` shares its output matrix with the embedding table (a projection
+            ``hidden_size → embedding_size`` is added when the sizes differ); not with ``one_hot``.
+        use_cache: ``RNNForCausalLM`` returns its recurrent state as ``output.cache`` (outside training).
+        bos_token_id / eos_token_id: start / stop tokens for ``generate()`` (None: no such token).
+        num_labels / id2label / label2id / problem_type: as in every ``transformers`` classifier. Binary tasks default
+            to ``num_labels=2`` with softmax cross-entropy (what pipelines and ``Trainer`` users expect). The notes'
+            single sigmoid output (161 parameters for 20×8 inputs) is ``num_labels=1`` with
+            ``problem_type="multi_label_classification"`` (sigmoid + binary cross-entropy; 0/1 labels of shape (B,)
+            are accepted). Note that ``num_labels=1`` alone means regression in ``transformers``.
+    """
+
+    model_type = "hf_seq_rnn"
+
+    def __init__(
+        self,
+        vocab_size: int = 10000,
+        embedding_size: int = 32,
+        hidden_size: int = 32,
+        num_layers: int = 1,
+        cell: str = "lstm",
+        bidirectional: bool = False,
+        pooling: str = "last",
+        max_seq_length: int | None = None,
+        dropout: float = 0.0,
+        embedding_dropout: float = 0.0,
+        freeze_embeddings: bool = False,
+        implementation: str = "fused",
+        initializer_range: float = 0.1,
+        pad_token_id: int | None = 0,
+        input_encoding: str = "embedding",
+        tie_word_embeddings: bool = False,
+        use_cache: bool = True,
+        bos_token_id: int | None = None,
+        eos_token_id: int | None = None,
+        **kwargs,
+    ) -> None:
+        self.vocab_size = vocab_size
+        self.embedding_size = embedding_size
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.cell = cell
+        self.bidirectional = bidirectional
+        self.pooling = pooling
+        alias = kwargs.pop("max_length", None)  # config.max_length is reserved for generation in transformers
+        if max_seq_length is None:
+            max_seq_length = alias
+        self.max_seq_length = max_seq_length
+        self.dropout = dropout
+        self.embedding_dropout = embedding_dropout
+        self.freeze_embeddings = freeze_embeddings
+        self.implementation = implementation
+        self.initializer_range = initializer_range
+        self.input_encoding = input_encoding
+        self.use_cache = use_cache
+        super().__init__(
+            pad_token_id=pad_token_id,
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            tie_word_embeddings=tie_word_embeddings,
+            **kwargs,
+        )
+        self.validate_rnn_config()
+        self.validate_lm_config()
+
+    def validate_rnn_config(self) -> None:
+        """Raise ``ValueError`` naming the field and the allowed values for any invalid setting."""
+        for name in ("vocab_size", "embedding_size", "hidden_size", "num_layers"):
+            _check_positive_int(name, getattr(self, name))
+        _check_positive_int("max_seq_length", self.max_seq_length, allow_none=True)
+        cells = ["none", *sorted(CELL_TYPES)]
+        if self.cell not in cells:
+            raise ValueError(f"`cell` must be one of {cells}, got {self.cell!r}")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"`pooling` must be one of {list(POOLINGS)}, got {self.pooling!r}")
+        if self.pooling == "flatten" and self.max_seq_length is None:
+            raise ValueError('`pooling="flatten"` needs `max_seq_length` (the fixed number of tokens to flatten)')
+        if self.cell == "none" and self.pooling == "last":
+            raise ValueError(
+                '`pooling="last"` needs a recurrent `cell`; with `cell="none"` use one of ["mean", "max", "flatten"]'
+            )
+        if self.implementation not in IMPLEMENTATIONS:
+            raise ValueError(f"`implementation` must be one of {list(IMPLEMENTATIONS)}, got {self.implementation!r}")
+        for name in ("bidirectional", "freeze_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be a bool (true/false), got {getattr(self, name)!r}")
+        _check_probability("dropout", self.dropout)
+        _check_probability("embedding_dropout", self.embedding_dropout)
+        if isinstance(self.initializer_range, bool) or not isinstance(self.initializer_range, (int, float)) or (
+            self.initializer_range <= 0
+        ):
+            raise ValueError(f"`initializer_range` must be a positive float, got {self.initializer_range!r}")
+        if self.pad_token_id is not None and (
+            not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size
+        ):
+            raise ValueError(
+                f"`pad_token_id` must be None or an id in [0, vocab_size={self.vocab_size}), got {self.pad_token_id!r}"
+            )
+        if not isinstance(self.num_labels, int) or self.num_labels <= 0:
+            raise ValueError(f"`num_labels` must be a positive integer, got {self.num_labels!r}")
+        allowed_problems = (None, "regression", "single_label_classification", "multi_label_classification")
+        if self.problem_type not in allowed_problems:
+            raise ValueError(f"`problem_type` must be one of {list(allowed_problems)}, got {self.problem_type!r}")
+
+    def validate_lm_config(self) -> None:
+        """Validate the language-model fields (``input_encoding``, tying, special tokens, ``use_cache``)."""
+        if self.input_encoding not in INPUT_ENCODINGS:
+            raise ValueError(f"`input_encoding` must be one of {list(INPUT_ENCODINGS)}, got {self.input_encoding!r}")
+        if self.input_encoding == "one_hot" and self.embedding_size != self.vocab_size:
+            raise ValueError(
+                f'`input_encoding="one_hot"` feeds vocab_size-wide one-hot vectors, so `embedding_size` must equal '
+                f"vocab_size={self.vocab_size}, got embedding_size={self.embedding_size}"
+            )
+        for name in ("tie_word_embeddings", "use_cache"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be a bool (true/false), got {getattr(self, name)!r}")
+        if self.tie_word_embeddings and self.input_encoding == "one_hot":
+            raise ValueError(
+                '`tie_word_embeddings=True` needs a learned embedding table; `input_encoding="one_hot"` has none'
+            )
+        for name in ("bos_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            ids = value if isinstance(value, (list, tuple)) else [value]
+            for token_id in ids:
+                if token_id is not None and (
+                    isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < self.vocab_size
+                ):
+                    raise ValueError(
+                        f"`{name}` must be None or an id in [0, vocab_size={self.vocab_size}), got {value!r}"
+                    )
+
+    @property
+    def num_directions(self) -> int:
+        """2 for bidirectional recurrent layers, else 1."""
+        return 2 if self.bidirectional and self.cell != "none" else 1
+
+    @property
+    def feature_size(self) -> int:
+        """Width of ``last_hidden_state``: ``embedding_size`` for cell "none", else ``num_directions*hidden_size``."""
+        return self.embedding_size if self.cell == "none" else self.num_directions * self.hidden_size
+
+
+__all__ = ["RNNConfig", "POOLINGS", "INPUT_ENCODINGS"]

@@ -1,0 +1,681 @@
+"""Recurrent family as native ``transformers`` models: embedding → ``RecurrentStack`` → pooling → head.
+
+Classes: ``RNNPreTrainedModel`` (plumbing), ``RNNEmbeddings`` (learned table or the notes' fixed one-hot
+``OneHotEmbedding``), ``RNNPooler``, ``RNNModel`` (base), ``RNNForSequenceClassification``,
+``RNNForTokenClassification``, and the language model ``RNNForCausalLM`` whose recurrent state is the generation cache
+(``RNNCache``). Every variant of the notes (logistic regression on flattened embeddings, SimpleRNN, LSTM, GRU, stacked,
+bidirectional, the self-attention LSTM, the char-level text generator) is an ``RNNConfig`` value.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_outputs import (
+    CausalLMOutputWithPast,
+    ModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+
+from .configuration_rnn import RNNConfig
+from .recurrent import RecurrentStack, State
+
+
+@dataclass
+class RNNModelOutput(ModelOutput):
+    """Output of :class:`RNNModel`.
+
+    Args:
+        last_hidden_state: (B, T, F) features of the top layer (F = num_directions * hidden_size, or embedding_size
+            for ``cell="none"``); zero at padded positions.
+        pooler_output: (B, P) the sequence vector chosen by ``config.pooling`` (None without a pooler).
+        hidden_states: embedding output followed by every recurrent layer's outputs (when asked).
+        final_state: the recurrent state after each sequence's last real token, tuple of
+            (num_layers * num_directions, B, H) tensors — ``(h,)`` or ``(h, c)``; None for ``cell="none"``.
+    """
+
+    last_hidden_state: torch.Tensor | None = None
+    pooler_output: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    final_state: tuple[torch.Tensor, ...] | None = None
+
+
+def _load_vectors(vectors) -> torch.Tensor:
+    """Accept a tensor / array / path (.pt, .bin, .npy, .safetensors) holding a (vocab_size, embedding_size) matrix."""
+    if isinstance(vectors, (str, os.PathLike)):
+        path = os.fspath(vectors)
+        if not os.path.isfile(path):
+            raise ValueError(f"`vectors` path {path!r} does not exist")
+        if path.endswith(".npy"):
+            import numpy as np
+
+            vectors = np.load(path)
+        elif path.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            tensors = load_file(path)
+            if len(tensors) != 1 and "weight" not in tensors:
+                raise ValueError(f"`vectors` file {path!r} must hold one tensor or one named 'weight'")
+            vectors = tensors.get("weight", next(iter(tensors.values())))
+        else:
+            vectors = torch.load(path, map_location="cpu", weights_only=True)
+            if isinstance(vectors, dict):
+                vectors = vectors.get("weight", next(iter(vectors.values())))
+    return torch.as_tensor(vectors)
+
+
+class RNNPreTrainedModel(PreTrainedModel):
+    """Weight initialisation, config class and the pretrained-word-vector helper shared by every RNN head."""
+
+    config_class = RNNConfig
+    config: RNNConfig
+    base_model_prefix = "rnn"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = False
+    accepts_loss_kwargs = False
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Normal(0, initializer_range) for embeddings and heads; Keras-style recurrent init (Glorot input weights,
+        orthogonal recurrent weights, zero biases, LSTM forget-gate bias 1)."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                module.weight[module.padding_idx].zero_()
+        elif isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.RNNBase):
+            for name, param in module.named_parameters():
+                if name.startswith("weight_ih"):
+                    init.xavier_uniform_(param)
+                elif name.startswith("weight_hh"):
+                    init.orthogonal_(param)
+                elif name.startswith("bias_ih") and isinstance(module, nn.LSTM):
+                    bias = torch.zeros_like(param)
+                    bias[module.hidden_size : 2 * module.hidden_size] = 1.0  # forget gate (order i, f, g, o)
+                    init.copy_(param, bias)
+                elif name.startswith("bias"):
+                    init.zeros_(param)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.base_model.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.base_model.embeddings.word_embeddings = value
+
+    def load_pretrained_embeddings(self, vectors, freeze: bool = True) -> None:
+        """Copy pretrained word vectors into the embedding table and optionally freeze it (the notes' "pretrain,
+        keep the embedding, freeze it").
+
+        Args:
+            vectors: a (vocab_size, embedding_size) tensor / numpy array, or a path to a ``.pt``/``.bin``
+                (``torch.save``), ``.npy`` or ``.safetensors`` file holding one.
+            freeze: keep the table fixed in training (sets ``config.freeze_embeddings``, saved with the model).
+        """
+        weights = _load_vectors(vectors)
+        embedding = self.get_input_embeddings()
+        if not isinstance(embedding, nn.Embedding):
+            raise ValueError('`input_encoding="one_hot"` has no embedding table to load vectors into')
+        if weights.dim() != 2 or tuple(weights.shape) != tuple(embedding.weight.shape):
+            raise ValueError(
+                f"`vectors` must have shape (vocab_size, embedding_size) = {tuple(embedding.weight.shape)}, "
+                f"got {tuple(weights.shape)}"
+            )
+        with torch.no_grad():
+            embedding.weight.copy_(weights.to(embedding.weight.dtype))
+        self.config.freeze_embeddings = bool(freeze)
+        self.base_model.embeddings.freeze = bool(freeze)
+        embedding.weight.requires_grad_(not freeze)
+
+
+class OneHotEmbedding(nn.Module):
+    """The notes' one-hot encoding as a fixed identity embedding: token ``i`` → ``e_i`` (no parameters)."""
+
+    def __init__(self, num_embeddings: int) -> None:
+        super().__init__()
+        self.num_embeddings = num_embeddings
+        self.embedding_dim = num_embeddings
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return F.one_hot(input_ids, self.num_embeddings).to(torch.get_default_dtype())  # (B, T, V)
+
+    def extra_repr(self) -> str:
+        return f"num_embeddings={self.num_embeddings}"
+
+
+class RNNEmbeddings(nn.Module):
+    """Word embeddings (the notes' ``x_i = Pᵀ e_i``) followed by dropout."""
+
+    def __init__(self, config: RNNConfig) -> None:
+        super().__init__()
+        if getattr(config, "input_encoding", "embedding") == "one_hot":  # the notes' one-hot chars, no parameters
+            self.word_embeddings = OneHotEmbedding(config.vocab_size)
+        else:
+            self.word_embeddings = nn.Embedding(
+                config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id
+            )
+        self.dropout = nn.Dropout(config.embedding_dropout)
+        self.freeze = bool(config.freeze_embeddings) and isinstance(self.word_embeddings, nn.Embedding)
+        if self.freeze:
+            self.word_embeddings.weight.requires_grad_(False)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self.freeze:  # detached: no gradient even if a loader re-created the parameter with requires_grad=True
+            table = self.word_embeddings
+            return self.dropout(F.embedding(input_ids, table.weight.detach(), table.padding_idx))  # (B, T, E)
+        return self.dropout(self.word_embeddings(input_ids))  # (B, T, E)
+
+
+class RNNPooler(nn.Module):
+    """Turns the per-token features into one vector per sequence, as ``config.pooling`` says."""
+
+    def __init__(self, config: RNNConfig) -> None:
+        super().__init__()
+        self.pooling = config.pooling
+        self.max_seq_length = config.max_seq_length
+        self.num_directions = config.num_directions
+
+    @staticmethod
+    def output_size(config: RNNConfig) -> int:
+        """Width of the pooled vector."""
+        if config.pooling == "flatten":
+            return config.max_seq_length * config.feature_size
+        return config.feature_size
+
+    def forward(
+        self, features: torch.Tensor, mask: torch.Tensor | None, final_state: State | None
+    ) -> torch.Tensor:
+        """features: (B, T, F) zero at padding; mask: (B, T) bool or None; final_state[0]: (L*D, B, H)."""
+        batch_size = features.shape[0]
+        if self.pooling == "last":
+            h = final_state[0][-self.num_directions :]  # (D, B, H): top layer, forward [and backward]
+            return h.transpose(0, 1).reshape(batch_size, -1)  # (B, D*H)
+        if self.pooling == "flatten":
+            return features.reshape(batch_size, -1)  # (B, T*F), T == max_seq_length checked by the model
+        if self.pooling == "mean":
+            if mask is None:
+                return features.mean(dim=1)
+            counts = mask.sum(dim=1, keepdim=True).clamp(min=1).to(features.dtype)  # (B, 1)
+            return features.sum(dim=1) / counts  # padding is zero, so the sum only sees real tokens
+        # max
+        if mask is None:
+            return features.max(dim=1).values
+        pooled = features.masked_fill(~mask.unsqueeze(-1), float("-inf")).max(dim=1).values  # (B, F)
+        return torch.where(torch.isinf(pooled), torch.zeros_like(pooled), pooled)  # rows without tokens -> 0
+
+
+class RNNModel(RNNPreTrainedModel):
+    """Embeddings + recurrent stack (+ pooler): the base of every RNN head. Returns :class:`RNNModelOutput`."""
+
+    def __init__(self, config: RNNConfig, add_pooling_layer: bool = True) -> None:
+        super().__init__(config)
+        self.embeddings = RNNEmbeddings(config)
+        self.encoder = (
+            None
+            if config.cell == "none"
+            else RecurrentStack(
+                config.cell,
+                config.embedding_size,
+                config.hidden_size,
+                num_layers=config.num_layers,
+                bidirectional=config.bidirectional,
+                dropout=config.dropout,
+                implementation=config.implementation,
+            )
+        )
+        self.pooler = RNNPooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def _check_inputs(self, input_ids, attention_mask, inputs_embeds) -> tuple[int, int]:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`")
+        if input_ids is not None:
+            if input_ids.dim() != 2:
+                raise ValueError(f"`input_ids` must have shape (batch, seq_len), got {tuple(input_ids.shape)}")
+            if input_ids.is_floating_point() or input_ids.dtype == torch.bool:
+                raise ValueError(f"`input_ids` must hold integer token ids, got dtype {input_ids.dtype}")
+            if input_ids.numel() == 0:
+                raise ValueError(f"`input_ids` must not be empty, got shape {tuple(input_ids.shape)}")
+            low, high = (int(v) for v in torch.aminmax(input_ids))
+            if low < 0 or high >= self.config.vocab_size:
+                raise ValueError(
+                    f"`input_ids` must be in [0, vocab_size={self.config.vocab_size}), got values in [{low}, {high}]"
+                )
+            batch_size, seq_len = input_ids.shape
+        else:
+            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.embedding_size:
+                raise ValueError(
+                    f"`inputs_embeds` must have shape (batch, seq_len, {self.config.embedding_size}), "
+                    f"got {tuple(inputs_embeds.shape)}"
+                )
+            batch_size, seq_len = inputs_embeds.shape[:2]
+        if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, seq_len):
+            raise ValueError(
+                f"`attention_mask` must have shape {(batch_size, seq_len)} like the input, got {tuple(attention_mask.shape)}"
+            )
+        max_len = self.config.max_seq_length
+        if self.config.pooling == "flatten" and self.pooler is not None and seq_len != max_len:
+            raise ValueError(
+                f'`input_ids` has {seq_len} tokens but pooling="flatten" needs exactly max_seq_length={max_len}; '
+                f'tokenize with padding="max_length", truncation=True, max_length={max_len}'
+            )
+        if max_len is not None and seq_len > max_len:
+            raise ValueError(
+                f"`input_ids` has {seq_len} tokens, more than the model's max_seq_length={max_len}; "
+                f"truncate (truncation=True, max_length={max_len})"
+            )
+        return batch_size, seq_len
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        state: State | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> RNNModelOutput | tuple:
+        """input_ids: (B, T); attention_mask: (B, T) 1 = real token (left or right padding); state: initial
+        recurrent state (tuple of (L*D, B, H)); returns :class:`RNNModelOutput`."""
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        self._check_inputs(input_ids, attention_mask, inputs_embeds)
+        embedded = self.embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # (B, T, E)
+        embedded = embedded.to(self.dtype)  # the one-hot encoding comes out in the default dtype
+        mask = None
+        if attention_mask is not None:
+            mask = attention_mask if attention_mask.dtype == torch.bool else attention_mask != 0  # (B, T)
+        final_state = None
+        hidden_states = None
+        if self.encoder is None:
+            features = embedded if mask is None else embedded * mask.unsqueeze(-1).to(embedded.dtype)  # (B, T, E)
+            if output_hidden_states:
+                hidden_states = (embedded,)
+        else:
+            result = self.encoder(embedded, attention_mask=mask, state=state, output_hidden_states=output_hidden_states)
+            features, final_state = result[0], result[1]  # (B, T, D*H)
+            if output_hidden_states:
+                hidden_states = (embedded, *result[2])
+        if mask is not None and bool(mask.all()):
+            mask = None
+        pooled = self.pooler(features, mask, final_state) if self.pooler is not None else None
+        if not return_dict:
+            return tuple(v for v in (features, pooled, hidden_states, final_state) if v is not None)
+        return RNNModelOutput(
+            last_hidden_state=features, pooler_output=pooled, hidden_states=hidden_states, final_state=final_state
+        )
+
+
+class RNNForSequenceClassification(RNNPreTrainedModel):
+    """RNN + pooled sequence vector + linear head (the notes' "last state → classifier"); ``SequenceClassifierOutput``.
+
+    Loss follows ``transformers``' ``problem_type`` logic: cross-entropy for integer labels with ``num_labels > 1``,
+    MSE for ``num_labels == 1`` (regression), sigmoid + BCE for ``multi_label_classification`` (with
+    ``num_labels=1`` this is the notes' logistic regression; 0/1 labels of shape (B,) are accepted).
+    """
+
+    def __init__(self, config: RNNConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.rnn = RNNModel(config, add_pooling_layer=True)
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(RNNPooler.output_size(config), config.num_labels)
+        self.post_init()
+
+    def _problem_type(self, labels: torch.Tensor) -> str:
+        if self.config.problem_type is not None:
+            return self.config.problem_type
+        if self.num_labels == 1:
+            return "regression"
+        if labels.dtype in (torch.long, torch.int, torch.int16, torch.int8, torch.uint8):
+            return "single_label_classification"
+        return "multi_label_classification"
+
+    def compute_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Loss of ``logits`` (B, num_labels) against ``labels`` after validating their shape and range."""
+        batch_size = logits.shape[0]
+        problem = self._problem_type(labels)
+        if labels.shape[0] != batch_size:
+            raise ValueError(f"`labels` must have batch size {batch_size}, got shape {tuple(labels.shape)}")
+        if problem == "single_label_classification":
+            if labels.is_floating_point() or labels.numel() != batch_size:
+                raise ValueError(
+                    f"`labels` must be integer class ids of shape ({batch_size},) for single-label classification, "
+                    f"got {labels.dtype} {tuple(labels.shape)}"
+                )
+            labels = labels.reshape(-1)
+            low, high = (int(v) for v in torch.aminmax(labels))
+            if low < 0 or high >= self.num_labels:
+                raise ValueError(f"`labels` must be in [0, num_labels={self.num_labels}), got values in [{low}, {high}]")
+            return F.cross_entropy(logits, labels.long())
+        if problem == "regression":
+            if labels.numel() != logits.numel():
+                raise ValueError(
+                    f"`labels` for regression must have {self.num_labels} value(s) per example, got {tuple(labels.shape)}"
+                )
+            return F.mse_loss(logits.reshape(-1), labels.reshape(-1).to(logits.dtype))
+        # multi-label: independent sigmoids
+        if self.num_labels == 1 and labels.dim() == 1:
+            labels = labels.unsqueeze(-1)
+        if tuple(labels.shape) != tuple(logits.shape):
+            raise ValueError(
+                f"`labels` for multi-label classification must have shape {tuple(logits.shape)}, got {tuple(labels.shape)}"
+            )
+        labels = labels.to(logits.dtype)
+        low, high = (float(v) for v in torch.aminmax(labels))
+        if low < 0.0 or high > 1.0:
+            raise ValueError(f"`labels` for multi-label classification must be in [0, 1], got values in [{low}, {high}]")
+        return F.binary_cross_entropy_with_logits(logits, labels)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput | tuple:
+        """input_ids: (B, T); labels: (B,) class ids (or floats, see class doc); returns logits (B, num_labels)."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        outputs = self.rnn(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
+        loss = self.compute_loss(logits, labels) if labels is not None else None
+        if not return_dict:
+            out = (logits,) + ((outputs.hidden_states,) if outputs.hidden_states is not None else ())
+            return ((loss,) + out) if loss is not None else out
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+
+
+class RNNForTokenClassification(RNNPreTrainedModel):
+    """RNN + per-token linear head (sequence labelling, e.g. POS tagging); ``TokenClassifierOutput``.
+
+    ``labels`` (B, T) class ids; -100 (and padded positions labelled -100) are ignored by the loss.
+    """
+
+    def __init__(self, config: RNNConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.rnn = RNNModel(config, add_pooling_layer=False)
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(config.feature_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput | tuple:
+        """input_ids: (B, T); labels: (B, T) with -100 = ignore; returns logits (B, T, num_labels)."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        outputs = self.rnn(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
+        loss = None
+        if labels is not None:
+            if tuple(labels.shape) != tuple(logits.shape[:2]):
+                raise ValueError(f"`labels` must have shape {tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
+            if labels.is_floating_point():
+                raise ValueError(f"`labels` must be integer class ids (or -100), got dtype {labels.dtype}")
+            bad = (labels != -100) & ((labels < 0) | (labels >= self.num_labels))
+            if bool(bad.any()):
+                raise ValueError(
+                    f"`labels` must be in [0, num_labels={self.num_labels}) or -100 (ignored), "
+                    f"got {int(labels[bad][0])}"
+                )
+            if bool((labels != -100).any()):
+                loss = F.cross_entropy(
+                    logits.reshape(-1, self.num_labels), labels.reshape(-1).long(), ignore_index=-100
+                )
+            else:  # nothing to learn from (all -100): zero, not the NaN of an empty mean
+                loss = logits.sum() * 0.0
+        if not return_dict:
+            out = (logits,) + ((outputs.hidden_states,) if outputs.hidden_states is not None else ())
+            return ((loss,) + out) if loss is not None else out
+        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Causal language model (issue 3): the notes' char-level text generator as a native generative model
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class RNNCache:
+    """The recurrent state as ``generate()``'s cache: passed as ``cache=``, returned as ``output.cache``.
+
+    It holds the stack's state after every token read so far (tuple of tensors with the batch on dim 1: ``(h, c)``
+    of shape (L, B, H) for an LSTM; for ``cell="self_attention_lstm"`` also h̃ and the whole tape of previous states
+    (L, B, S, H) with its mask (L, B, S)). A prompt is consumed once, then one token per step. Beam search calls
+    :meth:`reorder_cache` so each beam continues from the state of the beam it was chosen from (fairseq's
+    ``reorder_incremental_state``). Forward updates the object in place and returns it.
+    """
+
+    is_compileable = False  # generate() never tries to compile around it
+    is_croppable = False
+
+    def __init__(self, num_layers: int, state: State | None = None, seen_tokens: int = 0) -> None:
+        self.num_layers = num_layers
+        self.state = state
+        self.seen_tokens = seen_tokens
+
+    def __len__(self) -> int:
+        return self.num_layers
+
+    def __repr__(self) -> str:
+        shapes = None if self.state is None else [tuple(s.shape) for s in self.state]
+        return f"RNNCache(seen_tokens={self.seen_tokens}, state={shapes})"
+
+    @property
+    def is_linear(self) -> list[bool]:
+        """Every layer is recurrent ("linear attention" in transformers' terms): no per-token keys to slice."""
+        return [True] * self.num_layers
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Tokens read into the state so far."""
+        return self.seen_tokens
+
+    def update(self, state: State, num_new_tokens: int) -> None:
+        """Store the state after ``num_new_tokens`` more tokens."""
+        self.state = tuple(state)
+        self.seen_tokens += num_new_tokens
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Beam search: row ``i`` continues from the state of row ``beam_idx[i]``."""
+        if self.state is not None:
+            self.state = tuple(s.index_select(1, beam_idx.to(s.device)) for s in self.state)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep only the rows ``indices``."""
+        self.reorder_cache(indices)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        """Repeat every row ``repeats`` times (rows i*repeats ... (i+1)*repeats-1 copy row i)."""
+        if self.state is not None:
+            self.state = tuple(s.repeat_interleave(repeats, dim=1) for s in self.state)
+
+
+class RNNForCausalLM(RNNPreTrainedModel, GenerationMixin):
+    """Recurrent language model: embedding (learned, or the notes' fixed one-hot) → unidirectional recurrent stack →
+    dropout → linear → softmax over the vocabulary (``CausalLMOutputWithPast``).
+
+    * ``labels`` are the ``input_ids`` themselves (shifted inside, as in every ``transformers`` causal LM): the loss
+      is next-token cross-entropy at every position, ``-100`` ignored.
+    * ``config.tie_word_embeddings=True`` shares the output matrix with the embedding table
+      (``_tied_weights_keys``); when ``hidden_size != embedding_size`` a projection ``H → E`` (``lm_proj``) is added.
+    * ``generate()``: the recurrent state is the cache (:class:`RNNCache`) — greedy, sampling (temperature, top-k,
+      top-p), beam search; left-padded prompts are handled by the recurrent core.
+    """
+
+    _tied_weights_keys = {"lm_head.weight": "rnn.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config: RNNConfig) -> None:
+        super().__init__(config)
+        if config.cell == "none":
+            raise ValueError('`cell` must be a recurrent cell for RNNForCausalLM (the state is the model), got "none"')
+        if config.bidirectional:
+            raise ValueError("`bidirectional` must be False for RNNForCausalLM: a language model cannot read ahead")
+        self.rnn = RNNModel(config, add_pooling_layer=False)
+        self.dropout = nn.Dropout(config.dropout)
+        head_size = config.hidden_size
+        self.lm_proj = None
+        if config.tie_word_embeddings and config.hidden_size != config.embedding_size:
+            self.lm_proj = nn.Linear(config.hidden_size, config.embedding_size, bias=False)  # H -> E, then E -> V
+            head_size = config.embedding_size
+        self.lm_head = nn.Linear(head_size, config.vocab_size)
+        self.post_init()
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        """generate() must not create a DynamicCache: the first forward creates the :class:`RNNCache`."""
+        return False
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def _check_labels(self, labels: torch.Tensor, input_shape: tuple[int, int]) -> None:
+        if tuple(labels.shape) != tuple(input_shape):
+            raise ValueError(f"`labels` must have the input's shape {tuple(input_shape)}, got {tuple(labels.shape)}")
+        if labels.is_floating_point() or labels.dtype == torch.bool:
+            raise ValueError(f"`labels` must be integer token ids (or -100), got dtype {labels.dtype}")
+        bad = (labels != -100) & ((labels < 0) | (labels >= self.config.vocab_size))
+        if bool(bad.any()):
+            raise ValueError(
+                f"`labels` must be in [0, vocab_size={self.config.vocab_size}) or -100 (ignored), got {int(labels[bad][0])}"
+            )
+
+    def _cache_state(self, cache, batch_size: int) -> RNNCache:
+        """The :class:`RNNCache` to continue from (a fresh one for None or an empty transformers ``Cache``)."""
+        if isinstance(cache, RNNCache):
+            if cache.state is not None and cache.state[0].shape[1] != batch_size:
+                raise ValueError(
+                    f"`cache` holds a state for batch size {cache.state[0].shape[1]}, but the input has {batch_size} rows"
+                )
+            return cache
+        if cache is None or (hasattr(cache, "get_seq_length") and cache.get_seq_length() == 0):
+            return RNNCache(self.config.num_layers)
+        raise ValueError(f"`cache` must be an RNNCache (the recurrent state returned as output.cache), got {type(cache).__name__}")
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        cache: RNNCache | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        logits_to_keep: int = 0,
+        **kwargs,
+    ) -> CausalLMOutputWithPast | tuple:
+        """input_ids: (B, T) — the new tokens only when a ``cache`` is given; attention_mask: (B, T) or (B, past + T)
+        (generate() passes the whole mask; only its last T columns matter: left padding of the prompt);
+        labels: (B, T), usually ``input_ids`` (-100 = ignore). Returns logits (B, T, V) and ``cache``
+        (when ``use_cache``, the default outside training)."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
+        reference = input_ids if input_ids is not None else inputs_embeds
+        if reference is None:
+            raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`")
+        batch_size, seq_len = reference.shape[:2]
+        if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape[1] > seq_len:
+            attention_mask = attention_mask[:, -seq_len:]  # (B, T): the columns of the tokens read now
+        state_cache = self._cache_state(cache, batch_size) if (use_cache or cache is not None) else None
+        outputs = self.rnn(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            state=None if state_cache is None else state_cache.state,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        features = outputs.last_hidden_state  # (B, T, H)
+        if logits_to_keep:
+            features = features[:, -logits_to_keep:]  # generate() needs only the last position's logits
+        features = self.dropout(features)
+        if self.lm_proj is not None:
+            features = self.lm_proj(features)  # (B, T, E)
+        logits = self.lm_head(features)  # (B, T, V)
+        loss = None
+        if labels is not None:
+            if logits_to_keep:
+                raise ValueError("`labels` cannot be combined with `logits_to_keep` (the loss needs every position)")
+            self._check_labels(labels, (batch_size, seq_len))
+            shift_logits = logits[:, :-1].reshape(-1, logits.shape[-1])  # position t predicts token t+1
+            shift_labels = labels[:, 1:].reshape(-1).long()
+            if bool((shift_labels != -100).any()):
+                loss = F.cross_entropy(shift_logits, shift_labels, ignore_index=-100)
+            else:  # nothing to predict (T == 1 or all -100): zero, not the NaN of an empty mean
+                loss = logits.sum() * 0.0
+        if state_cache is not None:
+            state_cache.update(outputs.final_state, seq_len)
+        if not use_cache:
+            state_cache = None
+        if not return_dict:
+            out = tuple(v for v in (logits, state_cache, outputs.hidden_states) if v is not None)
+            return ((loss,) + out) if loss is not None else out
+        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=state_cache, hidden_states=outputs.hidden_states)
+
+    def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
+        """``GenerationMixin.generate`` plus one check: an empty prompt starts from ``bos_token_id`` or is an error."""
+        prompt = inputs if inputs is not None else kwargs.get("input_ids")
+        if isinstance(prompt, torch.Tensor) and prompt.dim() == 2 and prompt.shape[1] == 0:
+            config = generation_config if generation_config is not None else self.generation_config
+            bos = kwargs.get("bos_token_id", getattr(config, "bos_token_id", None))
+            if bos is None:
+                raise ValueError(
+                    "The prompt (`input_ids`) is empty and no `bos_token_id` is set: give at least one token of "
+                    "seed text, or set `bos_token_id` (config or generate argument) to start from it"
+                )
+            prompt = torch.full((prompt.shape[0], 1), int(bos), dtype=prompt.dtype, device=prompt.device)
+            kwargs.pop("input_ids", None)
+            kwargs.pop("attention_mask", None)
+            inputs = prompt
+        return super().generate(inputs, generation_config, **kwargs)
+
+
+__all__ = [
+    "RNNModelOutput",
+    "RNNPreTrainedModel",
+    "RNNEmbeddings",
+    "RNNPooler",
+    "RNNModel",
+    "RNNForSequenceClassification",
+    "RNNForTokenClassification",
+    "OneHotEmbedding",
+    "RNNCache",
+    "RNNForCausalLM",
+]
