@@ -1,0 +1,137 @@
+"""Configuration of the BERT family (``model_type="hf_seq_bert"``), with ``transformers``' BERT field names."""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+from transformers.activations import ACT2FN
+
+
+def _check_positive_int(name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
+
+
+def _check_probability(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) < 1.0:
+        raise ValueError(f"`{name}` must be a float in [0, 1), got {value!r}")
+
+
+def _check_positive_float(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value) > 0.0:
+        raise ValueError(f"`{name}` must be a positive float, got {value!r}")
+
+
+class BertConfig(PretrainedConfig):
+    r"""Configuration of the hf_seq BERT models (``BertModel``, ``BertForPreTraining``, ``BertForMaskedLM``,
+    ``BertForSequenceClassification``, ``BertForTokenClassification``).
+
+    The field names are those of ``transformers.BertConfig``, so a real BERT config maps one-to-one
+    (see ``from_transformers_bert``). The encoder is the project's post-LN :class:`~.blocks.TransformerEncoderBlock`.
+
+    Args:
+        vocab_size: rows of the word-piece embedding table (and columns of the masked-LM decoder).
+        hidden_size: model width ``d``.
+        num_hidden_layers: number of encoder blocks.
+        num_attention_heads: heads per self-attention layer; must divide ``hidden_size``.
+        intermediate_size: inner width of the position-wise feed-forward network.
+        hidden_act: activation of the feed-forward network and of the masked-LM transform (a key of
+            ``transformers.activations.ACT2FN``, e.g. "gelu").
+        hidden_dropout_prob: dropout on embeddings and on every sub-layer output.
+        attention_probs_dropout_prob: dropout on the attention weights.
+        max_position_embeddings: rows of the learned position table (the longest accepted sequence).
+        type_vocab_size: number of segment ids (2: sentence A / sentence B).
+        layer_norm_eps: LayerNorm epsilon.
+        initializer_range: std of the normal initialisation of all weight matrices.
+        pad_token_id: id of [PAD] (its word embedding row starts at zero).
+        classifier_dropout: dropout before the classification heads (None: ``hidden_dropout_prob``).
+        sparse_prediction: when masked-LM ``labels`` are given, compute the vocabulary logits only at the labelled
+            positions (as ``transformers``' ModernBERT does): ``logits`` is then ``(num_labelled, vocab_size)``
+            instead of ``(B, T, vocab_size)``. Saves most of the decoder's compute during pretraining; default False
+            (the standard dense output).
+        tie_word_embeddings: tie the masked-LM decoder to the word embeddings (BERT does).
+        num_labels / id2label / label2id / problem_type: as in every ``transformers`` classifier.
+    """
+
+    model_type = "hf_seq_bert"
+
+    def __init__(
+        self,
+        vocab_size: int = 30522,
+        hidden_size: int = 768,
+        num_hidden_layers: int = 12,
+        num_attention_heads: int = 12,
+        intermediate_size: int = 3072,
+        hidden_act: str = "gelu",
+        hidden_dropout_prob: float = 0.1,
+        attention_probs_dropout_prob: float = 0.1,
+        max_position_embeddings: int = 512,
+        type_vocab_size: int = 2,
+        layer_norm_eps: float = 1e-12,
+        initializer_range: float = 0.02,
+        pad_token_id: int | None = 0,
+        classifier_dropout: float | None = None,
+        sparse_prediction: bool = False,
+        tie_word_embeddings: bool = True,
+        **kwargs,
+    ) -> None:
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.max_position_embeddings = max_position_embeddings
+        self.type_vocab_size = type_vocab_size
+        self.layer_norm_eps = layer_norm_eps
+        self.initializer_range = initializer_range
+        self.pad_token_id = pad_token_id
+        self.classifier_dropout = classifier_dropout
+        self.sparse_prediction = sparse_prediction
+        self.tie_word_embeddings = tie_word_embeddings
+        super().__init__(**kwargs)
+        self.validate_bert_config()
+
+    def validate_bert_config(self) -> None:
+        """Raise ``ValueError`` naming the field and the allowed values for any invalid setting."""
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        ):
+            _check_positive_int(name, getattr(self, name))
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"`hidden_size` ({self.hidden_size}) must be divisible by `num_attention_heads` "
+                f"({self.num_attention_heads})"
+            )
+        if not isinstance(self.hidden_act, str) or self.hidden_act not in ACT2FN:
+            raise ValueError(f"`hidden_act` must be one of {sorted(ACT2FN)}, got {self.hidden_act!r}")
+        _check_probability("hidden_dropout_prob", self.hidden_dropout_prob)
+        _check_probability("attention_probs_dropout_prob", self.attention_probs_dropout_prob)
+        if self.classifier_dropout is not None:
+            _check_probability("classifier_dropout", self.classifier_dropout)
+        _check_positive_float("layer_norm_eps", self.layer_norm_eps)
+        _check_positive_float("initializer_range", self.initializer_range)
+        if self.pad_token_id is not None and (
+            not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size
+        ):
+            raise ValueError(
+                f"`pad_token_id` must be None or an id in [0, vocab_size={self.vocab_size}), got {self.pad_token_id!r}"
+            )
+        for name in ("sparse_prediction", "tie_word_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be a bool (true/false), got {getattr(self, name)!r}")
+        if not isinstance(self.num_labels, int) or self.num_labels <= 0:
+            raise ValueError(f"`num_labels` must be a positive integer, got {self.num_labels!r}")
+        allowed_problems = (None, "regression", "single_label_classification", "multi_label_classification")
+        if self.problem_type not in allowed_problems:
+            raise ValueError(f"`problem_type` must be one of {list(allowed_problems)}, got {self.problem_type!r}")
+
+
+__all__ = ["BertConfig"]

@@ -1,0 +1,749 @@
+"""BERT as a native Hugging Face model, built on the project's Transformer encoder block.
+
+``[CLS] A [SEP] B [SEP]`` → token + position + segment embeddings → LayerNorm → N post-LN
+:class:`~.blocks.TransformerEncoderBlock` (the one attention core of :mod:`.attention`) → per-token states and a
+``tanh`` pooler on ``[CLS]``. Heads: masked-LM (decoder tied to the word embeddings) + next-sentence prediction
+(pretraining, loss = sum of both cross-entropies), masked-LM only, sequence classification, token classification.
+
+Every class has :meth:`BertPreTrainedModel.from_transformers_bert`, which loads a ``transformers`` BERT checkpoint
+(folder or model object) by mapping its config and weights (``query``/``key``/``value`` fused into ``qkv_proj``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.activations import ACT2FN
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    MaskedLMOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.utils import ModelOutput, logging
+
+from .attention import make_attention_mask
+from .blocks import TransformerEncoderBlock
+from .configuration_bert import BertConfig
+
+logger = logging.get_logger(__name__)
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class BertForPreTrainingOutput(ModelOutput):
+    """Output of :class:`BertForPreTraining` (same fields as ``transformers``' ``BertForPreTrainingOutput``).
+
+    Args:
+        loss: masked-LM cross-entropy + next-sentence cross-entropy (the terms whose labels were given).
+        prediction_logits: ``(B, T, vocab_size)`` masked-LM scores (``(num_labelled, vocab_size)`` with
+            ``config.sparse_prediction`` and ``labels``).
+        seq_relationship_logits: ``(B, 2)`` next-sentence scores (0 = B follows A, 1 = B is random).
+        hidden_states / attentions: per-layer states and attention weights when asked.
+    """
+
+    loss: torch.Tensor | None = None
+    prediction_logits: torch.Tensor | None = None
+    seq_relationship_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Building blocks
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class BertEmbeddings(nn.Module):
+    """Word-piece + learned position + segment embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)  # (B, T, H)
+        batch, length = inputs_embeds.shape[:2]
+        if position_ids is None:
+            position_ids = torch.arange(length, device=inputs_embeds.device).unsqueeze(0)  # (1, T)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros(batch, length, dtype=torch.long, device=inputs_embeds.device)
+        x = inputs_embeds + self.token_type_embeddings(token_type_ids) + self.position_embeddings(position_ids)
+        return self.dropout(self.norm(x))  # (B, T, H)
+
+
+class BertEncoder(nn.Module):
+    """A stack of post-LN Transformer encoder blocks (the shared :class:`~.blocks.TransformerEncoderBlock`)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            TransformerEncoderBlock(
+                d_model=config.hidden_size,
+                num_heads=config.num_attention_heads,
+                ffn_dim=config.intermediate_size,
+                dropout=config.hidden_dropout_prob,
+                attention_dropout=config.attention_probs_dropout_prob,
+                activation_dropout=0.0,
+                activation=config.hidden_act,
+                norm_position="post",
+                layer_norm_eps=config.layer_norm_eps,
+                layer_idx=i,
+            )
+            for i in range(config.num_hidden_layers)
+        )
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attn_implementation: str,
+        output_hidden_states: bool,
+        output_attentions: bool,
+    ) -> tuple[torch.Tensor, tuple | None, tuple | None]:
+        """``(B, T, H)`` → last states ``(B, T, H)``, all states (embeddings + every layer), attention weights."""
+        all_states = (hidden_states,) if output_hidden_states else None
+        all_weights = () if output_attentions else None
+        for layer in self.layers:
+            hidden_states, weights = layer(hidden_states, attention_mask, attn_implementation, output_attentions)
+            if output_hidden_states:
+                all_states = all_states + (hidden_states,)
+            if output_attentions:
+                all_weights = all_weights + (weights,)
+        return hidden_states, all_states, all_weights
+
+
+class BertPooler(nn.Module):
+    """``tanh(W h_[CLS] + b)``: the sentence vector the next-sentence and classification heads read."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden_states[:, 0]))  # (B, H)
+
+
+class BertPredictionHeadTransform(nn.Module):
+    """Dense → activation → LayerNorm applied to each token state before the vocabulary decoder."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = ACT2FN[config.hidden_act]
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.act(self.dense(hidden_states)))  # (..., H)
+
+
+class BertLMPredictionHead(nn.Module):
+    """Masked-LM head: transform, then a decoder to the vocabulary (weight tied to the word embeddings, own bias)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.transform = BertPredictionHeadTransform(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=True)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(hidden_states))  # (..., V)
+
+
+class BertPreTrainingHeads(nn.Module):
+    """Masked-LM head on every token + next-sentence head (2 classes) on the pooled ``[CLS]`` vector."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+
+
+class BertOnlyMLMHead(nn.Module):
+    """Masked-LM head alone (``BertForMaskedLM``)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.predictions = BertLMPredictionHead(config)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Input checks and losses
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _check_ids(name: str, ids: torch.Tensor, upper: int, upper_name: str) -> None:
+    """ValueError unless every id in ``ids`` is in ``[0, upper)``."""
+    if ids.numel() == 0:
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= upper:
+        raise ValueError(
+            f"`{name}` must contain ids in [0, {upper_name}={upper}), got values in [{low}, {high}]."
+        )
+
+
+def _check_labels(name: str, labels: torch.Tensor, num_classes: int, what: str) -> None:
+    """ValueError unless every label is -100 (ignored) or in ``[0, num_classes)``."""
+    valid = labels[labels != IGNORE_INDEX]
+    if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= num_classes):
+        raise ValueError(
+            f"`{name}` must be -100 (ignored) or in [0, {what}={num_classes}), got values in "
+            f"[{int(valid.min())}, {int(valid.max())}]."
+        )
+
+
+def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the labels that are not -100 (0 when there are none, instead of NaN)."""
+    labels = labels.reshape(-1)
+    if not bool((labels != IGNORE_INDEX).any()):
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels, ignore_index=IGNORE_INDEX)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# transformers checkpoint → hf_seq weights
+# ---------------------------------------------------------------------------------------------------------------
+
+_LAYER_RENAMES = {
+    "attention.output.dense": "self_attn.out_proj",
+    "attention.output.LayerNorm": "self_attn_residual.norm",
+    "intermediate.dense": "ffn.fc1",
+    "output.dense": "ffn.fc2",
+    "output.LayerNorm": "ffn_residual.norm",
+}
+_OTHER_RENAMES = {
+    "bert.embeddings.LayerNorm.": "bert.embeddings.norm.",
+    "cls.predictions.transform.LayerNorm.": "cls.predictions.transform.norm.",
+    "cls.predictions.bias": "cls.predictions.decoder.bias",
+}
+_HF_CONFIG_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "layer_norm_eps",
+    "initializer_range",
+    "pad_token_id",
+    "classifier_dropout",
+    "tie_word_embeddings",
+    "id2label",
+    "label2id",
+    "problem_type",
+)
+
+
+def _load_transformers_bert(model_or_path) -> PreTrainedModel:
+    """A ``transformers`` BERT model object from an object or a saved folder (class from ``config.architectures``)."""
+    import transformers
+
+    if isinstance(model_or_path, (str, os.PathLike)):
+        hf_config = transformers.AutoConfig.from_pretrained(model_or_path)
+        if hf_config.model_type != "bert":
+            raise ValueError(
+                f"`model_or_path` must be a transformers BERT checkpoint (model_type 'bert'), got model_type "
+                f"{hf_config.model_type!r} in {model_or_path}."
+            )
+        arch = (hf_config.architectures or ["BertModel"])[0]
+        model_cls = getattr(transformers, arch, None)
+        if model_cls is None or not arch.startswith("Bert"):
+            model_cls = transformers.BertModel
+        return model_cls.from_pretrained(model_or_path, dtype=torch.float32)
+    if isinstance(model_or_path, PreTrainedModel) and getattr(model_or_path.config, "model_type", None) == "bert":
+        return model_or_path
+    raise ValueError(
+        "`model_or_path` must be a transformers BERT model (BertModel, BertForPreTraining, BertForMaskedLM, "
+        f"BertForSequenceClassification, ...) or the folder of one, got {type(model_or_path).__name__}."
+    )
+
+
+def convert_transformers_bert_state_dict(state_dict: dict[str, torch.Tensor], num_layers: int) -> dict:
+    """Rename a ``transformers`` BERT state dict (keys with the ``bert.`` prefix) into hf_seq names.
+
+    ``query``/``key``/``value`` of each layer are fused row-wise into ``qkv_proj`` (``[W_Q; W_K; W_V]``).
+    """
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        if key.endswith(("position_ids", "token_type_ids")) and "embeddings." in key and "weight" not in key:
+            continue  # buffers
+        if key == "cls.predictions.decoder.bias" and "cls.predictions.bias" in state_dict:
+            continue  # the same tensor as cls.predictions.bias
+        new = key
+        for old, repl in _OTHER_RENAMES.items():
+            if new.startswith(old) or new == old.rstrip("."):
+                new = repl + new[len(old) :]
+                break
+        if new.startswith("bert.encoder.layer."):
+            rest = new[len("bert.encoder.layer.") :]
+            idx, sub = rest.split(".", 1)
+            if sub.startswith("attention.self."):
+                continue  # fused below
+            for old, repl in _LAYER_RENAMES.items():
+                if sub.startswith(old + "."):
+                    sub = repl + sub[len(old) :]
+                    break
+            new = f"bert.encoder.layers.{idx}.{sub}"
+        out[new] = value
+    for i in range(num_layers):
+        prefix = f"bert.encoder.layer.{i}.attention.self."
+        for kind in ("weight", "bias"):
+            parts = [state_dict.get(f"{prefix}{name}.{kind}") for name in ("query", "key", "value")]
+            if all(p is not None for p in parts):
+                out[f"bert.encoder.layers.{i}.self_attn.qkv_proj.{kind}"] = torch.cat(parts, dim=0)  # (3H, ...)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class BertPreTrainedModel(PreTrainedModel):
+    """Base class: config class, weight initialisation, input checks and :meth:`from_transformers_bert`."""
+
+    config_class = BertConfig
+    base_model_prefix = "bert"
+    main_input_name = "input_ids"
+    _supports_sdpa = True
+    _no_split_modules = ["BertEmbeddings", "TransformerEncoderBlock"]
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)  # normal(0, initializer_range) linears/embeddings, zero biases, unit LayerNorms
+
+    # --- input validation ------------------------------------------------------------------------------------
+    def _check_inputs(
+        self,
+        input_ids: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+    ) -> tuple[int, int]:
+        """Raise ValueError naming the argument for bad ids, shapes or lengths; return ``(B, T)``."""
+        config = self.config
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
+        if input_ids is not None:
+            if input_ids.dim() != 2:
+                raise ValueError(f"`input_ids` must have shape (batch, length), got {tuple(input_ids.shape)}.")
+            _check_ids("input_ids", input_ids, config.vocab_size, "vocab_size")
+            shape = tuple(input_ids.shape)
+        else:
+            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.hidden_size:
+                raise ValueError(
+                    f"`inputs_embeds` must have shape (batch, length, hidden_size={config.hidden_size}), got "
+                    f"{tuple(inputs_embeds.shape)}."
+                )
+            shape = tuple(inputs_embeds.shape[:2])
+        if shape[1] > config.max_position_embeddings and position_ids is None:
+            raise ValueError(
+                f"`input_ids` has length {shape[1]}, longer than max_position_embeddings="
+                f"{config.max_position_embeddings}; truncate the input (tokenizer(..., truncation=True, "
+                f"max_length={config.max_position_embeddings}))."
+            )
+        for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            if tensor is not None and tuple(tensor.shape) != shape:
+                raise ValueError(f"`{name}` must have the shape of `input_ids` {shape}, got {tuple(tensor.shape)}.")
+        if token_type_ids is not None:
+            _check_ids("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size")
+        if position_ids is not None:
+            if position_ids.shape[-1] != shape[1]:
+                raise ValueError(f"`position_ids` must have length {shape[1]}, got shape {tuple(position_ids.shape)}.")
+            _check_ids("position_ids", position_ids, config.max_position_embeddings, "max_position_embeddings")
+        return shape
+
+    # --- transformers checkpoints ----------------------------------------------------------------------------
+    @classmethod
+    def from_transformers_bert(cls, model_or_path, output_loading_info: bool = False, **kwargs):
+        """Load a ``transformers`` BERT (model object or saved folder) into this hf_seq class.
+
+        The config fields map one-to-one; ``kwargs`` override config values (e.g. ``num_labels=3``). Weights are
+        renamed (``query``/``key``/``value`` fused into ``qkv_proj``). Parameters that the source does not have
+        (e.g. the classifier when loading a ``BertForPreTraining`` into :class:`BertForSequenceClassification`) keep
+        their fresh initialisation and are reported with ``logger.warning``; source weights this class has no place
+        for are reported too. With ``output_loading_info=True`` returns ``(model, {"missing_keys": [...],
+        "unexpected_keys": [...], "mismatched_keys": [], "error_msgs": []})`` like ``from_pretrained``.
+        """
+        source = _load_transformers_bert(model_or_path)
+        hf_config = source.config
+        if getattr(hf_config, "is_decoder", False):
+            raise ValueError("`model_or_path` is a decoder BERT (is_decoder=True); hf_seq BERT is an encoder only.")
+        position_type = getattr(hf_config, "position_embedding_type", "absolute")
+        if position_type not in (None, "absolute"):
+            raise ValueError(f"`position_embedding_type` must be 'absolute', got {position_type!r}.")
+        config_kwargs = {name: getattr(hf_config, name) for name in _HF_CONFIG_FIELDS if hasattr(hf_config, name)}
+        if config_kwargs.get("id2label") is None:
+            config_kwargs.pop("id2label", None)
+            config_kwargs.pop("label2id", None)
+            config_kwargs["num_labels"] = hf_config.num_labels
+        config_kwargs.update(kwargs)
+        config = BertConfig(**config_kwargs)
+        model = cls(config)
+
+        state = source.state_dict()
+        if source.base_model_prefix and not any(k.startswith("bert.") for k in state):
+            state = {f"bert.{k}": v for k, v in state.items()}  # a bare transformers BertModel
+        converted = convert_transformers_bert_state_dict(state, hf_config.num_hidden_layers)
+        if isinstance(model, BertModel):
+            converted = {k[len("bert.") :]: v for k, v in converted.items() if k.startswith("bert.")}
+            unexpected_from_heads = [k for k in state if not k.startswith("bert.")]
+        else:
+            unexpected_from_heads = []
+        target = model.state_dict()
+        tied = set(model.all_tied_weights_keys) if config.tie_word_embeddings else set()
+        missing = sorted(k for k in target if k not in converted and k not in tied)
+        unexpected = sorted(set(unexpected_from_heads) | {k for k in converted if k not in target})
+        mismatched = [
+            (k, tuple(v.shape), tuple(target[k].shape))
+            for k, v in converted.items()
+            if k in target and v.shape != target[k].shape
+        ]
+        if mismatched:
+            raise ValueError(f"`model_or_path` has weights whose shapes do not match the config: {mismatched}")
+        to_load = {k: v for k, v in converted.items() if k in target and k not in tied}
+        model.load_state_dict(to_load, strict=False)
+        model.tie_weights()
+        if missing:
+            logger.warning(
+                f"Some weights of {cls.__name__} were not in the transformers checkpoint "
+                f"({type(source).__name__}) and are newly initialized: {missing}. Train this model on a down-stream "
+                "task to use it for predictions."
+            )
+        if unexpected:
+            logger.warning(
+                f"Some weights of the transformers checkpoint ({type(source).__name__}) were not used when "
+                f"initializing {cls.__name__}: {unexpected}."
+            )
+        model.eval()
+        if output_loading_info:
+            info = {"missing_keys": missing, "unexpected_keys": unexpected, "mismatched_keys": [], "error_msgs": []}
+            return model, info
+        return model
+
+
+class BertModel(BertPreTrainedModel):
+    """The bare BERT encoder: embeddings → encoder blocks → last hidden states and (optionally) the tanh pooler."""
+
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
+        super().__init__(config)
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.word_embeddings = value
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> BaseModelOutputWithPooling | tuple:
+        """Encode ``input_ids`` ``(B, T)`` (1 = token, 0 = padding in ``attention_mask``; segment ids 0/1).
+
+        Returns ``BaseModelOutputWithPooling`` with ``last_hidden_state`` ``(B, T, H)``, ``pooler_output`` ``(B, H)``
+        and, when asked, ``hidden_states`` (embeddings + each layer) and ``attentions`` ``(B, nh, T, T)`` per layer.
+        """
+        self._check_inputs(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (
+            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+
+        embeddings = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, H)
+        mask = None
+        if attention_mask is not None and not bool(attention_mask.all()):
+            mask = make_attention_mask(attention_mask, embeddings.shape[1])  # (B, 1, 1, T) True = attend
+        attn_implementation = getattr(self.config, "_attn_implementation", None) or "sdpa"
+        last, all_states, all_weights = self.encoder(
+            embeddings, mask, attn_implementation, bool(output_hidden_states), bool(output_attentions)
+        )
+        pooled = self.pooler(last) if self.pooler is not None else None  # (B, H)
+        out = BaseModelOutputWithPooling(
+            last_hidden_state=last, pooler_output=pooled, hidden_states=all_states, attentions=all_weights
+        )
+        return out if return_dict else out.to_tuple()
+
+
+def _masked_lm_logits(
+    head: BertLMPredictionHead, sequence_output: torch.Tensor, labels: torch.Tensor | None, sparse: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Vocabulary logits and (if labels) the masked-LM loss; sparse: only at labelled positions."""
+    if labels is not None and sparse:
+        selected = labels != IGNORE_INDEX  # (B, T)
+        logits = head(sequence_output[selected])  # (N, V)
+        return logits, _cross_entropy(logits, labels[selected])
+    logits = head(sequence_output)  # (B, T, V)
+    return logits, (_cross_entropy(logits, labels) if labels is not None else None)
+
+
+class BertForPreTraining(BertPreTrainedModel):
+    """BERT with the two pretraining heads: masked-LM on every token and next-sentence prediction on ``[CLS]``."""
+
+    _tied_weights_keys = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.cls = BertPreTrainingHeads(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.cls.predictions.decoder = new_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> BertForPreTrainingOutput | tuple:
+        """``labels`` ``(B, T)``: original ids at masked positions, -100 elsewhere; ``next_sentence_label`` ``(B,)``:
+        0 = B is the true continuation of A, 1 = B is random. ``loss`` = masked-LM CE + next-sentence CE."""
+        if labels is not None:
+            _check_labels("labels", labels, self.config.vocab_size, "vocab_size")
+        if next_sentence_label is not None:
+            _check_labels("next_sentence_label", next_sentence_label, 2, "number of next-sentence classes")
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        prediction_logits, mlm_loss = _masked_lm_logits(
+            self.cls.predictions, outputs.last_hidden_state, labels, self.config.sparse_prediction
+        )
+        nsp_logits = self.cls.seq_relationship(outputs.pooler_output)  # (B, 2)
+        loss = mlm_loss
+        if next_sentence_label is not None:
+            nsp_loss = _cross_entropy(nsp_logits, next_sentence_label)
+            loss = nsp_loss if loss is None else loss + nsp_loss
+        out = BertForPreTrainingOutput(
+            loss=loss,
+            prediction_logits=prediction_logits,
+            seq_relationship_logits=nsp_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return out if return_dict else out.to_tuple()
+
+
+class BertForMaskedLM(BertPreTrainedModel):
+    """BERT with the masked-LM head only (what ``pipeline("fill-mask")`` uses)."""
+
+    _tied_weights_keys = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.cls.predictions.decoder = new_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> MaskedLMOutput | tuple:
+        """``labels`` ``(B, T)``: original ids at masked positions, -100 elsewhere → masked-LM cross-entropy."""
+        if labels is not None:
+            _check_labels("labels", labels, self.config.vocab_size, "vocab_size")
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits, loss = _masked_lm_logits(
+            self.cls.predictions, outputs.last_hidden_state, labels, self.config.sparse_prediction
+        )
+        out = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        return out if return_dict else out.to_tuple()
+
+
+def _classification_loss(config: BertConfig, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """``transformers``' sequence-classification loss: regression (MSE), single-label CE or multi-label BCE."""
+    num_labels = config.num_labels
+    if config.problem_type is None:
+        if num_labels == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    if config.problem_type == "regression":
+        return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).reshape(logits.shape[0]))
+    if config.problem_type == "single_label_classification":
+        _check_labels("labels", labels, num_labels, "num_labels")
+        return _cross_entropy(logits, labels)
+    if labels.shape != logits.shape:
+        raise ValueError(f"`labels` must have shape {tuple(logits.shape)} for multi-label classification.")
+    return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+
+
+class BertForSequenceClassification(BertPreTrainedModel):
+    """BERT with dropout + a linear classifier on the pooled ``[CLS]`` vector."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = BertModel(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> SequenceClassifierOutput | tuple:
+        """``labels`` ``(B,)`` class ids (or floats for regression / multi-label) → ``loss``; ``logits`` ``(B, C)``."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, C)
+        loss = _classification_loss(self.config, logits, labels) if labels is not None else None
+        out = SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return out if return_dict else out.to_tuple()
+
+
+class BertForTokenClassification(BertPreTrainedModel):
+    """BERT with dropout + a linear classifier on every token state (tagging, e.g. part of speech)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = BertModel(config, add_pooling_layer=False)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> TokenClassifierOutput | tuple:
+        """``labels`` ``(B, T)`` tag ids, -100 on positions to ignore (special tokens, word-piece continuations)."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, C)
+        loss = None
+        if labels is not None:
+            if tuple(labels.shape) != tuple(logits.shape[:2]):
+                raise ValueError(f"`labels` must have shape {tuple(logits.shape[:2])}, got {tuple(labels.shape)}.")
+            _check_labels("labels", labels, self.num_labels, "num_labels")
+            loss = _cross_entropy(logits, labels)
+        out = TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return out if return_dict else out.to_tuple()
+
+
+__all__ = [
+    "BertForMaskedLM",
+    "BertForPreTraining",
+    "BertForPreTrainingOutput",
+    "BertForSequenceClassification",
+    "BertForTokenClassification",
+    "BertModel",
+    "BertPreTrainedModel",
+    "convert_transformers_bert_state_dict",
+]

@@ -1,0 +1,361 @@
+"""Tests of the BERT family (hf_seq/configuration_bert.py, hf_seq/modeling_bert.py).
+
+The reference is ``transformers``' own BERT: a randomly initialised tiny ``transformers`` model is saved to a temp
+folder, loaded with ``from_transformers_bert`` and must give the same numbers (float32, eval mode, padded batch).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+import transformers
+from conftest import run_clean
+from transformers import (
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForPreTraining,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    pipeline,
+)
+
+from hf_seq import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+)
+from hf_seq.tokenization import build_wordpiece_tokenizer
+
+VOCAB = 99
+PAIRS = [
+    (transformers.BertModel, BertModel),
+    (transformers.BertForPreTraining, BertForPreTraining),
+    (transformers.BertForMaskedLM, BertForMaskedLM),
+    (transformers.BertForSequenceClassification, BertForSequenceClassification),
+    (transformers.BertForTokenClassification, BertForTokenClassification),
+]
+HEADS = [BertModel, BertForPreTraining, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification]
+
+
+def hf_config(**kw) -> transformers.BertConfig:
+    base = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=24,
+        type_vocab_size=2,
+        num_labels=3,
+    )
+    base.update(kw)
+    return transformers.BertConfig(**base)
+
+
+def tiny_config(**kw) -> BertConfig:
+    base = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=24,
+        num_labels=3,
+    )
+    base.update(kw)
+    return BertConfig(**base)
+
+
+def padded_batch():
+    """Three pairs of different lengths with right padding and segment ids."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, VOCAB, (3, 12), generator=g)
+    mask = torch.ones(3, 12, dtype=torch.long)
+    mask[1, 9:] = 0
+    mask[2, 5:] = 0
+    ids[mask == 0] = 0
+    types = torch.zeros_like(ids)
+    types[0, 6:] = 1
+    types[1, 4:9] = 1
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+@pytest.mark.parametrize("hf_cls,our_cls", PAIRS, ids=[p[1].__name__ for p in PAIRS])
+def test_equal_to_transformers_bert_with_identical_weights(tmp_path, hf_cls, our_cls):
+    torch.manual_seed(0)
+    ref = hf_cls(hf_config()).eval()
+    ref.save_pretrained(tmp_path)
+    ours, info = our_cls.from_transformers_bert(str(tmp_path), output_loading_info=True)
+    assert info["missing_keys"] == [] and info["unexpected_keys"] == []
+    assert not ours.training
+    batch = padded_batch()
+    with torch.no_grad():
+        expected, got = ref(**batch), ours(**batch)
+    # transformers computes padded query positions too (they attend to the real keys only); so do we, so every
+    # position is compared, padding included.
+    names = [k for k in expected.keys() if expected[k] is not None]
+    assert names
+    for name in names:
+        torch.testing.assert_close(got[name], expected[name], atol=1e-5, rtol=0, msg=name)
+
+
+def test_pretraining_loss_is_mlm_plus_nsp_and_matches_transformers(tmp_path):
+    torch.manual_seed(0)
+    ref = transformers.BertForPreTraining(hf_config()).eval()
+    ours = BertForPreTraining.from_transformers_bert(ref)  # from a model object
+    batch = padded_batch()
+    labels = torch.full_like(batch["input_ids"], -100)
+    labels[:, 2] = batch["input_ids"][:, 2]
+    labels[0, 7] = 11
+    nsp = torch.tensor([0, 1, 0])
+    with torch.no_grad():
+        expected = ref(**batch, labels=labels, next_sentence_label=nsp)
+        got = ours(**batch, labels=labels, next_sentence_label=nsp)
+        mlm_only = ours(**batch, labels=labels).loss
+        nsp_only = ours(**batch, next_sentence_label=nsp).loss
+    torch.testing.assert_close(got.loss, expected.loss, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.loss, mlm_only + nsp_only, atol=1e-6, rtol=0)
+    mlm = torch.nn.functional.cross_entropy(got.prediction_logits.reshape(-1, VOCAB), labels.reshape(-1))
+    nsp_ce = torch.nn.functional.cross_entropy(got.seq_relationship_logits, nsp)
+    torch.testing.assert_close(got.loss, mlm + nsp_ce, atol=1e-6, rtol=0)
+
+
+def test_sparse_prediction_same_loss_and_logits_at_masked_positions():
+    torch.manual_seed(0)
+    dense = BertForMaskedLM(tiny_config()).eval()
+    sparse = BertForMaskedLM(tiny_config(sparse_prediction=True)).eval()
+    sparse.load_state_dict(dense.state_dict())
+    batch = padded_batch()
+    labels = torch.full_like(batch["input_ids"], -100)
+    labels[:, 1] = 7
+    labels[0, 4] = 9
+    with torch.no_grad():
+        d, s = dense(**batch, labels=labels), sparse(**batch, labels=labels)
+    assert s.logits.shape == (4, VOCAB)
+    torch.testing.assert_close(s.logits, d.logits[labels != -100], atol=1e-6, rtol=0)
+    torch.testing.assert_close(s.loss, d.loss, atol=1e-6, rtol=0)
+    with torch.no_grad():
+        assert sparse(**batch).logits.shape == (3, 12, VOCAB)  # without labels: the dense output
+
+
+def test_from_transformers_bert_reports_new_and_unused_heads(tmp_path, caplog):
+    torch.manual_seed(0)
+    transformers.BertForPreTraining(hf_config()).save_pretrained(tmp_path)
+    model, info = BertForSequenceClassification.from_transformers_bert(
+        tmp_path, output_loading_info=True, num_labels=5
+    )
+    assert info["missing_keys"] == ["classifier.bias", "classifier.weight"]
+    assert any(k.startswith("cls.") for k in info["unexpected_keys"])
+    assert model.config.num_labels == 5 and model.classifier.out_features == 5
+    base, info = BertModel.from_transformers_bert(tmp_path, output_loading_info=True)
+    assert info["missing_keys"] == [] and any(k.startswith("cls.") for k in info["unexpected_keys"])
+    # a masked-LM checkpoint has no pooler: the pooler and NSP head are new and reported
+    mlm_ref = transformers.BertForMaskedLM(hf_config())
+    with caplog.at_level("WARNING"):
+        _, info = BertForPreTraining.from_transformers_bert(mlm_ref, output_loading_info=True)
+    assert set(info["missing_keys"]) == {
+        "bert.pooler.dense.weight",
+        "bert.pooler.dense.bias",
+        "cls.seq_relationship.weight",
+        "cls.seq_relationship.bias",
+    }
+    assert "newly initialized" in caplog.text and "cls.seq_relationship.weight" in caplog.text
+    with pytest.raises(ValueError, match="model_or_path"):
+        BertModel.from_transformers_bert(torch.nn.Linear(2, 2))
+
+
+def test_fused_qkv_is_query_key_value_stacked(tmp_path):
+    ref = transformers.BertModel(hf_config())
+    ours = BertModel.from_transformers_bert(ref)
+    attn = ref.encoder.layer[1].attention.self
+    qkv = ours.encoder.layers[1].self_attn.qkv_proj
+    assert torch.equal(qkv.weight, torch.cat([attn.query.weight, attn.key.weight, attn.value.weight]))
+    assert torch.equal(qkv.bias, torch.cat([attn.query.bias, attn.key.bias, attn.value.bias]))
+
+
+def test_sdpa_equals_eager_and_outputs_attentions_hidden_states():
+    torch.manual_seed(0)
+    model = BertForPreTraining(tiny_config()).eval()
+    batch = padded_batch()
+    assert model.config._attn_implementation == "sdpa"
+    with torch.no_grad():
+        fast = model(**batch)
+        model.set_attn_implementation("eager")
+        slow = model(**batch, output_attentions=True, output_hidden_states=True)
+    torch.testing.assert_close(fast.prediction_logits, slow.prediction_logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(fast.seq_relationship_logits, slow.seq_relationship_logits, atol=1e-5, rtol=0)
+    assert len(slow.hidden_states) == 3 and len(slow.attentions) == 2
+    weights = slow.attentions[0]
+    assert weights.shape == (3, 4, 12, 12)
+    assert torch.all(weights[2, :, :, 5:] == 0)  # padded keys get no attention
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, 12))
+
+
+def test_decoder_tied_to_word_embeddings_and_save_load_bit_exact(tmp_path):
+    torch.manual_seed(0)
+    for cls in HEADS:
+        model = cls(tiny_config()).eval()
+        if cls in (BertForPreTraining, BertForMaskedLM):
+            assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+            assert model.get_output_embeddings() is model.cls.predictions.decoder
+        model.save_pretrained(tmp_path / cls.__name__)
+        loaded = cls.from_pretrained(tmp_path / cls.__name__).eval()
+        sd, sd2 = model.state_dict(), loaded.state_dict()
+        assert sd.keys() == sd2.keys()
+        assert all(torch.equal(sd[k], sd2[k]) for k in sd)
+        if cls in (BertForPreTraining, BertForMaskedLM):
+            assert loaded.cls.predictions.decoder.weight is loaded.bert.embeddings.word_embeddings.weight
+        with torch.no_grad():
+            a, b = model(**padded_batch()), loaded(**padded_batch())
+        assert torch.equal(a[0], b[0])
+
+
+def test_auto_classes_resolve_to_hf_seq_bert(tmp_path):
+    config = tiny_config()
+    for auto, cls in [
+        (AutoModel, BertModel),
+        (AutoModelForPreTraining, BertForPreTraining),
+        (AutoModelForMaskedLM, BertForMaskedLM),
+        (AutoModelForSequenceClassification, BertForSequenceClassification),
+        (AutoModelForTokenClassification, BertForTokenClassification),
+    ]:
+        assert type(auto.from_config(config)) is cls
+    BertForMaskedLM(config).save_pretrained(tmp_path)
+    assert type(AutoModelForMaskedLM.from_pretrained(tmp_path)) is BertForMaskedLM
+    assert transformers.AutoConfig.from_pretrained(tmp_path).model_type == "hf_seq_bert"
+
+
+@pytest.fixture(scope="module")
+def wordpiece():
+    texts = ["the cat sat on the mat", "a dog ran in the park", "the cat ran", "a dog sat on a mat"] * 5
+    return build_wordpiece_tokenizer(texts, vocab_size=60, min_frequency=1)
+
+
+def test_fill_mask_pipeline(tmp_path, wordpiece):
+    torch.manual_seed(0)
+    model = BertForMaskedLM(tiny_config(vocab_size=len(wordpiece), pad_token_id=wordpiece.pad_token_id))
+    model.save_pretrained(tmp_path)
+    wordpiece.save_pretrained(tmp_path)
+    fill = pipeline("fill-mask", model=str(tmp_path), tokenizer=str(tmp_path))
+    out = fill("the cat [MASK] on the mat", top_k=3)
+    assert len(out) == 3 and all(o["token_str"] for o in out)
+    scores = [o["score"] for o in out]
+    assert scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1.0 + 1e-6
+    # same answer as the model's own argmax at the mask position
+    enc = wordpiece("the cat [MASK] on the mat", return_tensors="pt")
+    with torch.no_grad():
+        logits = model.eval()(**enc).logits
+    pos = int((enc["input_ids"][0] == wordpiece.mask_token_id).nonzero())
+    assert out[0]["token"] == int(logits[0, pos].argmax())
+
+
+def test_remote_code_loading_every_head_without_hf_seq(tmp_path, clean_python):
+    torch.manual_seed(0)
+    batch = padded_batch()
+    expected = {}
+    for cls in HEADS:
+        model = cls(tiny_config()).eval()
+        model.save_pretrained(tmp_path / cls.__name__)
+        with torch.no_grad():
+            expected[cls.__name__] = model(**batch)[0]
+        torch.save(expected[cls.__name__], tmp_path / f"{cls.__name__}.pt")
+    torch.save(batch, tmp_path / "batch.pt")
+    code = textwrap.dedent(
+        f"""
+        import torch, transformers
+        try:
+            import hf_seq
+            raise SystemExit("hf_seq must not be importable here")
+        except ImportError:
+            pass
+        root = {str(tmp_path)!r}
+        batch = torch.load(root + "/batch.pt")
+        autos = {{
+            "BertModel": transformers.AutoModel,
+            "BertForPreTraining": transformers.AutoModelForPreTraining,
+            "BertForMaskedLM": transformers.AutoModelForMaskedLM,
+            "BertForSequenceClassification": transformers.AutoModelForSequenceClassification,
+            "BertForTokenClassification": transformers.AutoModelForTokenClassification,
+        }}
+        for name, auto in autos.items():
+            model = auto.from_pretrained(root + "/" + name, trust_remote_code=True).eval()
+            assert type(model).__name__ == name, type(model)
+            assert not type(model).__module__.startswith("hf_seq"), type(model).__module__
+            with torch.no_grad():
+                out = model(**batch)[0]
+            assert torch.equal(out, torch.load(root + "/" + name + ".pt")), name
+            print("ok", name)
+        """
+    )
+    result = run_clean(clean_python, code, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("ok ") == len(HEADS)
+
+
+def test_bad_inputs_raise_value_errors_naming_the_argument():
+    model = BertForPreTraining(tiny_config()).eval()
+    batch = padded_batch()
+    bad_types = batch["token_type_ids"].clone()
+    bad_types[0, 0] = 2
+    with pytest.raises(ValueError, match="token_type_ids.*type_vocab_size"):
+        model(**{**batch, "token_type_ids": bad_types})
+    too_long = torch.ones(1, 25, dtype=torch.long)
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        model(input_ids=too_long)
+    bad_ids = batch["input_ids"].clone()
+    bad_ids[1, 1] = VOCAB
+    with pytest.raises(ValueError, match="input_ids.*vocab_size"):
+        model(**{**batch, "input_ids": bad_ids})
+    with pytest.raises(ValueError, match="attention_mask"):
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"][:, :5])
+    with pytest.raises(ValueError, match="next_sentence_label"):
+        model(**batch, next_sentence_label=torch.tensor([0, 2, 1]))
+    with pytest.raises(ValueError, match="labels"):
+        model(**batch, labels=torch.full_like(batch["input_ids"], VOCAB))
+    clf = BertForSequenceClassification(tiny_config())
+    with pytest.raises(ValueError, match="labels.*num_labels"):
+        clf(**batch, labels=torch.tensor([0, 1, 3]))
+    tagger = BertForTokenClassification(tiny_config())
+    with pytest.raises(ValueError, match="labels"):
+        tagger(**batch, labels=torch.zeros(3, 11, dtype=torch.long))
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("num_attention_heads", 5),  # does not divide hidden_size 32
+        ("hidden_size", 0),
+        ("hidden_act", "swishy"),
+        ("hidden_dropout_prob", 1.5),
+        ("type_vocab_size", 0),
+        ("pad_token_id", 500),
+        ("layer_norm_eps", -1.0),
+        ("sparse_prediction", "yes"),
+    ],
+)
+def test_config_validation_names_the_field(field, value):
+    with pytest.raises(ValueError, match=field if field != "num_attention_heads" else "num_attention_heads"):
+        tiny_config(**{field: value})
+
+
+def test_trains_one_step_and_loss_decreases():
+    torch.manual_seed(0)
+    model = BertForPreTraining(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    batch = padded_batch()
+    labels = torch.where(batch["attention_mask"].bool(), batch["input_ids"], torch.full_like(batch["input_ids"], -100))
+    nsp = torch.tensor([0, 1, 0])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(5):
+        loss = model(**batch, labels=labels, next_sentence_label=nsp).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
