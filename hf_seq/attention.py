@@ -212,6 +212,10 @@ def sdpa_attend(
     if mask is None:
         return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, is_causal=is_causal)
     has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1): rows with at least one visible key
+    if mask.device.type == "cpu" and bool(has_key.all()):
+        # Every row sees a key (the usual padding mask): nothing to repair. Checked on CPU only, where the check
+        # costs no device synchronisation; saves two full-size elementwise passes per attention call.
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p)
     safe_mask = mask | ~has_key  # let empty rows see everything (finite), then zero them below
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=safe_mask, dropout_p=dropout_p)
     return out.masked_fill(~has_key, 0.0)

@@ -36,6 +36,28 @@ def sinusoidal_position_table(num_positions: int, dim: int) -> torch.Tensor:
     return table
 
 
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` (same ``p``, same scaling by ``1 / (1 - p)``) with a cheaper random mask on CPU.
+
+    ``torch``'s CPU dropout draws one random number per element (``bernoulli_``), which costs more than the matmuls of
+    a small model's layer. Here one 31-bit random integer gives two independent keep decisions (its low 16 bits and its
+    high 15 bits, compared with ``p`` scaled to 2^16 and 2^15, so ``p`` is honoured to within 2^-15). Other devices,
+    ``inplace=True`` and ``p`` outside (0, 1) use ``nn.Dropout`` itself.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if x.device.type != "cpu" or self.inplace or not 0.0 < self.p < 1.0:
+            return super().forward(x)
+        n = x.numel()
+        bits = torch.empty((n + 1) // 2, dtype=torch.int32).random_()  # uniform in [0, 2^31)
+        keep = torch.cat(
+            [bits.bitwise_and(0xFFFF) >= round(self.p * 65536), bits.bitwise_right_shift(16) >= round(self.p * 32768)]
+        )[:n]
+        return x * keep.view_as(x).to(x.dtype).mul_(1.0 / (1.0 - self.p))
+
+
 class FeedForward(nn.Module):
     """Position-wise feed-forward network ``fc2(dropout(act(fc1(x))))``."""
 
@@ -45,7 +67,7 @@ class FeedForward(nn.Module):
             raise ValueError(f"activation_function must be one of {sorted(ACT2FN)}, got {activation!r}.")
         self.fc1 = nn.Linear(d_model, ffn_dim)
         self.act = ACT2FN[activation]
-        self.dropout = nn.Dropout(activation_dropout)
+        self.dropout = Dropout(activation_dropout)
         self.fc2 = nn.Linear(ffn_dim, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -61,7 +83,7 @@ class ResidualNorm(nn.Module):
             raise ValueError(f"norm_position must be one of {NORM_POSITIONS}, got {norm_position!r}.")
         self.pre = norm_position == "pre"
         self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def normed_input(self, x: torch.Tensor) -> torch.Tensor:
         """What the sub-layer reads: ``LayerNorm(x)`` for pre-LN, ``x`` for post-LN."""

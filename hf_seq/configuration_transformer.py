@@ -1,0 +1,171 @@
+"""Configuration of the Transformer encoder-decoder family (``model_type="hf_seq_transformer"``)."""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+from transformers.activations import ACT2FN
+
+NORM_POSITIONS = ("post", "pre")
+POSITION_EMBEDDINGS = ("sinusoidal", "learned")
+
+
+def _check_positive_int(name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
+
+
+def _check_probability(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) < 1.0:
+        raise ValueError(f"`{name}` must be a float in [0, 1), got {value!r}")
+
+
+def _check_positive_float(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value) > 0.0:
+        raise ValueError(f"`{name}` must be a positive float, got {value!r}")
+
+
+class TransformerConfig(PretrainedConfig):
+    r"""Configuration of the hf_seq Transformer (``TransformerModel``, ``TransformerForConditionalGeneration``).
+
+    The encoder-decoder of "Attention Is All You Need": ``encoder_layers`` blocks of self-attention + feed-forward,
+    ``decoder_layers`` blocks of masked self-attention + cross-attention + feed-forward, each sub-layer wrapped in
+    residual + LayerNorm, then a linear layer + softmax over one (joint source/target) vocabulary.
+
+    Args:
+        vocab_size: rows of the token embedding tables and columns of the output projection.
+        d_model: model width.
+        encoder_layers / decoder_layers: number of encoder / decoder blocks.
+        attention_heads: heads per attention layer; must divide ``d_model``.
+        ffn_dim: inner width of the position-wise feed-forward network.
+        dropout: dropout on the (token + position) embeddings and on every sub-layer output.
+        attention_dropout: dropout on the attention weights.
+        activation_dropout: dropout after the feed-forward activation.
+        activation_function: feed-forward activation (a key of ``transformers.activations.ACT2FN``: "relu", "gelu", ...).
+        norm_position: "post" (the paper's ``LayerNorm(x + Sublayer(x))``, default) or "pre"
+            (``x + Sublayer(LayerNorm(x))`` with a final LayerNorm after each stack).
+        position_embedding: "sinusoidal" (the paper's fixed table) or "learned" (a trained table).
+        max_position_embeddings: rows of the position table = the longest accepted source or target sequence (for
+            both kinds; longer inputs raise ``ValueError``).
+        scale_embedding: multiply token embeddings by ``sqrt(d_model)`` (the paper does).
+        tie_word_embeddings: share one matrix between the source embedding, the target embedding and the output
+            projection (the paper does; needs a joint vocabulary).
+        layer_norm_eps: LayerNorm epsilon.
+        init_std: std of the normal initialisation of the linear layers (token embeddings use ``d_model ** -0.5``
+            when ``scale_embedding`` is set, so that scaled embeddings have unit variance).
+        pad_token_id / bos_token_id / eos_token_id / decoder_start_token_id: special token ids (the decoder starts
+            from ``decoder_start_token_id``; labels are shifted right behind it).
+        use_cache: return an ``EncoderDecoderCache`` for incremental decoding.
+    """
+
+    model_type = "hf_seq_transformer"
+    attribute_map = {
+        "hidden_size": "d_model",
+        "num_attention_heads": "attention_heads",
+        "num_hidden_layers": "decoder_layers",
+    }
+
+    def __init__(
+        self,
+        vocab_size: int = 8000,
+        d_model: int = 512,
+        encoder_layers: int = 6,
+        decoder_layers: int = 6,
+        attention_heads: int = 8,
+        ffn_dim: int = 2048,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation_function: str = "relu",
+        norm_position: str = "post",
+        position_embedding: str = "sinusoidal",
+        max_position_embeddings: int = 512,
+        scale_embedding: bool = True,
+        tie_word_embeddings: bool = True,
+        layer_norm_eps: float = 1e-5,
+        init_std: float = 0.02,
+        pad_token_id: int | None = 0,
+        bos_token_id: int | None = 2,
+        eos_token_id: int | None = 3,
+        decoder_start_token_id: int | None = 2,
+        use_cache: bool = True,
+        is_encoder_decoder: bool = True,
+        **kwargs,
+    ) -> None:
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.encoder_layers = encoder_layers
+        self.decoder_layers = decoder_layers
+        self.attention_heads = attention_heads
+        self.ffn_dim = ffn_dim
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.activation_dropout = activation_dropout
+        self.activation_function = activation_function
+        self.norm_position = norm_position
+        self.position_embedding = position_embedding
+        self.max_position_embeddings = max_position_embeddings
+        self.scale_embedding = scale_embedding
+        self.layer_norm_eps = layer_norm_eps
+        self.init_std = init_std
+        self.use_cache = use_cache
+        self.pad_token_id = pad_token_id
+        self.bos_token_id = bos_token_id
+        self.eos_token_id = eos_token_id
+        self.decoder_start_token_id = decoder_start_token_id
+        self.tie_word_embeddings = tie_word_embeddings
+        super().__init__(is_encoder_decoder=is_encoder_decoder, **kwargs)
+        self.validate_transformer_config()
+
+    def validate_transformer_config(self) -> None:
+        """Raise ``ValueError`` naming the field and the allowed values for any invalid setting."""
+        for name in (
+            "vocab_size",
+            "d_model",
+            "encoder_layers",
+            "decoder_layers",
+            "attention_heads",
+            "ffn_dim",
+            "max_position_embeddings",
+        ):
+            _check_positive_int(name, getattr(self, name))
+        if self.d_model % self.attention_heads != 0:
+            raise ValueError(
+                f"`d_model` ({self.d_model}) must be divisible by `attention_heads` ({self.attention_heads})"
+            )
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            _check_probability(name, getattr(self, name))
+        if not isinstance(self.activation_function, str) or self.activation_function not in ACT2FN:
+            raise ValueError(f"`activation_function` must be one of {sorted(ACT2FN)}, got {self.activation_function!r}")
+        if self.norm_position not in NORM_POSITIONS:
+            raise ValueError(f"`norm_position` must be one of {list(NORM_POSITIONS)}, got {self.norm_position!r}")
+        if self.position_embedding not in POSITION_EMBEDDINGS:
+            raise ValueError(
+                f"`position_embedding` must be one of {list(POSITION_EMBEDDINGS)}, got {self.position_embedding!r}"
+            )
+        _check_positive_float("layer_norm_eps", self.layer_norm_eps)
+        _check_positive_float("init_std", self.init_std)
+        for name in ("scale_embedding", "tie_word_embeddings", "use_cache", "is_encoder_decoder"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be a bool (true/false), got {getattr(self, name)!r}")
+        if not self.is_encoder_decoder:
+            raise ValueError("`is_encoder_decoder` must be True for the Transformer encoder-decoder")
+        for name in ("pad_token_id", "bos_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < self.vocab_size
+            ):
+                raise ValueError(
+                    f"`{name}` must be None or an id in [0, vocab_size={self.vocab_size}), got {value!r}"
+                )
+        eos = self.eos_token_id if isinstance(self.eos_token_id, (list, tuple)) else [self.eos_token_id]
+        for value in eos:
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < self.vocab_size
+            ):
+                raise ValueError(
+                    f"`eos_token_id` must be None, an id or a list of ids in [0, vocab_size={self.vocab_size}), "
+                    f"got {self.eos_token_id!r}"
+                )
+
+
+__all__ = ["TransformerConfig"]

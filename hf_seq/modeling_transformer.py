@@ -1,0 +1,654 @@
+"""The Transformer encoder-decoder ("Attention Is All You Need") as native Hugging Face models.
+
+Built exactly the way the notes build it: the one attention core (:mod:`.attention`) → multi-head attention →
+encoder block (self-attention + FFN, each with residual + LayerNorm) → decoder block (masked self-attention +
+cross-attention + FFN) → stacks of blocks → linear + softmax. The blocks live in :mod:`.blocks` (shared with BERT);
+this file adds the embeddings (token × sqrt(d) + sinusoidal or learned positions), the two stacks, the masks and the
+Hugging Face plumbing (outputs, ``EncoderDecoderCache``, ``generate()``).
+
+* ``TransformerModel`` — encoder + decoder, returns the decoder's last hidden states (``Seq2SeqModelOutput``).
+* ``TransformerForConditionalGeneration`` — adds the output projection (tied to the embeddings by default), the
+  cross-entropy loss on ``labels`` and ``generate()`` (greedy, sampling, beam search) with a KV cache.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+
+from .attention import make_attention_mask
+from .blocks import Dropout, TransformerDecoderBlock, TransformerEncoderBlock, sinusoidal_position_table
+from .configuration_transformer import TransformerConfig
+from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int | None, decoder_start_token_id: int | None) -> torch.Tensor:
+    """Teacher forcing inputs: ``[start, y_1, ..., y_{T-1}]`` from labels ``(B, T)`` (``-100`` → pad)."""
+    if decoder_start_token_id is None:
+        raise ValueError(
+            "config.decoder_start_token_id must be set to build decoder_input_ids from labels (the decoder starts "
+            "from it); set it in the config or pass decoder_input_ids."
+        )
+    if pad_token_id is None:
+        raise ValueError("config.pad_token_id must be set to build decoder_input_ids from labels.")
+    shifted = labels.new_empty(labels.shape)  # (B, T)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill_(shifted == -100, pad_token_id)
+
+
+class _TokenCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of logits ``(N, V)`` against labels ``(N,)`` (``-100`` ignored), memory-light.
+
+    ``F.cross_entropy`` materialises a log-softmax ``(N, V)``, then in backward a zero-filled ``(N, V)`` NLL gradient and
+    another ``(N, V)`` for the log-softmax gradient. Here the forward keeps only the log-sum-exp ``(N,)`` (computed in
+    small row chunks) and the backward writes ``softmax - onehot`` into a single ``(N, V)`` buffer: one large
+    allocation instead of three. Same value and gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        valid = labels != -100  # (N,)
+        target = labels.masked_fill(~valid, 0)  # (N,)
+        count = valid.sum().clamp_min(1).to(logits.dtype)
+        # log-sum-exp in row chunks of ~4 MB: torch.logsumexp would allocate a temporary as large as the logits, and
+        # first-touching that much fresh memory costs more on CPU than the arithmetic
+        rows = max(1, (1 << 20) // max(1, logits.shape[-1]))
+        lse = torch.cat([torch.logsumexp(chunk, dim=-1) for chunk in logits.split(rows)])  # (N,)
+        picked = logits.gather(1, target[:, None]).squeeze(1)  # (N,)
+        loss = ((lse - picked) * valid).sum() / count
+        ctx.save_for_backward(logits, lse, target, valid, count)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor):
+        logits, lse, target, valid, count = ctx.saved_tensors
+        grad = torch.sub(logits, lse[:, None]).exp_()  # (N, V) softmax
+        grad.scatter_add_(1, target[:, None], -torch.ones_like(lse)[:, None])  # - onehot
+        grad.mul_((valid.to(grad.dtype) * (grad_loss / count))[:, None])
+        return grad, None
+
+
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the positions whose label is not ``-100``: logits ``(..., V)``, labels ``(...)``."""
+    logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+    if torch.is_grad_enabled() and logits.requires_grad:
+        return _TokenCrossEntropy.apply(logits, labels)
+    return F.cross_entropy(logits, labels, ignore_index=-100)
+
+
+def _check_ids(name: str, ids: torch.Tensor, vocab_size: int) -> None:
+    """ValueError when token ids fall outside ``[0, vocab_size)``."""
+    if ids.dim() != 2:
+        raise ValueError(f"`{name}` must have shape (batch, length), got {tuple(ids.shape)}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        raise ValueError(
+            f"`{name}` contains ids outside [0, vocab_size={vocab_size}) (min {int(ids.min())}, max {int(ids.max())})"
+        )
+
+
+def _padding_only(mask: torch.Tensor | None, name: str, shape: tuple[int, int]) -> torch.Tensor | None:
+    """Validate a ``(B, T)`` 0/1 ``attention_mask``; return it, or None when nothing is masked (fast path)."""
+    if mask is None:
+        return None
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"`{name}` must have shape {tuple(shape)} (batch, length), got {tuple(mask.shape)}")
+    if bool(mask.all()):
+        return None
+    return mask
+
+
+class AppendBufferLayer(DynamicLayer):
+    """A ``DynamicLayer`` (self-attention KV cache of one decoder block) that appends into over-allocated buffers.
+
+    ``DynamicLayer`` grows with ``torch.cat`` and so copies the whole cache at every decoding step (quadratic in the
+    generated length); this layer doubles its capacity when full and writes each new step in place, so a step costs
+    O(new tokens). ``self.keys`` / ``self.values`` stay views ``(B, nh, T, hs)`` of the valid prefix, so every inherited
+    operation (beam-search ``reorder_cache``, ``crop``, ``batch_select_indices``...) keeps working: when one of them
+    replaces ``self.keys`` by a new tensor, the next ``update`` adopts it as the new buffer.
+    """
+
+    _key_buffer: torch.Tensor | None = None
+    _value_buffer: torch.Tensor | None = None
+
+    def _in_sync(self, key_states: torch.Tensor) -> bool:
+        kb, vb = self._key_buffer, self._value_buffer
+        return (
+            kb is not None
+            and self.keys.dim() == 4
+            and self.keys.data_ptr() == kb.data_ptr()
+            and self.values.data_ptr() == vb.data_ptr()
+            and self.keys.shape[:2] == key_states.shape[:2]
+            and self.keys.stride() == kb.stride()
+        )
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        past = self.get_seq_length()
+        new = key_states.shape[-2]
+        if not self._in_sync(key_states) or past + new > self._key_buffer.shape[-2]:
+            batch, heads, _, head_dim = key_states.shape
+            capacity = max(64, 2 * (past + new))
+            key_buffer = key_states.new_empty(batch, heads, capacity, head_dim)  # (B, nh, capacity, hs)
+            value_buffer = value_states.new_empty(batch, heads, capacity, value_states.shape[-1])
+            if past:
+                key_buffer[:, :, :past] = self.keys
+                value_buffer[:, :, :past] = self.values
+            self._key_buffer, self._value_buffer = key_buffer, value_buffer
+        self._key_buffer[:, :, past : past + new] = key_states
+        self._value_buffer[:, :, past : past + new] = value_states
+        self.keys = self._key_buffer[:, :, : past + new]  # (B, nh, T, hs) views of the valid prefix
+        self.values = self._value_buffer[:, :, : past + new]
+        return self.keys, self.values
+
+    def reset(self) -> None:
+        self._key_buffer = self._value_buffer = None
+        super().reset()
+
+
+def new_decoder_cache() -> EncoderDecoderCache:
+    """An empty ``EncoderDecoderCache`` whose self-attention part appends in place (:class:`AppendBufferLayer`)."""
+    self_attention = DynamicCache()
+    self_attention.layer_class_to_replicate = AppendBufferLayer
+    return EncoderDecoderCache(self_attention, DynamicCache())
+
+
+class SinusoidalPositionEmbedding(nn.Module):
+    """The paper's fixed position table ``(max_positions, d)``: sin on even, cos on odd dimensions, base 10000."""
+
+    def __init__(self, num_positions: int, dim: int) -> None:
+        super().__init__()
+        self.num_positions = num_positions
+        self.dim = dim
+        self.register_buffer("weight", sinusoidal_position_table(num_positions, dim), persistent=False)
+
+    def forward(self, past_length: int, length: int) -> torch.Tensor:
+        """Rows ``past_length .. past_length + length - 1`` of the table: ``(T, d)``."""
+        return self.weight[past_length : past_length + length]
+
+
+class LearnedPositionEmbedding(nn.Embedding):
+    """A trained position table ``(max_positions, d)`` (the paper's alternative, BERT's choice)."""
+
+    def forward(self, past_length: int, length: int) -> torch.Tensor:  # type: ignore[override]
+        """Rows ``past_length .. past_length + length - 1`` of the table: ``(T, d)``."""
+        return self.weight[past_length : past_length + length]
+
+
+class TransformerEmbeddings(nn.Module):
+    """Token embedding × ``sqrt(d_model)`` (when ``scale_embedding``) + position embedding, then dropout."""
+
+    def __init__(self, config: TransformerConfig, embed_tokens: nn.Embedding) -> None:
+        super().__init__()
+        self.embed_tokens = embed_tokens
+        if config.position_embedding == "sinusoidal":
+            self.embed_positions = SinusoidalPositionEmbedding(config.max_position_embeddings, config.d_model)
+        else:
+            self.embed_positions = LearnedPositionEmbedding(config.max_position_embeddings, config.d_model)
+        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.max_positions = config.max_position_embeddings
+        self.dropout = Dropout(config.dropout)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None = None,
+        past_length: int = 0,
+        name: str = "input_ids",
+    ) -> torch.Tensor:
+        """``input_ids`` ``(B, T)`` (or ``inputs_embeds`` ``(B, T, d)``) at positions ``past_length..`` → ``(B, T, d)``."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError(f"Pass exactly one of `{name}` and the matching `inputs_embeds`.")
+        if inputs_embeds is None:
+            _check_ids(name, input_ids, self.embed_tokens.num_embeddings)
+            inputs_embeds = self.embed_tokens(input_ids)  # (B, T, d)
+        length = inputs_embeds.shape[1]
+        if past_length + length > self.max_positions:
+            raise ValueError(
+                f"`{name}` reaches position {past_length + length} (length {length} after {past_length} cached "
+                f"positions) but the position table has max_position_embeddings={self.max_positions} rows; "
+                "truncate the input or use a config with a larger max_position_embeddings."
+            )
+        positions = self.embed_positions(past_length, length)  # (T, d)
+        return self.dropout(torch.add(positions, inputs_embeds, alpha=self.scale))  # (B, T, d): emb * scale + pos
+
+
+class TransformerEncoder(nn.Module):
+    """Encoder stack: embeddings → ``encoder_layers`` × (self-attention + FFN) [→ final LayerNorm for pre-LN]."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self, config: TransformerConfig, embed_tokens: nn.Embedding) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = TransformerEmbeddings(config, embed_tokens)
+        self.layers = nn.ModuleList(
+            TransformerEncoderBlock(
+                config.d_model,
+                config.attention_heads,
+                config.ffn_dim,
+                dropout=config.dropout,
+                attention_dropout=config.attention_dropout,
+                activation_dropout=config.activation_dropout,
+                activation=config.activation_function,
+                norm_position=config.norm_position,
+                layer_norm_eps=config.layer_norm_eps,
+                layer_idx=i,
+            )
+            for i in range(config.encoder_layers)
+        )
+        self.layer_norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
+        )
+
+    @property
+    def embed_tokens(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutput | tuple:
+        """Source ``input_ids`` ``(B, S)`` with ``attention_mask`` ``(B, S)`` (1 = token) → states ``(B, S, d)``."""
+        output_attentions = bool(output_attentions)
+        output_hidden_states = bool(output_hidden_states)
+        hidden = self.embeddings(input_ids, inputs_embeds)  # (B, S, d)
+        pad = _padding_only(attention_mask, "attention_mask", hidden.shape[:2])
+        mask = make_attention_mask(pad, hidden.shape[1]) if pad is not None else None  # (B, 1, 1, S) or None
+        impl = self.config._attn_implementation or "sdpa"
+        all_hidden = (hidden,) if output_hidden_states else None
+        all_attn = () if output_attentions else None
+        for layer in self.layers:
+            hidden, weights = layer(hidden, mask, attn_implementation=impl, output_attentions=output_attentions)
+            if output_hidden_states:
+                all_hidden += (hidden,)
+            if output_attentions:
+                all_attn += (weights,)
+        if self.layer_norm is not None:
+            hidden = self.layer_norm(hidden)
+            if output_hidden_states:
+                all_hidden = all_hidden[:-1] + (hidden,)
+        out = BaseModelOutput(last_hidden_state=hidden, hidden_states=all_hidden, attentions=all_attn)
+        return out if return_dict is not False else out.to_tuple()
+
+
+class TransformerDecoder(nn.Module):
+    """Decoder stack: embeddings → ``decoder_layers`` × (masked self-attn + cross-attn + FFN) [→ LayerNorm, pre-LN]."""
+
+    def __init__(self, config: TransformerConfig, embed_tokens: nn.Embedding) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = TransformerEmbeddings(config, embed_tokens)
+        self.layers = nn.ModuleList(
+            TransformerDecoderBlock(
+                config.d_model,
+                config.attention_heads,
+                config.ffn_dim,
+                dropout=config.dropout,
+                attention_dropout=config.attention_dropout,
+                activation_dropout=config.activation_dropout,
+                activation=config.activation_function,
+                norm_position=config.norm_position,
+                layer_norm_eps=config.layer_norm_eps,
+                layer_idx=i,
+            )
+            for i in range(config.decoder_layers)
+        )
+        self.layer_norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
+        )
+
+    @property
+    def embed_tokens(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPastAndCrossAttentions | tuple:
+        """Target ``input_ids`` ``(B, T)`` attending to ``encoder_hidden_states`` ``(B, S, d)`` → ``(B, T, d)``.
+
+        ``attention_mask`` ``(B, past + T)`` masks padded target positions (on top of the causal mask);
+        ``encoder_attention_mask`` ``(B, S)`` masks source padding in every cross-attention.
+        """
+        output_attentions = bool(output_attentions)
+        output_hidden_states = bool(output_hidden_states)
+        if encoder_hidden_states is None:
+            raise ValueError("The decoder needs `encoder_hidden_states` (run the encoder or pass `encoder_outputs`).")
+        past_length = cache.get_seq_length() if cache is not None else 0
+        hidden = self.embeddings(input_ids, inputs_embeds, past_length, name="decoder_input_ids")  # (B, T, d)
+        batch, length = hidden.shape[:2]
+        if encoder_hidden_states.shape[0] != batch:
+            raise ValueError(
+                f"`encoder_hidden_states` has batch size {encoder_hidden_states.shape[0]} but the decoder input has {batch}"
+            )
+        source_pad = _padding_only(encoder_attention_mask, "attention_mask", encoder_hidden_states.shape[:2])
+        cross_mask = make_attention_mask(source_pad, length) if source_pad is not None else None  # (B, 1, 1, S)
+        target_pad = _padding_only(attention_mask, "decoder_attention_mask", (batch, past_length + length))
+        self_mask = (
+            make_attention_mask(target_pad, length, past_length + length, causal=True)  # (B, 1, T, past + T)
+            if target_pad is not None
+            else None  # plain causal masking (SDPA's causal kernel)
+        )
+        impl = self.config._attn_implementation or "sdpa"
+        all_hidden = (hidden,) if output_hidden_states else None
+        all_self = () if output_attentions else None
+        all_cross = () if output_attentions else None
+        for layer in self.layers:
+            hidden, self_w, cross_w = layer(
+                hidden,
+                encoder_hidden_states,
+                self_attention_mask=self_mask,
+                cross_attention_mask=cross_mask,
+                cache=cache,
+                attn_implementation=impl,
+                output_attentions=output_attentions,
+            )
+            if output_hidden_states:
+                all_hidden += (hidden,)
+            if output_attentions:
+                all_self += (self_w,)
+                all_cross += (cross_w,)
+        if self.layer_norm is not None:
+            hidden = self.layer_norm(hidden)
+            if output_hidden_states:
+                all_hidden = all_hidden[:-1] + (hidden,)
+        out = BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden,
+            cache=cache,
+            hidden_states=all_hidden,
+            attentions=all_self,
+            cross_attentions=all_cross,
+        )
+        return out if return_dict is not False else out.to_tuple()
+
+
+class TransformerPreTrainedModel(PreTrainedModel):
+    """Base class: config class, weight initialisation, SDPA/eager attention switch (``attn_implementation``)."""
+
+    config_class = TransformerConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = False
+    _supports_sdpa = True
+    _no_split_modules = ["TransformerEncoderBlock", "TransformerDecoderBlock"]
+    accepts_loss_kwargs = False
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """Linear layers ~ N(0, init_std); token embeddings ~ N(0, d^-0.5) when scaled by sqrt(d), else N(0, init_std)."""
+        std = self.config.init_std
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, LearnedPositionEmbedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, nn.Embedding):
+            emb_std = self.config.d_model**-0.5 if self.config.scale_embedding else std
+            init.normal_(module.weight, mean=0.0, std=emb_std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, SinusoidalPositionEmbedding):
+            init.copy_(module.weight, sinusoidal_position_table(module.num_positions, module.dim))
+
+
+class TransformerModel(TransformerPreTrainedModel):
+    """The bare encoder-decoder: source ids → encoder states; target ids → decoder states ``(B, T, d_model)``."""
+
+    _tied_weights_keys = {"decoder.embeddings.embed_tokens.weight": "encoder.embeddings.embed_tokens.weight"}
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__(config)
+        pad = config.pad_token_id
+        source_embed = nn.Embedding(config.vocab_size, config.d_model, padding_idx=pad)
+        target_embed = nn.Embedding(config.vocab_size, config.d_model, padding_idx=pad)
+        self.encoder = TransformerEncoder(config, source_embed)
+        self.decoder = TransformerDecoder(config, target_embed)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embeddings.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.encoder.embeddings.embed_tokens = value
+        if self.config.tie_word_embeddings:
+            self.decoder.embeddings.embed_tokens = value
+
+    def get_encoder(self, modality: str | None = None) -> TransformerEncoder:
+        return self.encoder
+
+    def get_decoder(self) -> TransformerDecoder:
+        return self.decoder
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        cache: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput | tuple:
+        """Encode ``input_ids`` ``(B, S)`` (unless ``encoder_outputs`` are given), decode ``decoder_input_ids`` ``(B, T)``.
+
+        With ``use_cache`` an ``EncoderDecoderCache`` is created (or the given ``cache`` extended) and returned in
+        ``output.cache``; then only the new decoder tokens need to be passed at the next step.
+        """
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+                return_dict=True,
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(
+                last_hidden_state=encoder_outputs[0],
+                hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
+                attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
+            )
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            raise ValueError(
+                "Pass `decoder_input_ids` (or `labels` to TransformerForConditionalGeneration, which shifts them)."
+            )
+        if use_cache and cache is None:
+            cache = new_decoder_cache()
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            cache=cache if use_cache else None,
+            inputs_embeds=decoder_inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        out = Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            cache=decoder_outputs.cache,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+        return out if return_dict is not False else out.to_tuple()
+
+
+class TransformerForConditionalGeneration(TransformerPreTrainedModel, GenerationMixin):
+    """Encoder-decoder + output projection (linear + softmax over the vocabulary): translation, ``generate()``.
+
+    ``labels`` ``(B, T)`` (``-100`` = ignored) give the cross-entropy ``loss`` and, when ``decoder_input_ids`` are not
+    passed, the teacher-forcing inputs ``[decoder_start_token_id, y_1, ..., y_{T-1}]``.
+    """
+
+    _tied_weights_keys = {
+        "lm_head.weight": "model.encoder.embeddings.embed_tokens.weight",
+        "model.decoder.embeddings.embed_tokens.weight": "model.encoder.embeddings.embed_tokens.weight",
+    }
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__(config)
+        self.model = TransformerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+        if not getattr(config, "custom_pipelines", None):  # pipeline("translation") (see seq2seq_pipelines.py)
+            config.custom_pipelines = copy.deepcopy(SEQ2SEQ_CUSTOM_PIPELINES)
+
+    def get_encoder(self, modality: str | None = None) -> TransformerEncoder:
+        return self.model.encoder
+
+    def get_decoder(self) -> TransformerDecoder:
+        return self.model.decoder
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
+        """``generate()``'s cache, with the self-attention layers appending in place (:class:`AppendBufferLayer`).
+
+        A cache passed by the user is left as it is.
+        """
+        user_cache = model_kwargs.get("cache")
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        cache = model_kwargs.get("cache")
+        if user_cache is None and isinstance(cache, EncoderDecoderCache):
+            self_cache = cache.self_attention_cache
+            if type(self_cache) is DynamicCache and all(
+                type(layer) is DynamicLayer and not layer.is_initialized for layer in self_cache.layers
+            ):
+                self_cache.layers = [AppendBufferLayer() for _ in self_cache.layers]
+                if self_cache.layer_class_to_replicate is DynamicLayer:
+                    self_cache.layer_class_to_replicate = AppendBufferLayer
+
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        """Resize the vocabulary; with untied embeddings the target embedding is resized too."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        decoder = self.model.decoder.embeddings
+        if decoder.embed_tokens.num_embeddings != embeddings.num_embeddings:
+            decoder.embed_tokens = self.model._get_resized_embeddings(
+                decoder.embed_tokens, embeddings.num_embeddings, mean_resizing=mean_resizing
+            )
+        return embeddings
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """Teacher-forcing decoder inputs from labels (used by ``DataCollatorForSeq2Seq``)."""
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        cache: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput | tuple:
+        """Logits ``(B, T, vocab_size)`` for every target position (+ ``loss`` with ``labels``)."""
+        if labels is not None:
+            if labels.dim() != 2:
+                raise ValueError(f"`labels` must have shape (batch, length), got {tuple(labels.shape)}")
+            bad = (labels != -100) & ((labels < 0) | (labels >= self.config.vocab_size))
+            if bool(bad.any()):
+                raise ValueError(
+                    f"`labels` must be -100 (ignored) or ids in [0, vocab_size={self.config.vocab_size}); found "
+                    f"{labels[bad][:5].tolist()}"
+                )
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
+        loss = None
+        if labels is not None:
+            if labels.shape != logits.shape[:2]:
+                raise ValueError(
+                    f"`labels` has shape {tuple(labels.shape)} but the decoder input has shape {tuple(logits.shape[:2])}"
+                )
+            loss = token_cross_entropy(logits, labels)
+        out = Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+        return out if return_dict is not False else out.to_tuple()
+
+
+__all__ = [
+    "TransformerPreTrainedModel",
+    "TransformerModel",
+    "TransformerForConditionalGeneration",
+    "TransformerEncoder",
+    "TransformerDecoder",
+    "shift_tokens_right",
+]
