@@ -1,0 +1,145 @@
+"""Configuration of the RNN encoder-decoder family (``model_type="hf_seq_rnn_seq2seq"``), with or without attention."""
+
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+from .attention import SCORE_FUNCTIONS
+from .recurrent import IMPLEMENTATIONS
+
+ATTENTION_TYPES = ("none", *SCORE_FUNCTIONS)
+CELLS = ("rnn", "lstm", "gru")
+
+
+def _check_positive_int(name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
+
+
+def _check_token_id(name: str, value, vocab_size: int, required: bool = False) -> None:
+    if value is None and not required:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < vocab_size:
+        raise ValueError(f"`{name}` must be an integer in [0, vocab_size={vocab_size}), got {value!r}")
+
+
+class RNNSeq2SeqConfig(PretrainedConfig):
+    r"""Configuration of ``RNNSeq2SeqModel`` / ``RNNSeq2SeqForConditionalGeneration``.
+
+    The notes' two translators are values of this config:
+
+    * ``attention="none"`` — plain seq2seq: the encoder's final state (``(h, c)`` for an LSTM) initialises the
+      decoder and is the only link between the two RNNs;
+    * ``attention="dot" | "scaled_dot" | "general" | "additive" | "cosine"`` — at every decoder step the state
+      ``s_j`` scores all encoder states (padding masked), the weights give the context ``c_j``, the next state is
+      computed from ``[x'_j; s_{j-1}; c_{j-1}]`` and the output from ``tanh(W_c [s_j; c_j])``.
+
+    Args:
+        vocab_size: size of the vocabulary shared by source and target (one tokenizer for both languages).
+        embedding_size: word vector size (also the size of the output layer's input, so the output projection can
+            share the embedding matrix).
+        hidden_size: recurrent state size of encoder and decoder (per direction for the encoder).
+        encoder_layers / decoder_layers: stacked recurrent layers. Decoder layer ``k`` (counted from the top) is
+            initialised from encoder layer ``k`` from the top; extra lower decoder layers get the lowest used one.
+        cell: "rnn" (SimpleRNN), "lstm" or "gru" (encoder and decoder).
+        bidirectional_encoder: read the source in both directions; the two final states of each layer are
+            concatenated and mapped to ``hidden_size`` by a learned bridge (``tanh`` for ``h``, linear for ``c``).
+        attention: one of ``ATTENTION_TYPES``; the score function of :class:`hf_seq.attention.AttentionScore`.
+        attention_hidden_size: hidden size ``A`` of the additive (Bahdanau) score; default ``hidden_size``.
+        input_feeding: Luong-style input feeding: feed the previous attentional vector ``h̃_{j-1} = tanh(W_c
+            [s_{j-1}; c_{j-1}])`` to the next step instead of the raw context ``c_{j-1}`` (needs attention).
+        dropout: dropout on embeddings, between stacked layers and on the decoder outputs.
+        recurrent_implementation: "fused" (``torch.nn`` kernels) or "cell" (the notes' step equations).
+        init_range: weights are initialised uniformly in ``[-init_range, init_range]`` (Sutskever et al. / Luong et al.).
+        tie_word_embeddings: share the embedding matrix with the output projection.
+        max_target_length: default ``max_length`` of ``generate()`` (written into the generation config).
+        pad_token_id / bos_token_id / eos_token_id / decoder_start_token_id: special token ids (the decoder starts
+            from ``decoder_start_token_id``; labels are shifted right with it).
+    """
+
+    model_type = "hf_seq_rnn_seq2seq"
+    keys_to_ignore_at_inference = ["cache"]
+
+    def __init__(
+        self,
+        vocab_size: int = 8000,
+        embedding_size: int = 256,
+        hidden_size: int = 256,
+        encoder_layers: int = 1,
+        decoder_layers: int = 1,
+        cell: str = "lstm",
+        bidirectional_encoder: bool = False,
+        attention: str = "additive",
+        attention_hidden_size: int | None = None,
+        input_feeding: bool = False,
+        dropout: float = 0.1,
+        recurrent_implementation: str = "fused",
+        init_range: float = 0.1,
+        tie_word_embeddings: bool = True,
+        max_target_length: int = 128,
+        use_cache: bool = True,
+        pad_token_id: int | None = 0,
+        bos_token_id: int | None = 2,
+        eos_token_id: int | None = 3,
+        decoder_start_token_id: int | None = 2,
+        is_encoder_decoder: bool = True,
+        **kwargs,
+    ) -> None:
+        self.vocab_size = vocab_size
+        self.embedding_size = embedding_size
+        self.hidden_size = hidden_size
+        self.encoder_layers = encoder_layers
+        self.decoder_layers = decoder_layers
+        self.cell = cell
+        self.bidirectional_encoder = bidirectional_encoder
+        self.attention = attention
+        self.attention_hidden_size = attention_hidden_size
+        self.input_feeding = input_feeding
+        self.dropout = dropout
+        self.recurrent_implementation = recurrent_implementation
+        self.init_range = init_range
+        self.max_target_length = max_target_length
+        self.use_cache = use_cache
+        self.decoder_start_token_id = decoder_start_token_id
+        super().__init__(
+            pad_token_id=pad_token_id,
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            is_encoder_decoder=is_encoder_decoder,
+            tie_word_embeddings=tie_word_embeddings,
+            **kwargs,
+        )
+        self.validate_seq2seq_config()
+
+    def validate_seq2seq_config(self) -> None:
+        """Raise ``ValueError`` naming the field and the allowed values for any invalid setting."""
+        for name in ("vocab_size", "embedding_size", "hidden_size", "encoder_layers", "decoder_layers"):
+            _check_positive_int(name, getattr(self, name))
+        if self.max_target_length is not None:
+            _check_positive_int("max_target_length", self.max_target_length)
+        if self.attention_hidden_size is not None:
+            _check_positive_int("attention_hidden_size", self.attention_hidden_size)
+        if self.cell not in CELLS:
+            raise ValueError(f"`cell` must be one of {list(CELLS)}, got {self.cell!r}")
+        if self.attention not in ATTENTION_TYPES:
+            raise ValueError(f"`attention` must be one of {list(ATTENTION_TYPES)}, got {self.attention!r}")
+        if self.recurrent_implementation not in IMPLEMENTATIONS:
+            raise ValueError(
+                f"`recurrent_implementation` must be one of {list(IMPLEMENTATIONS)}, got {self.recurrent_implementation!r}"
+            )
+        for name in ("bidirectional_encoder", "input_feeding", "tie_word_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be a bool (true/false), got {getattr(self, name)!r}")
+        if self.input_feeding and self.attention == "none":
+            raise ValueError('`input_feeding=True` needs an `attention` other than "none" (it feeds the attentional vector)')
+        dropout = self.dropout
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= float(dropout) < 1.0:
+            raise ValueError(f"`dropout` must be a float in [0, 1), got {dropout!r}")
+        init_range = self.init_range
+        if isinstance(init_range, bool) or not isinstance(init_range, (int, float)) or not float(init_range) > 0:
+            raise ValueError(f"`init_range` must be a positive float, got {init_range!r}")
+        for name in ("pad_token_id", "bos_token_id", "decoder_start_token_id"):
+            _check_token_id(name, getattr(self, name), self.vocab_size)
+        eos = self.eos_token_id
+        for token in eos if isinstance(eos, (list, tuple)) else [eos]:
+            _check_token_id("eos_token_id", token, self.vocab_size)

@@ -1,0 +1,638 @@
+"""RNN encoder-decoder translators (plain seq2seq and attention seq2seq) as native Hugging Face models.
+
+The notes' two models, as values of :class:`RNNSeq2SeqConfig`:
+
+* **plain seq2seq** (``attention="none"``): an RNN encoder reads the source; its final state (``(h, c)`` for an LSTM)
+  initialises the decoder RNN, which is then a conditional text generator — the final state is the only link.
+* **attention seq2seq**: at every decoder step ``j`` the state ``s_j`` scores every encoder state ``h_i`` (padding
+  masked), ``α_j = softmax(score(s_j, h_i))``, the context is ``c_j = Σ_i α_ij h_i`` (one call of the shared
+  :func:`hf_seq.attention.attend`), the next state is computed from ``[x'_{j+1}; s_j; c_j]`` and the word
+  distribution from the attentional vector ``h̃_j = tanh(W_c [s_j; c_j])``. ``input_feeding=True`` feeds ``h̃_j``
+  instead of ``c_j`` into the next step (Luong et al., 2015). The first context ``c_0`` is computed from the
+  decoder's initial state ``s_0`` (the bridged encoder final state), as in the notes.
+
+The decoder's recurrent state is the generation cache (:class:`RNNDecoderCache`): passed as ``cache=`` and returned
+in ``output.cache``; beam search reorders it through :meth:`RNNDecoderCache.reorder_cache` (fairseq's
+``reorder_incremental_state``). Encoder outputs are batch-first so ``generate()`` can expand them per beam.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+
+from .attention import AttentionScore, attend
+from .configuration_rnn_seq2seq import RNNSeq2SeqConfig
+from .recurrent import RecurrentStack
+from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
+
+State = tuple[torch.Tensor, ...]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Outputs, cache, helpers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RNNSeq2SeqEncoderOutput(ModelOutput):
+    """Encoder output; every tensor is batch-first so ``generate()`` can expand it per beam along dim 0.
+
+    Attributes:
+        last_hidden_state: top-layer states of every source position ``(B, S, num_directions * H)`` (zero at padding).
+        final_hidden_state: final ``h`` of every layer and direction ``(B, encoder_layers * num_directions, H)``
+            (torch.nn's layer-major order: layer 0 forward, layer 0 backward, layer 1 forward, ...).
+        final_cell_state: the same for the LSTM cell ``c`` (``None`` for rnn/gru).
+        hidden_states: embeddings and every layer's outputs when ``output_hidden_states=True``.
+    """
+
+    last_hidden_state: torch.Tensor | None = None
+    final_hidden_state: torch.Tensor | None = None
+    final_cell_state: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+class RNNDecoderCache:
+    """The decoder's recurrent state between ``generate()`` steps (the "cache" of an RNN decoder).
+
+    Holds the recurrent state (tuple of ``(decoder_layers, B, H)``), the vector fed to the next step (the previous
+    context ``c_{j-1}`` or, with input feeding, the attentional vector ``h̃_{j-1}``; ``(B, F)``), the encoder keys
+    already transformed by the score function (``(B, S, K)``, computed once per source batch) and the number of
+    target tokens read so far. :meth:`reorder_cache` selects the rows of the surviving beams, like fairseq's
+    ``reorder_incremental_state``.
+    """
+
+    is_compileable = False
+    is_croppable = False
+
+    def __init__(self, state: State, feed: torch.Tensor | None = None, keys: torch.Tensor | None = None,
+                 seen_tokens: int = 0) -> None:
+        self.state = state
+        self.feed = feed
+        self.keys = keys
+        self.seen_tokens = seen_tokens
+
+    @property
+    def is_linear(self) -> list[bool]:
+        """One entry per decoder layer: recurrent layers keep a fixed-size state (what ``generate`` checks)."""
+        return [True] * self.state[0].shape[0]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Number of target tokens already read into the state."""
+        return self.seen_tokens
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Keep, in place, the rows ``beam_idx`` (the beams that survive this step of beam search)."""
+        self.state = tuple(s.index_select(1, beam_idx.to(s.device)) for s in self.state)  # (L, B, H)
+        if self.feed is not None:
+            self.feed = self.feed.index_select(0, beam_idx.to(self.feed.device))  # (B, F)
+        if self.keys is not None:
+            self.keys = self.keys.index_select(0, beam_idx.to(self.keys.device))  # (B, S, K)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        """Repeat every row ``repeats`` times (contrastive search / expanding a started cache)."""
+        self.state = tuple(s.repeat_interleave(repeats, dim=1) for s in self.state)
+        if self.feed is not None:
+            self.feed = self.feed.repeat_interleave(repeats, dim=0)
+        if self.keys is not None:
+            self.keys = self.keys.repeat_interleave(repeats, dim=0)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep only the rows ``indices``."""
+        self.reorder_cache(indices)
+
+    def __repr__(self) -> str:
+        return f"RNNDecoderCache(layers={self.state[0].shape[0]}, batch={self.state[0].shape[1]}, seen={self.seen_tokens})"
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int | None, decoder_start_token_id: int | None) -> torch.Tensor:
+    """Teacher forcing inputs: ``[start, y_1, ..., y_{T-1}]`` from labels ``(B, T)`` (-100 becomes ``pad_token_id``)."""
+    if decoder_start_token_id is None:
+        raise ValueError(
+            "`decoder_start_token_id` is None in the config, so `labels` cannot be shifted into `decoder_input_ids`; "
+            "set config.decoder_start_token_id or pass decoder_input_ids."
+        )
+    shifted = labels.new_zeros(labels.shape)
+    shifted[:, 1:] = labels[:, :-1].clone()
+    shifted[:, 0] = decoder_start_token_id
+    if pad_token_id is None:
+        if bool((shifted == -100).any()):
+            raise ValueError("`pad_token_id` is None in the config but labels contain -100; set config.pad_token_id.")
+        return shifted
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+def _check_ids(name: str, ids: torch.Tensor | None, vocab_size: int) -> None:
+    """ValueError naming ``name`` if token ids are not a (B, T) integer tensor inside the vocabulary."""
+    if ids is None:
+        return
+    if ids.dim() != 2:
+        raise ValueError(f"`{name}` must have shape (batch, seq_len), got {tuple(ids.shape)}")
+    if ids.dtype.is_floating_point:
+        raise ValueError(f"`{name}` must hold integer token ids, got dtype {ids.dtype}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        raise ValueError(
+            f"`{name}` contains ids outside the vocabulary [0, {vocab_size}): min {int(ids.min())}, max {int(ids.max())}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Encoder
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class RNNSeq2SeqEncoder(nn.Module):
+    """Embedding → (bi)directional recurrent stack over the source; owns the embedding shared with the decoder."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self, config: RNNSeq2SeqConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id)
+        self.dropout = nn.Dropout(config.dropout)
+        self.rnn = RecurrentStack(
+            config.cell,
+            config.embedding_size,
+            config.hidden_size,
+            num_layers=config.encoder_layers,
+            bidirectional=config.bidirectional_encoder,
+            dropout=config.dropout,
+            implementation=config.recurrent_implementation,
+        )
+
+    @property
+    def output_size(self) -> int:
+        """Width of the encoder states: ``num_directions * hidden_size``."""
+        return self.rnn.output_size
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> RNNSeq2SeqEncoderOutput | tuple:
+        """Encode ``input_ids`` ``(B, S)`` (or ``inputs_embeds`` ``(B, S, E)``); padding never changes a result."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds` to the encoder.")
+        if inputs_embeds is None:
+            _check_ids("input_ids", input_ids, self.config.vocab_size)
+            inputs_embeds = self.embed_tokens(input_ids)  # (B, S, E)
+        batch_size, src_len = inputs_embeds.shape[:2]
+        if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, src_len):
+            raise ValueError(
+                f"`attention_mask` must have the shape of input_ids {(batch_size, src_len)}, got {tuple(attention_mask.shape)}"
+            )
+        x = self.dropout(inputs_embeds)
+        if output_hidden_states:
+            outputs, state, layer_outputs = self.rnn(x, attention_mask, output_hidden_states=True)
+            hidden_states = (inputs_embeds, *layer_outputs)
+        else:
+            outputs, state = self.rnn(x, attention_mask)  # (B, S, D*H), tuple of (L*D, B, H)
+            hidden_states = None
+        final_h = state[0].transpose(0, 1)  # (B, L*D, H)
+        final_c = state[1].transpose(0, 1) if len(state) > 1 else None  # (B, L*D, H)
+        out = RNNSeq2SeqEncoderOutput(
+            last_hidden_state=outputs, final_hidden_state=final_h, final_cell_state=final_c, hidden_states=hidden_states
+        )
+        return out if return_dict is not False else out.to_tuple()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bridge and decoder
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class RNNSeq2SeqBridge(nn.Module):
+    """Encoder final states → the decoder's initial state ``(decoder_layers, B, H)``.
+
+    Unidirectional: the encoder state is used as is (the notes' seq2seq). Bidirectional: each layer's forward and
+    backward final states are concatenated and mapped to ``H`` (``tanh(W [h→; h←])`` for ``h``, linear for ``c``).
+    Decoder layer ``k`` from the top gets encoder layer ``k`` from the top.
+    """
+
+    def __init__(self, config: RNNSeq2SeqConfig) -> None:
+        super().__init__()
+        self.num_directions = 2 if config.bidirectional_encoder else 1
+        self.encoder_layers = config.encoder_layers
+        self.decoder_layers = config.decoder_layers
+        self.is_lstm = config.cell == "lstm"
+        if self.num_directions == 2:
+            self.hidden_proj = nn.Linear(2 * config.hidden_size, config.hidden_size)
+            self.cell_proj = nn.Linear(2 * config.hidden_size, config.hidden_size) if self.is_lstm else None
+
+    def _layers(self, final: torch.Tensor) -> torch.Tensor:
+        """(B, L_enc * D, H) → (L_dec, B, D * H): per decoder layer, its encoder layer's directions concatenated."""
+        batch, _, hidden = final.shape
+        per_layer = final.reshape(batch, self.encoder_layers, self.num_directions * hidden)  # (B, L_enc, D*H)
+        index = [max(0, self.encoder_layers - self.decoder_layers + k) for k in range(self.decoder_layers)]
+        return per_layer[:, index].transpose(0, 1).contiguous()  # (L_dec, B, D*H)
+
+    def forward(self, final_hidden: torch.Tensor, final_cell: torch.Tensor | None) -> State:
+        h = self._layers(final_hidden)  # (L_dec, B, D*H)
+        if self.num_directions == 2:
+            h = torch.tanh(self.hidden_proj(h))  # (L_dec, B, H)
+        if not self.is_lstm:
+            return (h,)
+        if final_cell is None:
+            raise ValueError("An LSTM decoder needs the encoder's `final_cell_state` (encoder_outputs lacks it).")
+        c = self._layers(final_cell)
+        if self.num_directions == 2:
+            c = self.cell_proj(c)
+        return (h, c)
+
+
+class RNNSeq2SeqDecoder(nn.Module):
+    """Decoder RNN; with attention, one step = RNN on ``[x'_j; feed_{j-1}]`` → attend over the source → ``h̃_j``."""
+
+    def __init__(self, config: RNNSeq2SeqConfig, encoder_size: int) -> None:
+        super().__init__()
+        self.config = config
+        self.attention_type = config.attention
+        self.use_attention = config.attention != "none"
+        self.input_feeding = config.input_feeding
+        hidden, emb = config.hidden_size, config.embedding_size
+        self.encoder_size = encoder_size
+        if self.use_attention:
+            self.feed_size = emb if config.input_feeding else encoder_size
+        else:
+            self.feed_size = 0
+        self.rnn = RecurrentStack(
+            config.cell,
+            emb + self.feed_size,
+            hidden,
+            num_layers=config.decoder_layers,
+            dropout=config.dropout,
+            implementation=config.recurrent_implementation,
+        )
+        self.dropout = nn.Dropout(config.dropout)
+        if self.use_attention:
+            key_size = encoder_size
+            self.key_proj = None
+            if config.attention in ("dot", "scaled_dot", "cosine") and encoder_size != hidden:
+                self.key_proj = nn.Linear(encoder_size, hidden, bias=False)  # W_K: bidirectional states → query space
+                key_size = hidden
+            self.score = AttentionScore(config.attention, hidden, key_size, config.attention_hidden_size or hidden)
+            self.attention_proj = nn.Linear(hidden + encoder_size, emb, bias=False)  # W_c: h̃ = tanh(W_c [s; c])
+            self.output_proj = None
+        else:
+            self.output_proj = nn.Linear(hidden, emb, bias=False) if hidden != emb else None
+
+    def prepare_keys(self, encoder_states: torch.Tensor) -> torch.Tensor:
+        """Encoder states ``(B, S, D)`` → keys the score function compares against (``W_K h``, ``W₁ h``, ...)."""
+        keys = self.key_proj(encoder_states) if self.key_proj is not None else encoder_states
+        return self.score.prepare_keys(keys)  # (B, S, K)
+
+    def _attend(self, query, keys, values, mask) -> tuple[torch.Tensor, torch.Tensor]:
+        """``query`` (B, 1, H) → context (B, 1, D), weights (B, 1, S) by the shared attention core."""
+        return attend(query, keys, values, mask, score=self.score.score)
+
+    def initial_feed(self, state: State, keys, values, mask) -> torch.Tensor:
+        """The vector fed with the first target word: ``c_0`` (or ``h̃_0``) computed from the initial state ``s_0``."""
+        query = state[0][-1].unsqueeze(1)  # (B, 1, H): top layer of s_0
+        context, _ = self._attend(query, keys, values, mask)  # (B, 1, D)
+        if self.input_feeding:
+            return torch.tanh(self.attention_proj(torch.cat([query, context], dim=-1))).squeeze(1)  # (B, E)
+        return context.squeeze(1)  # (B, D)
+
+    def forward(
+        self,
+        inputs_embeds: torch.Tensor,
+        state: State,
+        encoder_states: torch.Tensor | None = None,
+        encoder_mask: torch.Tensor | None = None,
+        keys: torch.Tensor | None = None,
+        feed: torch.Tensor | None = None,
+        decoder_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, State, torch.Tensor | None, torch.Tensor | None]:
+        """Run the decoder over ``inputs_embeds`` ``(B, T, E)`` from ``state``.
+
+        Returns ``(outputs (B, T, E), rnn_states (B, T, H), state, feed (B, F) or None, weights (B, T, S) or None)``;
+        ``outputs`` go to the output projection (``h̃_j`` with attention, else the projected ``s_j``).
+        """
+        x = self.dropout(inputs_embeds)
+        if not self.use_attention:
+            rnn_out, state = self.rnn(x, decoder_mask, state)  # (B, T, H)
+            out = self.output_proj(rnn_out) if self.output_proj is not None else rnn_out
+            return self.dropout(out), rnn_out, state, None, None
+
+        mask = None
+        if encoder_mask is not None:
+            mask = encoder_mask.bool()[:, None, :]  # (B, 1, S): True = real source token
+        if feed is None:
+            feed = self.initial_feed(state, keys, encoder_states, mask)
+        outputs, rnn_outs, weights = [], [], []
+        for t in range(x.shape[1]):
+            step_in = torch.cat([x[:, t], feed], dim=-1).unsqueeze(1)  # (B, 1, E+F): [x'_j; c_{j-1}]
+            step_out, new_state = self.rnn(step_in, None, state)  # (B, 1, H); s_j from [x'_j; s_{j-1}; c_{j-1}]
+            context, alpha = self._attend(step_out, keys, encoder_states, mask)  # (B, 1, D), (B, 1, S)
+            h_tilde = torch.tanh(self.attention_proj(torch.cat([step_out, context], dim=-1)))  # (B, 1, E)
+            new_feed = h_tilde.squeeze(1) if self.input_feeding else context.squeeze(1)
+            if decoder_mask is not None:  # padded target positions keep the previous state and feed
+                real = decoder_mask[:, t].bool()
+                new_state = tuple(torch.where(real[None, :, None], n, o) for n, o in zip(new_state, state))
+                new_feed = torch.where(real[:, None], new_feed, feed)
+            state, feed = new_state, new_feed
+            outputs.append(h_tilde)
+            rnn_outs.append(step_out)
+            if output_attentions:
+                weights.append(alpha)
+        out = torch.cat(outputs, dim=1)  # (B, T, E)
+        rnn_out = torch.cat(rnn_outs, dim=1)  # (B, T, H)
+        attn = torch.cat(weights, dim=1) if output_attentions else None  # (B, T, S)
+        return self.dropout(out), rnn_out, state, feed, attn
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class RNNSeq2SeqPreTrainedModel(PreTrainedModel):
+    """Weight initialisation (uniform in ``[-init_range, init_range]``) and HF plumbing for the RNN seq2seq family."""
+
+    config_class = RNNSeq2SeqConfig
+    config: RNNSeq2SeqConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = False
+    _no_split_modules = ["RNNSeq2SeqEncoder", "RNNSeq2SeqDecoder"]
+    accepts_loss_kwargs = False
+
+    def _init_weights(self, module: nn.Module) -> None:
+        bound = self.config.init_range
+        if isinstance(module, nn.Embedding):
+            init.uniform_(module.weight, -bound, bound)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, (nn.Linear, nn.RNNBase)):
+            for name, param in module.named_parameters(recurse=False):
+                if "bias" in name:
+                    init.zeros_(param)
+                else:
+                    init.uniform_(param, -bound, bound)
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        """The decoder keeps its own recurrent cache (:class:`RNNDecoderCache`), not a key/value cache."""
+        return False
+
+
+class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
+    """Encoder + bridge + decoder; returns the decoder outputs (``h̃_j`` with attention) in ``last_hidden_state``."""
+
+    def __init__(self, config: RNNSeq2SeqConfig) -> None:
+        super().__init__(config)
+        self.encoder = RNNSeq2SeqEncoder(config)
+        self.bridge = RNNSeq2SeqBridge(config)
+        self.decoder = RNNSeq2SeqDecoder(config, self.encoder.output_size)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.encoder.embed_tokens = value
+
+    def get_encoder(self, modality: str | None = None) -> RNNSeq2SeqEncoder:
+        return self.encoder
+
+    def _coerce_encoder_outputs(self, encoder_outputs) -> RNNSeq2SeqEncoderOutput:
+        if isinstance(encoder_outputs, RNNSeq2SeqEncoderOutput):
+            out = encoder_outputs
+        elif isinstance(encoder_outputs, (tuple, list)):
+            out = RNNSeq2SeqEncoderOutput(*encoder_outputs)
+        elif isinstance(encoder_outputs, (dict, ModelOutput)):
+            out = RNNSeq2SeqEncoderOutput(**{k: v for k, v in encoder_outputs.items()})
+        else:
+            raise ValueError(f"`encoder_outputs` must be an RNNSeq2SeqEncoderOutput or tuple, got {type(encoder_outputs)}")
+        states = out.last_hidden_state
+        if states is None or states.dim() != 3 or states.shape[-1] != self.encoder.output_size:
+            raise ValueError(
+                "`encoder_outputs.last_hidden_state` must have shape (batch, src_len, "
+                f"{self.encoder.output_size}), got {None if states is None else tuple(states.shape)}"
+            )
+        if out.final_hidden_state is None:
+            raise ValueError("`encoder_outputs` must contain `final_hidden_state` (batch-first encoder final states).")
+        return out
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: RNNSeq2SeqEncoderOutput | tuple | None = None,
+        cache: RNNDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput | tuple:
+        """Encode the source (unless ``encoder_outputs`` are given) and decode ``decoder_input_ids`` ``(B, T)``.
+
+        With a ``cache`` the decoder continues from the cached state (only the new target tokens are passed).
+        ``output_attentions=True`` returns the cross-attention maps ``(B, T, S)`` in ``cross_attentions``.
+        """
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        use_cache = use_cache if use_cache is not None else self.config.use_cache
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if cache is not None and not isinstance(cache, RNNDecoderCache):
+            raise ValueError(f"`cache` must be an RNNDecoderCache (the decoder's recurrent state), got {type(cache)}")
+
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                output_hidden_states=output_hidden_states,
+                return_dict=True,
+            )
+        encoder_outputs = self._coerce_encoder_outputs(encoder_outputs)
+        encoder_states = encoder_outputs.last_hidden_state  # (B, S, D)
+        batch_size, src_len = encoder_states.shape[:2]
+        if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, src_len):
+            raise ValueError(
+                f"`attention_mask` must have shape (batch, src_len) = {(batch_size, src_len)}, got {tuple(attention_mask.shape)}"
+            )
+
+        if decoder_inputs_embeds is None:
+            if decoder_input_ids is None:
+                raise ValueError("Pass `decoder_input_ids` (or `labels` to the ForConditionalGeneration head).")
+            _check_ids("decoder_input_ids", decoder_input_ids, self.config.vocab_size)
+            decoder_inputs_embeds = self.encoder.embed_tokens(decoder_input_ids)  # (B, T, E)
+        if decoder_inputs_embeds.shape[0] != batch_size:
+            raise ValueError(
+                f"`decoder_input_ids` has batch size {decoder_inputs_embeds.shape[0]} but the source has {batch_size}"
+            )
+        if decoder_attention_mask is not None:
+            if tuple(decoder_attention_mask.shape) != tuple(decoder_inputs_embeds.shape[:2]):
+                raise ValueError(
+                    f"`decoder_attention_mask` must have shape {tuple(decoder_inputs_embeds.shape[:2])}, "
+                    f"got {tuple(decoder_attention_mask.shape)}"
+                )
+            if bool(decoder_attention_mask.bool().all()):
+                decoder_attention_mask = None
+
+        decoder = self.decoder
+        if cache is not None:
+            state, feed, keys = cache.state, cache.feed, cache.keys
+            seen = cache.seen_tokens
+        else:
+            state = self.bridge(encoder_outputs.final_hidden_state, encoder_outputs.final_cell_state)  # (L, B, H)...
+            feed, keys, seen = None, None, 0
+        if decoder.use_attention and keys is None:
+            keys = decoder.prepare_keys(encoder_states)  # (B, S, K)
+
+        outputs, rnn_out, state, feed, weights = decoder(
+            decoder_inputs_embeds,
+            state,
+            encoder_states=encoder_states,
+            encoder_mask=attention_mask,
+            keys=keys,
+            feed=feed,
+            decoder_mask=decoder_attention_mask,
+            output_attentions=output_attentions,
+        )
+        new_cache = None
+        if use_cache:
+            new_cache = RNNDecoderCache(state, feed, keys, seen + decoder_inputs_embeds.shape[1])
+
+        decoder_hidden_states = (decoder_inputs_embeds, rnn_out, outputs) if output_hidden_states else None
+        cross_attentions = (weights,) if output_attentions and weights is not None else None
+        out = Seq2SeqModelOutput(
+            last_hidden_state=outputs,
+            cache=new_cache,
+            decoder_hidden_states=decoder_hidden_states,
+            cross_attentions=cross_attentions,
+            encoder_last_hidden_state=encoder_states,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+        )
+        return out if return_dict else out.to_tuple()
+
+
+class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMixin):
+    """RNN seq2seq translator: :class:`RNNSeq2SeqModel` + output projection to the vocabulary; ``generate()`` ready."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.encoder.embed_tokens.weight"}
+
+    def __init__(self, config: RNNSeq2SeqConfig) -> None:
+        super().__init__(config)
+        self.model = RNNSeq2SeqModel(config)
+        self.lm_head = nn.Linear(config.embedding_size, config.vocab_size, bias=True)
+        self.post_init()
+        if not getattr(config, "custom_pipelines", None):  # pipeline("translation") (see seq2seq_pipelines.py)
+            config.custom_pipelines = copy.deepcopy(SEQ2SEQ_CUSTOM_PIPELINES)
+        if self.generation_config is not None and config.max_target_length is not None:
+            self.generation_config.max_length = config.max_target_length
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.encoder.embed_tokens = value
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def get_encoder(self, modality: str | None = None) -> RNNSeq2SeqEncoder:
+        return self.model.encoder
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """Shift labels right with ``decoder_start_token_id`` (used by ``DataCollatorForSeq2Seq``)."""
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: RNNSeq2SeqEncoderOutput | tuple | None = None,
+        cache: RNNDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput | tuple:
+        """Translate with teacher forcing; ``labels`` ``(B, T)`` (-100 = ignored) give the cross-entropy ``loss``."""
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if labels is not None:
+            if labels.dim() != 2:
+                raise ValueError(f"`labels` must have shape (batch, target_len), got {tuple(labels.shape)}")
+            bad = (labels != -100) & ((labels < 0) | (labels >= self.config.vocab_size))
+            if bool(bad.any()):
+                raise ValueError(f"`labels` must be -100 or ids in [0, {self.config.vocab_size}), got {labels[bad][:5].tolist()}")
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = shift_tokens_right(
+                    labels, self.config.pad_token_id, self.config.decoder_start_token_id
+                )
+            target_shape = (decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds).shape[:2]
+            if tuple(labels.shape) != tuple(target_shape):
+                raise ValueError(
+                    f"`labels` shape {tuple(labels.shape)} does not match decoder_input_ids shape {tuple(target_shape)}"
+                )
+            use_cache = False
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
+        out = Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+        )
+        return out if return_dict else out.to_tuple()
+
+
+__all__ = [
+    "RNNDecoderCache",
+    "RNNSeq2SeqEncoderOutput",
+    "RNNSeq2SeqPreTrainedModel",
+    "RNNSeq2SeqModel",
+    "RNNSeq2SeqForConditionalGeneration",
+    "shift_tokens_right",
+]

@@ -1,0 +1,490 @@
+"""RNN seq2seq (plain + attention) translator: config, attention maps, generate() with the recurrent cache, HF plumbing."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import run_clean
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, pipeline
+
+import hf_seq  # noqa: F401  (registers the Auto classes)
+from hf_seq.configuration_rnn_seq2seq import ATTENTION_TYPES, RNNSeq2SeqConfig
+from hf_seq.modeling_rnn_seq2seq import (
+    RNNDecoderCache,
+    RNNSeq2SeqForConditionalGeneration,
+    RNNSeq2SeqModel,
+    shift_tokens_right,
+)
+
+VOCAB = 24
+PAD, BOS, EOS = 0, 2, 3
+
+
+def tiny(**overrides) -> RNNSeq2SeqConfig:
+    """A tiny config with large initial weights so greedy and beam search make non-trivial choices."""
+    values = dict(
+        vocab_size=VOCAB, embedding_size=8, hidden_size=10, attention="additive", dropout=0.0, init_range=0.8,
+        max_target_length=10, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS, decoder_start_token_id=BOS,
+    )
+    values.update(overrides)
+    return RNNSeq2SeqConfig(**values)
+
+
+def model_for(seed: int = 0, **overrides) -> RNNSeq2SeqForConditionalGeneration:
+    torch.manual_seed(seed)
+    return RNNSeq2SeqForConditionalGeneration(tiny(**overrides)).eval()
+
+
+def source_batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three right-padded source sentences (lengths 6, 4, 5) ending with EOS."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, VOCAB, (3, 6), generator=g)
+    mask = torch.ones_like(ids)
+    for row, length in enumerate((6, 4, 5)):
+        ids[row, length - 1] = EOS
+        ids[row, length:] = PAD
+        mask[row, length:] = 0
+    return ids, mask
+
+
+# one entry per attention type, plus variants of cell / direction / input feeding / depth
+VARIANTS = [dict(attention=a) for a in ATTENTION_TYPES] + [
+    dict(attention="additive", bidirectional_encoder=True, encoder_layers=2, decoder_layers=2),
+    dict(attention="dot", bidirectional_encoder=True, cell="gru", input_feeding=True),
+    dict(attention="general", cell="rnn", input_feeding=True, encoder_layers=2, decoder_layers=3),
+]
+
+
+def variant_id(v: dict) -> str:
+    return "-".join(f"{k}={val}" for k, val in v.items())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# config
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        (dict(attention="luong"), "attention"),
+        (dict(cell="transformer"), "cell"),
+        (dict(hidden_size=0), "hidden_size"),
+        (dict(encoder_layers=1.5), "encoder_layers"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(attention="none", input_feeding=True), "input_feeding"),
+        (dict(decoder_start_token_id=VOCAB), "decoder_start_token_id"),
+        (dict(bidirectional_encoder="yes"), "bidirectional_encoder"),
+        (dict(recurrent_implementation="cudnn"), "recurrent_implementation"),
+    ],
+)
+def test_config_rejects_bad_values_naming_the_field(bad, field):
+    with pytest.raises(ValueError, match=field):
+        tiny(**bad)
+
+
+def test_config_error_lists_allowed_attention_types():
+    with pytest.raises(ValueError) as err:
+        tiny(attention="luong")
+    for name in ATTENTION_TYPES:
+        assert repr(name) in str(err.value)
+
+
+def test_auto_classes_and_save_load_bit_exact(tmp_path):
+    model = model_for(bidirectional_encoder=True)
+    model.save_pretrained(tmp_path)
+    assert isinstance(AutoConfig.from_pretrained(tmp_path), RNNSeq2SeqConfig)
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    assert type(loaded) is RNNSeq2SeqForConditionalGeneration
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert loaded.lm_head.weight.data_ptr() == loaded.get_input_embeddings().weight.data_ptr()  # tied
+    assert loaded.generation_config.max_length == 10
+    ids, mask = source_batch()
+    dec = torch.tensor([[BOS, 5, 6], [BOS, 7, 8], [BOS, 9, 9]])
+    torch.testing.assert_close(
+        loaded(input_ids=ids, attention_mask=mask, decoder_input_ids=dec).logits,
+        model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec).logits, atol=0, rtol=0,
+    )
+    base = AutoModel.from_pretrained(tmp_path)
+    assert type(base) is RNNSeq2SeqModel
+
+
+def test_untied_embeddings_are_separate():
+    model = model_for(tie_word_embeddings=False)
+    assert model.lm_head.weight.data_ptr() != model.get_input_embeddings().weight.data_ptr()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# forward: loss, attention maps, score functions, the plain seq2seq link
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_loss_is_cross_entropy_ignoring_minus_100():
+    model = model_for()
+    ids, mask = source_batch()
+    labels = torch.tensor([[5, 6, 7, EOS], [8, EOS, -100, -100], [9, 10, EOS, -100]])
+    out = model(input_ids=ids, attention_mask=mask, labels=labels)
+    dec = shift_tokens_right(labels, PAD, BOS)
+    assert dec[:, 0].eq(BOS).all() and dec[1, 3:].eq(PAD).all() and dec[1, 2] == EOS
+    logits = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec).logits
+    keep = labels != -100
+    expected = F.cross_entropy(logits[keep], labels[keep])
+    torch.testing.assert_close(out.loss, expected)
+    assert out.logits.shape == (3, 4, VOCAB)
+
+
+@pytest.mark.parametrize("attention", [a for a in ATTENTION_TYPES if a != "none"])
+def test_cross_attention_maps_sum_to_one_and_are_zero_on_padding(attention):
+    model = model_for(attention=attention, bidirectional_encoder=True)
+    ids, mask = source_batch()
+    dec = torch.tensor([[BOS, 5, 6, 7], [BOS, 7, 8, 9], [BOS, 9, 9, 4]])
+    out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True)
+    (weights,) = out.cross_attentions
+    assert weights.shape == (3, 4, 6)  # (batch, target_len, source_len)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4))
+    padded = (mask == 0)[:, None, :].expand_as(weights)
+    assert torch.all(weights[padded] == 0.0)
+    assert torch.all(weights[~padded] > 0.0)
+
+
+def test_no_attention_returns_no_cross_attentions():
+    model = model_for(attention="none")
+    ids, mask = source_batch()
+    out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=torch.full((3, 2), BOS), output_attentions=True)
+    assert out.cross_attentions is None
+
+
+def _hand_scores(kind: str, decoder, s: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """Scores (B, T, S) of decoder states s (B, T, H) against encoder states h (B, S, H), written out by hand."""
+    score = decoder.score
+    if kind == "dot":
+        return torch.einsum("bth,bsh->bts", s, h)
+    if kind == "scaled_dot":
+        return torch.einsum("bth,bsh->bts", s, h) / math.sqrt(h.shape[-1])
+    if kind == "general":
+        return torch.einsum("bth,hk,bsk->bts", s, score.bilinear.weight.T, h)
+    if kind == "cosine":
+        return torch.einsum("bth,bsh->bts", s / s.norm(dim=-1, keepdim=True), h / h.norm(dim=-1, keepdim=True))
+    # additive: v · tanh(W1 h + W2 s + b)
+    w1h = h @ score.key_proj.weight.T  # (B, S, A)
+    w2s = s @ score.query_proj.weight.T + score.query_proj.bias  # (B, T, A)
+    return torch.tanh(w1h[:, None] + w2s[:, :, None]) @ score.energy.weight[0]
+
+
+@pytest.mark.parametrize("attention", [a for a in ATTENTION_TYPES if a != "none"])
+def test_each_score_function_matches_hand_computation(attention):
+    """Decoder step j scores its state s_j against every encoder state h_i with the configured score function."""
+    model = model_for(attention=attention, hidden_size=10)
+    ids, mask = source_batch()
+    dec = torch.tensor([[BOS, 5, 6], [BOS, 7, 8], [BOS, 9, 9]])
+    out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True,
+                output_hidden_states=True)
+    s = out.decoder_hidden_states[1]  # (B, T, H) decoder RNN states s_j
+    h = out.encoder_last_hidden_state  # (B, S, H)
+    scores = _hand_scores(attention, model.model.decoder, s, h).masked_fill(mask[:, None, :] == 0, float("-inf"))
+    torch.testing.assert_close(out.cross_attentions[0], torch.softmax(scores, dim=-1), atol=1e-5, rtol=1e-5)
+
+
+def test_context_and_next_state_follow_the_notes():
+    """s_j = RNN([x'_j; c_{j-1}], s_{j-1}), c_j = Σ α_ij h_i, output from tanh(W_c [s_j; c_j])."""
+    model = model_for(attention="dot")
+    dec_mod = model.model.decoder
+    ids, mask = source_batch()
+    dec = torch.tensor([[BOS, 5], [BOS, 7], [BOS, 9]])
+    out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True,
+                output_hidden_states=True)
+    h = out.encoder_last_hidden_state
+    alpha = out.cross_attentions[0]  # (B, T, S)
+    context = alpha @ h  # (B, T, H)
+    s = out.decoder_hidden_states[1]
+    h_tilde = torch.tanh(torch.cat([s, context], -1) @ dec_mod.attention_proj.weight.T)
+    torch.testing.assert_close(out.logits, model.lm_head(h_tilde), atol=1e-5, rtol=1e-5)
+    # step 2 by hand with torch.nn.LSTM weights: input [x'_2; c_1], previous state s_1
+    lstm = dec_mod.rnn.layers[0]
+    enc = model.model.encoder(input_ids=ids, attention_mask=mask)
+    s0 = model.model.bridge(enc.final_hidden_state, enc.final_cell_state)
+    _, (h1, c1) = lstm(torch.cat([model.get_input_embeddings()(dec[:, :1]), _initial_context(model, s0, h, mask)], -1),
+                       (s0[0], s0[1]))
+    torch.testing.assert_close(h1[0], s[:, 0], atol=1e-5, rtol=1e-5)
+    x2 = torch.cat([model.get_input_embeddings()(dec[:, 1:2]), context[:, :1]], -1)
+    out2, _ = lstm(x2, (h1, c1))
+    torch.testing.assert_close(out2[:, 0], s[:, 1], atol=1e-5, rtol=1e-5)
+
+
+def _initial_context(model, s0, h, mask) -> torch.Tensor:
+    """c_0: attention of the initial decoder state s_0 (the encoder's final state) over the source."""
+    scores = (s0[0][-1][:, None, :] @ h.transpose(1, 2)).masked_fill(mask[:, None, :] == 0, float("-inf"))
+    return torch.softmax(scores, -1) @ h  # (B, 1, H)
+
+
+def test_plain_seq2seq_final_state_is_the_only_link():
+    model = model_for(attention="none")
+    ids, mask = source_batch()
+    dec = torch.tensor([[BOS, 5, 6], [BOS, 7, 8], [BOS, 9, 9]])
+    enc = model.get_encoder()(input_ids=ids, attention_mask=mask)
+    ref = model(encoder_outputs=enc, attention_mask=mask, decoder_input_ids=dec).logits
+    scrambled = type(enc)(last_hidden_state=torch.randn_like(enc.last_hidden_state),
+                          final_hidden_state=enc.final_hidden_state, final_cell_state=enc.final_cell_state)
+    torch.testing.assert_close(model(encoder_outputs=scrambled, attention_mask=mask, decoder_input_ids=dec).logits, ref)
+    changed = type(enc)(last_hidden_state=enc.last_hidden_state, final_hidden_state=enc.final_hidden_state + 1.0,
+                        final_cell_state=enc.final_cell_state)
+    assert not torch.allclose(model(encoder_outputs=changed, attention_mask=mask, decoder_input_ids=dec).logits, ref)
+
+
+def test_bidirectional_bridge_gives_decoder_sized_state():
+    model = model_for(bidirectional_encoder=True, encoder_layers=2, decoder_layers=3, hidden_size=6)
+    ids, mask = source_batch()
+    enc = model.get_encoder()(input_ids=ids, attention_mask=mask)
+    assert enc.last_hidden_state.shape == (3, 6, 12) and enc.final_hidden_state.shape == (3, 4, 6)
+    h, c = model.model.bridge(enc.final_hidden_state, enc.final_cell_state)
+    assert h.shape == c.shape == (3, 3, 6)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# generation
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=variant_id)
+def test_cached_equals_uncached_greedy_and_beam(variant):
+    model = model_for(**variant)
+    ids, mask = source_batch()
+    kw = dict(input_ids=ids, attention_mask=mask, max_new_tokens=7, output_scores=True, return_dict_in_generate=True)
+    greedy = model.generate(**kw, do_sample=False)
+    greedy_nc = model.generate(**kw, do_sample=False, use_cache=False)
+    assert torch.equal(greedy.sequences, greedy_nc.sequences)
+    for a, b in zip(greedy.scores, greedy_nc.scores):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    beam = model.generate(**kw, num_beams=4)
+    beam_nc = model.generate(**kw, num_beams=4, use_cache=False)
+    assert torch.equal(beam.sequences, beam_nc.sequences)
+    torch.testing.assert_close(beam.sequences_scores, beam_nc.sequences_scores, atol=1e-5, rtol=1e-5)
+
+
+def test_generate_returns_recurrent_cache_and_continues_from_it():
+    model = model_for(bidirectional_encoder=True, input_feeding=True)
+    ids, mask = source_batch()
+    dec = torch.tensor([[BOS, 5, 6, 7], [BOS, 7, 8, 9], [BOS, 9, 9, 4]])
+    full = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, use_cache=True)
+    assert isinstance(full.cache, RNNDecoderCache) and full.cache.get_seq_length() == 4
+    first = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec[:, :2], use_cache=True)
+    second = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec[:, 2:], cache=first.cache, use_cache=True)
+    torch.testing.assert_close(torch.cat([first.logits, second.logits], 1), full.logits, atol=1e-5, rtol=1e-5)
+
+
+def test_num_beams_1_equals_greedy_and_a_manual_argmax_loop():
+    model = model_for(attention="general", bidirectional_encoder=True)
+    ids, mask = source_batch()
+    greedy = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+    one_beam = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6, num_beams=1)
+    assert torch.equal(greedy, one_beam)
+    dec = torch.full((3, 1), BOS)
+    done = torch.zeros(3, dtype=torch.bool)
+    for _ in range(6):
+        nxt = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec).logits[:, -1].argmax(-1)
+        nxt = torch.where(done, torch.full_like(nxt, PAD), nxt)
+        dec = torch.cat([dec, nxt[:, None]], 1)
+        done |= nxt == EOS
+        if done.all():
+            break
+    assert torch.equal(greedy, dec)
+
+
+def test_disabling_cache_reordering_breaks_beam_search(monkeypatch):
+    """Beam search must reorder the recurrent state: with a no-op reorder, cached beams stop matching uncached ones."""
+    model = model_for(attention="additive", bidirectional_encoder=True, init_range=1.5)
+    kw = dict(max_new_tokens=8, num_beams=4, output_scores=True, return_dict_in_generate=True)
+    sources = [source_batch(seed) for seed in range(1, 3)]
+    reference = [model.generate(input_ids=i, attention_mask=m, use_cache=False, **kw) for i, m in sources]
+    cached = [model.generate(input_ids=i, attention_mask=m, **kw) for i, m in sources]
+    for ref, out in zip(reference, cached):  # with reordering everything matches
+        assert torch.equal(ref.sequences, out.sequences)
+    monkeypatch.setattr(RNNDecoderCache, "reorder_cache", lambda self, beam_idx: None)
+    broken = [model.generate(input_ids=i, attention_mask=m, **kw) for i, m in sources]
+    assert any(
+        not torch.equal(ref.sequences, out.sequences)
+        or not torch.allclose(ref.sequences_scores, out.sequences_scores, atol=1e-5)
+        for ref, out in zip(reference, broken)
+    )
+
+
+def test_source_padding_does_not_change_the_translation():
+    model = model_for(attention="scaled_dot", bidirectional_encoder=True)
+    ids, mask = source_batch()
+    kw = dict(max_new_tokens=7, num_beams=3, output_scores=True, return_dict_in_generate=True)
+    batch = model.generate(input_ids=ids, attention_mask=mask, **kw)
+    left_ids, left_mask = torch.full_like(ids, PAD), torch.zeros_like(mask)
+    for row in range(3):
+        length = int(mask[row].sum())
+        alone = model.generate(input_ids=ids[row : row + 1, :length], **kw)
+        got = batch.sequences[row][: alone.sequences.shape[1]]
+        assert torch.equal(got, alone.sequences[0]), row
+        assert batch.sequences[row][alone.sequences.shape[1]:].eq(PAD).all()
+        torch.testing.assert_close(batch.sequences_scores[row], alone.sequences_scores[0], atol=1e-5, rtol=1e-5)
+        left_ids[row, 6 - length:] = ids[row, :length]
+        left_mask[row, 6 - length:] = 1
+    left = model.generate(input_ids=left_ids, attention_mask=left_mask, **kw)
+    assert torch.equal(left.sequences, batch.sequences)
+
+
+def test_sampling_beam_options_and_return_sequences():
+    model = model_for(attention="cosine")
+    ids, mask = source_batch()
+    kw = dict(input_ids=ids, attention_mask=mask, max_new_tokens=6)
+    torch.manual_seed(3)
+    a = model.generate(**kw, do_sample=True, temperature=0.7, top_k=5, top_p=0.9)
+    torch.manual_seed(3)
+    b = model.generate(**kw, do_sample=True, temperature=0.7, top_k=5, top_p=0.9, use_cache=False)
+    assert torch.equal(a, b)  # same random draws, same logits cached or not
+    assert a[:, 1:].lt(VOCAB).all()
+    out = model.generate(**kw, num_beams=4, num_return_sequences=3, length_penalty=0.6, early_stopping=True,
+                         output_scores=True, return_dict_in_generate=True)
+    assert out.sequences.shape[0] == 9
+    scores = out.sequences_scores.view(3, 3)
+    assert torch.all(scores[:, :-1] >= scores[:, 1:] - 1e-6)  # returned best first
+    eos_stop = model.generate(**kw, eos_token_id=[EOS, 5], num_beams=2)
+    assert eos_stop.shape[0] == 3
+    default_len = model.generate(input_ids=ids, attention_mask=mask)
+    assert default_len.shape[1] <= 10  # generation_config.max_length = config.max_target_length
+
+
+def test_output_attentions_through_generate():
+    model = model_for(attention="additive")
+    ids, mask = source_batch()
+    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=4, min_new_tokens=4,
+                         output_attentions=True, return_dict_in_generate=True)
+    assert len(out.cross_attentions) == 4
+    assert out.cross_attentions[0][0].shape == (3, 1, 6)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# bad input
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_labels_without_decoder_start_token_id_raise():
+    model = model_for(decoder_start_token_id=None)
+    ids, mask = source_batch()
+    with pytest.raises(ValueError, match="decoder_start_token_id"):
+        model(input_ids=ids, attention_mask=mask, labels=torch.tensor([[5, EOS]] * 3))
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(attention_mask=torch.ones(3, 5, dtype=torch.long)), "attention_mask"),
+        (dict(input_ids=torch.full((3, 6), VOCAB)), "input_ids"),
+        (dict(decoder_input_ids=torch.tensor([[BOS, -1]] * 3)), "decoder_input_ids"),
+        (dict(decoder_input_ids=torch.full((2, 2), BOS)), "decoder_input_ids"),
+        (dict(labels=torch.tensor([[5, 6, 7]] * 3), decoder_input_ids=torch.full((3, 2), BOS)), "labels"),
+        (dict(labels=torch.tensor([[5, VOCAB]] * 3)), "labels"),
+        (dict(decoder_attention_mask=torch.ones(3, 5)), "decoder_attention_mask"),
+    ],
+)
+def test_bad_inputs_raise_value_error_naming_the_argument(kwargs, name):
+    model = model_for()
+    ids, mask = source_batch()
+    inputs = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=torch.full((3, 2), BOS))
+    inputs.update(kwargs)
+    with pytest.raises(ValueError, match=name):
+        model(**inputs)
+
+
+def test_encoder_outputs_of_wrong_size_raise():
+    model = model_for(bidirectional_encoder=True)
+    ids, mask = source_batch()
+    enc = model.get_encoder()(input_ids=ids, attention_mask=mask)
+    bad = type(enc)(last_hidden_state=enc.last_hidden_state[..., :10], final_hidden_state=enc.final_hidden_state,
+                    final_cell_state=enc.final_cell_state)
+    with pytest.raises(ValueError, match="encoder_outputs"):
+        model(encoder_outputs=bad, attention_mask=mask, decoder_input_ids=torch.full((3, 2), BOS))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pipelines and remote code
+# ---------------------------------------------------------------------------------------------------------------
+
+PAIRS = [
+    {"en": "in the beginning god created the heaven", "es": "en el principio crió dios los cielos"},
+    {"en": "and the earth was without form", "es": "y la tierra estaba desordenada"},
+    {"en": "let there be light", "es": "sea la luz"},
+]
+
+
+@pytest.fixture(scope="module")
+def saved_translator(tmp_path_factory):
+    from hf_seq.tokenization import build_translation_tokenizer
+
+    tok = build_translation_tokenizer(PAIRS, kind="word", vocab_size=100)
+    path = tmp_path_factory.mktemp("translator")
+    torch.manual_seed(0)
+    config = tiny(vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                  eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.bos_token_id, bidirectional_encoder=True)
+    model = RNNSeq2SeqForConditionalGeneration(config).eval()
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path, model, tok
+
+
+@pytest.mark.parametrize("task, key", [("translation", "translation_text"), ("text2text-generation", "generated_text")])
+def test_pipelines_on_saved_model(saved_translator, task, key):
+    path, model, tok = saved_translator
+    with pytest.raises(KeyError, match="removed"):  # transformers 5 dropped the built-in task
+        pipeline(task)
+    pipe = pipeline(task, model=str(path), trust_remote_code=True)
+    result = pipe(["let there be light", "and the earth"], max_new_tokens=5, num_beams=2)
+    assert len(result) == 2 and all(isinstance(r[0][key] if isinstance(r, list) else r[key], str) for r in result)
+    enc = tok(["let there be light"], return_tensors="pt")
+    expected = tok.decode(model.generate(**enc, max_new_tokens=5, num_beams=2)[0], skip_special_tokens=True)
+    first = result[0][0] if isinstance(result[0], list) else result[0]
+    assert first[key].strip() == expected.strip()
+
+
+REMOTE = """
+import json, sys
+try:
+    import hf_seq  # noqa: F401
+    print("hf_seq importable"); sys.exit(1)
+except ImportError:
+    pass
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+assert "hf_seq" not in sys.modules
+tok = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)
+enc = tok(["let there be light"], return_tensors="pt")
+out = model.generate(**enc, max_new_tokens=5, num_beams=3)
+from transformers import pipeline
+translated = pipeline("translation", model=sys.argv[1], trust_remote_code=True)("let there be light", max_new_tokens=5)
+assert "hf_seq" not in sys.modules and isinstance(translated[0]["translation_text"], str)
+print(type(model).__module__, json.dumps(out.tolist()))
+"""
+
+
+def test_pipeline_with_model_object(saved_translator):
+    from hf_seq.seq2seq_pipelines import TranslationPipeline
+
+    _, model, tok = saved_translator
+    pipe = TranslationPipeline(model=model, tokenizer=tok)
+    out = pipe("let there be light", max_new_tokens=4, num_return_sequences=2, num_beams=2)
+    assert len(out) == 2 and all("translation_text" in o for o in out)
+
+
+def test_remote_code_load_without_hf_seq(saved_translator, clean_python, tmp_path):
+    path, model, tok = saved_translator
+    for name in ("modeling_rnn_seq2seq.py", "configuration_rnn_seq2seq.py", "attention.py", "recurrent.py",
+                 "seq2seq_pipelines.py"):
+        assert (path / name).exists(), name
+    config = json.loads((path / "config.json").read_text())
+    assert "AutoModelForSeq2SeqLM" in config["auto_map"]
+    proc = run_clean(clean_python, REMOTE.replace("sys.argv[1]", repr(str(path))), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    module, generated = proc.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert module.startswith("transformers_modules"), proc.stdout[-2000:]
+    enc = tok(["let there be light"], return_tensors="pt")
+    assert json.loads(generated) == model.generate(**enc, max_new_tokens=5, num_beams=3).tolist()
