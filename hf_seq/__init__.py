@@ -23,9 +23,72 @@ def _register(config_cls: type, heads: dict[str, type]) -> None:
 
 
 # --- family: rnn (classifier, tagger, causal LM) ---
+from .configuration_rnn import RNNConfig  # noqa: E402
+from .modeling_rnn import (  # noqa: E402, F401
+    RNNCache,
+    RNNForCausalLM,
+    RNNForSequenceClassification,
+    RNNForTokenClassification,
+    RNNModel,
+    RNNPreTrainedModel,
+)
+from .recurrent import CellType, RecurrentStack, register_cell  # noqa: E402, F401
+
+_register(
+    RNNConfig,
+    {
+        "AutoModel": RNNModel,
+        "AutoModelForSequenceClassification": RNNForSequenceClassification,
+        "AutoModelForTokenClassification": RNNForTokenClassification,
+        "AutoModelForCausalLM": RNNForCausalLM,
+    },
+)
 
 # --- family: rnn_seq2seq ---
+from .configuration_rnn_seq2seq import RNNSeq2SeqConfig  # noqa: E402
+from .modeling_rnn_seq2seq import (  # noqa: E402, F401
+    RNNDecoderCache,
+    RNNSeq2SeqForConditionalGeneration,
+    RNNSeq2SeqModel,
+    RNNSeq2SeqPreTrainedModel,
+)
+
+_register(
+    RNNSeq2SeqConfig,
+    {"AutoModel": RNNSeq2SeqModel, "AutoModelForSeq2SeqLM": RNNSeq2SeqForConditionalGeneration},
+)
 
 # --- family: transformer ---
+from .configuration_transformer import TransformerConfig  # noqa: E402
+from .modeling_transformer import (  # noqa: E402
+    TransformerForConditionalGeneration,
+    TransformerModel,
+    TransformerPreTrainedModel,
+)
+
+_register(
+    TransformerConfig,
+    {"AutoModel": TransformerModel, "AutoModelForSeq2SeqLM": TransformerForConditionalGeneration},
+)
 
 # --- family: bert ---
+from .configuration_bert import BertConfig  # noqa: E402
+from .modeling_bert import (  # noqa: E402, F401
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+    BertPreTrainedModel,
+)
+
+_register(
+    BertConfig,
+    {
+        "AutoModel": BertModel,
+        "AutoModelForPreTraining": BertForPreTraining,
+        "AutoModelForMaskedLM": BertForMaskedLM,
+        "AutoModelForSequenceClassification": BertForSequenceClassification,
+        "AutoModelForTokenClassification": BertForTokenClassification,
+    },
+)

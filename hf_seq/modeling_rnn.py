@@ -294,7 +294,8 @@ class RNNModel(RNNPreTrainedModel):
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         self._check_inputs(input_ids, attention_mask, inputs_embeds)
         embedded = self.embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # (B, T, E)
-        embedded = embedded.to(self.dtype)  # the one-hot encoding comes out in the default dtype
+        if inputs_embeds is None and isinstance(self.embeddings.word_embeddings, OneHotEmbedding):
+            embedded = embedded.to(self.dtype)  # the one-hot encoding comes out in the default dtype
         mask = None
         if attention_mask is not None:
             mask = attention_mask if attention_mask.dtype == torch.bool else attention_mask != 0  # (B, T)

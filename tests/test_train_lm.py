@@ -1,0 +1,139 @@
+"""train_scripts/train_lm.py and the LM windows: segment/stride cut, token streams, a tiny end-to-end run on own
+text files (results, samples, saved folder usable through Auto classes and pipeline), the time budget."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, pipeline
+
+from hf_seq.collators import LMWindowDataset
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT / "train_scripts"))
+
+import train_lm  # noqa: E402
+
+TEXT = (
+    "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate:\n"
+    "Rough winds do shake the darling buds of May,\nAnd summer's lease hath all too short a date;\n"
+) * 6
+
+
+def test_windows_follow_segment_and_stride():
+    stream = torch.arange(20)
+    windows = LMWindowDataset(stream, segment_length=6, stride=3)  # the notes: segments every `stride` tokens
+    assert len(windows) == 5  # starts 0, 3, 6, 9, 12 (12 + 6 + 1 = 19 <= 20)
+    assert windows[1]["input_ids"].tolist() == list(range(3, 10))  # segment + the next token
+    assert windows[-1]["input_ids"].tolist() == list(range(12, 19))
+    assert windows[0]["labels"] is windows[0]["input_ids"] or torch.equal(windows[0]["labels"], windows[0]["input_ids"])
+    exact = LMWindowDataset(stream, segment_length=4)  # stride = segment: every transition exactly once
+    transitions = {(int(w["input_ids"][i]), int(w["input_ids"][i + 1])) for w in exact for i in range(4)}
+    assert len(exact) * 4 == len(transitions)
+    with pytest.raises(ValueError, match="stride"):
+        LMWindowDataset(stream, 4, 0)
+    with pytest.raises(ValueError, match="segment_length"):
+        LMWindowDataset(stream, 20)
+    with pytest.raises(IndexError):
+        windows[5]
+
+
+def test_token_streams_char_and_word():
+    char_args = train_lm.DataArguments(level="char")
+    tokenizer = train_lm.build_tokenizer(char_args, [TEXT])
+    stream = train_lm.token_stream([TEXT[:50], "Zebra"], tokenizer, "char")
+    expected = tokenizer(TEXT[:50] + "Zebra", add_special_tokens=False)["input_ids"]
+    assert stream.tolist() == expected  # fast path == the tokenizer itself ('Z' is unknown: [UNK])
+    assert tokenizer.decode(stream[:50]) == TEXT[:50]
+    word_args = train_lm.DataArguments(level="word", max_vocab_size=10)
+    words = train_lm.build_tokenizer(word_args, ["a b c a <unk> a b", "d e f"])
+    stream = train_lm.token_stream(["a <unk> zzz", "b"], words, "word")
+    eos, unk = words.eos_token_id, words.unk_token_id
+    assert stream.tolist() == [words.convert_tokens_to_ids("a"), unk, unk, eos, words.convert_tokens_to_ids("b"), eos]
+    with pytest.raises(ValueError, match="level"):
+        train_lm.build_tokenizer(train_lm.DataArguments(level="byte"), [TEXT])
+
+
+def write_corpus(tmp_path: Path) -> list[str]:
+    paths = []
+    for name, text in (("train", TEXT), ("valid", TEXT[:300]), ("test", TEXT[300:600])):
+        path = tmp_path / f"{name}.txt"
+        path.write_text(text)
+        paths.append(str(path))
+    return paths
+
+
+def run_args(tmp_path: Path, *extra: str) -> list[str]:
+    train, valid, test = write_corpus(tmp_path)
+    return [
+        "--corpus", "text", "--level", "char", "--train_file", train, "--validation_file", valid,
+        "--test_file", test, "--output_dir", str(tmp_path / "run"), "--hidden_size", "16", "--embedding_size", "8",
+        "--segment_length", "24", "--stride", "12", "--per_device_train_batch_size", "8", "--learning_rate", "0.01",
+        "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none", "--use_cpu", "true",
+        "--sample_length", "20", "--sample_prompt", "Thou ", "--eval_streams", "2", *extra,
+    ]
+
+
+def test_end_to_end_tiny_run(tmp_path):
+    results = train_lm.main(run_args(tmp_path, "--max_steps", "30", "--cell", "lstm"))
+    out = tmp_path / "run"
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["train_steps"] == 30
+    for split in ("validation", "test"):
+        for protocol in ("carried", "windows"):
+            assert saved[f"{split}_{protocol}_loss_nats"] > 0
+            assert saved[f"{split}_{protocol}_bits_per_char"] == pytest.approx(
+                saved[f"{split}_{protocol}_loss_nats"] / 0.6931472, abs=2e-3)
+    assert saved["train_loss"] < 4.0  # it learned something from ln(vocab) ~ 3.4+ at the start
+    samples = (out / "samples.txt").read_text()
+    assert all(f"temperature {t}" in samples for t in (0.2, 0.5, 1.0, 1.2))
+    assert set(results["samples"]) == {"0.2", "0.5", "1.0", "1.2"}
+    assert all(text.startswith("Thou ") for text in results["samples"].values())
+    model = AutoModelForCausalLM.from_pretrained(out)
+    generator = pipeline("text-generation", model=str(out))
+    text = generator("Shall", max_new_tokens=8, do_sample=False)[0]["generated_text"]
+    assert text.startswith("Shall") and len(text) > len("Shall")
+    assert model.config.cell == "lstm"
+
+
+def test_cpu_time_budget_stops_training_and_one_hot_recipe(tmp_path):
+    results = train_lm.main(run_args(
+        tmp_path, "--max_steps", "100000", "--max_train_cpu_minutes", "0.0001", "--input_encoding", "one_hot",
+        "--eval_windows", "false"))
+    assert results["train_steps"] < 5  # stopped by the CPU-time budget, not by max_steps
+    assert "validation_windows_loss_nats" not in results
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "run")
+    assert model.config.input_encoding == "one_hot" and model.config.embedding_size == model.config.vocab_size
+
+
+@pytest.mark.data
+def test_ptb_vocabulary_keeps_unk():
+    from hf_seq.data import load_ptb
+
+    lines = list(load_ptb()["train"]["text"])
+    tokenizer = train_lm.build_tokenizer(train_lm.DataArguments(corpus="ptb", level="word"), lines)
+    assert len(tokenizer) == 10001  # Mikolov's 10k vocabulary (9,999 words with <unk>, + <eos>) + <pad>
+    stream = train_lm.token_stream(lines[:200], tokenizer, "word")
+    assert int((stream == tokenizer.unk_token_id).sum()) == sum(line.split().count("<unk>") for line in lines[:200])
+
+
+@pytest.mark.parametrize("recipe", sorted((REPO_ROOT / "configs").glob("lm_*.json")), ids=lambda p: p.stem)
+def test_recipes_parse_and_build_their_model(recipe):
+    from common import parse_recipe_args
+    from transformers import TrainingArguments
+
+    from hf_seq import RNNConfig
+
+    model_args, data, training = parse_recipe_args(
+        (train_lm.ModelArguments, train_lm.DataArguments, TrainingArguments), [str(recipe)])
+    assert data.corpus in train_lm.CORPORA and data.level in train_lm.LEVELS
+    assert data.sample_temperatures == [0.2, 0.5, 1.0, 1.2]
+    assert training.output_dir.startswith("runs/")
+    kwargs = vars(model_args).copy()
+    if kwargs["input_encoding"] == "one_hot":
+        kwargs["embedding_size"] = 50
+    RNNConfig(vocab_size=50, **kwargs)  # every recipe is a valid model config
