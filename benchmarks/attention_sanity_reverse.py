@@ -48,7 +48,7 @@ def main() -> dict:
     parser.add_argument("--steps", type=int, default=800)
     parser.add_argument("--min_len", type=int, default=4)
     parser.add_argument("--max_len", type=int, default=8)
-    parser.add_argument("--plot", default=str(REPO / "reports" / "attention_heatmap_reverse.png"))
+    parser.add_argument("--plot", default=str(REPO / "docs" / "attention_heatmap_reverse.png"))
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "attention_sanity_reverse.json"))
     args = parser.parse_args()
     if os.environ.get("OMP_NUM_THREADS"):

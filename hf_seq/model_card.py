@@ -25,6 +25,23 @@ AUTO_CLASSES = {
 }
 
 
+# size/shape fields shown in the card's "Architecture" section, when the config has them
+ARCHITECTURE_FIELDS = (
+    "cell", "input_encoding", "embedding_size", "hidden_size", "d_model", "num_layers", "num_hidden_layers",
+    "encoder_layers", "decoder_layers", "bidirectional", "bidirectional_encoder", "pooling", "attention",
+    "num_attention_heads", "attention_heads", "intermediate_size", "ffn_dim", "norm_position", "position_embedding",
+    "max_position_embeddings", "max_seq_length", "vocab_size", "num_labels",
+)
+
+
+def _architecture_lines(model) -> list[str]:
+    config = model.config
+    rows = [f"| {name} | {getattr(config, name)} |" for name in ARCHITECTURE_FIELDS
+            if getattr(config, name, None) is not None and name in config.to_dict()]
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return ["| field | value |", "|---|---|", *rows, f"| trainable parameters | {trainable:,} |"]
+
+
 def _head_suffix(class_name: str) -> str | None:
     return next((suffix for suffix in PIPELINE_TAGS if class_name.endswith(suffix)), None)
 
@@ -72,6 +89,10 @@ def render_model_card(
         "```",
         "",
         "With `hf_seq` installed (`import hf_seq`), `trust_remote_code` is not needed.",
+        "",
+        "## Architecture",
+        "",
+        *_architecture_lines(model),
         "",
         "## Intended use",
         "",

@@ -33,8 +33,9 @@ def main() -> None:
     results = json.loads(results_file.read_text())
     print(f"\nTest accuracy: {results['test_accuracy']:.4f}  (validation: {results['validation_accuracy']:.4f})")
 
-    import hf_seq  # noqa: F401  (registers the hf_seq model types with the Auto classes)
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+    import hf_seq  # noqa: F401  (registers the hf_seq model types with the Auto classes)
 
     model = AutoModelForSequenceClassification.from_pretrained(RUN_DIR)
     tokenizer = AutoTokenizer.from_pretrained(RUN_DIR)

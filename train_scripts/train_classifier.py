@@ -1,7 +1,9 @@
 """Train a recurrent sentiment classifier (``RNNForSequenceClassification``) with ``Trainer``.
 
     python train_scripts/train_classifier.py configs/sentiment_bilstm.json [--num_train_epochs 3 ...]
-    accelerate launch train_scripts/train_classifier.py configs/sentiment_bilstm.json
+    accelerate launch --multi_gpu --num_processes 2 train_scripts/train_classifier.py configs/sentiment_bilstm.json  # CPU: gloo
+    torchrun --nproc_per_node 2 train_scripts/train_classifier.py configs/sentiment_bilstm.json
+    python train_scripts/train_classifier.py configs/sentiment_bilstm.json --resume_from_checkpoint last  # after a crash
 
 The JSON recipe holds model-config fields (:class:`ModelArguments`), data/tokenizer fields (:class:`DataArguments`)
 and ``TrainingArguments`` fields; command-line flags override it. The script builds a word-level tokenizer on the
@@ -13,18 +15,26 @@ carries ``id2label``, so ``pipeline("text-classification", model=output_dir)`` s
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
+import shlex
+import shutil
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
-from common import TimeBudgetCallback, parse_recipe_args, write_results
-from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
+from common import TimeBudgetCallback, command_line, parse_recipe_args, write_results
+from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from hf_seq.configuration_rnn import RNNConfig
 from hf_seq.data import load_sentiment
 from hf_seq.metrics import load_metric
+from hf_seq.model_card import write_model_card
 from hf_seq.modeling_rnn import RNNForSequenceClassification
 from hf_seq.tokenization import build_word_level_tokenizer
 
@@ -75,23 +85,39 @@ class DataArguments:
     )
 
 
-class WordDropoutCollator:
-    """Wraps a collator; replaces training tokens by ``unk_id`` with probability ``drop_prob[token]``."""
+class WordDropoutCollator(TrainerCallback):
+    """Wraps a collator; replaces training tokens by ``unk_id`` with probability ``drop_prob[token]``.
 
-    def __init__(self, base, drop_prob: torch.Tensor, unk_id: int) -> None:
+    The random draws do not use (or advance) the global RNG: each batch gets its own generator seeded from
+    ``(seed, epoch, the batch's token ids)``. Trainer collates batches ahead of the step that uses them and, on
+    ``resume_from_checkpoint``, restores the RNG state only after the first batches are collated — with global-RNG
+    draws a resumed run would see different masks than the uninterrupted one. As a ``TrainerCallback`` it learns the
+    epoch from ``on_epoch_begin`` (``TrainCollatorTrainer`` registers it).
+    """
+
+    def __init__(self, base, drop_prob: torch.Tensor, unk_id: int, seed: int = 0) -> None:
         self.base = base
         self.drop_prob = drop_prob  # (vocab_size,) probability per token id; 0 for special tokens
         self.unk_id = unk_id
+        self.seed = seed
+        self.epoch = 0
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.epoch = int(state.epoch + 1e-6)  # a run resumed mid-epoch starts at a fractional epoch
+
+    def batch_generator(self, ids: torch.Tensor) -> torch.Generator:
+        digest = hashlib.blake2b(ids.numpy().tobytes(), digest_size=8, key=f"{self.seed}:{self.epoch}".encode())
+        return torch.Generator().manual_seed(int.from_bytes(digest.digest(), "little") & (2**63 - 1))
 
     def __call__(self, features):
         batch = self.base(features)
         ids = batch["input_ids"]  # (B, T)
-        drop = torch.rand(ids.shape) < self.drop_prob[ids]
+        drop = torch.rand(ids.shape, generator=self.batch_generator(ids)) < self.drop_prob[ids]
         batch["input_ids"] = torch.where(drop, torch.full_like(ids, self.unk_id), ids)
         return batch
 
 
-def word_dropout_collator(base, tokenizer, train_dataset, alpha: float):
+def word_dropout_collator(base, tokenizer, train_dataset, alpha: float, seed: int = 0):
     """Frequency-based word dropout (Kiperwasser & Goldberg 2016): a word seen ``f`` times in training becomes the
     unknown token with probability ``alpha / (alpha + f)``, so the unknown-word vector gets trained. ``None`` if
     ``alpha`` is 0."""
@@ -102,7 +128,7 @@ def word_dropout_collator(base, tokenizer, train_dataset, alpha: float):
     drop_prob = alpha / (alpha + counts)
     drop_prob[torch.tensor(tokenizer.all_special_ids)] = 0.0
     drop_prob[counts == 0] = 0.0
-    return WordDropoutCollator(base, drop_prob.float(), tokenizer.unk_token_id)
+    return WordDropoutCollator(base, drop_prob.float(), tokenizer.unk_token_id, seed=seed)
 
 
 class TrainCollatorTrainer(Trainer):
@@ -111,6 +137,8 @@ class TrainCollatorTrainer(Trainer):
     def __init__(self, *args, train_collator=None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.train_collator = train_collator
+        if isinstance(train_collator, TrainerCallback):
+            self.add_callback(train_collator)
 
     def get_train_dataloader(self):
         if self.train_collator is None:
@@ -164,7 +192,109 @@ def _frozen(model, param) -> bool:
     return model.config.freeze_embeddings and param is model.get_input_embeddings().weight
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# resume + atomic final save (shared by every train script: `from train_classifier import ...`)
+# ---------------------------------------------------------------------------------------------------------------
+
+def use_cpu_processes_without_gpu() -> None:
+    """Make ``torchrun --nproc_per_node N`` / ``accelerate launch --multi_gpu --num_processes N`` train data-parallel
+    on a machine without a GPU (gloo).
+
+    Without this, transformers' ``TrainingArguments`` (5.x) asks accelerate for a GPU backend, finds none and falls back
+    to NO distribution with only a warning: every process then trains alone on the whole data set and they all write
+    the same output folder. Setting ``ACCELERATE_USE_CPU`` before the arguments are parsed selects MULTI_CPU (gloo).
+    Call it first in ``main()``; it changes nothing for single-process runs or when a GPU is present.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
+        os.environ.setdefault("ACCELERATE_USE_CPU", "true")
+
+
+def training_command(script_file: str, argv: list[str] | None) -> str:
+    """The command line to record in the model card: the real one, or ``python <script> <argv>`` when ``main(argv)``
+    was called from Python (tests, notebooks)."""
+    if argv is None:
+        return command_line()
+    script = Path(script_file).resolve()
+    try:
+        script = script.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return shlex.join(["python", str(script), *argv])
+
+
+def checkpoint_is_complete(path: str | os.PathLike) -> bool:
+    """True if ``path`` is a Trainer checkpoint whose writing finished: weights, config and a readable
+    ``trainer_state.json`` (Trainer writes that file last, after model, optimizer, scheduler and RNG states)."""
+    path = Path(path)
+    try:
+        json.loads((path / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    has_weights = any((path / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json"))
+    return has_weights and (path / "config.json").is_file()
+
+
+def resolve_resume_checkpoint(training_args: TrainingArguments) -> str | None:
+    """The checkpoint ``--resume_from_checkpoint`` asks for.
+
+    ``last`` / ``true`` = the newest COMPLETE ``checkpoint-N`` in ``output_dir`` (a checkpoint whose writing was cut
+    off by a kill is skipped, unlike ``Trainer``'s own ``True``), or a fresh start if there is none yet — so the same
+    command can be re-run after a crash. A path must be a complete checkpoint (``ValueError`` naming what is missing).
+    """
+    value = training_args.resume_from_checkpoint
+    if value is None or str(value).lower() in ("", "false", "none"):
+        return None
+    if str(value).lower() in ("last", "true"):
+        root = Path(training_args.output_dir)
+        candidates = sorted(
+            (p for p in root.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if p.name.split("-")[-1].isdigit()),
+            key=lambda p: int(p.name.split("-")[-1]),
+            reverse=True,
+        )
+        for candidate in candidates:
+            if checkpoint_is_complete(candidate):
+                return str(candidate)
+        print(f"resume_from_checkpoint={value}: no complete checkpoint in {root}, starting from scratch")
+        return None
+    if not Path(value).is_dir():
+        raise ValueError(f"`resume_from_checkpoint` {value!r} is not a directory")
+    if not checkpoint_is_complete(value):
+        raise ValueError(
+            f"`resume_from_checkpoint` {value!r} is not a complete Trainer checkpoint (needs config.json, "
+            "model.safetensors and a readable trainer_state.json; its writing was probably interrupted)"
+        )
+    return str(value)
+
+
+def save_final_model(trainer: Trainer, output_dir: str | os.PathLike) -> None:
+    """Save model + tokenizer (+ modelling code, ``auto_map``) + ``trainer_state.json`` into ``output_dir`` so that
+    a kill at any moment never leaves a half-written file there.
+
+    Everything is written into ``output_dir/.save-tmp`` first (``Trainer.save_model`` writes in place), then each file
+    is moved over with ``os.replace`` (atomic on one file system), ``config.json`` last: a file in ``output_dir`` is
+    always either the complete old or the complete new version, and checkpoints are never touched. Call it on every
+    process (FSDP / DeepSpeed gather the weights collectively); only the main process writes.
+    """
+    output_dir = Path(output_dir)
+    staging = output_dir / ".save-tmp"
+    main = trainer.is_world_process_zero()
+    if main and staging.exists():
+        shutil.rmtree(staging)  # left over from a run killed while saving
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(staging))
+    if main:
+        trainer.state.save_to_json(str(staging / "trainer_state.json"))  # the loss history (log_history)
+        files = sorted((p for p in staging.iterdir() if p.is_file()), key=lambda p: p.name == "config.json")
+        for path in files:
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(path, output_dir / path.name)
+        shutil.rmtree(staging)
+    trainer.accelerator.wait_for_everyone()
+
+
 def main(argv: list[str] | None = None) -> dict:
+    use_cpu_processes_without_gpu()
     model_args, data_args, training_args = parse_recipe_args((ModelArguments, DataArguments, TrainingArguments), argv)
     set_seed(training_args.seed)
 
@@ -246,16 +376,18 @@ def main(argv: list[str] | None = None) -> dict:
         eval_dataset=encoded["validation"],
         processing_class=tokenizer,
         data_collator=collator,
-        train_collator=word_dropout_collator(collator, tokenizer, encoded["train"], data_args.word_dropout),
+        train_collator=word_dropout_collator(
+            collator, tokenizer, encoded["train"], data_args.word_dropout, seed=training_args.seed
+        ),
         compute_metrics=compute_metrics,
         callbacks=[TimeBudgetCallback(data_args.max_train_minutes)],
     )
     start = time.monotonic()
-    train_output = trainer.train()
+    train_output = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
     train_minutes = (time.monotonic() - start) / 60.0
     val = trainer.evaluate(encoded["validation"], metric_key_prefix="validation")
     test = trainer.evaluate(encoded["test"], metric_key_prefix="test")
-    trainer.save_model(training_args.output_dir)  # model + tokenizer (+ modelling code for trust_remote_code)
+    save_final_model(trainer, training_args.output_dir)  # model + tokenizer + code for trust_remote_code, atomic
 
     results = {
         "task": "sentiment (Rotten Tomatoes critic snippets)",
@@ -279,6 +411,20 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if trainer.is_world_process_zero():
         write_results(training_args.output_dir, results)
+        write_model_card(
+            training_args.output_dir,
+            model,
+            dataset=f"Rotten Tomatoes critic snippets (fresh/rotten), `hf_seq.data.load_sentiment(seed="
+            f"{data_args.split_seed})`; splits (rows): {results['splits']}; word-level tokenizer built on the "
+            f"training split, {len(tokenizer)} tokens, sequences truncated to {data_args.max_length} tokens.",
+            metrics={k: results[k] for k in ("validation_accuracy", "test_accuracy", "test_loss", "train_minutes")}
+            | {"epochs": results["epochs_run"], "processes": training_args.world_size},
+            command=training_command(__file__, argv),
+            intended_use="Binary sentiment (negative / positive) of short English movie-review sentences; a small "
+            "teaching baseline for recurrent classifiers, not a production sentiment model.",
+            limitations="Trained on one domain (critic snippets) with a closed word-level vocabulary: unknown words "
+            "map to [UNK]; negation and sarcasm are often missed.",
+        )
         print(f"validation accuracy {results['validation_accuracy']:.4f}  test accuracy {results['test_accuracy']:.4f}"
               f"  ({train_minutes:.2f} train minutes)")
     return results

