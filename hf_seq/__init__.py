@@ -2,7 +2,7 @@
 
 Importing the package registers every configuration and model class with the ``Auto*`` classes of
 ``transformers`` and marks each class for ``register_for_auto_class`` so that ``save_pretrained`` writes the
-modelling code and an ``auto_map`` beside the weights (``trust_remote_code=True`` loading).
+modelling code and an ``auto_map`` beside the weights (``trust_remote_code=True`` loading without hf_seq).
 """
 
 from __future__ import annotations
@@ -10,7 +10,69 @@ from __future__ import annotations
 import transformers
 from transformers import AutoConfig
 
+from .configuration_bert import BertConfig
+from .configuration_rnn import RNNConfig
+from .configuration_rnn_seq2seq import RNNSeq2SeqConfig
+from .configuration_transformer import TransformerConfig
+from .modeling_bert import (
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+    BertPreTrainedModel,
+)
+from .modeling_rnn import (
+    RNNCache,
+    RNNForCausalLM,
+    RNNForSequenceClassification,
+    RNNForTokenClassification,
+    RNNModel,
+    RNNPreTrainedModel,
+)
+from .modeling_rnn_seq2seq import (
+    RNNDecoderCache,
+    RNNSeq2SeqForConditionalGeneration,
+    RNNSeq2SeqModel,
+    RNNSeq2SeqPreTrainedModel,
+)
+from .modeling_transformer import (
+    TransformerForConditionalGeneration,
+    TransformerModel,
+    TransformerPreTrainedModel,
+)
+from .recurrent import CellType, RecurrentStack, register_cell
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "BertConfig",
+    "BertForMaskedLM",
+    "BertForPreTraining",
+    "BertForSequenceClassification",
+    "BertForTokenClassification",
+    "BertModel",
+    "BertPreTrainedModel",
+    "CellType",
+    "RNNCache",
+    "RNNConfig",
+    "RNNDecoderCache",
+    "RNNForCausalLM",
+    "RNNForSequenceClassification",
+    "RNNForTokenClassification",
+    "RNNModel",
+    "RNNPreTrainedModel",
+    "RNNSeq2SeqConfig",
+    "RNNSeq2SeqForConditionalGeneration",
+    "RNNSeq2SeqModel",
+    "RNNSeq2SeqPreTrainedModel",
+    "RecurrentStack",
+    "TransformerConfig",
+    "TransformerForConditionalGeneration",
+    "TransformerModel",
+    "TransformerPreTrainedModel",
+    "register_cell",
+]
 
 
 def _register(config_cls: type, heads: dict[str, type]) -> None:
@@ -22,18 +84,6 @@ def _register(config_cls: type, heads: dict[str, type]) -> None:
         model_cls.register_for_auto_class(auto_name)
 
 
-# --- family: rnn (classifier, tagger, causal LM) ---
-from .configuration_rnn import RNNConfig  # noqa: E402
-from .modeling_rnn import (  # noqa: E402, F401
-    RNNCache,
-    RNNForCausalLM,
-    RNNForSequenceClassification,
-    RNNForTokenClassification,
-    RNNModel,
-    RNNPreTrainedModel,
-)
-from .recurrent import CellType, RecurrentStack, register_cell  # noqa: E402, F401
-
 _register(
     RNNConfig,
     {
@@ -43,45 +93,14 @@ _register(
         "AutoModelForCausalLM": RNNForCausalLM,
     },
 )
-
-# --- family: rnn_seq2seq ---
-from .configuration_rnn_seq2seq import RNNSeq2SeqConfig  # noqa: E402
-from .modeling_rnn_seq2seq import (  # noqa: E402, F401
-    RNNDecoderCache,
-    RNNSeq2SeqForConditionalGeneration,
-    RNNSeq2SeqModel,
-    RNNSeq2SeqPreTrainedModel,
-)
-
 _register(
     RNNSeq2SeqConfig,
     {"AutoModel": RNNSeq2SeqModel, "AutoModelForSeq2SeqLM": RNNSeq2SeqForConditionalGeneration},
 )
-
-# --- family: transformer ---
-from .configuration_transformer import TransformerConfig  # noqa: E402
-from .modeling_transformer import (  # noqa: E402
-    TransformerForConditionalGeneration,
-    TransformerModel,
-    TransformerPreTrainedModel,
-)
-
 _register(
     TransformerConfig,
     {"AutoModel": TransformerModel, "AutoModelForSeq2SeqLM": TransformerForConditionalGeneration},
 )
-
-# --- family: bert ---
-from .configuration_bert import BertConfig  # noqa: E402
-from .modeling_bert import (  # noqa: E402, F401
-    BertForMaskedLM,
-    BertForPreTraining,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-    BertModel,
-    BertPreTrainedModel,
-)
-
 _register(
     BertConfig,
     {

@@ -18,7 +18,7 @@ The attention-RNN decoder, the Transformer and BERT all use this file.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

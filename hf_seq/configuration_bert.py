@@ -5,20 +5,15 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 
-
-def _check_positive_int(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
-
-
-def _check_probability(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) < 1.0:
-        raise ValueError(f"`{name}` must be a float in [0, 1), got {value!r}")
-
-
-def _check_positive_float(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value) > 0.0:
-        raise ValueError(f"`{name}` must be a positive float, got {value!r}")
+from .validation import (
+    PROBLEM_TYPES,
+    check_bool,
+    check_choice,
+    check_positive_float,
+    check_positive_int,
+    check_probability,
+    check_token_id,
+)
 
 
 class BertConfig(PretrainedConfig):
@@ -104,34 +99,24 @@ class BertConfig(PretrainedConfig):
             "max_position_embeddings",
             "type_vocab_size",
         ):
-            _check_positive_int(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
                 f"`hidden_size` ({self.hidden_size}) must be divisible by `num_attention_heads` "
                 f"({self.num_attention_heads})"
             )
-        if not isinstance(self.hidden_act, str) or self.hidden_act not in ACT2FN:
-            raise ValueError(f"`hidden_act` must be one of {sorted(ACT2FN)}, got {self.hidden_act!r}")
-        _check_probability("hidden_dropout_prob", self.hidden_dropout_prob)
-        _check_probability("attention_probs_dropout_prob", self.attention_probs_dropout_prob)
+        check_choice("hidden_act", self.hidden_act, sorted(ACT2FN))
+        check_probability("hidden_dropout_prob", self.hidden_dropout_prob)
+        check_probability("attention_probs_dropout_prob", self.attention_probs_dropout_prob)
         if self.classifier_dropout is not None:
-            _check_probability("classifier_dropout", self.classifier_dropout)
-        _check_positive_float("layer_norm_eps", self.layer_norm_eps)
-        _check_positive_float("initializer_range", self.initializer_range)
-        if self.pad_token_id is not None and (
-            not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size
-        ):
-            raise ValueError(
-                f"`pad_token_id` must be None or an id in [0, vocab_size={self.vocab_size}), got {self.pad_token_id!r}"
-            )
+            check_probability("classifier_dropout", self.classifier_dropout)
+        check_positive_float("layer_norm_eps", self.layer_norm_eps)
+        check_positive_float("initializer_range", self.initializer_range)
+        check_token_id("pad_token_id", self.pad_token_id, self.vocab_size)
         for name in ("sparse_prediction", "tie_word_embeddings"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be a bool (true/false), got {getattr(self, name)!r}")
-        if not isinstance(self.num_labels, int) or self.num_labels <= 0:
-            raise ValueError(f"`num_labels` must be a positive integer, got {self.num_labels!r}")
-        allowed_problems = (None, "regression", "single_label_classification", "multi_label_classification")
-        if self.problem_type not in allowed_problems:
-            raise ValueError(f"`problem_type` must be one of {list(allowed_problems)}, got {self.problem_type!r}")
+            check_bool(name, getattr(self, name))
+        check_positive_int("num_labels", self.num_labels)
+        check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
 
 
 __all__ = ["BertConfig"]

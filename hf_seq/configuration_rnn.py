@@ -5,21 +5,18 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from .recurrent import CELL_TYPES, IMPLEMENTATIONS
+from .validation import (
+    PROBLEM_TYPES,
+    check_bool,
+    check_choice,
+    check_positive_float,
+    check_positive_int,
+    check_probability,
+    check_token_id,
+)
 
 POOLINGS = ("last", "mean", "max", "flatten")
 INPUT_ENCODINGS = ("embedding", "one_hot")
-
-
-def _check_positive_int(name: str, value, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
-
-
-def _check_probability(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) < 1.0:
-        raise ValueError(f"`{name}` must be a float in [0, 1), got {value!r}")
 
 
 class RNNConfig(PretrainedConfig):
@@ -129,68 +126,42 @@ class RNNConfig(PretrainedConfig):
     def validate_rnn_config(self) -> None:
         """Raise ``ValueError`` naming the field and the allowed values for any invalid setting."""
         for name in ("vocab_size", "embedding_size", "hidden_size", "num_layers"):
-            _check_positive_int(name, getattr(self, name))
-        _check_positive_int("max_seq_length", self.max_seq_length, allow_none=True)
-        cells = ["none", *sorted(CELL_TYPES)]
-        if self.cell not in cells:
-            raise ValueError(f"`cell` must be one of {cells}, got {self.cell!r}")
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"`pooling` must be one of {list(POOLINGS)}, got {self.pooling!r}")
+            check_positive_int(name, getattr(self, name))
+        check_positive_int("max_seq_length", self.max_seq_length, allow_none=True)
+        check_choice("cell", self.cell, ["none", *sorted(CELL_TYPES)])
+        check_choice("pooling", self.pooling, POOLINGS)
         if self.pooling == "flatten" and self.max_seq_length is None:
             raise ValueError('`pooling="flatten"` needs `max_seq_length` (the fixed number of tokens to flatten)')
         if self.cell == "none" and self.pooling == "last":
             raise ValueError(
                 '`pooling="last"` needs a recurrent `cell`; with `cell="none"` use one of ["mean", "max", "flatten"]'
             )
-        if self.implementation not in IMPLEMENTATIONS:
-            raise ValueError(f"`implementation` must be one of {list(IMPLEMENTATIONS)}, got {self.implementation!r}")
+        check_choice("implementation", self.implementation, IMPLEMENTATIONS)
         for name in ("bidirectional", "freeze_embeddings"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be a bool (true/false), got {getattr(self, name)!r}")
-        _check_probability("dropout", self.dropout)
-        _check_probability("embedding_dropout", self.embedding_dropout)
-        if isinstance(self.initializer_range, bool) or not isinstance(self.initializer_range, (int, float)) or (
-            self.initializer_range <= 0
-        ):
-            raise ValueError(f"`initializer_range` must be a positive float, got {self.initializer_range!r}")
-        if self.pad_token_id is not None and (
-            not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size
-        ):
-            raise ValueError(
-                f"`pad_token_id` must be None or an id in [0, vocab_size={self.vocab_size}), got {self.pad_token_id!r}"
-            )
-        if not isinstance(self.num_labels, int) or self.num_labels <= 0:
-            raise ValueError(f"`num_labels` must be a positive integer, got {self.num_labels!r}")
-        allowed_problems = (None, "regression", "single_label_classification", "multi_label_classification")
-        if self.problem_type not in allowed_problems:
-            raise ValueError(f"`problem_type` must be one of {list(allowed_problems)}, got {self.problem_type!r}")
+            check_bool(name, getattr(self, name))
+        check_probability("dropout", self.dropout)
+        check_probability("embedding_dropout", self.embedding_dropout)
+        check_positive_float("initializer_range", self.initializer_range)
+        check_token_id("pad_token_id", self.pad_token_id, self.vocab_size)
+        check_positive_int("num_labels", self.num_labels)
+        check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
 
     def validate_lm_config(self) -> None:
         """Validate the language-model fields (``input_encoding``, tying, special tokens, ``use_cache``)."""
-        if self.input_encoding not in INPUT_ENCODINGS:
-            raise ValueError(f"`input_encoding` must be one of {list(INPUT_ENCODINGS)}, got {self.input_encoding!r}")
+        check_choice("input_encoding", self.input_encoding, INPUT_ENCODINGS)
         if self.input_encoding == "one_hot" and self.embedding_size != self.vocab_size:
             raise ValueError(
                 f'`input_encoding="one_hot"` feeds vocab_size-wide one-hot vectors, so `embedding_size` must equal '
                 f"vocab_size={self.vocab_size}, got embedding_size={self.embedding_size}"
             )
         for name in ("tie_word_embeddings", "use_cache"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be a bool (true/false), got {getattr(self, name)!r}")
+            check_bool(name, getattr(self, name))
         if self.tie_word_embeddings and self.input_encoding == "one_hot":
             raise ValueError(
                 '`tie_word_embeddings=True` needs a learned embedding table; `input_encoding="one_hot"` has none'
             )
         for name in ("bos_token_id", "eos_token_id"):
-            value = getattr(self, name)
-            ids = value if isinstance(value, (list, tuple)) else [value]
-            for token_id in ids:
-                if token_id is not None and (
-                    isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < self.vocab_size
-                ):
-                    raise ValueError(
-                        f"`{name}` must be None or an id in [0, vocab_size={self.vocab_size}), got {value!r}"
-                    )
+            check_token_id(name, getattr(self, name), self.vocab_size, allow_list=True)
 
     @property
     def num_directions(self) -> int:

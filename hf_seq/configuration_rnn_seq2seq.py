@@ -6,21 +6,17 @@ from transformers import PretrainedConfig
 
 from .attention import SCORE_FUNCTIONS
 from .recurrent import IMPLEMENTATIONS
+from .validation import (
+    check_bool,
+    check_choice,
+    check_positive_float,
+    check_positive_int,
+    check_probability,
+    check_token_id,
+)
 
 ATTENTION_TYPES = ("none", *SCORE_FUNCTIONS)
 CELLS = ("rnn", "lstm", "gru")
-
-
-def _check_positive_int(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
-
-
-def _check_token_id(name: str, value, vocab_size: int, required: bool = False) -> None:
-    if value is None and not required:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < vocab_size:
-        raise ValueError(f"`{name}` must be an integer in [0, vocab_size={vocab_size}), got {value!r}")
 
 
 class RNNSeq2SeqConfig(PretrainedConfig):
@@ -114,32 +110,18 @@ class RNNSeq2SeqConfig(PretrainedConfig):
     def validate_seq2seq_config(self) -> None:
         """Raise ``ValueError`` naming the field and the allowed values for any invalid setting."""
         for name in ("vocab_size", "embedding_size", "hidden_size", "encoder_layers", "decoder_layers"):
-            _check_positive_int(name, getattr(self, name))
-        if self.max_target_length is not None:
-            _check_positive_int("max_target_length", self.max_target_length)
-        if self.attention_hidden_size is not None:
-            _check_positive_int("attention_hidden_size", self.attention_hidden_size)
-        if self.cell not in CELLS:
-            raise ValueError(f"`cell` must be one of {list(CELLS)}, got {self.cell!r}")
-        if self.attention not in ATTENTION_TYPES:
-            raise ValueError(f"`attention` must be one of {list(ATTENTION_TYPES)}, got {self.attention!r}")
-        if self.recurrent_implementation not in IMPLEMENTATIONS:
-            raise ValueError(
-                f"`recurrent_implementation` must be one of {list(IMPLEMENTATIONS)}, got {self.recurrent_implementation!r}"
-            )
+            check_positive_int(name, getattr(self, name))
+        check_positive_int("max_target_length", self.max_target_length, allow_none=True)
+        check_positive_int("attention_hidden_size", self.attention_hidden_size, allow_none=True)
+        check_choice("cell", self.cell, CELLS)
+        check_choice("attention", self.attention, ATTENTION_TYPES)
+        check_choice("recurrent_implementation", self.recurrent_implementation, IMPLEMENTATIONS)
         for name in ("bidirectional_encoder", "input_feeding", "tie_word_embeddings"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be a bool (true/false), got {getattr(self, name)!r}")
+            check_bool(name, getattr(self, name))
         if self.input_feeding and self.attention == "none":
             raise ValueError('`input_feeding=True` needs an `attention` other than "none" (it feeds the attentional vector)')
-        dropout = self.dropout
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= float(dropout) < 1.0:
-            raise ValueError(f"`dropout` must be a float in [0, 1), got {dropout!r}")
-        init_range = self.init_range
-        if isinstance(init_range, bool) or not isinstance(init_range, (int, float)) or not float(init_range) > 0:
-            raise ValueError(f"`init_range` must be a positive float, got {init_range!r}")
+        check_probability("dropout", self.dropout)
+        check_positive_float("init_range", self.init_range)
         for name in ("pad_token_id", "bos_token_id", "decoder_start_token_id"):
-            _check_token_id(name, getattr(self, name), self.vocab_size)
-        eos = self.eos_token_id
-        for token in eos if isinstance(eos, (list, tuple)) else [eos]:
-            _check_token_id("eos_token_id", token, self.vocab_size)
+            check_token_id(name, getattr(self, name), self.vocab_size)
+        check_token_id("eos_token_id", self.eos_token_id, self.vocab_size, allow_list=True)

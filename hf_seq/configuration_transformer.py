@@ -5,23 +5,17 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 
+from .validation import (
+    check_bool,
+    check_choice,
+    check_positive_float,
+    check_positive_int,
+    check_probability,
+    check_token_id,
+)
+
 NORM_POSITIONS = ("post", "pre")
 POSITION_EMBEDDINGS = ("sinusoidal", "learned")
-
-
-def _check_positive_int(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
-
-
-def _check_probability(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) < 1.0:
-        raise ValueError(f"`{name}` must be a float in [0, 1), got {value!r}")
-
-
-def _check_positive_float(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value) > 0.0:
-        raise ValueError(f"`{name}` must be a positive float, got {value!r}")
 
 
 class TransformerConfig(PretrainedConfig):
@@ -127,45 +121,25 @@ class TransformerConfig(PretrainedConfig):
             "ffn_dim",
             "max_position_embeddings",
         ):
-            _check_positive_int(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         if self.d_model % self.attention_heads != 0:
             raise ValueError(
                 f"`d_model` ({self.d_model}) must be divisible by `attention_heads` ({self.attention_heads})"
             )
         for name in ("dropout", "attention_dropout", "activation_dropout"):
-            _check_probability(name, getattr(self, name))
-        if not isinstance(self.activation_function, str) or self.activation_function not in ACT2FN:
-            raise ValueError(f"`activation_function` must be one of {sorted(ACT2FN)}, got {self.activation_function!r}")
-        if self.norm_position not in NORM_POSITIONS:
-            raise ValueError(f"`norm_position` must be one of {list(NORM_POSITIONS)}, got {self.norm_position!r}")
-        if self.position_embedding not in POSITION_EMBEDDINGS:
-            raise ValueError(
-                f"`position_embedding` must be one of {list(POSITION_EMBEDDINGS)}, got {self.position_embedding!r}"
-            )
-        _check_positive_float("layer_norm_eps", self.layer_norm_eps)
-        _check_positive_float("init_std", self.init_std)
+            check_probability(name, getattr(self, name))
+        check_choice("activation_function", self.activation_function, sorted(ACT2FN))
+        check_choice("norm_position", self.norm_position, NORM_POSITIONS)
+        check_choice("position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
+        check_positive_float("layer_norm_eps", self.layer_norm_eps)
+        check_positive_float("init_std", self.init_std)
         for name in ("scale_embedding", "tie_word_embeddings", "use_cache", "is_encoder_decoder"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be a bool (true/false), got {getattr(self, name)!r}")
+            check_bool(name, getattr(self, name))
         if not self.is_encoder_decoder:
             raise ValueError("`is_encoder_decoder` must be True for the Transformer encoder-decoder")
         for name in ("pad_token_id", "bos_token_id", "decoder_start_token_id"):
-            value = getattr(self, name)
-            if value is not None and (
-                not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < self.vocab_size
-            ):
-                raise ValueError(
-                    f"`{name}` must be None or an id in [0, vocab_size={self.vocab_size}), got {value!r}"
-                )
-        eos = self.eos_token_id if isinstance(self.eos_token_id, (list, tuple)) else [self.eos_token_id]
-        for value in eos:
-            if value is not None and (
-                not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < self.vocab_size
-            ):
-                raise ValueError(
-                    f"`eos_token_id` must be None, an id or a list of ids in [0, vocab_size={self.vocab_size}), "
-                    f"got {self.eos_token_id!r}"
-                )
+            check_token_id(name, getattr(self, name), self.vocab_size)
+        check_token_id("eos_token_id", self.eos_token_id, self.vocab_size, allow_list=True)
 
 
 __all__ = ["TransformerConfig"]

@@ -30,10 +30,10 @@ from transformers.utils import ModelOutput, logging
 from .attention import make_attention_mask
 from .blocks import TransformerEncoderBlock
 from .configuration_bert import BertConfig
+from .losses import masked_cross_entropy
+from .validation import IGNORE_INDEX, check_label_range, check_token_ids
 
 logger = logging.get_logger(__name__)
-
-IGNORE_INDEX = -100
 
 
 @dataclass
@@ -184,40 +184,6 @@ class BertOnlyMLMHead(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Input checks and losses
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def _check_ids(name: str, ids: torch.Tensor, upper: int, upper_name: str) -> None:
-    """ValueError unless every id in ``ids`` is in ``[0, upper)``."""
-    if ids.numel() == 0:
-        return
-    low, high = int(ids.min()), int(ids.max())
-    if low < 0 or high >= upper:
-        raise ValueError(
-            f"`{name}` must contain ids in [0, {upper_name}={upper}), got values in [{low}, {high}]."
-        )
-
-
-def _check_labels(name: str, labels: torch.Tensor, num_classes: int, what: str) -> None:
-    """ValueError unless every label is -100 (ignored) or in ``[0, num_classes)``."""
-    valid = labels[labels != IGNORE_INDEX]
-    if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= num_classes):
-        raise ValueError(
-            f"`{name}` must be -100 (ignored) or in [0, {what}={num_classes}), got values in "
-            f"[{int(valid.min())}, {int(valid.max())}]."
-        )
-
-
-def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the labels that are not -100 (0 when there are none, instead of NaN)."""
-    labels = labels.reshape(-1)
-    if not bool((labels != IGNORE_INDEX).any()):
-        return logits.sum() * 0.0
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels, ignore_index=IGNORE_INDEX)
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # transformers checkpoint → hf_seq weights
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -346,9 +312,7 @@ class BertPreTrainedModel(PreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
         if input_ids is not None:
-            if input_ids.dim() != 2:
-                raise ValueError(f"`input_ids` must have shape (batch, length), got {tuple(input_ids.shape)}.")
-            _check_ids("input_ids", input_ids, config.vocab_size, "vocab_size")
+            check_token_ids("input_ids", input_ids, config.vocab_size, "vocab_size", batched=True)
             shape = tuple(input_ids.shape)
         else:
             if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.hidden_size:
@@ -367,11 +331,11 @@ class BertPreTrainedModel(PreTrainedModel):
             if tensor is not None and tuple(tensor.shape) != shape:
                 raise ValueError(f"`{name}` must have the shape of `input_ids` {shape}, got {tuple(tensor.shape)}.")
         if token_type_ids is not None:
-            _check_ids("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size")
+            check_token_ids("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size")
         if position_ids is not None:
             if position_ids.shape[-1] != shape[1]:
                 raise ValueError(f"`position_ids` must have length {shape[1]}, got shape {tuple(position_ids.shape)}.")
-            _check_ids("position_ids", position_ids, config.max_position_embeddings, "max_position_embeddings")
+            check_token_ids("position_ids", position_ids, config.max_position_embeddings, "max_position_embeddings")
         return shape
 
     # --- transformers checkpoints ----------------------------------------------------------------------------
@@ -504,9 +468,9 @@ def _masked_lm_logits(
     if labels is not None and sparse:
         selected = labels != IGNORE_INDEX  # (B, T)
         logits = head(sequence_output[selected])  # (N, V)
-        return logits, _cross_entropy(logits, labels[selected])
+        return logits, masked_cross_entropy(logits, labels[selected])
     logits = head(sequence_output)  # (B, T, V)
-    return logits, (_cross_entropy(logits, labels) if labels is not None else None)
+    return logits, (masked_cross_entropy(logits, labels) if labels is not None else None)
 
 
 class BertForPreTraining(BertPreTrainedModel):
@@ -542,9 +506,9 @@ class BertForPreTraining(BertPreTrainedModel):
         """``labels`` ``(B, T)``: original ids at masked positions, -100 elsewhere; ``next_sentence_label`` ``(B,)``:
         0 = B is the true continuation of A, 1 = B is random. ``loss`` = masked-LM CE + next-sentence CE."""
         if labels is not None:
-            _check_labels("labels", labels, self.config.vocab_size, "vocab_size")
+            check_label_range("labels", labels, self.config.vocab_size, "vocab_size")
         if next_sentence_label is not None:
-            _check_labels("next_sentence_label", next_sentence_label, 2, "number of next-sentence classes")
+            check_label_range("next_sentence_label", next_sentence_label, 2, "number of next-sentence classes")
         return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.bert(
             input_ids,
@@ -562,7 +526,7 @@ class BertForPreTraining(BertPreTrainedModel):
         nsp_logits = self.cls.seq_relationship(outputs.pooler_output)  # (B, 2)
         loss = mlm_loss
         if next_sentence_label is not None:
-            nsp_loss = _cross_entropy(nsp_logits, next_sentence_label)
+            nsp_loss = masked_cross_entropy(nsp_logits, next_sentence_label)
             loss = nsp_loss if loss is None else loss + nsp_loss
         out = BertForPreTrainingOutput(
             loss=loss,
@@ -605,7 +569,7 @@ class BertForMaskedLM(BertPreTrainedModel):
     ) -> MaskedLMOutput | tuple:
         """``labels`` ``(B, T)``: original ids at masked positions, -100 elsewhere → masked-LM cross-entropy."""
         if labels is not None:
-            _check_labels("labels", labels, self.config.vocab_size, "vocab_size")
+            check_label_range("labels", labels, self.config.vocab_size, "vocab_size")
         return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.bert(
             input_ids,
@@ -637,8 +601,8 @@ def _classification_loss(config: BertConfig, logits: torch.Tensor, labels: torch
     if config.problem_type == "regression":
         return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).reshape(logits.shape[0]))
     if config.problem_type == "single_label_classification":
-        _check_labels("labels", labels, num_labels, "num_labels")
-        return _cross_entropy(logits, labels)
+        check_label_range("labels", labels, num_labels, "num_labels")
+        return masked_cross_entropy(logits, labels)
     if labels.shape != logits.shape:
         raise ValueError(f"`labels` must have shape {tuple(logits.shape)} for multi-label classification.")
     return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
@@ -729,8 +693,8 @@ class BertForTokenClassification(BertPreTrainedModel):
         if labels is not None:
             if tuple(labels.shape) != tuple(logits.shape[:2]):
                 raise ValueError(f"`labels` must have shape {tuple(logits.shape[:2])}, got {tuple(labels.shape)}.")
-            _check_labels("labels", labels, self.num_labels, "num_labels")
-            loss = _cross_entropy(logits, labels)
+            check_label_range("labels", labels, self.num_labels, "num_labels")
+            loss = masked_cross_entropy(logits, labels)
         out = TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

@@ -25,7 +25,9 @@ from transformers.modeling_outputs import (
 )
 
 from .configuration_rnn import RNNConfig
+from .losses import masked_cross_entropy
 from .recurrent import RecurrentStack, State
+from .validation import check_label_range, check_token_ids
 
 
 @dataclass
@@ -240,17 +242,9 @@ class RNNModel(RNNPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`")
         if input_ids is not None:
-            if input_ids.dim() != 2:
-                raise ValueError(f"`input_ids` must have shape (batch, seq_len), got {tuple(input_ids.shape)}")
-            if input_ids.is_floating_point() or input_ids.dtype == torch.bool:
-                raise ValueError(f"`input_ids` must hold integer token ids, got dtype {input_ids.dtype}")
+            check_token_ids("input_ids", input_ids, self.config.vocab_size, batched=True)
             if input_ids.numel() == 0:
                 raise ValueError(f"`input_ids` must not be empty, got shape {tuple(input_ids.shape)}")
-            low, high = (int(v) for v in torch.aminmax(input_ids))
-            if low < 0 or high >= self.config.vocab_size:
-                raise ValueError(
-                    f"`input_ids` must be in [0, vocab_size={self.config.vocab_size}), got values in [{low}, {high}]"
-                )
             batch_size, seq_len = input_ids.shape
         else:
             if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.embedding_size:
@@ -358,9 +352,7 @@ class RNNForSequenceClassification(RNNPreTrainedModel):
                     f"got {labels.dtype} {tuple(labels.shape)}"
                 )
             labels = labels.reshape(-1)
-            low, high = (int(v) for v in torch.aminmax(labels))
-            if low < 0 or high >= self.num_labels:
-                raise ValueError(f"`labels` must be in [0, num_labels={self.num_labels}), got values in [{low}, {high}]")
+            check_label_range("labels", labels, self.num_labels, "num_labels", ignore_index=None)
             return F.cross_entropy(logits, labels.long())
         if problem == "regression":
             if labels.numel() != logits.numel():
@@ -448,18 +440,8 @@ class RNNForTokenClassification(RNNPreTrainedModel):
                 raise ValueError(f"`labels` must have shape {tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
             if labels.is_floating_point():
                 raise ValueError(f"`labels` must be integer class ids (or -100), got dtype {labels.dtype}")
-            bad = (labels != -100) & ((labels < 0) | (labels >= self.num_labels))
-            if bool(bad.any()):
-                raise ValueError(
-                    f"`labels` must be in [0, num_labels={self.num_labels}) or -100 (ignored), "
-                    f"got {int(labels[bad][0])}"
-                )
-            if bool((labels != -100).any()):
-                loss = F.cross_entropy(
-                    logits.reshape(-1, self.num_labels), labels.reshape(-1).long(), ignore_index=-100
-                )
-            else:  # nothing to learn from (all -100): zero, not the NaN of an empty mean
-                loss = logits.sum() * 0.0
+            check_label_range("labels", labels, self.num_labels, "num_labels")
+            loss = masked_cross_entropy(logits, labels)  # (all -100: zero, not the NaN of an empty mean)
         if not return_dict:
             out = (logits,) + ((outputs.hidden_states,) if outputs.hidden_states is not None else ())
             return ((loss,) + out) if loss is not None else out
@@ -571,11 +553,7 @@ class RNNForCausalLM(RNNPreTrainedModel, GenerationMixin):
             raise ValueError(f"`labels` must have the input's shape {tuple(input_shape)}, got {tuple(labels.shape)}")
         if labels.is_floating_point() or labels.dtype == torch.bool:
             raise ValueError(f"`labels` must be integer token ids (or -100), got dtype {labels.dtype}")
-        bad = (labels != -100) & ((labels < 0) | (labels >= self.config.vocab_size))
-        if bool(bad.any()):
-            raise ValueError(
-                f"`labels` must be in [0, vocab_size={self.config.vocab_size}) or -100 (ignored), got {int(labels[bad][0])}"
-            )
+        check_label_range("labels", labels, self.config.vocab_size, "vocab_size")
 
     def _cache_state(self, cache, batch_size: int) -> RNNCache:
         """The :class:`RNNCache` to continue from (a fresh one for None or an empty transformers ``Cache``)."""
@@ -635,12 +613,8 @@ class RNNForCausalLM(RNNPreTrainedModel, GenerationMixin):
             if logits_to_keep:
                 raise ValueError("`labels` cannot be combined with `logits_to_keep` (the loss needs every position)")
             self._check_labels(labels, (batch_size, seq_len))
-            shift_logits = logits[:, :-1].reshape(-1, logits.shape[-1])  # position t predicts token t+1
-            shift_labels = labels[:, 1:].reshape(-1).long()
-            if bool((shift_labels != -100).any()):
-                loss = F.cross_entropy(shift_logits, shift_labels, ignore_index=-100)
-            else:  # nothing to predict (T == 1 or all -100): zero, not the NaN of an empty mean
-                loss = logits.sum() * 0.0
+            # position t predicts token t+1; nothing to predict (T == 1 or all -100) gives zero, not NaN
+            loss = masked_cross_entropy(logits[:, :-1], labels[:, 1:])
         if state_cache is not None:
             state_cache.update(outputs.final_state, seq_len)
         if not use_cache:

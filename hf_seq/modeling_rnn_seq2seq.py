@@ -32,6 +32,8 @@ from .attention import AttentionScore, attend
 from .configuration_rnn_seq2seq import RNNSeq2SeqConfig
 from .recurrent import RecurrentStack
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
+from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
+from .validation import check_token_ids
 
 State = tuple[torch.Tensor, ...]
 
@@ -113,37 +115,6 @@ class RNNDecoderCache:
         return f"RNNDecoderCache(layers={self.state[0].shape[0]}, batch={self.state[0].shape[1]}, seen={self.seen_tokens})"
 
 
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int | None, decoder_start_token_id: int | None) -> torch.Tensor:
-    """Teacher forcing inputs: ``[start, y_1, ..., y_{T-1}]`` from labels ``(B, T)`` (-100 becomes ``pad_token_id``)."""
-    if decoder_start_token_id is None:
-        raise ValueError(
-            "`decoder_start_token_id` is None in the config, so `labels` cannot be shifted into `decoder_input_ids`; "
-            "set config.decoder_start_token_id or pass decoder_input_ids."
-        )
-    shifted = labels.new_zeros(labels.shape)
-    shifted[:, 1:] = labels[:, :-1].clone()
-    shifted[:, 0] = decoder_start_token_id
-    if pad_token_id is None:
-        if bool((shifted == -100).any()):
-            raise ValueError("`pad_token_id` is None in the config but labels contain -100; set config.pad_token_id.")
-        return shifted
-    return shifted.masked_fill(shifted == -100, pad_token_id)
-
-
-def _check_ids(name: str, ids: torch.Tensor | None, vocab_size: int) -> None:
-    """ValueError naming ``name`` if token ids are not a (B, T) integer tensor inside the vocabulary."""
-    if ids is None:
-        return
-    if ids.dim() != 2:
-        raise ValueError(f"`{name}` must have shape (batch, seq_len), got {tuple(ids.shape)}")
-    if ids.dtype.is_floating_point:
-        raise ValueError(f"`{name}` must hold integer token ids, got dtype {ids.dtype}")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
-        raise ValueError(
-            f"`{name}` contains ids outside the vocabulary [0, {vocab_size}): min {int(ids.min())}, max {int(ids.max())}"
-        )
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Encoder
 # ---------------------------------------------------------------------------------------------------------------
@@ -187,7 +158,7 @@ class RNNSeq2SeqEncoder(nn.Module):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds` to the encoder.")
         if inputs_embeds is None:
-            _check_ids("input_ids", input_ids, self.config.vocab_size)
+            check_token_ids("input_ids", input_ids, self.config.vocab_size, batched=True)
             inputs_embeds = self.embed_tokens(input_ids)  # (B, S, E)
         batch_size, src_len = inputs_embeds.shape[:2]
         if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, src_len):
@@ -477,7 +448,7 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         if decoder_inputs_embeds is None:
             if decoder_input_ids is None:
                 raise ValueError("Pass `decoder_input_ids` (or `labels` to the ForConditionalGeneration head).")
-            _check_ids("decoder_input_ids", decoder_input_ids, self.config.vocab_size)
+            check_token_ids("decoder_input_ids", decoder_input_ids, self.config.vocab_size, batched=True)
             decoder_inputs_embeds = self.encoder.embed_tokens(decoder_input_ids)  # (B, T, E)
         if decoder_inputs_embeds.shape[0] != batch_size:
             raise ValueError(
@@ -583,20 +554,7 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
         """Translate with teacher forcing; ``labels`` ``(B, T)`` (-100 = ignored) give the cross-entropy ``loss``."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if labels is not None:
-            if labels.dim() != 2:
-                raise ValueError(f"`labels` must have shape (batch, target_len), got {tuple(labels.shape)}")
-            bad = (labels != -100) & ((labels < 0) | (labels >= self.config.vocab_size))
-            if bool(bad.any()):
-                raise ValueError(f"`labels` must be -100 or ids in [0, {self.config.vocab_size}), got {labels[bad][:5].tolist()}")
-            if decoder_input_ids is None and decoder_inputs_embeds is None:
-                decoder_input_ids = shift_tokens_right(
-                    labels, self.config.pad_token_id, self.config.decoder_start_token_id
-                )
-            target_shape = (decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds).shape[:2]
-            if tuple(labels.shape) != tuple(target_shape):
-                raise ValueError(
-                    f"`labels` shape {tuple(labels.shape)} does not match decoder_input_ids shape {tuple(target_shape)}"
-                )
+            decoder_input_ids = decoder_input_ids_for_labels(self.config, labels, decoder_input_ids, decoder_inputs_embeds)
             use_cache = False
         outputs = self.model(
             input_ids=input_ids,

@@ -33,21 +33,8 @@ from .attention import make_attention_mask
 from .blocks import Dropout, TransformerDecoderBlock, TransformerEncoderBlock, sinusoidal_position_table
 from .configuration_transformer import TransformerConfig
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
-
-
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int | None, decoder_start_token_id: int | None) -> torch.Tensor:
-    """Teacher forcing inputs: ``[start, y_1, ..., y_{T-1}]`` from labels ``(B, T)`` (``-100`` → pad)."""
-    if decoder_start_token_id is None:
-        raise ValueError(
-            "config.decoder_start_token_id must be set to build decoder_input_ids from labels (the decoder starts "
-            "from it); set it in the config or pass decoder_input_ids."
-        )
-    if pad_token_id is None:
-        raise ValueError("config.pad_token_id must be set to build decoder_input_ids from labels.")
-    shifted = labels.new_empty(labels.shape)  # (B, T)
-    shifted[:, 1:] = labels[:, :-1]
-    shifted[:, 0] = decoder_start_token_id
-    return shifted.masked_fill_(shifted == -100, pad_token_id)
+from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
+from .validation import check_token_ids
 
 
 class _TokenCrossEntropy(torch.autograd.Function):
@@ -88,16 +75,6 @@ def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Ten
     if torch.is_grad_enabled() and logits.requires_grad:
         return _TokenCrossEntropy.apply(logits, labels)
     return F.cross_entropy(logits, labels, ignore_index=-100)
-
-
-def _check_ids(name: str, ids: torch.Tensor, vocab_size: int) -> None:
-    """ValueError when token ids fall outside ``[0, vocab_size)``."""
-    if ids.dim() != 2:
-        raise ValueError(f"`{name}` must have shape (batch, length), got {tuple(ids.shape)}")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
-        raise ValueError(
-            f"`{name}` contains ids outside [0, vocab_size={vocab_size}) (min {int(ids.min())}, max {int(ids.max())})"
-        )
 
 
 def _padding_only(mask: torch.Tensor | None, name: str, shape: tuple[int, int]) -> torch.Tensor | None:
@@ -214,7 +191,7 @@ class TransformerEmbeddings(nn.Module):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError(f"Pass exactly one of `{name}` and the matching `inputs_embeds`.")
         if inputs_embeds is None:
-            _check_ids(name, input_ids, self.embed_tokens.num_embeddings)
+            check_token_ids(name, input_ids, self.embed_tokens.num_embeddings, batched=True)
             inputs_embeds = self.embed_tokens(input_ids)  # (B, T, d)
         length = inputs_embeds.shape[1]
         if past_length + length > self.max_positions:
@@ -227,6 +204,30 @@ class TransformerEmbeddings(nn.Module):
         return self.dropout(torch.add(positions, inputs_embeds, alpha=self.scale))  # (B, T, d): emb * scale + pos
 
 
+def _block_stack(block_cls: type[nn.Module], config: TransformerConfig, num_layers: int) -> nn.ModuleList:
+    """``num_layers`` encoder or decoder blocks (``block_cls``) sized by ``config``, ``layer_idx`` = position."""
+    return nn.ModuleList(
+        block_cls(
+            config.d_model,
+            config.attention_heads,
+            config.ffn_dim,
+            dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
+            activation_dropout=config.activation_dropout,
+            activation=config.activation_function,
+            norm_position=config.norm_position,
+            layer_norm_eps=config.layer_norm_eps,
+            layer_idx=i,
+        )
+        for i in range(num_layers)
+    )
+
+
+def _final_layer_norm(config: TransformerConfig) -> nn.LayerNorm | None:
+    """The LayerNorm after a pre-LN stack (post-LN blocks already end normalised: None)."""
+    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
+
+
 class TransformerEncoder(nn.Module):
     """Encoder stack: embeddings → ``encoder_layers`` × (self-attention + FFN) [→ final LayerNorm for pre-LN]."""
 
@@ -236,24 +237,8 @@ class TransformerEncoder(nn.Module):
         super().__init__()
         self.config = config
         self.embeddings = TransformerEmbeddings(config, embed_tokens)
-        self.layers = nn.ModuleList(
-            TransformerEncoderBlock(
-                config.d_model,
-                config.attention_heads,
-                config.ffn_dim,
-                dropout=config.dropout,
-                attention_dropout=config.attention_dropout,
-                activation_dropout=config.activation_dropout,
-                activation=config.activation_function,
-                norm_position=config.norm_position,
-                layer_norm_eps=config.layer_norm_eps,
-                layer_idx=i,
-            )
-            for i in range(config.encoder_layers)
-        )
-        self.layer_norm = (
-            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
-        )
+        self.layers = _block_stack(TransformerEncoderBlock, config, config.encoder_layers)
+        self.layer_norm = _final_layer_norm(config)
 
     @property
     def embed_tokens(self) -> nn.Embedding:
@@ -299,24 +284,8 @@ class TransformerDecoder(nn.Module):
         super().__init__()
         self.config = config
         self.embeddings = TransformerEmbeddings(config, embed_tokens)
-        self.layers = nn.ModuleList(
-            TransformerDecoderBlock(
-                config.d_model,
-                config.attention_heads,
-                config.ffn_dim,
-                dropout=config.dropout,
-                attention_dropout=config.attention_dropout,
-                activation_dropout=config.activation_dropout,
-                activation=config.activation_function,
-                norm_position=config.norm_position,
-                layer_norm_eps=config.layer_norm_eps,
-                layer_idx=i,
-            )
-            for i in range(config.decoder_layers)
-        )
-        self.layer_norm = (
-            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
-        )
+        self.layers = _block_stack(TransformerDecoderBlock, config, config.decoder_layers)
+        self.layer_norm = _final_layer_norm(config)
 
     @property
     def embed_tokens(self) -> nn.Embedding:
@@ -597,17 +566,8 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
     ) -> Seq2SeqLMOutput | tuple:
         """Logits ``(B, T, vocab_size)`` for every target position (+ ``loss`` with ``labels``)."""
         if labels is not None:
-            if labels.dim() != 2:
-                raise ValueError(f"`labels` must have shape (batch, length), got {tuple(labels.shape)}")
-            bad = (labels != -100) & ((labels < 0) | (labels >= self.config.vocab_size))
-            if bool(bad.any()):
-                raise ValueError(
-                    f"`labels` must be -100 (ignored) or ids in [0, vocab_size={self.config.vocab_size}); found "
-                    f"{labels[bad][:5].tolist()}"
-                )
+            decoder_input_ids = decoder_input_ids_for_labels(self.config, labels, decoder_input_ids, decoder_inputs_embeds)
             use_cache = False
-            if decoder_input_ids is None and decoder_inputs_embeds is None:
-                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -625,10 +585,6 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
         logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
         loss = None
         if labels is not None:
-            if labels.shape != logits.shape[:2]:
-                raise ValueError(
-                    f"`labels` has shape {tuple(labels.shape)} but the decoder input has shape {tuple(logits.shape[:2])}"
-                )
             loss = token_cross_entropy(logits, labels)
         out = Seq2SeqLMOutput(
             loss=loss,

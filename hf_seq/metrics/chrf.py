@@ -4,9 +4,10 @@
 ``sacrebleu.corpus_chrf(predictions, list(zip(*references)))``; ``word_order=2`` gives chrF++.
 """
 
-import datasets
 import evaluate
 import sacrebleu as scb
+
+from ._references import TEXT_FEATURES, reference_streams
 
 _DESCRIPTION = "Character n-gram F-score (Popovic, 2015) computed by sacrebleu; word_order=2 gives chrF++."
 _CITATION = """@inproceedings{popovic-2015-chrf,
@@ -39,12 +40,7 @@ class ChrF(evaluate.Metric):
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=[
-                datasets.Features(
-                    {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
-                ),
-                datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
-            ],
+            features=TEXT_FEATURES,
         )
 
     def _compute(
@@ -58,12 +54,7 @@ class ChrF(evaluate.Metric):
         whitespace=False,
         eps_smoothing=False,
     ):
-        if references and isinstance(references[0], str):
-            references = [[ref] for ref in references]
-        n_refs = len(references[0]) if references else 1
-        if any(len(refs) != n_refs for refs in references):
-            raise ValueError("chrF requires the same number of references for every prediction")
-        transposed = [[refs[i] for refs in references] for i in range(n_refs)]
+        transposed = reference_streams(references, "chrF")
         metric = scb.CHRF(
             char_order=char_order,
             word_order=word_order,

@@ -4,9 +4,10 @@
 the same numbers as ``sacrebleu.corpus_bleu(predictions, list(zip(*references)))``.
 """
 
-import datasets
 import evaluate
 import sacrebleu as scb
+
+from ._references import TEXT_FEATURES, reference_streams
 
 _DESCRIPTION = "Corpus-level BLEU (Papineni et al., 2002) computed by sacrebleu (Post, 2018), on detokenized text."
 _CITATION = """@inproceedings{post-2018-call,
@@ -44,12 +45,7 @@ class Sacrebleu(evaluate.Metric):
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            features=[
-                datasets.Features(
-                    {"predictions": datasets.Value("string"), "references": datasets.Sequence(datasets.Value("string"))}
-                ),
-                datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
-            ],
+            features=TEXT_FEATURES,
         )
 
     def _compute(
@@ -63,12 +59,7 @@ class Sacrebleu(evaluate.Metric):
         tokenize=None,
         use_effective_order=False,
     ):
-        if references and isinstance(references[0], str):
-            references = [[ref] for ref in references]
-        n_refs = len(references[0]) if references else 1
-        if any(len(refs) != n_refs for refs in references):
-            raise ValueError("sacrebleu requires the same number of references for every prediction")
-        transposed = [[refs[i] for refs in references] for i in range(n_refs)]
+        transposed = reference_streams(references, "sacrebleu")
         result = scb.corpus_bleu(
             predictions,
             transposed,

@@ -1,0 +1,122 @@
+"""The one implementation of the argument checks shared by every family's config and model files.
+
+Configs validate each field with the ``check_*`` helpers below and model ``forward`` methods validate token ids and
+labels with :func:`check_token_ids` / :func:`check_label_range`. Every helper raises ``ValueError`` naming the field
+or argument and the allowed values. Config and modelling files import this module relatively
+(``from .validation import ...``), so ``save_pretrained`` copies it next to the weights for ``trust_remote_code``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+IGNORE_INDEX = -100  # label value skipped by the losses (``F.cross_entropy(..., ignore_index=-100)``)
+PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")  # classifier losses
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Config fields
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def check_positive_int(name: str, value: Any, allow_none: bool = False) -> None:
+    """ValueError unless ``value`` is an int > 0 (bools are refused); ``None`` passes when ``allow_none``."""
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
+
+
+def check_probability(name: str, value: Any) -> None:
+    """ValueError unless ``value`` is a number in ``[0, 1)`` (a dropout probability)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) < 1.0:
+        raise ValueError(f"`{name}` must be a float in [0, 1), got {value!r}")
+
+
+def check_positive_float(name: str, value: Any) -> None:
+    """ValueError unless ``value`` is a number > 0 (an epsilon, a std, an init range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value) > 0.0:
+        raise ValueError(f"`{name}` must be a positive float, got {value!r}")
+
+
+def check_bool(name: str, value: Any) -> None:
+    """ValueError unless ``value`` is a real ``bool`` (JSON true/false)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be a bool (true/false), got {value!r}")
+
+
+def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:
+    """ValueError unless ``value`` is one of ``allowed`` (the message lists them)."""
+    allowed = list(allowed)
+    if value not in allowed:
+        raise ValueError(f"`{name}` must be one of {allowed}, got {value!r}")
+
+
+def _is_token_id(value: Any, vocab_size: int) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < vocab_size)
+
+
+def check_token_id(name: str, value: Any, vocab_size: int, allow_list: bool = False) -> None:
+    """ValueError unless ``value`` is None or an id in ``[0, vocab_size)``; with ``allow_list`` a list/tuple of such
+    ids is accepted too (``eos_token_id`` may list several stop tokens)."""
+    if allow_list and isinstance(value, (list, tuple)):
+        if not all(_is_token_id(v, vocab_size) for v in value):
+            raise ValueError(
+                f"`{name}` must be None, an id or a list of ids in [0, vocab_size={vocab_size}), got {value!r}"
+            )
+        return
+    if not _is_token_id(value, vocab_size):
+        allowed = "None, an id or a list of ids" if allow_list else "None or an id"
+        raise ValueError(f"`{name}` must be {allowed} in [0, vocab_size={vocab_size}), got {value!r}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Model inputs
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def check_token_ids(
+    name: str, ids: torch.Tensor, upper: int, upper_name: str = "vocab_size", batched: bool = False
+) -> None:
+    """ValueError naming ``name`` unless ``ids`` holds integer ids in ``[0, upper)`` (``upper_name`` names the
+    config field that sets ``upper``); with ``batched`` the tensor must also be 2-D ``(batch, length)``."""
+    if batched and ids.dim() != 2:
+        raise ValueError(f"`{name}` must have shape (batch, length), got {tuple(ids.shape)}")
+    if ids.is_floating_point() or ids.dtype == torch.bool:
+        raise ValueError(f"`{name}` must hold integer token ids, got dtype {ids.dtype}")
+    if ids.numel() == 0:
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= upper:
+        raise ValueError(f"`{name}` must contain ids in [0, {upper_name}={upper}), got values in [{low}, {high}]")
+
+
+def check_label_range(
+    name: str, labels: torch.Tensor, num_classes: int, what: str, ignore_index: int | None = IGNORE_INDEX
+) -> None:
+    """ValueError unless every label is ``ignore_index`` (skipped by the loss; None: no label is skipped) or a class id
+    in ``[0, num_classes)``; ``what`` names the config field that sets ``num_classes`` ("num_labels", "vocab_size")."""
+    valid = labels if ignore_index is None else labels[labels != ignore_index]
+    if valid.numel() == 0:
+        return
+    low, high = int(valid.min()), int(valid.max())
+    if low < 0 or high >= num_classes:
+        skipped = "" if ignore_index is None else f"{ignore_index} (ignored) or "
+        raise ValueError(f"`{name}` must be {skipped}in [0, {what}={num_classes}), got values in [{low}, {high}]")
+
+
+__all__ = [
+    "IGNORE_INDEX",
+    "PROBLEM_TYPES",
+    "check_bool",
+    "check_choice",
+    "check_label_range",
+    "check_positive_float",
+    "check_positive_int",
+    "check_probability",
+    "check_token_id",
+    "check_token_ids",
+]
