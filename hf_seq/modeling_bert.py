@@ -31,6 +31,7 @@ from .attention import make_attention_mask
 from .blocks import TransformerEncoderBlock
 from .configuration_bert import BertConfig
 from .losses import masked_cross_entropy
+from .modeling_utils import CheckedLoadingMixin
 from .validation import IGNORE_INDEX, check_label_range, check_token_ids
 
 logger = logging.get_logger(__name__)
@@ -286,7 +287,7 @@ def convert_transformers_bert_state_dict(state_dict: dict[str, torch.Tensor], nu
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class BertPreTrainedModel(PreTrainedModel):
+class BertPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     """Base class: config class, weight initialisation, input checks and :meth:`from_transformers_bert`."""
 
     config_class = BertConfig

@@ -26,6 +26,7 @@ from transformers.modeling_outputs import (
 
 from .configuration_rnn import RNNConfig
 from .losses import masked_cross_entropy
+from .modeling_utils import CheckedLoadingMixin
 from .recurrent import RecurrentStack, State
 from .validation import check_label_range, check_token_ids
 
@@ -73,7 +74,7 @@ def _load_vectors(vectors) -> torch.Tensor:
     return torch.as_tensor(vectors)
 
 
-class RNNPreTrainedModel(PreTrainedModel):
+class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     """Weight initialisation, config class and the pretrained-word-vector helper shared by every RNN head."""
 
     config_class = RNNConfig

@@ -30,6 +30,7 @@ from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqM
 
 from .attention import AttentionScore, attend
 from .configuration_rnn_seq2seq import RNNSeq2SeqConfig
+from .modeling_utils import CheckedLoadingMixin
 from .recurrent import RecurrentStack
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
@@ -331,7 +332,7 @@ class RNNSeq2SeqDecoder(nn.Module):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class RNNSeq2SeqPreTrainedModel(PreTrainedModel):
+class RNNSeq2SeqPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     """Weight initialisation (uniform in ``[-init_range, init_range]``) and HF plumbing for the RNN seq2seq family."""
 
     config_class = RNNSeq2SeqConfig

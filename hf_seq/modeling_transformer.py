@@ -32,6 +32,7 @@ from transformers.modeling_outputs import (
 from .attention import make_attention_mask
 from .blocks import Dropout, TransformerDecoderBlock, TransformerEncoderBlock, sinusoidal_position_table
 from .configuration_transformer import TransformerConfig
+from .modeling_utils import CheckedLoadingMixin
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
 from .validation import check_token_ids
@@ -361,7 +362,7 @@ class TransformerDecoder(nn.Module):
         return out if return_dict is not False else out.to_tuple()
 
 
-class TransformerPreTrainedModel(PreTrainedModel):
+class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     """Base class: config class, weight initialisation, SDPA/eager attention switch (``attn_implementation``)."""
 
     config_class = TransformerConfig

@@ -3,9 +3,8 @@
 transformers alone: a truncated or garbage ``model.safetensors`` raises a ``SafetensorError`` that names no file; a
 missing ``config.json`` with a concrete class builds a DEFAULT config and fails with "size mismatch"; another family's
 folder loaded with a concrete class initialises the model RANDOMLY with only a load report. hf_seq's
-``CheckedLoadingMixin`` (hf_seq/modeling_utils.py) turns these into clear errors. The behaviour is tested through the
-real classes once their family's base class uses the mixin, and through a mixin subclass until then
-(``test_every_family_base_class_uses_the_checked_loading_mixin`` says which families still need the one-line change).
+``CheckedLoadingMixin`` (hf_seq/modeling_utils.py), a base of every family's ``*PreTrainedModel``, turns these into
+clear errors.
 """
 
 from __future__ import annotations
@@ -23,13 +22,6 @@ from hf_seq.modeling_utils import CheckedLoadingMixin, check_safetensors_file
 BASES = {"rnn": hf_seq.RNNPreTrainedModel, "rnn_seq2seq": hf_seq.RNNSeq2SeqPreTrainedModel,
          "transformer": hf_seq.TransformerPreTrainedModel, "bert": hf_seq.BertPreTrainedModel}
 HEAD_IDS = [h.__name__ for _, h in FIRST_HEADS]
-
-
-def checked(cls: type) -> type:
-    """``cls`` itself when its family is wired to CheckedLoadingMixin, else a subclass that adds the mixin."""
-    if issubclass(cls, CheckedLoadingMixin):
-        return cls
-    return type(cls.__name__, (CheckedLoadingMixin, cls), {})
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +47,13 @@ def copy_of(saved, family, tmp_path):
 
 def test_every_family_base_class_uses_the_checked_loading_mixin():
     missing = [name for name, base in BASES.items() if not issubclass(base, CheckedLoadingMixin)]
-    if missing:
-        pytest.xfail(
-            f"families {missing} still need `class XPreTrainedModel(CheckedLoadingMixin, PreTrainedModel)` + "
-            "`from .modeling_utils import CheckedLoadingMixin` in their modeling file"
-        )
+    assert not missing, f"families {missing} must derive from CheckedLoadingMixin before PreTrainedModel"
 
 
 @pytest.mark.parametrize("family,head", FIRST_HEADS, ids=HEAD_IDS)
 def test_valid_folders_still_load_to_the_same_model(saved, family, head):
     folder, batch, expected = saved[family]
-    model = checked(head).from_pretrained(folder).eval()
+    model = head.from_pretrained(folder).eval()
     with torch.no_grad():
         assert torch.equal(model(**batch).logits, expected)
 
@@ -83,7 +71,7 @@ def test_corrupt_weights_file_raises_naming_the_file(saved, family, head, damage
         "short header": data[:12],
     }[damage])
     with pytest.raises(OSError, match=r"model\.safetensors is not a valid safetensors weights file") as err:
-        checked(head).from_pretrained(folder)
+        head.from_pretrained(folder)
     assert str(weights) in str(err.value)
 
 
@@ -94,7 +82,7 @@ def test_a_truncated_shard_of_a_sharded_checkpoint_is_named(tmp_path):
     assert len(shards) > 1 and (tmp_path / "model.safetensors.index.json").is_file()
     shards[-1].write_bytes(shards[-1].read_bytes()[:-8])
     with pytest.raises(OSError, match=shards[-1].name):
-        checked(hf_seq.BertForMaskedLM).from_pretrained(tmp_path)
+        hf_seq.BertForMaskedLM.from_pretrained(tmp_path)
 
 
 def test_check_safetensors_file_accepts_what_save_pretrained_writes(saved):
@@ -107,7 +95,7 @@ def test_missing_config_json_raises_naming_the_file(saved, family, head, tmp_pat
     folder = copy_of(saved, family, tmp_path)
     (folder / "config.json").unlink()
     with pytest.raises(OSError, match=r"has no config\.json"):
-        checked(head).from_pretrained(folder)
+        head.from_pretrained(folder)
     # the Auto classes already name the file (they read the config first)
     auto = getattr(__import__("transformers"), head._auto_class)
     with pytest.raises((OSError, ValueError), match=r"config\.json"):
@@ -131,7 +119,7 @@ def test_missing_weights_file_is_named_by_transformers(saved, tmp_path):
 def test_another_familys_folder_with_the_wrong_class_raises(saved, family, wrong_cls):
     folder = saved[family][0]
     with pytest.raises(ValueError, match=rf"describes a 'hf_seq_{family}' model .* but {wrong_cls.__name__} loads"):
-        checked(wrong_cls).from_pretrained(folder)
+        wrong_cls.from_pretrained(folder)
 
 
 def test_wrong_family_through_the_auto_classes_is_refused_by_transformers(saved):
@@ -144,6 +132,6 @@ def test_wrong_family_through_the_auto_classes_is_refused_by_transformers(saved)
 
 def test_another_head_of_the_same_family_still_loads(saved):
     """Fine-tuning starts from a pretrained folder of another head (new head initialised): that must keep working."""
-    model = checked(hf_seq.BertForSequenceClassification).from_pretrained(saved["bert"][0])
+    model = hf_seq.BertForSequenceClassification.from_pretrained(saved["bert"][0])
     reference = hf_seq.BertForMaskedLM.from_pretrained(saved["bert"][0])
     assert torch.equal(model.bert.embeddings.word_embeddings.weight, reference.bert.embeddings.word_embeddings.weight)
