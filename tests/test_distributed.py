@@ -89,3 +89,35 @@ def test_trainer_does_not_pass_loss_kwargs_to_any_head(tmp_path):
     for _, head in ALL_HEADS:
         trainer = Trainer(model=tiny_model(head, 30), args=args)
         assert trainer.model_accepts_loss_kwargs is False, head.__name__
+
+
+def test_torchrun_two_processes_of_train_lm_share_the_work_and_write_one_card(tmp_path):
+    """Smoke test of the wiring in another script (no corpus needed: own text files): under ``torchrun`` on CPU the run
+    is really data-parallel (``world_size`` 2, so the tokens seen per step double), rank 0 alone writes results.json
+    and the model card, and the final model has no ``module.`` prefix."""
+    text = "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate:\n" * 8
+    files = []
+    for name, part in (("train", text), ("valid", text[:200]), ("test", text[200:400])):
+        (tmp_path / f"{name}.txt").write_text(part)
+        files.append(str(tmp_path / f"{name}.txt"))
+    out = tmp_path / "lm"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+        "--master_port", str(free_port()), str(ROOT / "train_scripts/train_lm.py"),
+        "--corpus", "text", "--level", "char", "--train_file", files[0], "--validation_file", files[1],
+        "--test_file", files[2], "--output_dir", str(out), "--hidden_size", "8", "--embedding_size", "8",
+        "--segment_length", "16", "--per_device_train_batch_size", "4", "--max_steps", "2", "--eval_strategy", "no",
+        "--save_strategy", "no", "--report_to", "none", "--sample_length", "5", "--sample_temperatures", "1.0",
+        "--eval_streams", "2", "--disable_tqdm", "true",
+    ]
+    run = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["train_steps"] == 2
+    assert results["train_tokens_seen"] == 2 * 4 * 2 * 16  # steps x per-device batch x 2 processes x segment
+    assert "train_lm.py" in results["command"]
+    card = (out / "README.md").read_text()
+    assert "| processes | 2 |" in card and "RNNForCausalLM" in card and "train_lm.py" in card
+    assert not [k for k in load_file(out / "model.safetensors") if k.startswith("module.")]
+    assert not (out / ".save-tmp").exists()

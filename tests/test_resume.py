@@ -93,11 +93,12 @@ def uninterrupted(tmp_path_factory) -> Path:
 
 
 def test_sigkill_mid_epoch_then_resume_equals_uninterrupted_run(uninterrupted, tmp_path):
+    import common
     import train_classifier
 
     out = tmp_path / "killed"
     run_killed("step", 13, [*COMMON, "--output_dir", str(out)])  # dies in step 14 (epoch 2), checkpoint-8 exists
-    assert train_classifier.checkpoint_is_complete(out / "checkpoint-8")
+    assert common.checkpoint_is_complete(out / "checkpoint-8")
     assert not (out / "checkpoint-16").exists() and not (out / "model.safetensors").exists()
 
     train_classifier.main([*COMMON, "--output_dir", str(out), "--resume_from_checkpoint", "last"])
@@ -109,13 +110,14 @@ def test_sigkill_mid_epoch_then_resume_equals_uninterrupted_run(uninterrupted, t
 
 
 def test_kill_while_writing_a_checkpoint_resumes_from_the_last_complete_one(uninterrupted, tmp_path):
+    import common
     import train_classifier
 
     out = tmp_path / "killed_in_save"
     run_killed("checkpoint", 16, [*COMMON, "--output_dir", str(out)])
     partial = out / "checkpoint-16"
     assert (partial / "model.safetensors").is_file() and not (partial / "trainer_state.json").exists()
-    assert not train_classifier.checkpoint_is_complete(partial)
+    assert not common.checkpoint_is_complete(partial)
     with pytest.raises(ValueError, match="checkpoint-16.*not a complete Trainer checkpoint"):
         train_classifier.main([*COMMON, "--output_dir", str(out), "--resume_from_checkpoint", str(partial)])
 

@@ -98,6 +98,15 @@ def test_end_to_end_tiny_run(tmp_path):
     text = generator("Shall", max_new_tokens=8, do_sample=False)[0]["generated_text"]
     assert text.startswith("Shall") and len(text) > len("Shall")
     assert model.config.cell == "lstm"
+    # results and model card record the same command; the card names the architecture, the data and the figures
+    assert saved["command"].startswith("python ") and "train_lm.py" in saved["command"]
+    assert "--max_steps 30" in saved["command"]
+    card = (out / "README.md").read_text()
+    assert "RNNForCausalLM" in card and "lstm" in card
+    assert str(tmp_path / "train.txt") in card and "char tokens" in card
+    assert saved["command"] in card
+    assert f"{saved['test_carried_bits_per_char']}" in card
+    assert not (out / ".save-tmp").exists()
 
 
 def test_cpu_time_budget_stops_training_and_one_hot_recipe(tmp_path):

@@ -77,6 +77,15 @@ def test_tiny_end_to_end_run(tmp_path):
     model = AutoModelForSeq2SeqLM.from_pretrained(out)
     tok = AutoTokenizer.from_pretrained(out)
     assert model.config.vocab_size == len(tok) and model.config.attention == "additive"
+    # results.json and the model card record the same command; the card names the architecture, data and figures
+    assert saved["command"].startswith("python ") and "train_translation.py" in saved["command"]
+    assert "--max_steps 3" in saved["command"]
+    card = (out / "README.md").read_text()
+    assert "RNNSeq2Seq" in card and "additive" in card
+    assert "load_translation" in card and "64 training / 8 validation / 6 test pairs" in card
+    assert saved["command"] in card
+    assert "test_bleu_greedy" in card and "test_chrf_beam2" in card
+    assert not (out / ".save-tmp").exists()
 
 
 @pytest.mark.data

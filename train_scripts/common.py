@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from transformers import HfArgumentParser, TrainerCallback
+import torch
+from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # run from a checkout without `pip install -e .`
@@ -72,12 +75,119 @@ class TimeBudgetCallback(TrainerCallback):
         return control
 
 
-def write_results(output_dir: str | os.PathLike, results: dict[str, Any], name: str = "results.json") -> Path:
-    """Write ``results`` (plus the command line) as JSON into ``output_dir`` atomically; returns the path."""
+def write_results(
+    output_dir: str | os.PathLike, results: dict[str, Any], name: str = "results.json", command: str | None = None
+) -> Path:
+    """Write ``results`` (plus the command line) as JSON into ``output_dir`` atomically; returns the path.
+
+    ``command`` defaults to :func:`command_line`; scripts pass ``training_command(__file__, argv)`` so that the results
+    file and the model card record the same command (also when ``main(argv)`` is called from Python)."""
     path = Path(output_dir) / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"command": command_line(), **results}
+    payload = {"command": command or command_line(), **results}
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str, ensure_ascii=False) + "\n",
+                   encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# multi-process on CPU, resume + atomic final save, model-card command (every train script)
+# ---------------------------------------------------------------------------------------------------------------
+
+def use_cpu_processes_without_gpu() -> None:
+    """Make ``torchrun --nproc_per_node N`` / ``accelerate launch --multi_gpu --num_processes N`` train data-parallel
+    on a machine without a GPU (gloo).
+
+    Without this, transformers' ``TrainingArguments`` (5.x) asks accelerate for a GPU backend, finds none and falls back
+    to NO distribution with only a warning: every process then trains alone on the whole data set and they all write
+    the same output folder. Setting ``ACCELERATE_USE_CPU`` before the arguments are parsed selects MULTI_CPU (gloo).
+    Call it first in ``main()``; it changes nothing for single-process runs or when a GPU is present.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
+        os.environ.setdefault("ACCELERATE_USE_CPU", "true")
+
+
+def training_command(script_file: str, argv: list[str] | None) -> str:
+    """The command line to record in the model card: the real one, or ``python <script> <argv>`` when ``main(argv)``
+    was called from Python (tests, notebooks)."""
+    if argv is None:
+        return command_line()
+    script = Path(script_file).resolve()
+    try:
+        script = script.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return shlex.join(["python", str(script), *argv])
+
+
+def checkpoint_is_complete(path: str | os.PathLike) -> bool:
+    """True if ``path`` is a Trainer checkpoint whose writing finished: weights, config and a readable
+    ``trainer_state.json`` (Trainer writes that file last, after model, optimizer, scheduler and RNG states)."""
+    path = Path(path)
+    try:
+        json.loads((path / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    has_weights = any((path / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json"))
+    return has_weights and (path / "config.json").is_file()
+
+
+def resolve_resume_checkpoint(training_args: TrainingArguments) -> str | None:
+    """The checkpoint ``--resume_from_checkpoint`` asks for.
+
+    ``last`` / ``true`` = the newest COMPLETE ``checkpoint-N`` in ``output_dir`` (a checkpoint whose writing was cut
+    off by a kill is skipped, unlike ``Trainer``'s own ``True``), or a fresh start if there is none yet — so the same
+    command can be re-run after a crash. A path must be a complete checkpoint (``ValueError`` naming what is missing).
+    """
+    value = training_args.resume_from_checkpoint
+    if value is None or str(value).lower() in ("", "false", "none"):
+        return None
+    if str(value).lower() in ("last", "true"):
+        root = Path(training_args.output_dir)
+        candidates = sorted(
+            (p for p in root.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if p.name.split("-")[-1].isdigit()),
+            key=lambda p: int(p.name.split("-")[-1]),
+            reverse=True,
+        )
+        for candidate in candidates:
+            if checkpoint_is_complete(candidate):
+                return str(candidate)
+        print(f"resume_from_checkpoint={value}: no complete checkpoint in {root}, starting from scratch")
+        return None
+    if not Path(value).is_dir():
+        raise ValueError(f"`resume_from_checkpoint` {value!r} is not a directory")
+    if not checkpoint_is_complete(value):
+        raise ValueError(
+            f"`resume_from_checkpoint` {value!r} is not a complete Trainer checkpoint (needs config.json, "
+            "model.safetensors and a readable trainer_state.json; its writing was probably interrupted)"
+        )
+    return str(value)
+
+
+def save_final_model(trainer: Trainer, output_dir: str | os.PathLike) -> None:
+    """Save model + tokenizer (+ modelling code, ``auto_map``) + ``trainer_state.json`` into ``output_dir`` so that
+    a kill at any moment never leaves a half-written file there.
+
+    Everything is written into ``output_dir/.save-tmp`` first (``Trainer.save_model`` writes in place), then each file
+    is moved over with ``os.replace`` (atomic on one file system), ``config.json`` last: a file in ``output_dir`` is
+    always either the complete old or the complete new version, and checkpoints are never touched. Call it on every
+    process (FSDP / DeepSpeed gather the weights collectively); only the main process writes.
+    """
+    output_dir = Path(output_dir)
+    staging = output_dir / ".save-tmp"
+    main = trainer.is_world_process_zero()
+    if main and staging.exists():
+        shutil.rmtree(staging)  # left over from a run killed while saving
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(staging))
+    if main:
+        trainer.state.save_to_json(str(staging / "trainer_state.json"))  # the loss history (log_history)
+        files = sorted((p for p in staging.iterdir() if p.is_file()), key=lambda p: p.name == "config.json")
+        for path in files:
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(path, output_dir / path.name)
+        shutil.rmtree(staging)
+    trainer.accelerator.wait_for_everyone()

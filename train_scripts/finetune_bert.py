@@ -37,8 +37,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hf_seq import BertConfig, BertForSequenceClassification, BertForTokenClassification  # noqa: E402
 from hf_seq.data import BROWN_COARSE_TAGS, load_brown, load_sentiment  # noqa: E402
 from hf_seq.metrics import load_metric  # noqa: E402
+from hf_seq.model_card import write_model_card  # noqa: E402
 from hf_seq.tokenization import build_wordpiece_tokenizer  # noqa: E402
-from train_scripts.common import TimeBudgetCallback, parse_recipe_args, write_results  # noqa: E402
+from train_scripts.common import (  # noqa: E402
+    TimeBudgetCallback,
+    parse_recipe_args,
+    resolve_resume_checkpoint,
+    save_final_model,
+    training_command,
+    use_cpu_processes_without_gpu,
+    write_results,
+)
 
 TASKS = ("sentiment", "pos")
 
@@ -102,7 +111,39 @@ def _limit(raw, args: FinetuneArguments):
     return raw
 
 
+TASK_USE = {
+    "sentiment": "Binary sentiment (negative / positive) of short English movie-review sentences with a small BERT "
+    "encoder (`pipeline(\"text-classification\")`); a teaching comparison against the recurrent classifiers, not a "
+    "production sentiment model.",
+    "pos": "Coarse part-of-speech tagging (12 universal tags) of English words with a small BERT encoder (the first "
+    "word piece of each word is tagged; `pipeline(\"token-classification\")` tags word pieces); a teaching "
+    "comparison against the recurrent taggers.",
+}
+TASK_LIMITS = {
+    "sentiment": "Trained on one domain (Rotten Tomatoes critic snippets) with a small model and WordPiece vocabulary: "
+    "negation, sarcasm and text far from film reviews are often misjudged.",
+    "pos": "Trained on the Brown corpus (1961 American English, universal coarse tags): modern, informal or "
+    "domain-specific text is tagged less accurately; only the first word piece of each word carries the tag.",
+}
+
+
+def _dataset_description(args: FinetuneArguments, splits: dict[str, int], tokenizer) -> str:
+    """The model card's training-data line: corpus, fixed split, rows used and tokenizer."""
+    if args.task == "sentiment":
+        corpus = (f"Rotten Tomatoes critic snippets (fresh/rotten), `hf_seq.data.load_sentiment(seed={args.split_seed})`"
+                  " (fixed 80/10/10 split)")
+    else:
+        corpus = (f"Brown corpus with universal coarse tags, `hf_seq.data.load_brown(seed={args.split_seed})` "
+                  "(fixed split by document)")
+    source = (f"from `{args.tokenizer_name or args.init_from}`" if (args.tokenizer_name or args.init_from)
+              else "trained on the training split")
+    return (f"{corpus}; used: {splits['train']} / {splits['validation']} / {splits['test']} train / validation / "
+            f"test sentences; WordPiece tokenizer of {len(tokenizer)} tokens {source}; inputs truncated to "
+            f"{args.max_length} tokens.")
+
+
 def main(argv: list[str] | None = None) -> dict:
+    use_cpu_processes_without_gpu()
     args, training_args = parse_recipe_args((FinetuneArguments, TrainingArguments), argv)
     if args.task not in TASKS:
         raise ValueError(f"`task` must be one of {list(TASKS)}, got {args.task!r}")
@@ -164,11 +205,11 @@ def main(argv: list[str] | None = None) -> dict:
         callbacks=[TimeBudgetCallback(args.max_train_minutes)],
     )
     start = time.monotonic()
-    train_output = trainer.train()
+    train_output = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
     train_minutes = (time.monotonic() - start) / 60.0
     val = trainer.evaluate(encoded["validation"], metric_key_prefix="validation")
     test = trainer.evaluate(encoded["test"], metric_key_prefix="test")
-    trainer.save_model(training_args.output_dir)
+    save_final_model(trainer, training_args.output_dir)  # model + tokenizer + code for trust_remote_code, atomic
     results = {
         "task": args.task,
         "init_from": args.init_from or None,
@@ -183,7 +224,26 @@ def main(argv: list[str] | None = None) -> dict:
         "splits": {k: len(v) for k, v in encoded.items()},
     }
     if trainer.is_world_process_zero():
-        write_results(training_args.output_dir, results)
+        command = training_command(__file__, argv)
+        write_results(training_args.output_dir, results, command=command)
+        write_model_card(
+            training_args.output_dir,
+            trainer.model,
+            dataset=_dataset_description(args, results["splits"], tokenizer),
+            metrics={
+                "validation_accuracy": round(results["validation_accuracy"], 4),
+                "test_accuracy": round(results["test_accuracy"], 4),
+                "test_loss": round(test["test_loss"], 4),
+                "epochs": round(trainer.state.epoch or 0.0, 3),
+                "train_minutes": results["train_minutes"],
+                "processes": training_args.world_size,
+            },
+            command=command,
+            intended_use=TASK_USE[args.task]
+            + (f" Fine-tuned from the pre-trained encoder in `{args.init_from}`." if args.init_from
+               else " Trained from a random initialisation (no pre-training): a baseline for the pre-trained model."),
+            limitations=TASK_LIMITS[args.task],
+        )
         print(f"{args.task}: validation accuracy {results['validation_accuracy']:.4f}  test accuracy "
               f"{results['test_accuracy']:.4f}  ({train_minutes:.2f} train minutes)")
     return results

@@ -30,8 +30,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hf_seq import BertConfig, BertForPreTraining  # noqa: E402
 from hf_seq.collators import DataCollatorForBertPretraining, bert_pretraining_anchors, tokenize_documents  # noqa: E402
 from hf_seq.data import load_brown_documents  # noqa: E402
+from hf_seq.model_card import write_model_card  # noqa: E402
 from hf_seq.tokenization import build_wordpiece_tokenizer  # noqa: E402
-from train_scripts.common import TimeBudgetCallback, parse_recipe_args, write_results  # noqa: E402
+from train_scripts.common import (  # noqa: E402
+    TimeBudgetCallback,
+    parse_recipe_args,
+    resolve_resume_checkpoint,
+    save_final_model,
+    training_command,
+    use_cpu_processes_without_gpu,
+    write_results,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +119,7 @@ def compute_metrics(eval_pred) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    use_cpu_processes_without_gpu()
     model_args, data_args, training_args = parse_recipe_args((ModelArguments, DataArguments, TrainingArguments), argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     threads = data_args.num_threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
@@ -191,8 +201,8 @@ def main(argv: list[str] | None = None) -> dict:
         preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         callbacks=[TimeBudgetCallback(data_args.max_minutes)],
     )
-    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
+    train_result = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
+    save_final_model(trainer, training_args.output_dir)  # model + tokenizer + code for trust_remote_code, atomic
     validation = trainer.evaluate()
     test = trainer.evaluate(test_ds, metric_key_prefix="test")
     results = {
@@ -204,7 +214,39 @@ def main(argv: list[str] | None = None) -> dict:
         "pairs": {"train_per_epoch": len(train_ds), "validation": len(eval_ds), "test": len(test_ds)},
     }
     if trainer.is_world_process_zero():
-        write_results(training_args.output_dir, results)
+        command = training_command(__file__, argv)
+        write_results(training_args.output_dir, results, command=command)
+        splits = {name: len(brown[name]) for name in ("train", "validation", "test")}
+        write_model_card(
+            training_args.output_dir,
+            trainer.model,
+            dataset=f"Brown corpus documents (`hf_seq.data.load_brown_documents(seed={data_args.data_seed_split})`, "
+            f"the same document split as the POS tagger; {splits['train']} / {splits['validation']} / "
+            f"{splits['test']} train / validation / test documents). Masked-LM + next-sentence pairs of at most "
+            f"{data_args.max_length} tokens: {len(train_ds)} anchors per training epoch (fresh pairs and masks each "
+            f"epoch), {len(eval_ds)} validation and {len(test_ds)} test pairs fixed by a per-example seed, each drawn "
+            f"from held-out documents of its split; mask probability {data_args.mlm_probability}, random-next "
+            f"probability {data_args.nsp_probability}. WordPiece tokenizer of {len(tokenizer)} tokens"
+            + (f" (from {model_args.init_from})." if model_args.init_from else " trained on the training documents."),
+            metrics={
+                "validation_mlm_accuracy": round(validation["eval_mlm_accuracy"], 4),
+                "validation_nsp_accuracy": round(validation["eval_nsp_accuracy"], 4),
+                "test_mlm_accuracy": round(test["test_mlm_accuracy"], 4),
+                "test_nsp_accuracy": round(test["test_nsp_accuracy"], 4),
+                "test_loss": round(test["test_loss"], 4),
+                "train_steps": trainer.state.global_step,
+                "epochs": round(trainer.state.epoch or 0.0, 3),
+                "processes": training_args.world_size,
+            },
+            command=command,
+            intended_use="A small English BERT encoder pre-trained (masked LM + next-sentence prediction) as the "
+            "starting point for fine-tuning on Brown-sized tasks (`train_scripts/finetune_bert.py`) and for "
+            "teaching; also fill-mask on 1960s American English text.",
+            limitations="Pre-trained on about one million words of 1961 American English (the Brown corpus), "
+            "orders of magnitude less than BERT-base: its masked-word predictions favour frequent words, its "
+            "vocabulary and knowledge are those of that corpus, and it reflects that era's biases; not a "
+            "replacement for a full-size pre-trained BERT.",
+        )
     logger.info("validation %s", validation)
     logger.info("test %s", test)
     return results

@@ -30,12 +30,21 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from common import TimeBudgetCallback, command_line, parse_recipe_args, write_results
+from common import (
+    TimeBudgetCallback,
+    parse_recipe_args,
+    resolve_resume_checkpoint,
+    save_final_model,
+    training_command,
+    use_cpu_processes_without_gpu,
+    write_results,
+)
 from torch.utils.data import Subset
 from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
 
 from hf_seq.collators import LMWindowDataset
 from hf_seq.configuration_rnn import RNNConfig
+from hf_seq.model_card import write_model_card
 from hf_seq.modeling_rnn import RNNForCausalLM
 from hf_seq.tokenization import build_char_tokenizer, build_word_level_tokenizer
 
@@ -210,6 +219,23 @@ def evaluate_stream(model: RNNForCausalLM, tokens: torch.Tensor, segment_length:
     return total / count, count
 
 
+CORPUS_NAMES = {
+    "shakespeare": "the works of Shakespeare (`hf_seq.data.load_shakespeare()`, one text per work)",
+    "ptb": "the Penn Treebank language-modelling text (`hf_seq.data.load_ptb()`, Mikolov's preprocessed version)",
+}
+
+
+def dataset_description(data: DataArguments, streams: dict[str, torch.Tensor], vocab_size: int) -> str:
+    """The model card's training-data line: corpus, splits (tokens used) and tokenizer."""
+    corpus = CORPUS_NAMES.get(data.corpus, f"own text files ({data.train_file}, {data.validation_file}, "
+                                           f"{data.test_file})")
+    tokens = {name: int(stream.numel()) for name, stream in streams.items()}
+    evaluated = "" if data.final_eval_max_tokens is None else f" (final evaluation on the first {data.final_eval_max_tokens:,} tokens)"
+    return (f"{corpus}; train / validation / test splits of {tokens['train']:,} / {tokens['validation']:,} / "
+            f"{tokens['test']:,} {data.level} tokens{evaluated}; {data.level}-level tokenizer built on the training split, "
+            f"{vocab_size} tokens; training windows of {data.segment_length}+1 tokens.")
+
+
 def loss_report(prefix: str, loss: float, count: int, level: str) -> dict[str, float]:
     """nats (and bits) per char for characters, perplexity for words."""
     report = {f"{prefix}_loss_nats": round(loss, 4), f"{prefix}_tokens": count}
@@ -243,6 +269,7 @@ def write_samples(model: RNNForCausalLM, tokenizer, data: DataArguments, path: P
 
 
 def main(argv: list[str] | None = None) -> dict:
+    use_cpu_processes_without_gpu()
     model_args, data, training_args = parse_recipe_args((ModelArguments, DataArguments, TrainingArguments), argv)
     if os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
@@ -276,7 +303,7 @@ def main(argv: list[str] | None = None) -> dict:
         callbacks=[TimeBudgetCallback(data.max_train_minutes), CPUTimeBudgetCallback(data.max_train_cpu_minutes)],
     )
     start, cpu_start = time.monotonic(), time.process_time()
-    train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_output = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
     train_minutes = (time.monotonic() - start) / 60.0
     train_cpu_minutes = (time.process_time() - cpu_start) / 60.0
 
@@ -297,6 +324,8 @@ def main(argv: list[str] | None = None) -> dict:
         "torch_threads": torch.get_num_threads(),
     }
     results["epochs"] = round(results["train_tokens_seen"] / max(1, streams["train"].numel()), 3)
+    output_dir = Path(training_args.output_dir)
+    save_final_model(trainer, output_dir)  # model + tokenizer + code for trust_remote_code, atomic; every rank calls
     if trainer.is_world_process_zero():
         eval_start = time.monotonic()
         for split in ("validation", "test"):
@@ -310,12 +339,29 @@ def main(argv: list[str] | None = None) -> dict:
                 loss, count = evaluate_stream(model, tokens, data.segment_length, data.eval_streams, carry_state=False)
                 results.update(loss_report(f"{split}_windows", loss, count, data.level))
         results["eval_minutes"] = round((time.monotonic() - eval_start) / 60.0, 2)
-        output_dir = Path(training_args.output_dir)
-        trainer.save_model(str(output_dir))
-        tokenizer.save_pretrained(str(output_dir))
         results["samples"] = write_samples(model, tokenizer, data, output_dir / "samples.txt")
-        results["command"] = command_line()
-        path = write_results(output_dir, results)
+        command = training_command(__file__, argv)
+        path = write_results(output_dir, results, command=command)
+        headline = "carried" if data.eval_carried else "windows"
+        metric = "bits_per_char" if data.level == "char" else "perplexity"
+        write_model_card(
+            output_dir,
+            trainer.model,
+            dataset=dataset_description(data, streams, len(tokenizer)),
+            metrics={k: results[k] for k in results if k.startswith(("validation", "test")) and not k.endswith("tokens")}
+            | {"train_steps": results["train_steps"], "train_loss": results["train_loss"],
+               "epochs": results["epochs"], "train_minutes": results["train_minutes"],
+               "processes": training_args.world_size},
+            command=command,
+            intended_use=f"{data.level.capitalize()}-level next-token prediction and sampling "
+            f"(`pipeline(\"text-generation\")`) on {CORPUS_NAMES.get(data.corpus, 'the training text')}: a small "
+            f"teaching model of recurrent language modelling (headline metric: test {metric}, state {headline} "
+            "across windows), not a general-purpose text generator.",
+            limitations="Trained on one small corpus with a closed vocabulary "
+            + ("(characters unseen in training map to [UNK])" if data.level == "char" else "(unknown words map to <unk>)")
+            + f"; context is learned from {data.segment_length}-token windows, so long-range coherence is weak and "
+            "samples drift into fluent-looking nonsense; it reproduces the style (and biases) of its training text.",
+        )
         print(f"results -> {path}")
         for key in sorted(results):
             if key.startswith(("validation", "test")) and not key.endswith("tokens"):

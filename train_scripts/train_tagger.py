@@ -22,16 +22,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from common import TimeBudgetCallback, parse_recipe_args, write_results
-from train_classifier import (
-    TrainCollatorTrainer,
-    count_parameters,
+from common import (
+    TimeBudgetCallback,
+    parse_recipe_args,
     resolve_resume_checkpoint,
     save_final_model,
     training_command,
     use_cpu_processes_without_gpu,
-    word_dropout_collator,
+    write_results,
 )
+from train_classifier import TrainCollatorTrainer, count_parameters, word_dropout_collator
 from transformers import DataCollatorForTokenClassification, TrainingArguments, set_seed
 
 from hf_seq.configuration_rnn import RNNConfig
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> dict:
         "tags": tag_names,
     }
     if trainer.is_world_process_zero():
-        write_results(training_args.output_dir, results)
+        write_results(training_args.output_dir, results, command=training_command(__file__, argv))
         write_model_card(
             training_args.output_dir,
             model,

@@ -45,7 +45,15 @@ if str(REPO) not in sys.path:
 import hf_seq  # noqa: E402,F401  (registers the hf_seq configs/models with the Auto classes)
 from hf_seq.data import load_translation  # noqa: E402
 from hf_seq.metrics import load_metric  # noqa: E402
+from hf_seq.model_card import write_model_card  # noqa: E402
 from hf_seq.tokenization import build_translation_tokenizer  # noqa: E402
+from train_scripts.common import (  # noqa: E402
+    resolve_resume_checkpoint,
+    save_final_model,
+    training_command,
+    use_cpu_processes_without_gpu,
+    write_results,
+)
 
 logger = logging.getLogger("train_translation")
 
@@ -183,7 +191,42 @@ def plot_test_attention(model, tokenizer, source_text: str, path: str, max_new_t
     return path
 
 
+def translation_dataset_description(
+    model_args: ModelArguments, data_args: DataArguments, sizes: dict, tokenizer
+) -> str:
+    """The model card's training-data line: corpus, split, filters, sizes and tokenizer."""
+    loaded_from = model_args.tokenizer_name or model_args.model_name_or_path
+    source = f"loaded from `{loaded_from}`" if loaded_from else f"{model_args.tokenizer_kind}, built on the training split"
+    return (
+        "English (KJV) - Spanish (Reina-Valera 1909) Bible verse pairs, `hf_seq.data.load_translation(seed="
+        f"{data_args.split_seed}, max_words={data_args.max_words})` (fixed 90/5/5 split by verse); used: "
+        f"{sizes['train_pairs']} training / {sizes['validation_pairs']} validation / {sizes['test_pairs']} test pairs "
+        f"({data_args.source_lang} -> {data_args.target_lang}); one tokenizer shared by both languages, "
+        f"{len(tokenizer)} tokens, {source}; sources truncated to {data_args.max_source_length}, "
+        f"targets to {data_args.max_target_length} tokens."
+    )
+
+
+def translation_card_metrics(results: dict) -> dict:
+    """Test BLEU / chrF per decoding mode, the last validation BLEU, steps and training time for the model card."""
+    metrics: dict = {}
+    for key, value in results.items():
+        if key.startswith("test_") and isinstance(value, dict):
+            mode = key[len("test_"):]
+            for name in ("bleu", "chrf"):
+                if f"test_{name}" in value:
+                    metrics[f"test_{name}_{mode}"] = round(value[f"test_{name}"], 2)
+    if results.get("validation_history"):
+        metrics["validation_bleu_last"] = round(results["validation_history"][-1]["eval_bleu"], 2)
+    if "train" in results:
+        metrics["train_steps"] = results["train"]["global_steps"]
+        metrics["epochs"] = round(results["train"]["epochs"], 3)
+        metrics["train_minutes"] = round(results["train"]["train_minutes"], 3)
+    return metrics
+
+
 def main(argv: list[str] | None = None) -> dict:
+    use_cpu_processes_without_gpu()
     model_args, data_args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     threads = os.environ.get("OMP_NUM_THREADS")
@@ -272,7 +315,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
 
     results: dict = {
-        "command": " ".join([sys.executable.split("/")[-1], *sys.argv]) if argv is None else " ".join(argv),
+        "command": training_command(__file__, argv),
         "model_type": model.config.model_type,
         "model_config": model.config.to_diff_dict(),
         "parameters": n_params,
@@ -285,9 +328,9 @@ def main(argv: list[str] | None = None) -> dict:
         "torch_threads": torch.get_num_threads(),
     }
     if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-        trainer.save_model()
-        tokenizer.save_pretrained(training_args.output_dir)
+        train_result = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
+        # model + tokenizer + code for trust_remote_code, atomic; every rank calls it
+        save_final_model(trainer, training_args.output_dir)
         target_tokens = sum(len(x) for x in tokenized["train"]["labels"])
         epochs = trainer.state.epoch or 0.0
         results["train"] = {
@@ -334,10 +377,23 @@ def main(argv: list[str] | None = None) -> dict:
         results["attention_plot"] = {"path": written, "test_index": index, "source": sentence}
 
     if trainer.is_world_process_zero():
-        os.makedirs(training_args.output_dir, exist_ok=True)
-        out_path = os.path.join(training_args.output_dir, data_args.results_file)
-        Path(out_path).write_text(json.dumps(results, indent=2, default=str, ensure_ascii=False))
+        out_path = write_results(training_args.output_dir, results, name=data_args.results_file)
         logger.info("results written to %s", out_path)
+        if training_args.do_train:  # a final model was saved: describe it
+            write_model_card(
+                training_args.output_dir,
+                trainer.model,
+                dataset=translation_dataset_description(model_args, data_args, results["data"], tokenizer),
+                metrics=translation_card_metrics(results) | {"processes": training_args.world_size},
+                command=results["command"],
+                intended_use=f"Translation {src} -> {tgt} of short Bible verses (early-modern English -> 1909 "
+                "Spanish style); a small teaching model for comparing seq2seq architectures / attention variants "
+                "on one CPU, not a general-purpose translator.",
+                limitations=f"Trained on one narrow domain (verses of at most {data_args.max_words} words, archaic "
+                "religious register, ~30k pairs): modern or out-of-domain text, names and long sentences are "
+                "translated poorly; the closed vocabulary of the training split limits rare words; BLEU/chrF are "
+                "measured on a capped test subset (see the data line).",
+            )
         for key in ("test_greedy", "test_beam5"):
             if key in results:
                 logger.info("%s: BLEU %.2f chrF %.2f", key, results[key].get("test_bleu", math.nan),

@@ -1,0 +1,78 @@
+"""train_scripts/pretrain_bert.py and finetune_bert.py end to end on tiny settings (a couple of steps on the real
+corpora): results.json, the saved folder, and the model card (architecture, data, metrics, command)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+import hf_seq  # noqa: F401  (registers the hf_seq classes with the Auto classes)
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "train_scripts"))
+
+TINY = ["--hidden_size", "16", "--num_hidden_layers", "1", "--num_attention_heads", "2", "--intermediate_size", "32"]
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> tuple[Path, dict]:
+    import pretrain_bert
+
+    out = tmp_path_factory.mktemp("bert") / "pretrain"
+    results = pretrain_bert.main([
+        str(REPO / "configs" / "bert_pretrain_brown.json"), *TINY, "--vocab_size", "400", "--max_length", "32",
+        "--output_dir", str(out), "--max_steps", "2", "--per_device_train_batch_size", "4", "--warmup_steps", "0",
+        "--eval_strategy", "no", "--max_eval_examples", "8", "--per_device_eval_batch_size", "256",
+        "--logging_steps", "1", "--disable_tqdm", "true",
+    ])
+    return out, results
+
+
+@pytest.mark.data
+def test_pretrain_bert_writes_results_model_and_card(pretrained):
+    out, results = pretrained
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["train"]["train_loss"] > 0
+    assert 0.0 <= saved["test"]["test_mlm_accuracy"] <= 1.0 and 0.0 <= saved["test"]["test_nsp_accuracy"] <= 1.0
+    assert saved["pairs"]["validation"] == 8
+    assert saved["command"].startswith("python ") and "pretrain_bert.py" in saved["command"]
+    assert "--max_steps 2" in saved["command"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["BertForPreTraining"] and config["hidden_size"] == 16
+    assert (out / "tokenizer.json").is_file() and not (out / ".save-tmp").exists()
+    card = (out / "README.md").read_text()
+    assert "BertForPreTraining" in card
+    assert "Brown" in card and "load_brown_documents" in card
+    assert saved["command"] in card
+    assert str(round(results["test"]["test_mlm_accuracy"], 4)) in card
+
+
+@pytest.mark.data
+def test_finetune_bert_from_the_pretrained_folder_writes_results_and_card(pretrained, tmp_path):
+    import finetune_bert
+
+    pretrain_dir, _ = pretrained
+    out = tmp_path / "sentiment"
+    results = finetune_bert.main([
+        str(REPO / "configs" / "bert_finetune_sentiment.json"), "--init_from", str(pretrain_dir),
+        "--output_dir", str(out), "--max_train_samples", "16", "--max_eval_samples", "8", "--max_length", "32",
+        "--max_steps", "2", "--per_device_train_batch_size", "8", "--eval_strategy", "no", "--save_strategy", "no",
+        "--load_best_model_at_end", "false", "--warmup_steps", "0", "--disable_tqdm", "true",
+    ])
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["splits"] == {"train": 16, "validation": 8, "test": 8}
+    assert saved["test_accuracy"] == results["test_accuracy"] and 0.0 <= saved["test_accuracy"] <= 1.0
+    assert saved["command"].startswith("python ") and "finetune_bert.py" in saved["command"]
+    model = AutoModelForSequenceClassification.from_pretrained(out)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert model.config.id2label == {0: "negative", 1: "positive"} and model.config.vocab_size == len(tokenizer)
+    card = (out / "README.md").read_text()
+    assert "BertForSequenceClassification" in card
+    assert "Rotten Tomatoes" in card and "load_sentiment" in card and "16 / 8 / 8" in card
+    assert f"pre-trained encoder in `{pretrain_dir}`" in card
+    assert saved["command"] in card
+    assert str(round(saved["test_accuracy"], 4)) in card
