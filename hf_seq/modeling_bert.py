@@ -15,7 +15,6 @@ import os
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
@@ -30,7 +29,7 @@ from transformers.utils import ModelOutput, logging
 from .attention import make_attention_mask
 from .blocks import TransformerEncoderBlock
 from .configuration_bert import BertConfig
-from .losses import masked_cross_entropy
+from .losses import masked_cross_entropy, sequence_classification_loss
 from .modeling_utils import CheckedLoadingMixin
 from .validation import IGNORE_INDEX, check_label_range, check_token_ids
 
@@ -589,26 +588,6 @@ class BertForMaskedLM(BertPreTrainedModel):
         return out if return_dict else out.to_tuple()
 
 
-def _classification_loss(config: BertConfig, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """``transformers``' sequence-classification loss: regression (MSE), single-label CE or multi-label BCE."""
-    num_labels = config.num_labels
-    if config.problem_type is None:
-        if num_labels == 1:
-            config.problem_type = "regression"
-        elif labels.dtype in (torch.long, torch.int):
-            config.problem_type = "single_label_classification"
-        else:
-            config.problem_type = "multi_label_classification"
-    if config.problem_type == "regression":
-        return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype).reshape(logits.shape[0]))
-    if config.problem_type == "single_label_classification":
-        check_label_range("labels", labels, num_labels, "num_labels")
-        return masked_cross_entropy(logits, labels)
-    if labels.shape != logits.shape:
-        raise ValueError(f"`labels` must have shape {tuple(logits.shape)} for multi-label classification.")
-    return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
-
-
 class BertForSequenceClassification(BertPreTrainedModel):
     """BERT with dropout + a linear classifier on the pooled ``[CLS]`` vector."""
 
@@ -646,7 +625,11 @@ class BertForSequenceClassification(BertPreTrainedModel):
             return_dict=True,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, C)
-        loss = _classification_loss(self.config, logits, labels) if labels is not None else None
+        loss = (
+            sequence_classification_loss(logits, labels, self.num_labels, self.config.problem_type)
+            if labels is not None
+            else None
+        )
         out = SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

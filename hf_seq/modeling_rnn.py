@@ -25,7 +25,7 @@ from transformers.modeling_outputs import (
 )
 
 from .configuration_rnn import RNNConfig
-from .losses import masked_cross_entropy
+from .losses import masked_cross_entropy, sequence_classification_loss
 from .modeling_utils import CheckedLoadingMixin
 from .recurrent import RecurrentStack, State
 from .validation import check_label_range, check_token_ids
@@ -331,48 +331,9 @@ class RNNForSequenceClassification(RNNPreTrainedModel):
         self.classifier = nn.Linear(RNNPooler.output_size(config), config.num_labels)
         self.post_init()
 
-    def _problem_type(self, labels: torch.Tensor) -> str:
-        if self.config.problem_type is not None:
-            return self.config.problem_type
-        if self.num_labels == 1:
-            return "regression"
-        if labels.dtype in (torch.long, torch.int, torch.int16, torch.int8, torch.uint8):
-            return "single_label_classification"
-        return "multi_label_classification"
-
     def compute_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Loss of ``logits`` (B, num_labels) against ``labels`` after validating their shape and range."""
-        batch_size = logits.shape[0]
-        problem = self._problem_type(labels)
-        if labels.shape[0] != batch_size:
-            raise ValueError(f"`labels` must have batch size {batch_size}, got shape {tuple(labels.shape)}")
-        if problem == "single_label_classification":
-            if labels.is_floating_point() or labels.numel() != batch_size:
-                raise ValueError(
-                    f"`labels` must be integer class ids of shape ({batch_size},) for single-label classification, "
-                    f"got {labels.dtype} {tuple(labels.shape)}"
-                )
-            labels = labels.reshape(-1)
-            check_label_range("labels", labels, self.num_labels, "num_labels", ignore_index=None)
-            return F.cross_entropy(logits, labels.long())
-        if problem == "regression":
-            if labels.numel() != logits.numel():
-                raise ValueError(
-                    f"`labels` for regression must have {self.num_labels} value(s) per example, got {tuple(labels.shape)}"
-                )
-            return F.mse_loss(logits.reshape(-1), labels.reshape(-1).to(logits.dtype))
-        # multi-label: independent sigmoids
-        if self.num_labels == 1 and labels.dim() == 1:
-            labels = labels.unsqueeze(-1)
-        if tuple(labels.shape) != tuple(logits.shape):
-            raise ValueError(
-                f"`labels` for multi-label classification must have shape {tuple(logits.shape)}, got {tuple(labels.shape)}"
-            )
-        labels = labels.to(logits.dtype)
-        low, high = (float(v) for v in torch.aminmax(labels))
-        if low < 0.0 or high > 1.0:
-            raise ValueError(f"`labels` for multi-label classification must be in [0, 1], got values in [{low}, {high}]")
-        return F.binary_cross_entropy_with_logits(logits, labels)
+        return sequence_classification_loss(logits, labels, self.num_labels, self.config.problem_type)
 
     def forward(
         self,
