@@ -4,7 +4,7 @@ VENV    ?= .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test data bench lint venv clean-venv
+.PHONY: demo test test-all data bench lint venv clean-venv
 
 venv: $(STAMP)
 
@@ -30,8 +30,16 @@ test-all: $(STAMP) data
 lint: $(STAMP)
 	$(VENV)/bin/ruff check hf_seq train_scripts benchmarks tests scripts
 
+# The README's speed and baseline figures (each script writes benchmarks/results/<name>.json).
 bench: $(STAMP) data
-	$(VPY) benchmarks/run_all.py
+	$(VPY) benchmarks/baseline_tfidf.py
+	$(VPY) benchmarks/param_counts_rnn.py
+	$(VPY) benchmarks/bench_rnn.py --repeats 31
+	$(VPY) benchmarks/bench_generate_rnn.py --repeats 3
+	$(VPY) benchmarks/bench_generate_seq2seq.py --batch 32 --new_tokens 30 --repeats 2
+	$(VPY) benchmarks/bench_transformer.py --threads 1 --repeats 7 --train-steps 3
+	$(VPY) benchmarks/bench_bert.py --threads 1 --repeats 7 --steps 2
+	$(VPY) benchmarks/bench_multiprocess.py --minutes 1
 
 clean-venv:
 	rm -rf $(VENV)
