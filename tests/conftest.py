@@ -18,6 +18,21 @@ torch.set_num_threads(1)  # tiny models: a second thread only adds synchronisati
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# Preamble for remote-code test scripts run with this interpreter: makes `import hf_seq` fail (and asserts it does).
+BLOCK_HF_SEQ = """\
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "hf_seq" or name.startswith("hf_seq."):
+            raise ModuleNotFoundError(name)
+sys.meta_path.insert(0, Block())
+try:
+    import hf_seq  # noqa
+    raise SystemExit("hf_seq must not be importable here")
+except ModuleNotFoundError:
+    pass
+"""
+
 
 @pytest.fixture(scope="session")
 def clean_python(tmp_path_factory) -> Path:

@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 import torch
+from conftest import BLOCK_HF_SEQ
 from torch import nn
 from transformers import (
     AutoConfig,
@@ -277,19 +278,9 @@ def test_save_load_bit_exact_through_auto(tmp_path, auto, cls):
     assert json.loads((tmp_path / "config.json").read_text())["auto_map"]
 
 
-REMOTE = textwrap.dedent(
+REMOTE = BLOCK_HF_SEQ + textwrap.dedent(
     """
-    import importlib.abc, sys
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "hf_seq" or name.startswith("hf_seq."):
-                raise ModuleNotFoundError(name)
-    sys.meta_path.insert(0, Block())
-    try:
-        import hf_seq  # noqa
-        raise SystemExit("hf_seq must not be importable here")
-    except ModuleNotFoundError:
-        pass
+    import sys
     import torch
     from transformers import AutoModelForSequenceClassification
     model = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], trust_remote_code=True).eval()

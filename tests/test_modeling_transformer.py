@@ -9,6 +9,7 @@ import textwrap
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import BLOCK_HF_SEQ
 from torch import nn
 from transformers import (
     AutoConfig,
@@ -476,19 +477,9 @@ def test_translation_pipeline_on_saved_model(tmp_path):
     assert out[0]["translation_text"] == tok.decode(ids[0], skip_special_tokens=True)
 
 
-REMOTE = textwrap.dedent(
+REMOTE = BLOCK_HF_SEQ + textwrap.dedent(
     """
-    import importlib.abc, sys
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "hf_seq" or name.startswith("hf_seq."):
-                raise ModuleNotFoundError(name)
-    sys.meta_path.insert(0, Block())
-    try:
-        import hf_seq  # noqa
-        raise SystemExit("hf_seq must not be importable here")
-    except ModuleNotFoundError:
-        pass
+    import sys
     import torch
     from transformers import AutoModelForSeq2SeqLM
     model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
