@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-__all__ = ["plot_attention"]
+__all__ = ["plot_attention", "plot_translation_attention", "token_strings"]
 
 
 def _to_matrix(weights):
@@ -72,3 +72,42 @@ def plot_attention(
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def token_strings(tokenizer, ids) -> list[str]:
+    """Readable token labels: each id decoded on its own (byte-level BPE shows text, not byte symbols)."""
+    return [tokenizer.decode([int(i)]).strip() or tokenizer.convert_ids_to_tokens(int(i)) for i in ids]
+
+
+def plot_translation_attention(
+    model, tokenizer, source_text: str, path: str | os.PathLike, max_new_tokens: int | None = None, layer: int = -1
+) -> str | None:
+    """Translate ``source_text`` greedily, re-run the translation with ``output_attentions=True`` and save the
+    cross-attention of decoder layer ``layer`` as a heat map (a Transformer's heads are averaged).
+    ``max_new_tokens=None`` leaves the length to the model's generation config.
+
+    Works for every hf_seq encoder-decoder (``RNNSeq2SeqForConditionalGeneration``,
+    ``TransformerForConditionalGeneration``). Returns the path, or ``None`` when the model has no cross-attention
+    (an RNN seq2seq model with ``attention="none"``).
+    """
+    import torch
+
+    model.eval()
+    enc = tokenizer([source_text], return_tensors="pt").to(model.device)
+    with torch.no_grad():
+        length = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
+        generated = model.generate(**enc, num_beams=1, do_sample=False, **length)
+        out = model(**enc, decoder_input_ids=generated[:, :-1], output_attentions=True)
+    maps = getattr(out, "cross_attentions", None)
+    if not maps or maps[layer] is None:
+        return None
+    weights = maps[layer][0]  # (T, S) for the RNN decoder, (heads, T, S) for a Transformer layer
+    if weights.dim() == 3:
+        weights = weights.mean(0)
+    return plot_attention(
+        weights,
+        token_strings(tokenizer, enc["input_ids"][0]),
+        token_strings(tokenizer, generated[0, 1:]),
+        path,
+        title=f"{model.config.model_type} attention={getattr(model.config, 'attention', 'multi-head')}",
+    )

@@ -58,20 +58,35 @@ def command_line() -> str:
 
 
 class TimeBudgetCallback(TrainerCallback):
-    """Stop training once ``max_minutes`` of wall-clock training time have passed (then evaluate and save as usual)."""
+    """Stop training once a time budget is spent, then evaluate as usual.
 
-    def __init__(self, max_minutes: float | None) -> None:
+    ``max_minutes`` counts the wall-clock time spent inside training steps (evaluation and saving excluded);
+    ``max_cpu_minutes`` counts the CPU time of this process over the same steps (all its threads together, so with one
+    thread it is core-minutes: on a shared machine it says what compute a run got, the wall clock does not). Either
+    may be ``None``. ``train_seconds`` / ``train_cpu_seconds`` / ``stopped_by_budget`` are read by the scripts."""
+
+    def __init__(self, max_minutes: float | None = None, max_cpu_minutes: float | None = None) -> None:
         self.max_seconds = None if max_minutes is None else 60.0 * max_minutes
-        self.start = None
+        self.max_cpu_seconds = None if max_cpu_minutes is None else 60.0 * max_cpu_minutes
+        self.train_seconds = 0.0
+        self.train_cpu_seconds = 0.0
+        self.stopped_by_budget = False
+        self._t0: tuple[float, float] | None = None
 
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.start = time.monotonic()
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._t0 = (time.perf_counter(), time.process_time())
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.max_seconds is not None and time.monotonic() - self.start >= self.max_seconds:
+        if self._t0 is not None:
+            self.train_seconds += time.perf_counter() - self._t0[0]
+            self.train_cpu_seconds += time.process_time() - self._t0[1]
+            self._t0 = None
+        over_wall = self.max_seconds is not None and self.train_seconds >= self.max_seconds
+        over_cpu = self.max_cpu_seconds is not None and self.train_cpu_seconds >= self.max_cpu_seconds
+        if over_wall or over_cpu:
+            self.stopped_by_budget = True
             control.should_training_stop = True
             control.should_evaluate = True
-            control.should_save = True
         return control
 
 

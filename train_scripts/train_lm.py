@@ -40,7 +40,7 @@ from common import (
     write_results,
 )
 from torch.utils.data import Subset
-from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers import Trainer, TrainingArguments, set_seed
 
 from hf_seq.collators import LMWindowDataset
 from hf_seq.configuration_rnn import RNNConfig
@@ -158,25 +158,6 @@ def token_stream(texts: list[str], tokenizer, level: str) -> torch.Tensor:
         eos = tokenizer.eos_token_id
         encoded = [ids + [eos] for ids in encoded]
     return torch.tensor([i for ids in encoded for i in ids], dtype=torch.long)
-
-
-class CPUTimeBudgetCallback(TrainerCallback):
-    """Stop training once this process has used ``max_cpu_minutes`` of CPU time (all its threads together).
-
-    On a shared machine the wall clock says little about the compute a run got; CPU time does (with one thread it
-    is core-minutes). Complements ``TimeBudgetCallback`` (wall clock)."""
-
-    def __init__(self, max_cpu_minutes: float | None) -> None:
-        self.max_seconds = None if max_cpu_minutes is None else 60.0 * max_cpu_minutes
-        self.start = None
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.start = time.process_time()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.max_seconds is not None and time.process_time() - self.start >= self.max_seconds:
-            control.should_training_stop = True
-        return control
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -300,7 +281,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=train_set,
         eval_dataset=Subset(eval_set, range(len(eval_set))),
         processing_class=tokenizer,
-        callbacks=[TimeBudgetCallback(data.max_train_minutes), CPUTimeBudgetCallback(data.max_train_cpu_minutes)],
+        callbacks=[TimeBudgetCallback(data.max_train_minutes, data.max_train_cpu_minutes)],
     )
     start, cpu_start = time.monotonic(), time.process_time()
     train_output = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))

@@ -34,7 +34,6 @@ from transformers import (
     HfArgumentParser,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
-    TrainerCallback,
     set_seed,
 )
 
@@ -47,7 +46,9 @@ from hf_seq.data import load_translation  # noqa: E402
 from hf_seq.metrics import load_metric  # noqa: E402
 from hf_seq.model_card import write_model_card  # noqa: E402
 from hf_seq.tokenization import build_translation_tokenizer  # noqa: E402
+from hf_seq.visualization import plot_translation_attention  # noqa: E402
 from train_scripts.common import (  # noqa: E402
+    TimeBudgetCallback,
     resolve_resume_checkpoint,
     save_final_model,
     training_command,
@@ -94,33 +95,14 @@ class DataArguments:
     max_train_minutes: float | None = field(
         default=None, metadata={"help": "Stop training after this many minutes of training steps (evaluation excluded)."}
     )
+    max_train_cpu_minutes: float | None = field(
+        default=None, metadata={"help": "Stop training after this many CPU-minutes of training steps (one thread: "
+                                        "core-minutes; fair budgets on a shared machine)."}
+    )
     plot_attention: bool = field(default=False, metadata={"help": "Write a heat map PNG of one test translation."})
     plot_attention_index: int = field(default=0, metadata={"help": "Index (in the capped test set) of that sentence."})
     plot_attention_path: str | None = field(default=None, metadata={"help": "PNG path (default <output_dir>/...)."})
     results_file: str = field(default="results.json", metadata={"help": "Results JSON (relative to output_dir)."})
-
-
-class TimeBudgetCallback(TrainerCallback):
-    """Stop training once the summed time of training steps exceeds ``max_minutes`` (evaluation time excluded)."""
-
-    def __init__(self, max_minutes: float | None) -> None:
-        self.max_seconds = None if max_minutes is None else 60.0 * max_minutes
-        self.train_seconds = 0.0
-        self.stopped_by_budget = False
-        self._t0 = None
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._t0 = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self._t0 is not None:
-            self.train_seconds += time.perf_counter() - self._t0
-            self._t0 = None
-        if self.max_seconds is not None and self.train_seconds >= self.max_seconds:
-            self.stopped_by_budget = True
-            control.should_training_stop = True
-            control.should_evaluate = True  # the final model is saved by the script (save_model)
-        return control
 
 
 def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, Seq2SeqTrainingArguments]:
@@ -158,37 +140,6 @@ def build_config(model_args: ModelArguments, tokenizer):
         values = {k: v for k, v in config.to_diff_dict().items() if k not in ("model_type", "transformers_version")}
         config = AutoConfig.for_model(model_args.model_type, **values)  # re-validate
     return config
-
-
-def token_strings(tokenizer, ids) -> list[str]:
-    """Readable token strings (each id decoded on its own, so byte-level BPE shows text, not byte symbols)."""
-    return [tokenizer.decode([int(i)]).strip() or tokenizer.convert_ids_to_tokens(int(i)) for i in ids]
-
-
-def plot_test_attention(model, tokenizer, source_text: str, path: str, max_new_tokens: int) -> str | None:
-    """Greedy-translate one sentence, re-run it with ``output_attentions`` and save its cross-attention heat map."""
-    from hf_seq.visualization import plot_attention
-
-    model.eval()
-    enc = tokenizer([source_text], return_tensors="pt").to(model.device)
-    with torch.no_grad():
-        generated = model.generate(**enc, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens)
-        out = model(**enc, decoder_input_ids=generated[:, :-1], output_attentions=True)
-    maps = getattr(out, "cross_attentions", None)
-    if not maps or maps[-1] is None:
-        logger.warning("The model returns no cross-attention maps (attention='none'?); no heat map written.")
-        return None
-    weights = maps[-1][0]  # (T, S) for the RNN decoder, (heads, T, S) for a Transformer layer
-    if weights.dim() == 3:
-        weights = weights.mean(0)
-    plot_attention(
-        weights.float().cpu().numpy(),
-        token_strings(tokenizer, enc["input_ids"][0]),
-        token_strings(tokenizer, generated[0, 1:]),
-        path,
-        title=f"{model.config.model_type} attention={getattr(model.config, 'attention', 'multi-head')}",
-    )
-    return path
 
 
 def translation_dataset_description(
@@ -302,7 +253,7 @@ def main(argv: list[str] | None = None) -> dict:
             "gen_len": float(np.mean(lengths)),
         }
 
-    budget = TimeBudgetCallback(data_args.max_train_minutes)
+    budget = TimeBudgetCallback(data_args.max_train_minutes, data_args.max_train_cpu_minutes)
     trainer = Seq2SeqTrainer(
         model=model,
         args=training_args,
@@ -336,6 +287,7 @@ def main(argv: list[str] | None = None) -> dict:
         results["train"] = {
             **train_result.metrics,
             "train_minutes": budget.train_seconds / 60.0,
+            "train_cpu_minutes": budget.train_cpu_seconds / 60.0,
             "stopped_by_time_budget": budget.stopped_by_budget,
             "global_steps": trainer.state.global_step,
             "epochs": epochs,
@@ -373,7 +325,9 @@ def main(argv: list[str] | None = None) -> dict:
         path = data_args.plot_attention_path or os.path.join(training_args.output_dir, "attention_heatmap.png")
         index = data_args.plot_attention_index
         sentence = raw["test"][index]["translation"][src]
-        written = plot_test_attention(trainer.model, tokenizer, sentence, path, data_args.max_target_length)
+        written = plot_translation_attention(trainer.model, tokenizer, sentence, path)
+        if written is None:
+            logger.warning("The model returns no cross-attention maps (attention='none'?); no heat map written.")
         results["attention_plot"] = {"path": written, "test_index": index, "source": sentence}
 
     if trainer.is_world_process_zero():
