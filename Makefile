@@ -19,7 +19,7 @@ data: $(STAMP)
 	PYTHON=$(VPY) bash scripts/fetch_data.sh
 
 demo: $(STAMP) data
-	$(VPY) scripts/demo.py
+	$(VPY) scripts/demo.py $(DEMO_ARGS)
 
 test: $(STAMP) data
 	$(VPY) -m pytest -q -n 2 --dist loadfile -m "not slow"

@@ -508,6 +508,10 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
         self.post_init()
         if not getattr(config, "custom_pipelines", None):  # pipeline("translation") (see seq2seq_pipelines.py)
             config.custom_pipelines = copy.deepcopy(SEQ2SEQ_CUSTOM_PIPELINES)
+        if self.generation_config is not None:
+            # GenerationConfig's default max_length (20 tokens) would cut translations; the position table is the
+            # model's real limit (a saved generation_config.json, e.g. the train script's, overrides this)
+            self.generation_config.max_length = config.max_position_embeddings
 
     def get_encoder(self, modality: str | None = None) -> TransformerEncoder:
         return self.model.encoder

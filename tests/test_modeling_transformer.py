@@ -440,6 +440,14 @@ def test_save_load_bit_exact_through_auto(tmp_path, auto, cls):
         assert loaded.lm_head.weight is loaded.model.encoder.embeddings.embed_tokens.weight
 
 
+def test_generation_length_defaults_to_the_position_table(tmp_path):
+    model = TransformerForConditionalGeneration(tiny(max_position_embeddings=48))
+    assert model.generation_config.max_length == 48  # not GenerationConfig's 20, which cuts translations
+    model.generation_config.max_length = 30
+    model.save_pretrained(tmp_path)
+    assert AutoModelForSeq2SeqLM.from_pretrained(tmp_path).generation_config.max_length == 30
+
+
 def test_sinusoidal_model_round_trip_keeps_table(tmp_path):
     model = random_model()
     model.save_pretrained(tmp_path)

@@ -77,6 +77,8 @@ def test_tiny_end_to_end_run(tmp_path):
     model = AutoModelForSeq2SeqLM.from_pretrained(out)
     tok = AutoTokenizer.from_pretrained(out)
     assert model.config.vocab_size == len(tok) and model.config.attention == "additive"
+    recipe = json.loads((REPO / "configs" / "translation_rnn_additive.json").read_text())
+    assert model.generation_config.max_length == recipe["generation_max_length"]  # decodes as evaluated
     # results.json and the model card record the same command; the card names the architecture, data and figures
     assert saved["command"].startswith("python ") and "train_translation.py" in saved["command"]
     assert "--max_steps 3" in saved["command"]

@@ -35,8 +35,12 @@ def _word_tokenizer():
 
 
 def _seq2seq(family: str, tok, **overrides):
-    from hf_seq import RNNSeq2SeqConfig, RNNSeq2SeqForConditionalGeneration, TransformerConfig
-    from hf_seq import TransformerForConditionalGeneration
+    from hf_seq import (
+        RNNSeq2SeqConfig,
+        RNNSeq2SeqForConditionalGeneration,
+        TransformerConfig,
+        TransformerForConditionalGeneration,
+    )
 
     ids = dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
                eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.bos_token_id)

@@ -77,6 +77,9 @@ class DataArguments:
     data_seed_split: int = field(default=42, metadata={"help": "Seed of the Brown document split."})
     max_eval_examples: int | None = field(default=None, metadata={"help": "Cap on validation pairs (None: all)."})
     max_minutes: float | None = field(default=None, metadata={"help": "Stop training after this many minutes."})
+    max_cpu_minutes: float | None = field(
+        default=None, metadata={"help": "Stop training after this many CPU-minutes of training steps (all threads)."}
+    )
     num_threads: int | None = field(default=None, metadata={"help": "torch threads (default: OMP_NUM_THREADS)."})
 
 
@@ -199,7 +202,7 @@ def main(argv: list[str] | None = None) -> dict:
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=preprocess_logits_for_metrics,
-        callbacks=[TimeBudgetCallback(data_args.max_minutes)],
+        callbacks=[TimeBudgetCallback(data_args.max_minutes, data_args.max_cpu_minutes)],
     )
     train_result = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
     save_final_model(trainer, training_args.output_dir)  # model + tokenizer + code for trust_remote_code, atomic

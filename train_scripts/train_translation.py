@@ -210,6 +210,8 @@ def main(argv: list[str] | None = None) -> dict:
         model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
     else:
         model = AutoModelForSeq2SeqLM.from_config(build_config(model_args, tokenizer))
+    if training_args.generation_max_length:  # the saved model decodes as the evaluation did
+        model.generation_config.max_length = training_args.generation_max_length
     n_params = sum(p.numel() for p in model.parameters())
     logger.info("model %s: %.2fM parameters", model.config.model_type, n_params / 1e6)
 
