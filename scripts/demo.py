@@ -5,7 +5,8 @@ on 2 cores), prints its test BLEU / chrF, reloads it with ``AutoModelForSeq2SeqL
 ``pipeline("translation")``, translates held-out verses with beam search and saves one cross-attention heat map.
 
 Reuses the run in ``runs/translation_transformer`` when it is complete (delete the folder to retrain). Extra
-arguments are passed to the train script, e.g. ``python scripts/demo.py --max_train_minutes 3``.
+arguments are passed to the train script and force a new run, e.g.
+``python scripts/demo.py --output_dir runs/demo_quick --max_train_cpu_minutes 2`` (``make demo DEMO_ARGS="..."``).
 """
 
 from __future__ import annotations
@@ -19,22 +20,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RUN_DIR = ROOT / "runs" / "translation_transformer"
 RECIPE = ROOT / "configs" / "translation_transformer.json"
-HEAT_MAP = RUN_DIR / "demo_cross_attention.png"
+HEAT_MAP_NAME = "demo_cross_attention.png"
 NUM_EXAMPLES = 4
 NUM_BEAMS = 5
 
 
-def train_if_needed(extra_args: list[str]) -> dict:
-    """Run the recipe unless ``RUN_DIR`` already holds a finished run; returns its results.json."""
-    results_file = RUN_DIR / "results.json"
+def run_folder(extra_args: list[str]) -> Path:
+    """``--output_dir`` among the extra arguments, else ``RUN_DIR``."""
+    if "--output_dir" in extra_args:
+        return (ROOT / extra_args[extra_args.index("--output_dir") + 1]).resolve()
+    return RUN_DIR
+
+
+def train_if_needed(run_dir: Path, extra_args: list[str]) -> dict:
+    """Run the recipe unless ``run_dir`` already holds a finished run (and no extra arguments were given); returns
+    its results.json."""
+    results_file = run_dir / "results.json"
     finished = results_file.is_file() and "test_beam5" in json.loads(results_file.read_text())
     if finished and not extra_args:
-        print(f"Using the finished run in {RUN_DIR.relative_to(ROOT)} (delete it to retrain).")
+        print(f"Using the finished run in {run_dir} (delete it to retrain).")
     else:
-        print(f"Training {RECIPE.relative_to(ROOT)} -> {RUN_DIR.relative_to(ROOT)} (about 15 minutes on 2 cores) ...",
-              flush=True)
+        print(f"Training {RECIPE.relative_to(ROOT)} -> {run_dir} (22 CPU-minutes of training steps) ...", flush=True)
         cmd = [sys.executable, str(ROOT / "train_scripts" / "train_translation.py"), str(RECIPE),
-               "--output_dir", str(RUN_DIR), "--disable_tqdm", "true", *extra_args]
+               "--output_dir", str(run_dir), "--disable_tqdm", "true", *extra_args]
         subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     return json.loads(results_file.read_text())
 
@@ -48,7 +56,8 @@ def held_out_verses(results: dict, count: int) -> list[dict]:
 
 
 def main(argv: list[str]) -> None:
-    results = train_if_needed(argv)
+    run_dir = run_folder(argv)
+    results = train_if_needed(run_dir, argv)
     train = results.get("train", {})
     print(f"\nTrained {train.get('global_steps', '?')} steps ({train.get('train_minutes', 0):.1f} min, "
           f"{results['parameters'] / 1e6:.2f}M parameters) on {results['data']['train_pairs']:,} verse pairs.")
@@ -62,9 +71,9 @@ def main(argv: list[str]) -> None:
     import hf_seq  # noqa: F401  (registers the hf_seq model types with the Auto classes)
     from hf_seq.visualization import plot_translation_attention
 
-    model = AutoModelForSeq2SeqLM.from_pretrained(RUN_DIR).eval()
-    tokenizer = AutoTokenizer.from_pretrained(RUN_DIR)
-    translate = pipeline("translation", model=str(RUN_DIR), trust_remote_code=True)  # hf_seq/seq2seq_pipelines.py
+    model = AutoModelForSeq2SeqLM.from_pretrained(run_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(run_dir)
+    translate = pipeline("translation", model=str(run_dir), trust_remote_code=True)  # hf_seq/seq2seq_pipelines.py
     print(f"\nReloaded {type(model).__name__} with AutoModelForSeq2SeqLM; pipeline('translation'), beam {NUM_BEAMS}:")
     verses = held_out_verses(results, NUM_EXAMPLES)
     outputs = translate([v["en"] for v in verses], num_beams=NUM_BEAMS)
@@ -80,9 +89,8 @@ def main(argv: list[str]) -> None:
     for ids, score in zip(beams.sequences, beams.sequences_scores):
         print(f"  {score.item():7.3f}  {tokenizer.decode(ids, skip_special_tokens=True)}")
 
-    path = plot_translation_attention(model, tokenizer, source, HEAT_MAP)
-    print(f"\nCross-attention of the last decoder layer (heads averaged) for the first verse: "
-          f"{Path(path).relative_to(ROOT)}")
+    path = plot_translation_attention(model, tokenizer, source, run_dir / HEAT_MAP_NAME)
+    print(f"\nCross-attention of the last decoder layer (heads averaged) for the first verse: {path}")
 
 
 if __name__ == "__main__":
