@@ -17,7 +17,6 @@ import copy
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
@@ -32,6 +31,7 @@ from transformers.modeling_outputs import (
 from .attention import make_attention_mask
 from .blocks import Dropout, TransformerDecoderBlock, TransformerEncoderBlock, sinusoidal_position_table
 from .configuration_transformer import TransformerConfig
+from .losses import masked_cross_entropy
 from .modeling_utils import CheckedLoadingMixin
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
@@ -75,7 +75,7 @@ def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Ten
     logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
     if torch.is_grad_enabled() and logits.requires_grad:
         return _TokenCrossEntropy.apply(logits, labels)
-    return F.cross_entropy(logits, labels, ignore_index=-100)
+    return masked_cross_entropy(logits, labels)  # no graph needed: the plain path (all -100: 0, not NaN)
 
 
 def _padding_only(mask: torch.Tensor | None, name: str, shape: tuple[int, int]) -> torch.Tensor | None:

@@ -87,6 +87,7 @@ class TimeBudgetCallback(TrainerCallback):
             self.stopped_by_budget = True
             control.should_training_stop = True
             control.should_evaluate = True
+            control.should_save = args.save_strategy != "no"  # a checkpoint only for runs that keep them
         return control
 
 
