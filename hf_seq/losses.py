@@ -1,9 +1,16 @@
-"""Losses shared by the BERT and recurrent heads (imported relatively, so ``save_pretrained`` copies this file)."""
+"""Losses shared by every head (imported relatively, so ``save_pretrained`` copies this file).
+
+* :func:`masked_cross_entropy` — mean cross-entropy over the labels that are not -100 (0, not NaN, when none is).
+* :func:`linear_cross_entropy` — the language-model heads' output projection and cross-entropy in one autograd
+  function: full logits for the caller, and a backward that skips the rows whose label is -100 (padding).
+* :func:`sequence_classification_loss` — ``transformers``' sequence-classifier losses with input checks.
+"""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from .validation import IGNORE_INDEX, check_label_range
 
@@ -14,7 +21,126 @@ def masked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
     labels = labels.reshape(-1).long()  # (N,)
     if not bool((labels != IGNORE_INDEX).any()):
         return logits.sum() * 0.0
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels, ignore_index=IGNORE_INDEX)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).to(_loss_dtype(logits)), labels, ignore_index=IGNORE_INDEX)
+
+
+def _loss_dtype(logits: torch.Tensor) -> torch.dtype:
+    """Losses are reduced in float32 at least (bf16/fp16 logits under autocast), float64 stays float64."""
+    return torch.promote_types(logits.dtype, torch.float32)
+
+
+def _logsumexp_rows(logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``logsumexp(logits[rows], -1)`` ``(len(rows),)`` in at least float32, gathered and reduced in chunks of about 4 MB:
+    a full-size temporary would cost more in first-touch page faults on CPU than the arithmetic."""
+    chunk = max(1, (1 << 20) // max(1, logits.shape[-1]))
+    dtype = _loss_dtype(logits)
+    parts = [torch.logsumexp(logits.index_select(0, r).to(dtype), dim=-1) for r in rows.split(chunk)]
+    return torch.cat(parts) if parts else logits.new_zeros(0, dtype=dtype)
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """``logits = hidden @ weight.T + bias`` and the mean cross-entropy of the rows whose label is not -100.
+
+    Same values and gradients as ``F.linear`` followed by ``F.cross_entropy(ignore_index=-100)``. The saving is in
+    the backward: the loss's gradient ``softmax - onehot`` is written only for the labelled rows ``(N_l, V)`` (one
+    buffer, no log-softmax ``(N, V)`` kept from the forward), and the two backward products of the projection,
+    ``grad_hidden = G @ W`` and ``grad_weight = G^T @ H``, run over those rows only. In a padded batch of target
+    sequences a quarter or more of the rows are padding, and the vocabulary projection is the largest matrix product
+    of a small translation model. A gradient that reaches the returned logits from elsewhere (another loss on them)
+    is added in full.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, labels):  # (N, D), (V, D), (V,) or None, (N,)
+        logits = F.linear(hidden, weight, bias)  # (N, V)
+        rows = (labels != IGNORE_INDEX).nonzero().squeeze(1)  # (N_l,) labelled rows
+        target = labels.index_select(0, rows)  # (N_l,)
+        count = max(rows.numel(), 1)
+        lse = _logsumexp_rows(logits, rows)  # (N_l,) float32 or float64
+        picked = logits[rows, target].to(lse.dtype)  # (N_l,)
+        loss = (lse - picked).sum() / count
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(hidden, weight, logits, rows, target, lse)
+        ctx.count, ctx.has_bias = count, bias is not None
+        return logits, loss
+
+    @staticmethod
+    def backward(ctx, grad_logits, grad_loss):
+        hidden, weight, logits, rows, target, lse = ctx.saved_tensors
+        needs_hidden, needs_weight, needs_bias = ctx.needs_input_grad[:3]
+        dtype = logits.dtype  # the dtype the forward product ran in (bf16 under autocast)
+        labelled = None  # (N_l, V): d loss / d logits on the labelled rows
+        if grad_loss is not None:
+            labelled = logits.index_select(0, rows).to(lse.dtype).sub_(lse[:, None]).exp_()  # softmax
+            labelled[torch.arange(rows.numel(), device=rows.device), target] -= 1.0  # - onehot
+            labelled = labelled.mul_(grad_loss / ctx.count).to(dtype)
+        if grad_logits is None and labelled is None:
+            return None, None, None, None
+        grad_hidden = grad_weight = grad_bias = None
+        if grad_logits is not None:  # the logits were used elsewhere as well: one dense gradient over every row
+            full = grad_logits.to(dtype).clone()  # (N, V)
+            if labelled is not None:
+                full.index_add_(0, rows, labelled)
+            if needs_hidden:
+                grad_hidden = full @ weight.to(dtype)  # (N, D)
+            if needs_weight:
+                grad_weight = full.t() @ hidden.to(dtype)  # (V, D)
+            if needs_bias:
+                grad_bias = full.sum(0)
+        else:  # only the loss: products over the labelled rows
+            if needs_hidden:
+                grad_hidden = hidden.new_zeros(hidden.shape, dtype=dtype)
+                grad_hidden.index_copy_(0, rows, labelled @ weight.to(dtype))  # (N, D), zero on unlabelled rows
+            if needs_weight:
+                grad_weight = labelled.t() @ hidden.index_select(0, rows).to(dtype)  # (V, D)
+            if needs_bias:
+                grad_bias = labelled.sum(0)
+        grad_hidden = None if grad_hidden is None else grad_hidden.to(hidden.dtype)
+        grad_weight = None if grad_weight is None else grad_weight.to(weight.dtype)
+        grad_bias = None if grad_bias is None or not ctx.has_bias else grad_bias.to(weight.dtype)
+        return grad_hidden, grad_weight, grad_bias, None
+
+
+def linear_cross_entropy(
+    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor | None, bias: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A language-model head: ``(logits (..., V), loss)`` for ``hidden`` ``(..., D)`` and ``weight`` ``(V, D)``.
+
+    ``loss`` is the mean cross-entropy over the ``labels`` ``(...)`` that are not -100 (None without labels; 0, still
+    attached to the graph, when every label is -100). Labels must already be aligned with the positions (shifted
+    for a causal LM). Labels out of ``[0, V)`` raise ``ValueError``. When a gradient is needed this runs
+    :class:`_LinearCrossEntropy`, whose backward skips the unlabelled rows.
+    """
+    logits_shape = (*hidden.shape[:-1], weight.shape[0])
+    if labels is None:
+        return F.linear(hidden, weight, bias), None
+    if tuple(labels.shape) != tuple(hidden.shape[:-1]):
+        raise ValueError(f"`labels` must have shape {tuple(hidden.shape[:-1])}, got {tuple(labels.shape)}")
+    if labels.is_floating_point() or labels.dtype == torch.bool:
+        raise ValueError(f"`labels` must be integer token ids (or -100), got dtype {labels.dtype}")
+    check_label_range("labels", labels, weight.shape[0], "vocab_size")
+    flat_hidden, flat_labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1).long()  # (N, D), (N,)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias)):
+        logits, loss = _LinearCrossEntropy.apply(flat_hidden, weight, bias, flat_labels)
+        return logits.view(logits_shape), loss
+    logits = F.linear(flat_hidden, weight, bias)  # no graph needed: the plain path
+    return logits.view(logits_shape), masked_cross_entropy(logits, flat_labels)
+
+
+def lm_head_and_loss(
+    head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(head(hidden), loss)`` for a language-model head; the fused :func:`linear_cross_entropy` when ``head`` is a
+    plain ``nn.Linear`` without hooks, else the module itself (a wrapped or adapted head) and
+    :func:`masked_cross_entropy`."""
+    plain = type(head) is nn.Linear and not (head._forward_hooks or head._forward_pre_hooks)
+    if plain:
+        return linear_cross_entropy(hidden, head.weight, labels, head.bias)
+    logits = head(hidden)  # (..., V)
+    if labels is None:
+        return logits, None
+    check_label_range("labels", labels, logits.shape[-1], "vocab_size")
+    return logits, masked_cross_entropy(logits, labels)
 
 
 def infer_problem_type(problem_type: str | None, num_labels: int, labels: torch.Tensor) -> str:
@@ -71,4 +197,4 @@ def sequence_classification_loss(
     return F.binary_cross_entropy_with_logits(logits, labels)
 
 
-__all__ = ["infer_problem_type", "masked_cross_entropy", "sequence_classification_loss"]
+__all__ = ["infer_problem_type", "linear_cross_entropy", "lm_head_and_loss", "masked_cross_entropy", "sequence_classification_loss"]

@@ -25,10 +25,10 @@ from transformers.modeling_outputs import (
 )
 
 from .configuration_rnn import RNNConfig
-from .losses import masked_cross_entropy, sequence_classification_loss
+from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
 from .modeling_utils import CheckedLoadingMixin
 from .recurrent import RecurrentStack, State
-from .validation import check_label_range, check_token_ids
+from .validation import IGNORE_INDEX, check_label_range, check_token_ids
 
 
 @dataclass
@@ -569,14 +569,14 @@ class RNNForCausalLM(RNNPreTrainedModel, GenerationMixin):
         features = self.dropout(features)
         if self.lm_proj is not None:
             features = self.lm_proj(features)  # (B, T, E)
-        logits = self.lm_head(features)  # (B, T, V)
-        loss = None
+        next_labels = None
         if labels is not None:
             if logits_to_keep:
                 raise ValueError("`labels` cannot be combined with `logits_to_keep` (the loss needs every position)")
             self._check_labels(labels, (batch_size, seq_len))
-            # position t predicts token t+1; nothing to predict (T == 1 or all -100) gives zero, not NaN
-            loss = masked_cross_entropy(logits[:, :-1], labels[:, 1:])
+            # position t predicts token t+1; the last position has nothing to predict (-100)
+            next_labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T)
+        logits, loss = lm_head_and_loss(self.lm_head, features, next_labels)  # (B, T, V), loss or None
         if state_cache is not None:
             state_cache.update(outputs.final_state, seq_len)
         if not use_cache:

@@ -22,7 +22,6 @@ import copy
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
@@ -30,6 +29,7 @@ from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqM
 
 from .attention import AttentionScore, attend
 from .configuration_rnn_seq2seq import RNNSeq2SeqConfig
+from .losses import lm_head_and_loss
 from .modeling_utils import CheckedLoadingMixin
 from .recurrent import RecurrentStack
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
@@ -571,10 +571,7 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=-100)
+        logits, loss = lm_head_and_loss(self.lm_head, outputs.last_hidden_state, labels)  # (B, T, V), loss or None
         out = Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

@@ -31,51 +31,11 @@ from transformers.modeling_outputs import (
 from .attention import make_attention_mask
 from .blocks import Dropout, TransformerDecoderBlock, TransformerEncoderBlock, sinusoidal_position_table
 from .configuration_transformer import TransformerConfig
-from .losses import masked_cross_entropy
+from .losses import lm_head_and_loss
 from .modeling_utils import CheckedLoadingMixin
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
 from .validation import check_token_ids
-
-
-class _TokenCrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy of logits ``(N, V)`` against labels ``(N,)`` (``-100`` ignored), memory-light.
-
-    ``F.cross_entropy`` materialises a log-softmax ``(N, V)``, then in backward a zero-filled ``(N, V)`` NLL gradient and
-    another ``(N, V)`` for the log-softmax gradient. Here the forward keeps only the log-sum-exp ``(N,)`` (computed in
-    small row chunks) and the backward writes ``softmax - onehot`` into a single ``(N, V)`` buffer: one large
-    allocation instead of three. Same value and gradient.
-    """
-
-    @staticmethod
-    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        valid = labels != -100  # (N,)
-        target = labels.masked_fill(~valid, 0)  # (N,)
-        count = valid.sum().clamp_min(1).to(logits.dtype)
-        # log-sum-exp in row chunks of ~4 MB: torch.logsumexp would allocate a temporary as large as the logits, and
-        # first-touching that much fresh memory costs more on CPU than the arithmetic
-        rows = max(1, (1 << 20) // max(1, logits.shape[-1]))
-        lse = torch.cat([torch.logsumexp(chunk, dim=-1) for chunk in logits.split(rows)])  # (N,)
-        picked = logits.gather(1, target[:, None]).squeeze(1)  # (N,)
-        loss = ((lse - picked) * valid).sum() / count
-        ctx.save_for_backward(logits, lse, target, valid, count)
-        return loss
-
-    @staticmethod
-    def backward(ctx, grad_loss: torch.Tensor):
-        logits, lse, target, valid, count = ctx.saved_tensors
-        grad = torch.sub(logits, lse[:, None]).exp_()  # (N, V) softmax
-        grad.scatter_add_(1, target[:, None], -torch.ones_like(lse)[:, None])  # - onehot
-        grad.mul_((valid.to(grad.dtype) * (grad_loss / count))[:, None])
-        return grad, None
-
-
-def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the positions whose label is not ``-100``: logits ``(..., V)``, labels ``(...)``."""
-    logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
-    if torch.is_grad_enabled() and logits.requires_grad:
-        return _TokenCrossEntropy.apply(logits, labels)
-    return masked_cross_entropy(logits, labels)  # no graph needed: the plain path (all -100: 0, not NaN)
 
 
 def _padding_only(mask: torch.Tensor | None, name: str, shape: tuple[int, int]) -> torch.Tensor | None:
@@ -587,10 +547,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
-        loss = None
-        if labels is not None:
-            loss = token_cross_entropy(logits, labels)
+        logits, loss = lm_head_and_loss(self.lm_head, outputs.last_hidden_state, labels)  # (B, T, V), loss or None
         out = Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
