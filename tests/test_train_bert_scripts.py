@@ -76,3 +76,30 @@ def test_finetune_bert_from_the_pretrained_folder_writes_results_and_card(pretra
     assert f"pre-trained encoder in `{pretrain_dir}`" in card
     assert saved["command"] in card
     assert str(round(saved["test_accuracy"], 4)) in card
+
+
+def test_context_probe_splits_accuracy_by_corruption_kind(pretrained):
+    """scripts/bert_context_probe.py on the tiny pretrained folder, and ``probe`` against a model that copies its
+    input: it must score 1.0 on unchanged tokens, 0.0 on [MASK] and random replacements, in either context."""
+    import torch
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import bert_context_probe
+
+    folder, _ = pretrained
+    results = bert_context_probe.main([str(folder), "--pairs", "16"])
+    shares = results["share of selected tokens"]
+    assert shares["all"] == 1.0 and shares["mask"] > shares["kept"]
+    assert abs(shares["mask"] + shares["kept"] + shares["random"] - 1.0) < 1e-3
+
+    batch, tokenizer = bert_context_probe.test_batch(str(folder), 16, 32, 42)
+
+    class CopyInput(torch.nn.Module):
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            logits = torch.nn.functional.one_hot(input_ids, len(tokenizer)).float()  # (B, T, V)
+            return type("Out", (), {"prediction_logits": logits})()
+
+    copied = bert_context_probe.probe(CopyInput(), batch, tokenizer)
+    for context in ("real context", "random context"):
+        assert copied[context]["kept"] == 1.0
+        assert copied[context]["mask"] == 0.0 and copied[context]["random"] == 0.0
