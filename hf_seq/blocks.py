@@ -95,6 +95,24 @@ class ResidualNorm(nn.Module):
         return out if self.pre else self.norm(out)
 
 
+def feed_forward_sublayer(
+    residual: ResidualNorm, ffn: FeedForward, x: torch.Tensor, token_rows: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The position-wise sub-layer ``x → residual.add(x, ffn(residual.normed_input(x)))`` on ``(B, T, d)``.
+
+    With ``token_rows`` (flat indices into ``B * T`` of the real tokens) it runs on those rows only and the padding
+    rows pass through unchanged: the feed-forward network is most of a block's matrix products, and padding rows
+    are never read by a real token (their keys are masked). Their values then differ from a dense computation,
+    as with ``torch.nn.TransformerEncoder``'s padded fast path.
+    """
+    if token_rows is None:
+        return residual.add(x, ffn(residual.normed_input(x)))
+    flat = x.reshape(-1, x.shape[-1])  # (B*T, d)
+    rows = flat.index_select(0, token_rows)  # (N_tok, d)
+    rows = residual.add(rows, ffn(residual.normed_input(rows)))
+    return flat.index_copy(0, token_rows, rows).view_as(x)  # (B, T, d)
+
+
 class TransformerEncoderBlock(nn.Module):
     """Encoder block: self-attention + feed-forward, each with residual + LayerNorm."""
 
@@ -123,8 +141,13 @@ class TransformerEncoderBlock(nn.Module):
         attention_mask: torch.Tensor | None = None,
         attn_implementation: str = "sdpa",
         output_attentions: bool = False,
+        token_rows: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``hidden_states`` ``(B, T, d)``, boolean ``attention_mask`` ``(B, 1, 1|T, T)`` → ``(B, T, d)``, weights."""
+        """``hidden_states`` ``(B, T, d)``, boolean ``attention_mask`` ``(B, 1, 1|T, T)`` → ``(B, T, d)``, weights.
+
+        ``token_rows``: flat indices of the real tokens; the feed-forward sub-layer then skips the padding rows
+        (see :func:`feed_forward_sublayer`).
+        """
         x = hidden_states
         attn_out, weights = self.self_attn(
             self.self_attn_residual.normed_input(x),
@@ -133,8 +156,7 @@ class TransformerEncoderBlock(nn.Module):
             output_attentions=output_attentions,
         )
         x = self.self_attn_residual.add(x, attn_out)
-        x = self.ffn_residual.add(x, self.ffn(self.ffn_residual.normed_input(x)))
-        return x, weights
+        return feed_forward_sublayer(self.ffn_residual, self.ffn, x, token_rows), weights
 
 
 class TransformerDecoderBlock(nn.Module):
@@ -197,5 +219,4 @@ class TransformerDecoderBlock(nn.Module):
             output_attentions=output_attentions,
         )
         x = self.cross_attn_residual.add(x, cross_out)
-        x = self.ffn_residual.add(x, self.ffn(self.ffn_residual.normed_input(x)))
-        return x, self_weights, cross_weights
+        return feed_forward_sublayer(self.ffn_residual, self.ffn, x), self_weights, cross_weights

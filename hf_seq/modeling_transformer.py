@@ -190,7 +190,11 @@ def _final_layer_norm(config: TransformerConfig) -> nn.LayerNorm | None:
 
 
 class TransformerEncoder(nn.Module):
-    """Encoder stack: embeddings → ``encoder_layers`` × (self-attention + FFN) [→ final LayerNorm for pre-LN]."""
+    """Encoder stack: embeddings → ``encoder_layers`` × (self-attention + FFN) [→ final LayerNorm for pre-LN].
+
+    With padding in ``attention_mask`` the feed-forward sub-layers run on the real tokens only; the states at padded
+    positions are then not those of a dense computation (no real token and no decoder position ever reads them).
+    """
 
     main_input_name = "input_ids"
 
@@ -221,11 +225,14 @@ class TransformerEncoder(nn.Module):
         hidden = self.embeddings(input_ids, inputs_embeds)  # (B, S, d)
         pad = _padding_only(attention_mask, "attention_mask", hidden.shape[:2])
         mask = make_attention_mask(pad, hidden.shape[1]) if pad is not None else None  # (B, 1, 1, S) or None
+        token_rows = pad.reshape(-1).nonzero().squeeze(1) if pad is not None else None  # (N_tok,) real tokens
         impl = self.config._attn_implementation or "sdpa"
         all_hidden = (hidden,) if output_hidden_states else None
         all_attn = () if output_attentions else None
         for layer in self.layers:
-            hidden, weights = layer(hidden, mask, attn_implementation=impl, output_attentions=output_attentions)
+            hidden, weights = layer(
+                hidden, mask, attn_implementation=impl, output_attentions=output_attentions, token_rows=token_rows
+            )
             if output_hidden_states:
                 all_hidden += (hidden,)
             if output_attentions:

@@ -271,6 +271,46 @@ def test_source_padding_never_changes_a_translation():
     torch.testing.assert_close(logits_padded, logits_alone, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_encoder_feed_forward_skips_padding_with_the_dense_loss_and_gradients(norm_position, monkeypatch):
+    """With source padding the encoder's feed-forward runs on the real tokens only: the loss and every gradient equal
+    a dense run's, the real-token states equal the dense ones, and only the padded states differ."""
+    import hf_seq.blocks as blocks
+
+    model = random_model(norm_position=norm_position).train()  # dropout 0: deterministic
+    src, src_mask = source_batch()
+    labels = torch.tensor([[4, 11, 6, 19, EOS], [13, 22, EOS, -100, -100]])
+    rows_seen = []
+    sparse_ffn = blocks.feed_forward_sublayer
+
+    def record(residual, ffn, x, token_rows=None):
+        rows_seen.append(x.shape[0] * x.shape[1] if token_rows is None else token_rows.numel())
+        return sparse_ffn(residual, ffn, x, token_rows)
+
+    def dense(residual, ffn, x, token_rows=None):
+        return sparse_ffn(residual, ffn, x, None)
+
+    def run(fn):
+        monkeypatch.setattr(blocks, "feed_forward_sublayer", fn)
+        model.zero_grad()
+        out = model(input_ids=src, attention_mask=src_mask, labels=labels)
+        out.loss.backward()
+        return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    sparse_out, sparse_grads = run(record)
+    dense_out, dense_grads = run(dense)
+    assert rows_seen[:2] == [int(src_mask.sum())] * 2  # the two encoder blocks saw only the 11 real tokens
+    torch.testing.assert_close(sparse_out.loss, dense_out.loss)
+    torch.testing.assert_close(sparse_out.logits, dense_out.logits)
+    assert sparse_grads.keys() == dense_grads.keys()
+    for name in dense_grads:
+        torch.testing.assert_close(sparse_grads[name], dense_grads[name], msg=name)
+    real = src_mask.bool()
+    sparse_states, dense_states = sparse_out.encoder_last_hidden_state, dense_out.encoder_last_hidden_state
+    torch.testing.assert_close(sparse_states[real], dense_states[real])
+    assert not torch.allclose(sparse_states[~real], dense_states[~real])
+
+
 def test_decoder_attention_mask_hides_padded_target_positions():
     model = random_model()
     src, src_mask = source_batch()
