@@ -136,6 +136,10 @@ def test_loss_is_cross_entropy_ignoring_minus_100():
     expected = F.cross_entropy(logits[keep], labels[keep])
     torch.testing.assert_close(out.loss, expected)
     assert out.logits.shape == (3, 4, VOCAB)
+    # a batch with nothing to predict gives a zero loss (still in the graph), not the NaN of an empty mean
+    empty = model(input_ids=ids, attention_mask=mask, labels=labels.masked_fill(labels > -100, -100),
+                  decoder_input_ids=dec)
+    assert empty.loss.item() == 0.0 and empty.loss.requires_grad
 
 
 @pytest.mark.parametrize("attention", [a for a in ATTENTION_TYPES if a != "none"])
