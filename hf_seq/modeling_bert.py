@@ -29,7 +29,7 @@ from transformers.utils import ModelOutput, logging
 from .attention import make_attention_mask
 from .blocks import TransformerEncoderBlock
 from .configuration_bert import BertConfig
-from .losses import masked_cross_entropy, sequence_classification_loss
+from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
 from .modeling_utils import CheckedLoadingMixin
 from .validation import IGNORE_INDEX, check_label_range, check_token_ids
 
@@ -464,13 +464,18 @@ class BertModel(BertPreTrainedModel):
 def _masked_lm_logits(
     head: BertLMPredictionHead, sequence_output: torch.Tensor, labels: torch.Tensor | None, sparse: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Vocabulary logits and (if labels) the masked-LM loss; sparse: only at labelled positions."""
+    """Vocabulary logits and (if labels) the masked-LM loss; sparse: only at labelled positions.
+
+    Dense logits ``(B, T, V)`` come with the fused :func:`~.losses.lm_head_and_loss`, whose backward runs the
+    vocabulary projection over the ~15 % labelled positions only; sparse logits are ``(N, V)`` for those positions.
+    """
     if labels is not None and sparse:
         selected = labels != IGNORE_INDEX  # (B, T)
-        logits = head(sequence_output[selected])  # (N, V)
-        return logits, masked_cross_entropy(logits, labels[selected])
-    logits = head(sequence_output)  # (B, T, V)
-    return logits, (masked_cross_entropy(logits, labels) if labels is not None else None)
+        sequence_output, labels = sequence_output[selected], labels[selected]  # (N, H), (N,)
+    if head._forward_hooks or head._forward_pre_hooks:  # a wrapped head: call it as a module
+        logits = head(sequence_output)
+        return logits, (masked_cross_entropy(logits, labels) if labels is not None else None)
+    return lm_head_and_loss(head.decoder, head.transform(sequence_output), labels)
 
 
 class BertForPreTraining(BertPreTrainedModel):
