@@ -125,6 +125,32 @@ def test_pretraining_loss_is_mlm_plus_nsp_and_matches_transformers(tmp_path):
     torch.testing.assert_close(got.loss, mlm + nsp_ce, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_pretraining_gradients_match_transformers(sparse):
+    """The fused masked-LM head's backward (only the labelled rows) gives transformers' BERT gradients."""
+    from hf_seq.modeling_bert import convert_transformers_bert_state_dict
+
+    torch.manual_seed(0)
+    ref = transformers.BertForPreTraining(hf_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    ours = BertForPreTraining.from_transformers_bert(ref, sparse_prediction=sparse)
+    ref.train(), ours.train()
+    batch = padded_batch()
+    labels = torch.full_like(batch["input_ids"], -100)
+    labels[:, 2] = batch["input_ids"][:, 2]
+    labels[0, 7] = 11
+    nsp = torch.tensor([0, 1, 0])
+    ref(**batch, labels=labels, next_sentence_label=nsp).loss.backward()
+    ours(**batch, labels=labels, next_sentence_label=nsp).loss.backward()
+    expected = convert_transformers_bert_state_dict(
+        {name: p.grad for name, p in ref.named_parameters() if p.grad is not None}, ref.config.num_hidden_layers
+    )
+    got = {name: p.grad for name, p in ours.named_parameters() if p.grad is not None}
+    assert "bert.embeddings.word_embeddings.weight" in got  # tied with the decoder: both gradients summed
+    assert "cls.predictions.decoder.bias" in got and "bert.encoder.layers.1.self_attn.qkv_proj.weight" in got
+    for name, grad in got.items():
+        torch.testing.assert_close(grad, expected[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
 def test_sparse_prediction_same_loss_and_logits_at_masked_positions():
     torch.manual_seed(0)
     dense = BertForMaskedLM(tiny_config()).eval()
