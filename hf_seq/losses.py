@@ -3,6 +3,8 @@
 * :func:`masked_cross_entropy` — mean cross-entropy over the labels that are not -100 (0, not NaN, when none is).
 * :func:`linear_cross_entropy` — the language-model heads' output projection and cross-entropy in one autograd
   function: full logits for the caller, and a backward that skips the rows whose label is -100 (padding).
+* :func:`lm_head_and_loss` — what the models call: :func:`linear_cross_entropy` for a plain ``nn.Linear`` head,
+  the module itself (and :func:`masked_cross_entropy`) for a wrapped one.
 * :func:`sequence_classification_loss` — ``transformers``' sequence-classifier losses with input checks.
 """
 
