@@ -63,7 +63,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         loss = (lse - picked).sum() / count
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(hidden, weight, logits, rows, target, lse)
-        ctx.count, ctx.has_bias = count, bias is not None
+        ctx.count = count
         return logits, loss
 
     @staticmethod
@@ -99,8 +99,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 grad_bias = labelled.sum(0)
         grad_hidden = None if grad_hidden is None else grad_hidden.to(hidden.dtype)
         grad_weight = None if grad_weight is None else grad_weight.to(weight.dtype)
-        grad_bias = None if grad_bias is None or not ctx.has_bias else grad_bias.to(weight.dtype)
+        grad_bias = None if grad_bias is None else grad_bias.to(weight.dtype)
         return grad_hidden, grad_weight, grad_bias, None
+
+
+def _check_lm_labels(labels: torch.Tensor, positions: torch.Size, vocab_size: int) -> None:
+    """ValueError unless ``labels`` are integer ids of shape ``positions`` in ``[0, vocab_size)`` or -100."""
+    if tuple(labels.shape) != tuple(positions):
+        raise ValueError(f"`labels` must have shape {tuple(positions)}, got {tuple(labels.shape)}")
+    if labels.is_floating_point() or labels.dtype == torch.bool:
+        raise ValueError(f"`labels` must be integer token ids (or -100), got dtype {labels.dtype}")
+    check_label_range("labels", labels, vocab_size, "vocab_size")
 
 
 def linear_cross_entropy(
@@ -113,14 +122,10 @@ def linear_cross_entropy(
     for a causal LM). Labels out of ``[0, V)`` raise ``ValueError``. When a gradient is needed this runs
     :class:`_LinearCrossEntropy`, whose backward skips the unlabelled rows.
     """
-    logits_shape = (*hidden.shape[:-1], weight.shape[0])
     if labels is None:
         return F.linear(hidden, weight, bias), None
-    if tuple(labels.shape) != tuple(hidden.shape[:-1]):
-        raise ValueError(f"`labels` must have shape {tuple(hidden.shape[:-1])}, got {tuple(labels.shape)}")
-    if labels.is_floating_point() or labels.dtype == torch.bool:
-        raise ValueError(f"`labels` must be integer token ids (or -100), got dtype {labels.dtype}")
-    check_label_range("labels", labels, weight.shape[0], "vocab_size")
+    _check_lm_labels(labels, hidden.shape[:-1], weight.shape[0])
+    logits_shape = (*hidden.shape[:-1], weight.shape[0])
     flat_hidden, flat_labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1).long()  # (N, D), (N,)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias)):
         logits, loss = _LinearCrossEntropy.apply(flat_hidden, weight, bias, flat_labels)
@@ -141,7 +146,7 @@ def lm_head_and_loss(
     logits = head(hidden)  # (..., V)
     if labels is None:
         return logits, None
-    check_label_range("labels", labels, logits.shape[-1], "vocab_size")
+    _check_lm_labels(labels, logits.shape[:-1], logits.shape[-1])
     return logits, masked_cross_entropy(logits, labels)
 
 

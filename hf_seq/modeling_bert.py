@@ -473,8 +473,7 @@ def _masked_lm_logits(
         selected = labels != IGNORE_INDEX  # (B, T)
         sequence_output, labels = sequence_output[selected], labels[selected]  # (N, H), (N,)
     if head._forward_hooks or head._forward_pre_hooks:  # a wrapped head: call it as a module
-        logits = head(sequence_output)
-        return logits, (masked_cross_entropy(logits, labels) if labels is not None else None)
+        return lm_head_and_loss(head, sequence_output, labels)
     return lm_head_and_loss(head.decoder, head.transform(sequence_output), labels)
 
 
