@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .linear import Linear
+
 SCORE_FUNCTIONS = ("dot", "scaled_dot", "general", "additive", "cosine")
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
 
@@ -59,12 +61,12 @@ class AttentionScore(nn.Module):
         self.query_size = query_size
         self.key_size = key_size
         if kind == "general":
-            self.bilinear = nn.Linear(query_size, key_size, bias=False)  # W: maps q into key space
+            self.bilinear = Linear(query_size, key_size, bias=False)  # W: maps q into key space
         elif kind == "additive":
             hidden_size = hidden_size or key_size
-            self.key_proj = nn.Linear(key_size, hidden_size, bias=False)  # W₁
-            self.query_proj = nn.Linear(query_size, hidden_size, bias=True)  # W₂ (+ bias)
-            self.energy = nn.Linear(hidden_size, 1, bias=False)  # v
+            self.key_proj = Linear(key_size, hidden_size, bias=False)  # W₁
+            self.query_proj = Linear(query_size, hidden_size, bias=True)  # W₂ (+ bias)
+            self.energy = Linear(hidden_size, 1, bias=False)  # v
 
     def prepare_keys(self, key: torch.Tensor) -> torch.Tensor:
         """Transform the keys once: ``(..., T_k, D_k)`` → what :meth:`score` expects."""
@@ -253,11 +255,11 @@ class MultiHeadAttention(nn.Module):
         self.is_cross_attention = is_cross_attention
         self.layer_idx = layer_idx
         if is_cross_attention:
-            self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)  # W_Q
-            self.kv_proj = nn.Linear(kv_dim or embed_dim, 2 * embed_dim, bias=bias)  # [W_K; W_V]
+            self.q_proj = Linear(embed_dim, embed_dim, bias=bias)  # W_Q
+            self.kv_proj = Linear(kv_dim or embed_dim, 2 * embed_dim, bias=bias)  # [W_K; W_V]
         else:
-            self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)  # [W_Q; W_K; W_V]
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)  # W_O
+            self.qkv_proj = Linear(embed_dim, 3 * embed_dim, bias=bias)  # [W_Q; W_K; W_V]
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias)  # W_O
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, _ = x.shape

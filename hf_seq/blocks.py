@@ -19,6 +19,7 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 from .attention import MultiHeadAttention
+from .linear import Linear
 
 NORM_POSITIONS = ("post", "pre")
 
@@ -65,10 +66,10 @@ class FeedForward(nn.Module):
         super().__init__()
         if activation not in ACT2FN:
             raise ValueError(f"activation_function must be one of {sorted(ACT2FN)}, got {activation!r}.")
-        self.fc1 = nn.Linear(d_model, ffn_dim)
+        self.fc1 = Linear(d_model, ffn_dim)
         self.act = ACT2FN[activation]
         self.dropout = Dropout(activation_dropout)
-        self.fc2 = nn.Linear(ffn_dim, d_model)
+        self.fc2 = Linear(ffn_dim, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.dropout(self.act(self.fc1(x))))  # (B, T, d_model)

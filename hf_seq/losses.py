@@ -3,8 +3,9 @@
 * :func:`masked_cross_entropy` — mean cross-entropy over the labels that are not -100 (0, not NaN, when none is).
 * :func:`linear_cross_entropy` — the language-model heads' output projection and cross-entropy in one autograd
   function: full logits for the caller, and a backward that skips the rows whose label is -100 (padding).
-* :func:`lm_head_and_loss` — what the models call: :func:`linear_cross_entropy` for a plain ``nn.Linear`` head,
-  the module itself (and :func:`masked_cross_entropy`) for a wrapped one.
+* :func:`lm_head_and_loss` — what the models call: :func:`linear_cross_entropy` for a plain linear head (``nn.Linear``
+  or :class:`~.linear.Linear`), the module itself (and :func:`masked_cross_entropy`) for a wrapped one; without
+  labels, the head module itself (so decoding gets :class:`~.linear.Linear`'s fast path).
 * :func:`sequence_classification_loss` — ``transformers``' sequence-classifier losses with input checks.
 """
 
@@ -14,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .linear import Linear
 from .validation import IGNORE_INDEX, check_label_range
 
 
@@ -137,15 +139,15 @@ def linear_cross_entropy(
 def lm_head_and_loss(
     head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(head(hidden), loss)`` for a language-model head; the fused :func:`linear_cross_entropy` when ``head`` is a
-    plain ``nn.Linear`` without hooks, else the module itself (a wrapped or adapted head) and
-    :func:`masked_cross_entropy`."""
-    plain = type(head) is nn.Linear and not (head._forward_hooks or head._forward_pre_hooks)
+    """``(head(hidden), loss)`` for a language-model head: without ``labels`` the module itself; with them the fused
+    :func:`linear_cross_entropy` when ``head`` is a plain linear layer without hooks, else the module (a wrapped or
+    adapted head) and :func:`masked_cross_entropy`."""
+    if labels is None:
+        return head(hidden), None  # (..., V)
+    plain = type(head) in (nn.Linear, Linear) and not (head._forward_hooks or head._forward_pre_hooks)
     if plain:
         return linear_cross_entropy(hidden, head.weight, labels, head.bias)
     logits = head(hidden)  # (..., V)
-    if labels is None:
-        return logits, None
     _check_lm_labels(labels, logits.shape[:-1], logits.shape[-1])
     return logits, masked_cross_entropy(logits, labels)
 

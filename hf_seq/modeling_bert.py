@@ -29,6 +29,7 @@ from transformers.utils import ModelOutput, logging
 from .attention import make_attention_mask
 from .blocks import TransformerEncoderBlock
 from .configuration_bert import BertConfig
+from .linear import Linear
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
 from .modeling_utils import CheckedLoadingMixin
 from .validation import IGNORE_INDEX, check_label_range, check_token_ids
@@ -135,7 +136,7 @@ class BertPooler(nn.Module):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.dense(hidden_states[:, 0]))  # (B, H)
@@ -146,7 +147,7 @@ class BertPredictionHeadTransform(nn.Module):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = Linear(config.hidden_size, config.hidden_size)
         self.act = ACT2FN[config.hidden_act]
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
@@ -160,7 +161,7 @@ class BertLMPredictionHead(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.transform = BertPredictionHeadTransform(config)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=True)
+        self.decoder = Linear(config.hidden_size, config.vocab_size, bias=True)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.transform(hidden_states))  # (..., V)
@@ -172,7 +173,7 @@ class BertPreTrainingHeads(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.predictions = BertLMPredictionHead(config)
-        self.seq_relationship = nn.Linear(config.hidden_size, 2)
+        self.seq_relationship = Linear(config.hidden_size, 2)
 
 
 class BertOnlyMLMHead(nn.Module):
@@ -337,6 +338,34 @@ class BertPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
                 raise ValueError(f"`position_ids` must have length {shape[1]}, got shape {tuple(position_ids.shape)}.")
             check_token_ids("position_ids", position_ids, config.max_position_embeddings, "max_position_embeddings")
         return shape
+
+    # --- position table -------------------------------------------------------------------------------------
+    def get_position_embeddings(self) -> nn.Embedding:
+        """The learned position table ``(max_position_embeddings, hidden_size)``."""
+        return self.base_model.embeddings.position_embeddings
+
+    def resize_position_embeddings(self, new_num_position_embeddings: int) -> None:
+        """Grow or shrink the learned position table to ``new_num_position_embeddings`` rows, in place.
+
+        Shrinking keeps the first rows. Growing keeps every trained row and fills the new ones by repeating the
+        trained table (row ``p`` gets row ``p % old``), the copy initialisation Longformer uses to extend BERT's
+        512 positions: far better than random rows for continued pretraining at the longer length (BERT's own
+        recipe ends with a phase at longer sequences). ``config.max_position_embeddings`` is updated, so the model
+        saves and reloads at the new size. Outputs for inputs no longer than the old table are unchanged.
+        """
+        if not isinstance(new_num_position_embeddings, int) or new_num_position_embeddings < 1:
+            raise ValueError(
+                f"`new_num_position_embeddings` must be a positive int, got {new_num_position_embeddings!r}."
+            )
+        old = self.get_position_embeddings()
+        old_num = old.num_embeddings
+        rows = torch.arange(new_num_position_embeddings, device=old.weight.device) % old_num  # (P_new,)
+        new = nn.Embedding(new_num_position_embeddings, old.embedding_dim, device=old.weight.device, dtype=old.weight.dtype)
+        with torch.no_grad():
+            new.weight.copy_(old.weight[rows])  # (P_new, H)
+        new.weight.requires_grad_(old.weight.requires_grad)
+        self.base_model.embeddings.position_embeddings = new
+        self.config.max_position_embeddings = new_num_position_embeddings
 
     # --- transformers checkpoints ----------------------------------------------------------------------------
     @classmethod
@@ -601,7 +630,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         self.bert = BertModel(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.classifier = Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
     def forward(
@@ -649,7 +678,7 @@ class BertForTokenClassification(BertPreTrainedModel):
         self.bert = BertModel(config, add_pooling_layer=False)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.classifier = Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
     def forward(

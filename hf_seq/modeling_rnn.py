@@ -25,6 +25,7 @@ from transformers.modeling_outputs import (
 )
 
 from .configuration_rnn import RNNConfig
+from .linear import InputMajorDecodingMixin, Linear
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
 from .modeling_utils import CheckedLoadingMixin
 from .recurrent import RecurrentStack, State
@@ -328,7 +329,7 @@ class RNNForSequenceClassification(RNNPreTrainedModel):
         self.num_labels = config.num_labels
         self.rnn = RNNModel(config, add_pooling_layer=True)
         self.dropout = nn.Dropout(config.dropout)
-        self.classifier = nn.Linear(RNNPooler.output_size(config), config.num_labels)
+        self.classifier = Linear(RNNPooler.output_size(config), config.num_labels)
         self.post_init()
 
     def compute_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -373,7 +374,7 @@ class RNNForTokenClassification(RNNPreTrainedModel):
         self.num_labels = config.num_labels
         self.rnn = RNNModel(config, add_pooling_layer=False)
         self.dropout = nn.Dropout(config.dropout)
-        self.classifier = nn.Linear(config.feature_size, config.num_labels)
+        self.classifier = Linear(config.feature_size, config.num_labels)
         self.post_init()
 
     def forward(
@@ -469,7 +470,7 @@ class RNNCache:
             self.state = tuple(s.repeat_interleave(repeats, dim=1) for s in self.state)
 
 
-class RNNForCausalLM(RNNPreTrainedModel, GenerationMixin):
+class RNNForCausalLM(InputMajorDecodingMixin, RNNPreTrainedModel, GenerationMixin):
     """Recurrent language model: embedding (learned, or the notes' fixed one-hot) → unidirectional recurrent stack →
     dropout → linear → softmax over the vocabulary (``CausalLMOutputWithPast``).
 
@@ -494,9 +495,9 @@ class RNNForCausalLM(RNNPreTrainedModel, GenerationMixin):
         head_size = config.hidden_size
         self.lm_proj = None
         if config.tie_word_embeddings and config.hidden_size != config.embedding_size:
-            self.lm_proj = nn.Linear(config.hidden_size, config.embedding_size, bias=False)  # H -> E, then E -> V
+            self.lm_proj = Linear(config.hidden_size, config.embedding_size, bias=False)  # H -> E, then E -> V
             head_size = config.embedding_size
-        self.lm_head = nn.Linear(head_size, config.vocab_size)
+        self.lm_head = Linear(head_size, config.vocab_size)
         self.post_init()
 
     @classmethod

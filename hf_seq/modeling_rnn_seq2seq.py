@@ -29,6 +29,7 @@ from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqM
 
 from .attention import AttentionScore, attend
 from .configuration_rnn_seq2seq import RNNSeq2SeqConfig
+from .linear import InputMajorDecodingMixin, Linear
 from .losses import lm_head_and_loss
 from .modeling_utils import CheckedLoadingMixin
 from .recurrent import RecurrentStack
@@ -201,8 +202,8 @@ class RNNSeq2SeqBridge(nn.Module):
         self.decoder_layers = config.decoder_layers
         self.is_lstm = config.cell == "lstm"
         if self.num_directions == 2:
-            self.hidden_proj = nn.Linear(2 * config.hidden_size, config.hidden_size)
-            self.cell_proj = nn.Linear(2 * config.hidden_size, config.hidden_size) if self.is_lstm else None
+            self.hidden_proj = Linear(2 * config.hidden_size, config.hidden_size)
+            self.cell_proj = Linear(2 * config.hidden_size, config.hidden_size) if self.is_lstm else None
 
     def _layers(self, final: torch.Tensor) -> torch.Tensor:
         """(B, L_enc * D, H) → (L_dec, B, D * H): per decoder layer, its encoder layer's directions concatenated."""
@@ -253,13 +254,13 @@ class RNNSeq2SeqDecoder(nn.Module):
             key_size = encoder_size
             self.key_proj = None
             if config.attention in ("dot", "scaled_dot", "cosine") and encoder_size != hidden:
-                self.key_proj = nn.Linear(encoder_size, hidden, bias=False)  # W_K: bidirectional states → query space
+                self.key_proj = Linear(encoder_size, hidden, bias=False)  # W_K: bidirectional states → query space
                 key_size = hidden
             self.score = AttentionScore(config.attention, hidden, key_size, config.attention_hidden_size or hidden)
-            self.attention_proj = nn.Linear(hidden + encoder_size, emb, bias=False)  # W_c: h̃ = tanh(W_c [s; c])
+            self.attention_proj = Linear(hidden + encoder_size, emb, bias=False)  # W_c: h̃ = tanh(W_c [s; c])
             self.output_proj = None
         else:
-            self.output_proj = nn.Linear(hidden, emb, bias=False) if hidden != emb else None
+            self.output_proj = Linear(hidden, emb, bias=False) if hidden != emb else None
 
     def prepare_keys(self, encoder_states: torch.Tensor) -> torch.Tensor:
         """Encoder states ``(B, S, D)`` → keys the score function compares against (``W_K h``, ``W₁ h``, ...)."""
@@ -501,7 +502,7 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         return out if return_dict else out.to_tuple()
 
 
-class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMixin):
+class RNNSeq2SeqForConditionalGeneration(InputMajorDecodingMixin, RNNSeq2SeqPreTrainedModel, GenerationMixin):
     """RNN seq2seq translator: :class:`RNNSeq2SeqModel` + output projection to the vocabulary; ``generate()`` ready."""
 
     _tied_weights_keys = {"lm_head.weight": "model.encoder.embed_tokens.weight"}
@@ -509,7 +510,7 @@ class RNNSeq2SeqForConditionalGeneration(RNNSeq2SeqPreTrainedModel, GenerationMi
     def __init__(self, config: RNNSeq2SeqConfig) -> None:
         super().__init__(config)
         self.model = RNNSeq2SeqModel(config)
-        self.lm_head = nn.Linear(config.embedding_size, config.vocab_size, bias=True)
+        self.lm_head = Linear(config.embedding_size, config.vocab_size, bias=True)
         self.post_init()
         if not getattr(config, "custom_pipelines", None):  # pipeline("translation") (see seq2seq_pipelines.py)
             config.custom_pipelines = copy.deepcopy(SEQ2SEQ_CUSTOM_PIPELINES)

@@ -31,6 +31,7 @@ from transformers.modeling_outputs import (
 from .attention import make_attention_mask
 from .blocks import Dropout, TransformerDecoderBlock, TransformerEncoderBlock, sinusoidal_position_table
 from .configuration_transformer import TransformerConfig
+from .linear import InputMajorDecodingMixin, Linear
 from .losses import lm_head_and_loss
 from .modeling_utils import CheckedLoadingMixin
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
@@ -456,7 +457,7 @@ class TransformerModel(TransformerPreTrainedModel):
         return out if return_dict is not False else out.to_tuple()
 
 
-class TransformerForConditionalGeneration(TransformerPreTrainedModel, GenerationMixin):
+class TransformerForConditionalGeneration(InputMajorDecodingMixin, TransformerPreTrainedModel, GenerationMixin):
     """Encoder-decoder + output projection (linear + softmax over the vocabulary): translation, ``generate()``.
 
     ``labels`` ``(B, T)`` (``-100`` = ignored) give the cross-entropy ``loss`` and, when ``decoder_input_ids`` are not
@@ -471,7 +472,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__(config)
         self.model = TransformerModel(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
         if not getattr(config, "custom_pipelines", None):  # pipeline("translation") (see seq2seq_pipelines.py)
             config.custom_pipelines = copy.deepcopy(SEQ2SEQ_CUSTOM_PIPELINES)

@@ -241,6 +241,35 @@ def test_decoder_tied_to_word_embeddings_and_save_load_bit_exact(tmp_path):
         assert torch.equal(a[0], b[0])
 
 
+@pytest.mark.parametrize("cls", [BertModel, BertForPreTraining])
+def test_resize_position_embeddings_keeps_short_outputs_and_repeats_the_table(tmp_path, cls):
+    torch.manual_seed(0)
+    model = cls(tiny_config(max_position_embeddings=12)).eval()
+    old_table = model.get_position_embeddings().weight.detach().clone()  # (12, H)
+    with torch.no_grad():
+        before = model(**padded_batch())[0]
+    model.resize_position_embeddings(30)
+    table = model.get_position_embeddings().weight
+    assert model.config.max_position_embeddings == 30 and table.shape == (30, 32) and table.requires_grad
+    assert torch.equal(table[:12], old_table) and torch.equal(table[12:24], old_table)
+    assert torch.equal(table[24:], old_table[:6])
+    with torch.no_grad():
+        assert torch.equal(model(**padded_batch())[0], before)  # inputs within the old table: unchanged
+        longer = model(input_ids=torch.randint(5, VOCAB, (2, 30)))[0]  # accepted now, would raise before
+    assert torch.isfinite(longer).all()
+    model.save_pretrained(tmp_path)
+    loaded = cls.from_pretrained(tmp_path)
+    assert loaded.config.max_position_embeddings == 30
+    assert torch.equal(loaded.get_position_embeddings().weight, table)
+
+    model.resize_position_embeddings(8)  # shrinking keeps the first rows
+    assert torch.equal(model.get_position_embeddings().weight, old_table[:8])
+    with pytest.raises(ValueError, match="max_position_embeddings=8"):
+        model(**padded_batch())
+    with pytest.raises(ValueError, match="new_num_position_embeddings"):
+        model.resize_position_embeddings(0)
+
+
 def test_auto_classes_resolve_to_hf_seq_bert(tmp_path):
     config = tiny_config()
     for auto, cls in [

@@ -52,6 +52,23 @@ def test_pretrain_bert_writes_results_model_and_card(pretrained):
 
 
 @pytest.mark.data
+def test_pretrain_bert_continues_at_a_longer_length_by_growing_the_position_table(pretrained, tmp_path):
+    import pretrain_bert
+
+    pretrain_dir, _ = pretrained
+    out = tmp_path / "longer"
+    results = pretrain_bert.main([
+        str(REPO / "configs" / "bert_pretrain_brown.json"), "--init_from", str(pretrain_dir), "--max_length", "48",
+        "--output_dir", str(out), "--max_steps", "1", "--per_device_train_batch_size", "4", "--warmup_steps", "0",
+        "--eval_strategy", "no", "--max_eval_examples", "8", "--per_device_eval_batch_size", "256",
+        "--disable_tqdm", "true",
+    ])
+    config = json.loads((out / "config.json").read_text())
+    assert config["max_position_embeddings"] == 48 and config["hidden_size"] == 16
+    assert 0.0 <= results["test"]["test_nsp_accuracy"] <= 1.0
+
+
+@pytest.mark.data
 def test_finetune_bert_from_the_pretrained_folder_writes_results_and_card(pretrained, tmp_path):
     import finetune_bert
 

@@ -8,7 +8,9 @@ masks every epoch); validation / test pairs are fixed (one seed per example) and
 (``hf_seq.data.load_brown_documents``). ``compute_metrics`` reports masked-LM accuracy (over the selected 15%) and
 next-sentence accuracy; ``preprocess_logits_for_metrics`` reduces logits to argmaxes so evaluation memory stays small.
 The model (``BertForPreTraining``) and tokenizer are saved to ``output_dir``; ``results.json`` holds the test metrics.
-``--init_from <folder>`` continues pretraining from a folder this script saved (same tokenizer).
+``--init_from <folder>`` continues pretraining from a folder this script saved (same tokenizer); a ``--max_length``
+longer than that model's position table grows the table first (``resize_position_embeddings``: BERT's final phase at
+longer sequences).
 """
 
 from __future__ import annotations
@@ -170,6 +172,11 @@ def main(argv: list[str] | None = None) -> dict:
     )
     if model_args.init_from:
         model = BertForPreTraining.from_pretrained(model_args.init_from, sparse_prediction=model_args.sparse_prediction)
+        if data_args.max_length > model.config.max_position_embeddings:
+            logger.info(
+                "growing the position table from %d to %d rows", model.config.max_position_embeddings, data_args.max_length
+            )
+            model.resize_position_embeddings(data_args.max_length)
     else:
         model = BertForPreTraining(config)
     logger.info("BertForPreTraining with %.2fM parameters", model.num_parameters() / 1e6)
