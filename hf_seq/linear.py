@@ -16,6 +16,7 @@ tensor is replaced or updated in place.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -25,6 +26,8 @@ from torch import nn
 
 INPUT_MAJOR_MAX_ROWS = 128
 """Inputs with at most this many rows (product of the leading dimensions) use the input-major copy."""
+
+_DEPTH_LOCK = threading.Lock()  # generate() may run in several threads on one model
 
 
 class Linear(nn.Linear):
@@ -74,16 +77,18 @@ def input_major_weights(model: nn.Module) -> Iterator[None]:
     """Within the block, every :class:`Linear` of ``model`` multiplies small CPU inputs by an input-major weight copy;
     the copies are freed on exit. Re-entrant (a ``generate()`` inside another one keeps the copies)."""
     layers = [m for m in model.modules() if isinstance(m, Linear)]
-    for layer in layers:
-        layer._input_major_depth += 1
+    with _DEPTH_LOCK:
+        for layer in layers:
+            layer._input_major_depth += 1
     try:
         yield
     finally:
-        for layer in layers:
-            layer._input_major_depth -= 1
-            if layer._input_major_depth == 0:
-                for name in ("_input_major_depth", "_weight_t", "_weight_t_key"):
-                    layer.__dict__.pop(name, None)
+        with _DEPTH_LOCK:
+            for layer in layers:
+                layer._input_major_depth -= 1
+                if layer._input_major_depth == 0:
+                    for name in ("_input_major_depth", "_weight_t", "_weight_t_key"):
+                        layer.__dict__.pop(name, None)
 
 
 class InputMajorDecodingMixin:

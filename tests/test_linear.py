@@ -115,3 +115,16 @@ def test_generate_uses_the_copies_and_gives_the_plain_result(monkeypatch, kwargs
     assert torch.equal(fast.sequences, plain.sequences)
     for a, b in zip(fast.scores, plain.scores):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_concurrent_generate_calls_leave_no_copy_behind():
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = _tiny_transformer()
+    src = torch.tensor([[5, 9, 12, 7, 3]])
+    expected = model.generate(input_ids=src, max_new_tokens=8, min_new_tokens=8)
+    with ThreadPoolExecutor(4) as pool:
+        outputs = list(pool.map(lambda _: model.generate(input_ids=src, max_new_tokens=8, min_new_tokens=8), range(8)))
+    assert all(torch.equal(out, expected) for out in outputs)
+    layers = [m for m in model.modules() if isinstance(m, Linear)]
+    assert all(m._input_major_depth == 0 and m._weight_t is None for m in layers)
