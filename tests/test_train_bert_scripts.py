@@ -69,6 +69,27 @@ def test_pretrain_bert_continues_at_a_longer_length_by_growing_the_position_tabl
 
 
 @pytest.mark.data
+def test_pretrain_bert_eval_only_evaluates_the_folder_with_several_pairs_per_anchor(pretrained, tmp_path):
+    import pretrain_bert
+
+    pretrain_dir, first = pretrained
+    out = tmp_path / "eval"
+    args = [
+        str(REPO / "configs" / "bert_pretrain_brown.json"), "--init_from", str(pretrain_dir), "--max_length", "32",
+        "--output_dir", str(out), "--per_device_eval_batch_size", "256", "--disable_tqdm", "true",
+    ]
+    once = pretrain_bert.main([*args, "--eval_only", "true"])
+    twice = pretrain_bert.main([*args, "--eval_only", "true", "--eval_pairs_per_anchor", "2"])
+    assert once["train"] == {} and not (out / "model.safetensors").exists()
+    assert json.loads((out / "results.json").read_text())["pairs"]["test"] == twice["pairs"]["test"]
+    assert twice["pairs"]["test"] == 2 * once["pairs"]["test"] == 2 * first["pairs"]["test"]
+    assert once["test"]["test_nsp_accuracy"] == pytest.approx(first["test"]["test_nsp_accuracy"])  # same pairs
+    with pytest.raises(ValueError, match="eval_only"):
+        pretrain_bert.main([str(REPO / "configs" / "bert_pretrain_brown.json"), "--eval_only", "true",
+                            "--output_dir", str(out)])
+
+
+@pytest.mark.data
 def test_finetune_bert_from_the_pretrained_folder_writes_results_and_card(pretrained, tmp_path):
     import finetune_bert
 

@@ -10,7 +10,8 @@ next-sentence accuracy; ``preprocess_logits_for_metrics`` reduces logits to argm
 The model (``BertForPreTraining``) and tokenizer are saved to ``output_dir``; ``results.json`` holds the test metrics.
 ``--init_from <folder>`` continues pretraining from a folder this script saved (same tokenizer); a ``--max_length``
 longer than that model's position table grows the table first (``resize_position_embeddings``: BERT's final phase at
-longer sequences).
+longer sequences). ``--eval_only true --init_from <folder>`` only evaluates that folder (``results.json``);
+``--eval_pairs_per_anchor k`` draws k validation / test pairs per held-out anchor.
 """
 
 from __future__ import annotations
@@ -78,6 +79,17 @@ class DataArguments:
     short_seq_probability: float = 0.1
     data_seed_split: int = field(default=42, metadata={"help": "Seed of the Brown document split."})
     max_eval_examples: int | None = field(default=None, metadata={"help": "Cap on validation pairs (None: all)."})
+    eval_pairs_per_anchor: int = field(
+        default=1,
+        metadata={
+            "help": "Validation/test pairs drawn per held-out anchor (each with its own seed: another split point and "
+            "random segment). Long pairs leave few anchors; more pairs per anchor make the accuracies less noisy."
+        },
+    )
+    eval_only: bool = field(
+        default=False,
+        metadata={"help": "Only evaluate the --init_from model (no training, nothing saved but results.json)."},
+    )
     max_minutes: float | None = field(default=None, metadata={"help": "Stop training after this many minutes."})
     max_cpu_minutes: float | None = field(
         default=None, metadata={"help": "Stop training after this many CPU-minutes of training steps (all threads)."}
@@ -85,9 +97,16 @@ class DataArguments:
     num_threads: int | None = field(default=None, metadata={"help": "torch threads (default: OMP_NUM_THREADS)."})
 
 
-def _anchor_dataset(documents, max_length: int, seed_offset: int | None, limit: int | None = None) -> Dataset:
-    """Anchors as a Dataset; ``seed_offset`` adds a fixed per-example seed (deterministic evaluation pairs)."""
+def _anchor_dataset(
+    documents, max_length: int, seed_offset: int | None, limit: int | None = None, pairs_per_anchor: int = 1
+) -> Dataset:
+    """Anchors as a Dataset; ``seed_offset`` adds a fixed per-example seed (deterministic evaluation pairs), and
+    ``pairs_per_anchor`` repeats every anchor with distinct seeds (evaluation only)."""
+    if pairs_per_anchor < 1:
+        raise ValueError(f"`eval_pairs_per_anchor` must be at least 1, got {pairs_per_anchor}")
     anchors = bert_pretraining_anchors(documents, max_length)
+    if pairs_per_anchor > 1:
+        anchors = {key: [v for v in values for _ in range(pairs_per_anchor)] for key, values in anchors.items()}
     if seed_offset is not None:
         anchors["example_seed"] = [seed_offset + i for i in range(len(anchors["doc_index"]))]
     ds = Dataset.from_dict(anchors)
@@ -131,6 +150,8 @@ def main(argv: list[str] | None = None) -> dict:
     if threads:
         torch.set_num_threads(threads)
     training_args.remove_unused_columns = False  # the collator needs the anchor columns
+    if data_args.eval_only and not model_args.init_from:
+        raise ValueError("`eval_only` needs `init_from` (the pretrained folder to evaluate)")
     set_seed(training_args.seed)
 
     brown = load_brown_documents(seed=data_args.data_seed_split)
@@ -142,8 +163,9 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer.model_max_length = data_args.max_length
     docs = {name: tokenize_documents(brown[name]["paragraphs"], tokenizer) for name in ("train", "validation", "test")}
     train_ds = _anchor_dataset(docs["train"], data_args.max_length, None)
-    eval_ds = _anchor_dataset(docs["validation"], data_args.max_length, 1_000_000, data_args.max_eval_examples)
-    test_ds = _anchor_dataset(docs["test"], data_args.max_length, 2_000_000)
+    repeats = data_args.eval_pairs_per_anchor
+    eval_ds = _anchor_dataset(docs["validation"], data_args.max_length, 1_000_000, data_args.max_eval_examples, repeats)
+    test_ds = _anchor_dataset(docs["test"], data_args.max_length, 2_000_000, pairs_per_anchor=repeats)
     logger.info("pairs per epoch: train %d, validation %d, test %d", len(train_ds), len(eval_ds), len(test_ds))
 
     def collator_for(split: str) -> DataCollatorForBertPretraining:
@@ -211,12 +233,16 @@ def main(argv: list[str] | None = None) -> dict:
         preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         callbacks=[TimeBudgetCallback(data_args.max_minutes, data_args.max_cpu_minutes)],
     )
-    train_result = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
-    save_final_model(trainer, training_args.output_dir)  # model + tokenizer + code for trust_remote_code, atomic
+    if data_args.eval_only:
+        train_metrics = {}
+    else:
+        train_result = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
+        save_final_model(trainer, training_args.output_dir)  # model + tokenizer + code for trust_remote_code, atomic
+        train_metrics = train_result.metrics
     validation = trainer.evaluate()
     test = trainer.evaluate(test_ds, metric_key_prefix="test")
     results = {
-        "train": train_result.metrics,
+        "train": train_metrics,
         "validation": validation,
         "test": test,
         "num_parameters": model.num_parameters(),
@@ -226,6 +252,7 @@ def main(argv: list[str] | None = None) -> dict:
     if trainer.is_world_process_zero():
         command = training_command(__file__, argv)
         write_results(training_args.output_dir, results, command=command)
+    if trainer.is_world_process_zero() and not data_args.eval_only:
         splits = {name: len(brown[name]) for name in ("train", "validation", "test")}
         write_model_card(
             training_args.output_dir,
