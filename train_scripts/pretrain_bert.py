@@ -249,10 +249,11 @@ def main(argv: list[str] | None = None) -> dict:
         "process_cpu_minutes": round(resource.getrusage(resource.RUSAGE_SELF).ru_utime / 60.0, 2),
         "pairs": {"train_per_epoch": len(train_ds), "validation": len(eval_ds), "test": len(test_ds)},
     }
-    if trainer.is_world_process_zero():
-        command = training_command(__file__, argv)
+    command = training_command(__file__, argv)
+    is_main = trainer.is_world_process_zero()
+    if is_main:
         write_results(training_args.output_dir, results, command=command)
-    if trainer.is_world_process_zero() and not data_args.eval_only:
+    if is_main and not data_args.eval_only:  # a model card only for a folder that holds a model
         splits = {name: len(brown[name]) for name in ("train", "validation", "test")}
         write_model_card(
             training_args.output_dir,
