@@ -59,8 +59,15 @@ def main() -> dict:
     for attention in args.attention:
         torch.manual_seed(0)
         stream = torch.Generator().manual_seed(0)
-        config = RNNSeq2SeqConfig(vocab_size=VOCAB, embedding_size=32, hidden_size=64, attention=attention,
-                                  bidirectional_encoder=True, dropout=0.0, max_target_length=args.max_len + 2)
+        config = RNNSeq2SeqConfig(
+            vocab_size=VOCAB,
+            embedding_size=32,
+            hidden_size=64,
+            attention=attention,
+            bidirectional_encoder=True,
+            dropout=0.0,
+            max_target_length=args.max_len + 2,
+        )
         model = RNNSeq2SeqForConditionalGeneration(config)
         optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
         start, losses = time.perf_counter(), []
@@ -74,8 +81,9 @@ def main() -> dict:
         seconds = time.perf_counter() - start
         model.eval()
         with torch.no_grad():
-            generated = model.generate(input_ids=test_src, attention_mask=test_mask, num_beams=1,
-                                       max_new_tokens=args.max_len + 1)
+            generated = model.generate(
+                input_ids=test_src, attention_mask=test_mask, num_beams=1, max_new_tokens=args.max_len + 1
+            )
         exact = 0
         for row in range(test_src.shape[0]):
             reference = [t for t in test_labels[row].tolist() if t != -100]
@@ -97,8 +105,13 @@ def main() -> dict:
                 weights = model(input_ids=src_ids, decoder_input_ids=out[:, :-1], output_attentions=True)
             names = [f"t{t}" if t != EOS else "</s>" for t in src_ids[0].tolist()]
             targets = [f"t{t}" if t != EOS else "</s>" for t in out[0, 1:].tolist()]
-            plot_attention(weights.cross_attentions[0][0], names, targets, args.plot,
-                           title=f"reverse task, attention={attention}, {args.steps} steps")
+            plot_attention(
+                weights.cross_attentions[0][0],
+                names,
+                targets,
+                args.plot,
+                title=f"reverse task, attention={attention}, {args.steps} steps",
+            )
             plotted = True
 
     summary = {

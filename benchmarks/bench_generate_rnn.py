@@ -86,9 +86,13 @@ def main() -> None:
     parser.add_argument("--hidden_size", type=int, default=256)
     parser.add_argument("--num_layers", type=int, default=1)
     parser.add_argument("--skip_self_attention", action="store_true")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
-                        help="cpu: process CPU time (robust on a machine shared with other jobs; use with "
-                             "OMP_NUM_THREADS=1), wall: elapsed time")
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="cpu",
+        help="cpu: process CPU time (robust on a machine shared with other jobs; use with "
+        "OMP_NUM_THREADS=1), wall: elapsed time",
+    )
     parser.add_argument("--output", default=str(REPO_ROOT / "benchmarks" / "results" / "bench_generate_rnn.json"))
     args = parser.parse_args()
     if os.environ.get("OMP_NUM_THREADS"):
@@ -109,16 +113,37 @@ def main() -> None:
     }
     cells = ["lstm"] + ([] if args.skip_self_attention else ["self_attention_lstm"])
     for cell in cells:
-        config = RNNConfig(vocab_size=args.vocab_size, embedding_size=args.embedding_size,
-                           hidden_size=args.hidden_size, num_layers=args.num_layers, cell=cell, pad_token_id=0)
+        config = RNNConfig(
+            vocab_size=args.vocab_size,
+            embedding_size=args.embedding_size,
+            hidden_size=args.hidden_size,
+            num_layers=args.num_layers,
+            cell=cell,
+            pad_token_id=0,
+        )
         model = RNNForCausalLM(config).eval()
-        row: dict = {"config": {"cell": cell, "vocab_size": args.vocab_size, "embedding_size": args.embedding_size,
-                                "hidden_size": args.hidden_size, "num_layers": args.num_layers}}
+        row: dict = {
+            "config": {
+                "cell": cell,
+                "vocab_size": args.vocab_size,
+                "embedding_size": args.embedding_size,
+                "hidden_size": args.hidden_size,
+                "num_layers": args.num_layers,
+            }
+        }
         reference = {}
         for n in LENGTHS:
+
             def run(use_cache: bool, n=n, model=model):
-                return model.generate(prompt, do_sample=False, max_new_tokens=n, min_new_tokens=n,
-                                      pad_token_id=0, eos_token_id=None, use_cache=use_cache)
+                return model.generate(
+                    prompt,
+                    do_sample=False,
+                    max_new_tokens=n,
+                    min_new_tokens=n,
+                    pad_token_id=0,
+                    eos_token_id=None,
+                    use_cache=use_cache,
+                )
 
             seconds, cached = timed(lambda: run(True), args.repeats, args.clock)
             assert cached.shape[1] == PROMPT_LENGTH + n
@@ -130,7 +155,9 @@ def main() -> None:
                 assert torch.equal(uncached, cached), "cached and uncached decoding disagree"
                 row[f"uncached_{n}_seconds"] = round(seconds, 4)
                 row[f"uncached_{n}_tokens_per_s"] = round(n / seconds, 1)
-                row[f"speedup_cached_vs_uncached_{n}"] = round(row[f"uncached_{n}_seconds"] / row[f"cached_{n}_seconds"], 2)
+                row[f"speedup_cached_vs_uncached_{n}"] = round(
+                    row[f"uncached_{n}_seconds"] / row[f"cached_{n}_seconds"], 2
+                )
             if cell == "lstm":
                 bare = BareLSTMLM(model).eval()
                 seconds, bare_out = timed(lambda bare=bare, n=n: bare.greedy(prompt, n), args.repeats, args.clock)
@@ -139,7 +166,9 @@ def main() -> None:
                 row[f"generate_vs_bare_loop_{n}"] = round(row[f"cached_{n}_tokens_per_s"] / (n / seconds), 3)
         row["cached_cost_ratio_512_over_128"] = round(row["cached_512_seconds"] / row["cached_128_seconds"], 3)
         if "uncached_512_seconds" in row:
-            row["uncached_cost_ratio_512_over_128"] = round(row["uncached_512_seconds"] / row["uncached_128_seconds"], 3)
+            row["uncached_cost_ratio_512_over_128"] = round(
+                row["uncached_512_seconds"] / row["uncached_128_seconds"], 3
+            )
         results["models"][cell] = row
         print(json.dumps({cell: row}, indent=2), flush=True)
     output = Path(args.output)

@@ -56,8 +56,13 @@ def main() -> dict:
 
     torch.manual_seed(0)
     config = RNNSeq2SeqConfig(
-        vocab_size=8000, embedding_size=256, hidden_size=256, bidirectional_encoder=True, attention=args.attention,
-        dropout=0.0, max_target_length=args.new_tokens + 1,
+        vocab_size=8000,
+        embedding_size=256,
+        hidden_size=256,
+        bidirectional_encoder=True,
+        attention=args.attention,
+        dropout=0.0,
+        max_target_length=args.new_tokens + 1,
     )
     model = RNNSeq2SeqForConditionalGeneration(config).eval()
     ids = torch.randint(4, config.vocab_size, (args.batch, args.source_len))
@@ -85,9 +90,19 @@ def main() -> dict:
         "benchmark": "bench_generate_seq2seq",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "weights": "random (speed only)",
-        "model": {k: getattr(config, k) for k in ("vocab_size", "embedding_size", "hidden_size", "cell",
-                                                  "bidirectional_encoder", "attention", "encoder_layers",
-                                                  "decoder_layers")},
+        "model": {
+            k: getattr(config, k)
+            for k in (
+                "vocab_size",
+                "embedding_size",
+                "hidden_size",
+                "cell",
+                "bidirectional_encoder",
+                "attention",
+                "encoder_layers",
+                "decoder_layers",
+            )
+        },
         "batch": args.batch,
         "source_len": args.source_len,
         "new_tokens": args.new_tokens,

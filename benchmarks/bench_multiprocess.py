@@ -31,10 +31,31 @@ def free_port() -> int:
 
 def run(name: str, launcher: list[str], threads: int, per_device: int, processes: int, args) -> dict:
     out = ROOT / "runs" / "bench_multiprocess" / name
-    command = [*launcher, SCRIPT, args.recipe, "--output_dir", str(out), "--per_device_train_batch_size",
-               str(per_device), "--max_train_minutes", str(args.minutes), "--num_train_epochs", "3",
-               "--eval_strategy", "no", "--save_strategy", "no", "--load_best_model_at_end", "false",
-               "--max_eval_samples", "64", "--logging_steps", "50", "--disable_tqdm", "true"]
+    command = [
+        *launcher,
+        SCRIPT,
+        args.recipe,
+        "--output_dir",
+        str(out),
+        "--per_device_train_batch_size",
+        str(per_device),
+        "--max_train_minutes",
+        str(args.minutes),
+        "--num_train_epochs",
+        "3",
+        "--eval_strategy",
+        "no",
+        "--save_strategy",
+        "no",
+        "--load_best_model_at_end",
+        "false",
+        "--max_eval_samples",
+        "64",
+        "--logging_steps",
+        "50",
+        "--disable_tqdm",
+        "true",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
     start = time.monotonic()
     result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
@@ -44,9 +65,15 @@ def run(name: str, launcher: list[str], threads: int, per_device: int, processes
     runtime = next(r["train_runtime"] for r in reversed(state["log_history"]) if "train_runtime" in r)
     samples = state["global_step"] * per_device * processes
     return {
-        "name": name, "processes": processes, "threads_per_process": threads, "per_device_batch": per_device,
-        "global_batch": per_device * processes, "steps": state["global_step"], "train_seconds": runtime,
-        "samples_per_second": samples / runtime, "wall_seconds_incl_startup": time.monotonic() - start,
+        "name": name,
+        "processes": processes,
+        "threads_per_process": threads,
+        "per_device_batch": per_device,
+        "global_batch": per_device * processes,
+        "steps": state["global_step"],
+        "train_seconds": runtime,
+        "samples_per_second": samples / runtime,
+        "wall_seconds_incl_startup": time.monotonic() - start,
         "command": f"OMP_NUM_THREADS={threads} " + " ".join(command),
     }
 
@@ -59,26 +86,52 @@ def main() -> None:
     py = [sys.executable]
     rows = [
         run("1proc_2threads", py, 2, 32, 1, args),
-        run("torchrun_2proc_1thread", [*py, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                                       "--master_port", str(free_port())], 1, 16, 2, args),
-        run("accelerate_2proc_1thread", [str(Path(sys.executable).parent / "accelerate"), "launch", "--multi_gpu",
-                                         "--num_processes", "2", "--main_process_port", str(free_port())],
-            1, 16, 2, args),
+        run(
+            "torchrun_2proc_1thread",
+            [*py, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port())],
+            1,
+            16,
+            2,
+            args,
+        ),
+        run(
+            "accelerate_2proc_1thread",
+            [
+                str(Path(sys.executable).parent / "accelerate"),
+                "launch",
+                "--multi_gpu",
+                "--num_processes",
+                "2",
+                "--main_process_port",
+                str(free_port()),
+            ],
+            1,
+            16,
+            2,
+            args,
+        ),
     ]
     base = rows[0]["samples_per_second"]
     for row in rows:
         row["speedup_vs_1proc"] = row["samples_per_second"] / base
     load = os.getloadavg()
-    report = {"recipe": args.recipe, "minutes_per_run": args.minutes, "cpu_count": os.cpu_count(),
-              "load_average_1_5_15_at_end": load, "runs": rows}
+    report = {
+        "recipe": args.recipe,
+        "minutes_per_run": args.minutes,
+        "cpu_count": os.cpu_count(),
+        "load_average_1_5_15_at_end": load,
+        "runs": rows,
+    }
     path = ROOT / "benchmarks/results/bench_multiprocess.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2) + "\n")
     print("| run | processes x threads | global batch | steps | samples/s | vs 1 process |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['name']} | {r['processes']} x {r['threads_per_process']} | {r['global_batch']} | {r['steps']} | "
-              f"{r['samples_per_second']:.0f} | {r['speedup_vs_1proc']:.2f}x |")
+        print(
+            f"| {r['name']} | {r['processes']} x {r['threads_per_process']} | {r['global_batch']} | {r['steps']} | "
+            f"{r['samples_per_second']:.0f} | {r['speedup_vs_1proc']:.2f}x |"
+        )
     print(f"load average at the end: {load}")
 
 

@@ -30,12 +30,20 @@ from hf_seq.modeling_rnn import RNNForSequenceClassification  # noqa: E402
 class BareLSTMClassifier(nn.Module):
     """The peer: what one writes by hand in plain PyTorch (last state of the top layer -> linear)."""
 
-    def __init__(self, vocab_size: int, embedding_size: int, hidden_size: int, num_layers: int, bidirectional: bool,
-                 num_labels: int) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_size: int,
+        hidden_size: int,
+        num_layers: int,
+        bidirectional: bool,
+        num_labels: int,
+    ) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embedding_size, padding_idx=0)
-        self.lstm = nn.LSTM(embedding_size, hidden_size, num_layers=num_layers, batch_first=True,
-                            bidirectional=bidirectional)
+        self.lstm = nn.LSTM(
+            embedding_size, hidden_size, num_layers=num_layers, batch_first=True, bidirectional=bidirectional
+        )
         self.num_directions = 2 if bidirectional else 1
         self.classifier = nn.Linear(self.num_directions * hidden_size, num_labels)
 
@@ -64,8 +72,15 @@ def time_steps(step, n_steps: int, clock) -> float:
 
 def bench_shape(batch: int, seq_len: int, layers: int, bidirectional: bool, args) -> dict:
     torch.manual_seed(0)
-    config = RNNConfig(vocab_size=args.vocab_size, embedding_size=args.embedding_size, hidden_size=args.hidden_size,
-                       num_layers=layers, bidirectional=bidirectional, cell="lstm", num_labels=2)
+    config = RNNConfig(
+        vocab_size=args.vocab_size,
+        embedding_size=args.embedding_size,
+        hidden_size=args.hidden_size,
+        num_layers=layers,
+        bidirectional=bidirectional,
+        cell="lstm",
+        num_labels=2,
+    )
     ours = RNNForSequenceClassification(config).train()
     bare = BareLSTMClassifier(args.vocab_size, args.embedding_size, args.hidden_size, layers, bidirectional, 2).train()
     copy_weights(ours, bare)
@@ -103,9 +118,15 @@ def bench_shape(batch: int, seq_len: int, layers: int, bidirectional: bool, args
     sps_bare = [batch * args.steps / t for t in t_bare]
     ratios = [a / b for a, b in zip(sps_ours, sps_bare)]
     return {
-        "batch": batch, "seq_len": seq_len, "num_layers": layers, "bidirectional": bidirectional,
-        "hf_seq_samples_per_s": statistics.median(sps_ours), "bare_samples_per_s": statistics.median(sps_bare),
-        "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+        "batch": batch,
+        "seq_len": seq_len,
+        "num_layers": layers,
+        "bidirectional": bidirectional,
+        "hf_seq_samples_per_s": statistics.median(sps_ours),
+        "bare_samples_per_s": statistics.median(sps_bare),
+        "ratio_median": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
         "ratio_of_medians": statistics.median(sps_ours) / statistics.median(sps_bare),
         # interference from other jobs only ever adds time, so the fastest repeat is the least disturbed estimate
         "ratio_best": min(t_bare) / min(t_ours),
@@ -120,10 +141,17 @@ def main() -> None:
     parser.add_argument("--hidden_size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=3, help="training steps per timed repeat")
     parser.add_argument("--repeats", type=int, default=21)
-    parser.add_argument("--shapes", default="32x20x1x0,64x40x1x0,64x40x2x1,128x80x1x1",
-                        help="comma-separated batch x seq_len x layers x bidirectional(0/1)")
-    parser.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
-                        help="cpu: process CPU time (robust on a shared machine; use with 1 thread), wall: elapsed")
+    parser.add_argument(
+        "--shapes",
+        default="32x20x1x0,64x40x1x0,64x40x2x1,128x80x1x1",
+        help="comma-separated batch x seq_len x layers x bidirectional(0/1)",
+    )
+    parser.add_argument(
+        "--clock",
+        choices=["cpu", "wall"],
+        default="cpu",
+        help="cpu: process CPU time (robust on a shared machine; use with 1 thread), wall: elapsed",
+    )
     parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "bench_rnn.json"))
     args = parser.parse_args()
     if "OMP_NUM_THREADS" in os.environ:
@@ -149,10 +177,13 @@ def main() -> None:
     print(table)
     result = {
         "benchmark": "RNNForSequenceClassification vs nn.Embedding+nn.LSTM+nn.Linear, train step (fwd+bwd+AdamW)",
-        "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "dims": {"vocab_size": args.vocab_size, "embedding_size": args.embedding_size,
-                 "hidden_size": args.hidden_size},
-        "steps_per_repeat": args.steps, "repeats": args.repeats, "clock": args.clock, "rows": rows,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "dims": {"vocab_size": args.vocab_size, "embedding_size": args.embedding_size, "hidden_size": args.hidden_size},
+        "steps_per_repeat": args.steps,
+        "repeats": args.repeats,
+        "clock": args.clock,
+        "rows": rows,
         "min_ratio_median": min(r["ratio_median"] for r in rows),
         "geomean_ratio": statistics.geometric_mean([r["ratio_median"] for r in rows]),
         "geomean_ratio_best": statistics.geometric_mean([r["ratio_best"] for r in rows]),

@@ -134,9 +134,7 @@ def make_attention_mask(
     mask = None
     if key_padding_mask is not None:
         if key_length is not None and key_padding_mask.shape[-1] != key_length:
-            raise ValueError(
-                f"attention_mask has length {key_padding_mask.shape[-1]} but there are {key_length} keys."
-            )
+            raise ValueError(f"attention_mask has length {key_padding_mask.shape[-1]} but there are {key_length} keys.")
         key_length = key_padding_mask.shape[-1]
         device = key_padding_mask.device
         mask = key_padding_mask.bool()[:, None, None, :]  # (B, 1, 1, T_k)

@@ -175,7 +175,9 @@ class DataCollatorForBertPretraining:
         is_random = rng.random() < self.nsp_probability
         chunk = self._segment(doc, sentence_index, target, min_sentences=2)
         if not chunk:
-            raise ValueError(f"anchor (doc_index={doc_index}, sentence_index={sentence_index}) is past the document end")
+            raise ValueError(
+                f"anchor (doc_index={doc_index}, sentence_index={sentence_index}) is past the document end"
+            )
         split = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
         a = [t for s in chunk[:split] for t in s]
         if is_random or len(chunk) < 2:
@@ -204,7 +206,9 @@ class DataCollatorForBertPretraining:
         labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
         draw = torch.rand(input_ids.shape, generator=generator)  # one draw decides mask / random / keep
         to_mask = selected & (draw < self.mask_replace_prob)
-        to_random = selected & (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
+        to_random = (
+            selected & (draw >= self.mask_replace_prob) & (draw < self.mask_replace_prob + self.random_replace_prob)
+        )
         input_ids[to_mask] = self.tokenizer.mask_token_id
         picks = torch.randint(len(self.random_token_ids), input_ids.shape, generator=generator)
         input_ids[to_random] = self.random_token_ids[picks][to_random]

@@ -119,7 +119,9 @@ class RNNSeq2SeqConfig(PretrainedConfig):
         for name in ("bidirectional_encoder", "input_feeding", "tie_word_embeddings"):
             check_bool(name, getattr(self, name))
         if self.input_feeding and self.attention == "none":
-            raise ValueError('`input_feeding=True` needs an `attention` other than "none" (it feeds the attentional vector)')
+            raise ValueError(
+                '`input_feeding=True` needs an `attention` other than "none" (it feeds the attentional vector)'
+            )
         check_probability("dropout", self.dropout)
         check_positive_float("init_range", self.init_range)
         for name in ("pad_token_id", "bos_token_id", "decoder_start_token_id"):

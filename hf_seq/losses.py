@@ -25,7 +25,9 @@ def masked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
     labels = labels.reshape(-1).long()  # (N,)
     if not bool((labels != IGNORE_INDEX).any()):
         return logits.sum() * 0.0
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).to(_loss_dtype(logits)), labels, ignore_index=IGNORE_INDEX)
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).to(_loss_dtype(logits)), labels, ignore_index=IGNORE_INDEX
+    )
 
 
 def _loss_dtype(logits: torch.Tensor) -> torch.dtype:
@@ -206,4 +208,10 @@ def sequence_classification_loss(
     return F.binary_cross_entropy_with_logits(logits, labels)
 
 
-__all__ = ["infer_problem_type", "linear_cross_entropy", "lm_head_and_loss", "masked_cross_entropy", "sequence_classification_loss"]
+__all__ = [
+    "infer_problem_type",
+    "linear_cross_entropy",
+    "lm_head_and_loss",
+    "masked_cross_entropy",
+    "sequence_classification_loss",
+]

@@ -27,17 +27,39 @@ AUTO_CLASSES = {
 
 # size/shape fields shown in the card's "Architecture" section, when the config has them
 ARCHITECTURE_FIELDS = (
-    "cell", "input_encoding", "embedding_size", "hidden_size", "d_model", "num_layers", "num_hidden_layers",
-    "encoder_layers", "decoder_layers", "bidirectional", "bidirectional_encoder", "pooling", "attention",
-    "num_attention_heads", "attention_heads", "intermediate_size", "ffn_dim", "norm_position", "position_embedding",
-    "max_position_embeddings", "max_seq_length", "vocab_size", "num_labels",
+    "cell",
+    "input_encoding",
+    "embedding_size",
+    "hidden_size",
+    "d_model",
+    "num_layers",
+    "num_hidden_layers",
+    "encoder_layers",
+    "decoder_layers",
+    "bidirectional",
+    "bidirectional_encoder",
+    "pooling",
+    "attention",
+    "num_attention_heads",
+    "attention_heads",
+    "intermediate_size",
+    "ffn_dim",
+    "norm_position",
+    "position_embedding",
+    "max_position_embeddings",
+    "max_seq_length",
+    "vocab_size",
+    "num_labels",
 )
 
 
 def _architecture_lines(model) -> list[str]:
     config = model.config
-    rows = [f"| {name} | {getattr(config, name)} |" for name in ARCHITECTURE_FIELDS
-            if getattr(config, name, None) is not None and name in config.to_dict()]
+    rows = [
+        f"| {name} | {getattr(config, name)} |"
+        for name in ARCHITECTURE_FIELDS
+        if getattr(config, name, None) is not None and name in config.to_dict()
+    ]
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return ["| field | value |", "|---|---|", *rows, f"| trainable parameters | {trainable:,} |"]
 

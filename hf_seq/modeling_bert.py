@@ -360,7 +360,9 @@ class BertPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
         old = self.get_position_embeddings()
         old_num = old.num_embeddings
         rows = torch.arange(new_num_position_embeddings, device=old.weight.device) % old_num  # (P_new,)
-        new = nn.Embedding(new_num_position_embeddings, old.embedding_dim, device=old.weight.device, dtype=old.weight.dtype)
+        new = nn.Embedding(
+            new_num_position_embeddings, old.embedding_dim, device=old.weight.device, dtype=old.weight.dtype
+        )
         with torch.no_grad():
             new.weight.copy_(old.weight[rows])  # (P_new, H)
         new.weight.requires_grad_(old.weight.requires_grad)
@@ -617,7 +619,9 @@ class BertForMaskedLM(BertPreTrainedModel):
         logits, loss = _masked_lm_logits(
             self.cls.predictions, outputs.last_hidden_state, labels, self.config.sparse_prediction
         )
-        out = MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        out = MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
         return out if return_dict else out.to_tuple()
 
 

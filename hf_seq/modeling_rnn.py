@@ -196,9 +196,7 @@ class RNNPooler(nn.Module):
             return config.max_seq_length * config.feature_size
         return config.feature_size
 
-    def forward(
-        self, features: torch.Tensor, mask: torch.Tensor | None, final_state: State | None
-    ) -> torch.Tensor:
+    def forward(self, features: torch.Tensor, mask: torch.Tensor | None, final_state: State | None) -> torch.Tensor:
         """features: (B, T, F) zero at padding; mask: (B, T) bool or None; final_state[0]: (L*D, B, H)."""
         batch_size = features.shape[0]
         if self.pooling == "last":
@@ -528,7 +526,9 @@ class RNNForCausalLM(InputMajorDecodingMixin, RNNPreTrainedModel, GenerationMixi
             return cache
         if cache is None or (hasattr(cache, "get_seq_length") and cache.get_seq_length() == 0):
             return RNNCache(self.config.num_layers)
-        raise ValueError(f"`cache` must be an RNNCache (the recurrent state returned as output.cache), got {type(cache).__name__}")
+        raise ValueError(
+            f"`cache` must be an RNNCache (the recurrent state returned as output.cache), got {type(cache).__name__}"
+        )
 
     def forward(
         self,

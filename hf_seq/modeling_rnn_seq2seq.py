@@ -77,8 +77,9 @@ class RNNDecoderCache:
     is_compileable = False
     is_croppable = False
 
-    def __init__(self, state: State, feed: torch.Tensor | None = None, keys: torch.Tensor | None = None,
-                 seen_tokens: int = 0) -> None:
+    def __init__(
+        self, state: State, feed: torch.Tensor | None = None, keys: torch.Tensor | None = None, seen_tokens: int = 0
+    ) -> None:
         self.state = state
         self.feed = feed
         self.keys = keys
@@ -114,7 +115,9 @@ class RNNDecoderCache:
         self.reorder_cache(indices)
 
     def __repr__(self) -> str:
-        return f"RNNDecoderCache(layers={self.state[0].shape[0]}, batch={self.state[0].shape[1]}, seen={self.seen_tokens})"
+        return (
+            f"RNNDecoderCache(layers={self.state[0].shape[0]}, batch={self.state[0].shape[1]}, seen={self.seen_tokens})"
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -390,7 +393,9 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         elif isinstance(encoder_outputs, (dict, ModelOutput)):
             out = RNNSeq2SeqEncoderOutput(**{k: v for k, v in encoder_outputs.items()})
         else:
-            raise ValueError(f"`encoder_outputs` must be an RNNSeq2SeqEncoderOutput or tuple, got {type(encoder_outputs)}")
+            raise ValueError(
+                f"`encoder_outputs` must be an RNNSeq2SeqEncoderOutput or tuple, got {type(encoder_outputs)}"
+            )
         states = out.last_hidden_state
         if states is None or states.dim() != 3 or states.shape[-1] != self.encoder.output_size:
             raise ValueError(
@@ -556,7 +561,9 @@ class RNNSeq2SeqForConditionalGeneration(InputMajorDecodingMixin, RNNSeq2SeqPreT
         """Translate with teacher forcing; ``labels`` ``(B, T)`` (-100 = ignored) give the cross-entropy ``loss``."""
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if labels is not None:
-            decoder_input_ids = decoder_input_ids_for_labels(self.config, labels, decoder_input_ids, decoder_inputs_embeds)
+            decoder_input_ids = decoder_input_ids_for_labels(
+                self.config, labels, decoder_input_ids, decoder_inputs_embeds
+            )
             use_cache = False
         outputs = self.model(
             input_ids=input_ids,

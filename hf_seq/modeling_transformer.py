@@ -539,7 +539,9 @@ class TransformerForConditionalGeneration(InputMajorDecodingMixin, TransformerPr
     ) -> Seq2SeqLMOutput | tuple:
         """Logits ``(B, T, vocab_size)`` for every target position (+ ``loss`` with ``labels``)."""
         if labels is not None:
-            decoder_input_ids = decoder_input_ids_for_labels(self.config, labels, decoder_input_ids, decoder_inputs_embeds)
+            decoder_input_ids = decoder_input_ids_for_labels(
+                self.config, labels, decoder_input_ids, decoder_inputs_embeds
+            )
             use_cache = False
         outputs = self.model(
             input_ids=input_ids,

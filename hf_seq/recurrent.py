@@ -310,9 +310,7 @@ class RecurrentStack(nn.Module):
             ``(outputs, final_state)`` or, with ``output_hidden_states``, ``(outputs, final_state, layer_outputs)``.
         """
         if inputs.dim() != 3 or inputs.shape[-1] != self.input_size:
-            raise ValueError(
-                f"`inputs` must have shape (batch, seq_len, {self.input_size}), got {tuple(inputs.shape)}"
-            )
+            raise ValueError(f"`inputs` must have shape (batch, seq_len, {self.input_size}), got {tuple(inputs.shape)}")
         batch_size, seq_len, _ = inputs.shape
         if seq_len == 0:
             raise ValueError("`inputs` must have at least one time step (seq_len >= 1)")
@@ -337,7 +335,9 @@ class RecurrentStack(nn.Module):
         """``(weight_ih, weight_hh, bias_ih, bias_hh)`` of one layer and direction (PyTorch's tensors)."""
         suffix = "_reverse" if reverse else ""
         module = self.layers[layer]
-        return tuple(getattr(module, f"{name}_l0{suffix}", None) for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+        return tuple(
+            getattr(module, f"{name}_l0{suffix}", None) for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        )
 
     # -- helpers -------------------------------------------------------------------------------------------------
 

@@ -89,7 +89,10 @@ class Text2TextGenerationPipeline(Pipeline):
         return {"output_ids": output_ids.reshape(in_batch, -1, output_ids.shape[-1])}
 
     def postprocess(
-        self, model_outputs: dict, return_tensors: bool = False, return_text: bool = True,
+        self,
+        model_outputs: dict,
+        return_tensors: bool = False,
+        return_text: bool = True,
         clean_up_tokenization_spaces: bool = False,
     ) -> list[dict]:
         records = []

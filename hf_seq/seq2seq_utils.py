@@ -14,7 +14,9 @@ from transformers import PretrainedConfig
 from .validation import IGNORE_INDEX, check_label_range
 
 
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int | None, decoder_start_token_id: int | None) -> torch.Tensor:
+def shift_tokens_right(
+    labels: torch.Tensor, pad_token_id: int | None, decoder_start_token_id: int | None
+) -> torch.Tensor:
     """Teacher forcing inputs: ``[start, y_1, ..., y_{T-1}]`` from labels ``(B, T)`` (-100 becomes ``pad_token_id``)."""
     if decoder_start_token_id is None:
         raise ValueError(

@@ -41,8 +41,16 @@ def train_if_needed(run_dir: Path, extra_args: list[str]) -> dict:
         print(f"Using the finished run in {run_dir} (delete it to retrain).")
     else:
         print(f"Training {RECIPE.relative_to(ROOT)} -> {run_dir} (22 CPU-minutes of training steps) ...", flush=True)
-        cmd = [sys.executable, str(ROOT / "train_scripts" / "train_translation.py"), str(RECIPE),
-               "--output_dir", str(run_dir), "--disable_tqdm", "true", *extra_args]
+        cmd = [
+            sys.executable,
+            str(ROOT / "train_scripts" / "train_translation.py"),
+            str(RECIPE),
+            "--output_dir",
+            str(run_dir),
+            "--disable_tqdm",
+            "true",
+            *extra_args,
+        ]
         subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     return json.loads(results_file.read_text())
 
@@ -59,8 +67,10 @@ def main(argv: list[str]) -> None:
     run_dir = run_folder(argv)
     results = train_if_needed(run_dir, argv)
     train = results.get("train", {})
-    print(f"\nTrained {train.get('global_steps', '?')} steps ({train.get('train_minutes', 0):.1f} min, "
-          f"{results['parameters'] / 1e6:.2f}M parameters) on {results['data']['train_pairs']:,} verse pairs.")
+    print(
+        f"\nTrained {train.get('global_steps', '?')} steps ({train.get('train_minutes', 0):.1f} min, "
+        f"{results['parameters'] / 1e6:.2f}M parameters) on {results['data']['train_pairs']:,} verse pairs."
+    )
     print(f"Test ({results['data']['test_pairs']} held-out verses):")
     for key, name in (("test_greedy", "greedy"), ("test_beam5", f"beam {NUM_BEAMS}")):
         print(f"  {name:>7}: BLEU {results[key]['test_bleu']:5.2f}   chrF {results[key]['test_chrf']:5.2f}")
@@ -83,8 +93,9 @@ def main(argv: list[str]) -> None:
     source = verses[0]["en"]
     enc = tokenizer([source], return_tensors="pt")
     with torch.no_grad():
-        beams = model.generate(**enc, num_beams=NUM_BEAMS, num_return_sequences=3, output_scores=True,
-                               return_dict_in_generate=True)
+        beams = model.generate(
+            **enc, num_beams=NUM_BEAMS, num_return_sequences=3, output_scores=True, return_dict_in_generate=True
+        )
     print(f"model.generate(num_beams={NUM_BEAMS}, num_return_sequences=3) on the first verse:")
     for ids, score in zip(beams.sequences, beams.sequences_scores):
         print(f"  {score.item():7.3f}  {tokenizer.decode(ids, skip_special_tokens=True)}")

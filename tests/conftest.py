@@ -29,6 +29,7 @@ def assert_same_outputs(actual: torch.Tensor, expected: torch.Tensor, msg: str |
     """Outputs of two model objects with equal weights agree to float rounding (see :data:`SAME_OUTPUTS`)."""
     torch.testing.assert_close(actual, expected, **SAME_OUTPUTS, msg=msg)
 
+
 # Preamble for remote-code test scripts run with this interpreter: makes `import hf_seq` fail (and asserts it does).
 BLOCK_HF_SEQ = """\
 import importlib.abc, sys
@@ -59,10 +60,14 @@ def clean_python(tmp_path_factory) -> Path:
     python = env_dir / "bin" / "python"
     target_site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     Path(target_site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    probe = run_clean(python, "import transformers, torch\ntry:\n    import hf_seq\nexcept ImportError:\n    print('no hf_seq')\n")
+    probe = run_clean(
+        python, "import transformers, torch\ntry:\n    import hf_seq\nexcept ImportError:\n    print('no hf_seq')\n"
+    )
     assert probe.stdout.strip().endswith("no hf_seq"), probe.stdout + probe.stderr
     return python
 

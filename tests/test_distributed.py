@@ -22,10 +22,33 @@ sys.path.insert(0, str(ROOT / "train_scripts"))
 
 STEPS = 4
 COMMON = [
-    str(ROOT / "configs/sentiment_bilstm.json"), "--max_train_samples", "64", "--max_eval_samples", "16",
-    "--max_steps", str(STEPS), "--logging_steps", "1", "--save_strategy", "steps", "--save_steps", str(STEPS),
-    "--eval_strategy", "no", "--load_best_model_at_end", "false", "--train_sampling_strategy", "random",
-    "--hidden_size", "8", "--embedding_size", "8", "--learning_rate", "0.01", "--disable_tqdm", "true",
+    str(ROOT / "configs/sentiment_bilstm.json"),
+    "--max_train_samples",
+    "64",
+    "--max_eval_samples",
+    "16",
+    "--max_steps",
+    str(STEPS),
+    "--logging_steps",
+    "1",
+    "--save_strategy",
+    "steps",
+    "--save_steps",
+    str(STEPS),
+    "--eval_strategy",
+    "no",
+    "--load_best_model_at_end",
+    "false",
+    "--train_sampling_strategy",
+    "random",
+    "--hidden_size",
+    "8",
+    "--embedding_size",
+    "8",
+    "--learning_rate",
+    "0.01",
+    "--disable_tqdm",
+    "true",
 ]
 
 
@@ -45,9 +68,21 @@ def test_two_processes_log_the_same_losses_as_one_process_on_the_same_global_bat
     ddp_dir, single_dir = tmp_path / "ddp", tmp_path / "single"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-        "--master_port", str(free_port()), str(ROOT / "train_scripts/train_classifier.py"), *COMMON,
-        "--output_dir", str(ddp_dir), "--per_device_train_batch_size", "4",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        str(ROOT / "train_scripts/train_classifier.py"),
+        *COMMON,
+        "--output_dir",
+        str(ddp_dir),
+        "--per_device_train_batch_size",
+        "4",
     ]
     ddp = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -73,7 +108,9 @@ def test_two_processes_log_the_same_losses_as_one_process_on_the_same_global_bat
             torch.testing.assert_close(tensor, reference[name], atol=1e-5, rtol=0, msg=name)
     # every process wrote its own RNG state into the checkpoint (needed for an exact resume under torchrun)
     assert {p.name for p in (ddp_dir / f"checkpoint-{STEPS}").glob("rng_state_*.pth")} == {
-        "rng_state_0.pth", "rng_state_1.pth"}
+        "rng_state_0.pth",
+        "rng_state_1.pth",
+    }
     card = (ddp_dir / "README.md").read_text()
     assert "| processes | 2 |" in card and "| processes | 1 |" in (single_dir / "README.md").read_text()
 
@@ -103,13 +140,52 @@ def test_torchrun_two_processes_of_train_lm_share_the_work_and_write_one_card(tm
     out = tmp_path / "lm"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-        "--master_port", str(free_port()), str(ROOT / "train_scripts/train_lm.py"),
-        "--corpus", "text", "--level", "char", "--train_file", files[0], "--validation_file", files[1],
-        "--test_file", files[2], "--output_dir", str(out), "--hidden_size", "8", "--embedding_size", "8",
-        "--segment_length", "16", "--per_device_train_batch_size", "4", "--max_steps", "2", "--eval_strategy", "no",
-        "--save_strategy", "no", "--report_to", "none", "--sample_length", "5", "--sample_temperatures", "1.0",
-        "--eval_streams", "2", "--disable_tqdm", "true",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        str(ROOT / "train_scripts/train_lm.py"),
+        "--corpus",
+        "text",
+        "--level",
+        "char",
+        "--train_file",
+        files[0],
+        "--validation_file",
+        files[1],
+        "--test_file",
+        files[2],
+        "--output_dir",
+        str(out),
+        "--hidden_size",
+        "8",
+        "--embedding_size",
+        "8",
+        "--segment_length",
+        "16",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_steps",
+        "2",
+        "--eval_strategy",
+        "no",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--sample_length",
+        "5",
+        "--sample_temperatures",
+        "1.0",
+        "--eval_streams",
+        "2",
+        "--disable_tqdm",
+        "true",
     ]
     run = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]

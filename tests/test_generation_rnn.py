@@ -23,8 +23,15 @@ CELLS = ["lstm", "gru", "self_attention_lstm"]
 def tiny_lm(cell="lstm", seed=0, num_layers=2, **overrides) -> RNNForCausalLM:
     """A random tiny LM with sharp-ish logits (larger init) so that decoding paths actually diverge."""
     torch.manual_seed(seed)
-    kwargs = dict(vocab_size=V, embedding_size=8, hidden_size=12, num_layers=num_layers, cell=cell, pad_token_id=0,
-                  initializer_range=0.6)
+    kwargs = dict(
+        vocab_size=V,
+        embedding_size=8,
+        hidden_size=12,
+        num_layers=num_layers,
+        cell=cell,
+        pad_token_id=0,
+        initializer_range=0.6,
+    )
     kwargs.update(overrides)
     return RNNForCausalLM(RNNConfig(**kwargs)).eval()
 
@@ -40,8 +47,9 @@ def greedy(model, ids, **kw):
 
 def beam(model, ids, **kw):
     kw.setdefault("max_new_tokens", 7)
-    return model.generate(ids, do_sample=False, num_beams=4, pad_token_id=0, output_scores=True,
-                          return_dict_in_generate=True, **kw)
+    return model.generate(
+        ids, do_sample=False, num_beams=4, pad_token_id=0, output_scores=True, return_dict_in_generate=True, **kw
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -110,8 +118,15 @@ PAD, A, B, C, D = range(5)
 def bigram_lm(table: dict[int, list[float]]) -> RNNForCausalLM:
     """An exact bigram model built from weights: one-hot input, SimpleRNN with W_hh = 0 so h_t = tanh(5·e_{x_t}),
     and an output layer holding each previous token's log-probabilities."""
-    config = RNNConfig(vocab_size=5, embedding_size=5, hidden_size=5, num_layers=1, cell="rnn",
-                       input_encoding="one_hot", pad_token_id=PAD)
+    config = RNNConfig(
+        vocab_size=5,
+        embedding_size=5,
+        hidden_size=5,
+        num_layers=1,
+        cell="rnn",
+        input_encoding="one_hot",
+        pad_token_id=PAD,
+    )
     model = RNNForCausalLM(config).eval()
     layer = model.rnn.encoder.layers[0]
     with torch.no_grad():
@@ -136,12 +151,26 @@ def sequence_logprob(model, sequence: torch.Tensor, prompt_length: int) -> float
 def test_beam_search_beats_myopic_greedy_on_constructed_case():
     # after C: A 0.6, B 0.4; after A: spread out (best 0.3); after B: D 0.99. Greedy takes A (0.6·0.3 = 0.18),
     # beam search finds B D (0.4·0.99 = 0.396).
-    model = bigram_lm({C: [0, .6, .4, 0, 0], A: [0, .3, .25, .25, .2], B: [0, 0, .005, .005, .99],
-                       D: [0, .25, .25, .25, .25]})
+    model = bigram_lm(
+        {
+            C: [0, 0.6, 0.4, 0, 0],
+            A: [0, 0.3, 0.25, 0.25, 0.2],
+            B: [0, 0, 0.005, 0.005, 0.99],
+            D: [0, 0.25, 0.25, 0.25, 0.25],
+        }
+    )
     prompt = torch.tensor([[C]])
     greedy_out = model.generate(prompt, do_sample=False, max_new_tokens=2, pad_token_id=PAD)
-    beam_out = model.generate(prompt, do_sample=False, num_beams=3, max_new_tokens=2, pad_token_id=PAD,
-                              length_penalty=0.0, output_scores=True, return_dict_in_generate=True)
+    beam_out = model.generate(
+        prompt,
+        do_sample=False,
+        num_beams=3,
+        max_new_tokens=2,
+        pad_token_id=PAD,
+        length_penalty=0.0,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
     assert greedy_out[0].tolist() == [C, A, A]
     assert beam_out.sequences[0].tolist() == [C, B, D]
     greedy_score = sequence_logprob(model, greedy_out[0], 1)
@@ -186,7 +215,9 @@ def test_same_seed_same_samples_and_top_k_1_is_greedy():
         draws.add(tuple(model.generate(ids, **kw)[0].tolist()))
     assert len(draws) > 1  # it really samples
     torch.manual_seed(0)
-    assert torch.equal(model.generate(ids, do_sample=True, top_k=1, max_new_tokens=8, pad_token_id=0), greedy(model, ids))
+    assert torch.equal(
+        model.generate(ids, do_sample=True, top_k=1, max_new_tokens=8, pad_token_id=0), greedy(model, ids)
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -205,9 +236,9 @@ def test_left_padded_batch_equals_each_prompt_alone(cell):
     batch_beam = beam(model, ids, attention_mask=mask)
     for i, row in enumerate(rows):
         alone = torch.tensor([row])
-        assert batch_greedy[i, width:].tolist() == greedy(model, alone)[0, len(row):].tolist()
+        assert batch_greedy[i, width:].tolist() == greedy(model, alone)[0, len(row) :].tolist()
         alone_beam = beam(model, alone)
-        assert batch_beam.sequences[i, width:].tolist() == alone_beam.sequences[0, len(row):].tolist()
+        assert batch_beam.sequences[i, width:].tolist() == alone_beam.sequences[0, len(row) :].tolist()
         torch.testing.assert_close(batch_beam.sequences_scores[i], alone_beam.sequences_scores[0], atol=1e-5, rtol=0)
 
 
@@ -229,10 +260,10 @@ def test_eos_stops_and_max_new_tokens():
 def lstmn_reference(layer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Cheng et al. (2016), written out for one unpadded sequence x (T, I), without the shared attention core:
 
-        a_i = vᵀ tanh(W_h h_i + W_x x_t + W_h̃ h̃_{t-1} + b)   for every previous step i < t
-        s = softmax(a);  h̃_t = Σ s_i h_i;  c̃_t = Σ s_i c_i   (h̃_t = c̃_t = 0 at t = 1)
-        i, f, g, o = split(W_ih x_t + b_ih + W_hh h̃_t + b_hh)
-        c_t = σ(f) c̃_t + σ(i) tanh(g);  h_t = σ(o) tanh(c_t)
+    a_i = vᵀ tanh(W_h h_i + W_x x_t + W_h̃ h̃_{t-1} + b)   for every previous step i < t
+    s = softmax(a);  h̃_t = Σ s_i h_i;  c̃_t = Σ s_i c_i   (h̃_t = c̃_t = 0 at t = 1)
+    i, f, g, o = split(W_ih x_t + b_ih + W_hh h̃_t + b_hh)
+    c_t = σ(f) c̃_t + σ(i) tanh(g);  h_t = σ(o) tanh(c_t)
     """
     att = layer.attention_l0
     W_h, W_q, b_q, v = att.key_proj.weight, att.query_proj.weight, att.query_proj.bias, att.energy.weight[0]
@@ -296,8 +327,16 @@ def test_self_attention_lstm_attention_really_matters():
 
 def test_self_attention_lstm_classifier_bidirectional_padding_invariant():
     torch.manual_seed(0)
-    config = RNNConfig(vocab_size=V, embedding_size=6, hidden_size=5, num_layers=2, cell="self_attention_lstm",
-                       bidirectional=True, num_labels=3, pad_token_id=0)
+    config = RNNConfig(
+        vocab_size=V,
+        embedding_size=6,
+        hidden_size=5,
+        num_layers=2,
+        cell="self_attention_lstm",
+        bidirectional=True,
+        num_labels=3,
+        pad_token_id=0,
+    )
     model = RNNForSequenceClassification(config).eval()
     ids = torch.tensor([[0, 0, 4, 5, 6], [7, 8, 9, 10, 11]])
     mask = (ids != 0).long()
@@ -394,8 +433,15 @@ TEXT = "to be, or not to be: that is the question.\n"
 def save_char_lm(path, cell="self_attention_lstm"):
     tokenizer = build_char_tokenizer([TEXT], padding_side="left")
     torch.manual_seed(0)
-    config = RNNConfig(vocab_size=len(tokenizer), embedding_size=8, hidden_size=10, num_layers=1, cell=cell,
-                       pad_token_id=tokenizer.pad_token_id, initializer_range=0.5)
+    config = RNNConfig(
+        vocab_size=len(tokenizer),
+        embedding_size=8,
+        hidden_size=10,
+        num_layers=1,
+        cell=cell,
+        pad_token_id=tokenizer.pad_token_id,
+        initializer_range=0.5,
+    )
     model = RNNForCausalLM(config).eval()
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -407,8 +453,9 @@ def test_text_generation_pipeline(tmp_path):
     generator = pipeline("text-generation", model=str(tmp_path), tokenizer=str(tmp_path))
     out = generator("to be", max_new_tokens=10, do_sample=False)[0]["generated_text"]
     ids = tokenizer("to be", return_tensors="pt").input_ids
-    expected = tokenizer.decode(model.generate(ids, max_new_tokens=10, do_sample=False, pad_token_id=0)[0],
-                                skip_special_tokens=True)
+    expected = tokenizer.decode(
+        model.generate(ids, max_new_tokens=10, do_sample=False, pad_token_id=0)[0], skip_special_tokens=True
+    )
     assert out == expected and out.startswith("to be") and len(out) > len("to be")
     batch = generator(["to", "not to be"], max_new_tokens=5, do_sample=False)
     assert batch[0][0]["generated_text"] == generator("to", max_new_tokens=5, do_sample=False)[0]["generated_text"]

@@ -89,8 +89,16 @@ def tiny_trainer_checkpoint(tmp_path, tokenizer):
     enc = tokenizer(TEXTS * 4, truncation=True)
     train = datasets.Dataset.from_dict({**enc, "labels": [i % 3 for i in range(len(TEXTS) * 4)]})
     args = TrainingArguments(
-        output_dir=str(tmp_path / "trainer"), max_steps=2, per_device_train_batch_size=4, save_strategy="steps",
-        save_steps=1, logging_steps=1, report_to="none", use_cpu=True, learning_rate=0.05, disable_tqdm=True,
+        output_dir=str(tmp_path / "trainer"),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        save_strategy="steps",
+        save_steps=1,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        learning_rate=0.05,
+        disable_tqdm=True,
     )
     Trainer(model=model, args=args, train_dataset=train, processing_class=tokenizer).train()
     return tmp_path / "trainer" / "checkpoint-2"
@@ -161,17 +169,28 @@ def test_model_card_has_metadata_architecture_data_metrics_command_and_use():
 
     model = tiny_model(hf_seq.TransformerForConditionalGeneration, 26)
     card = render_model_card(
-        model, dataset="KJV / RV1909 verse pairs", metrics={"bleu": 12.3456, "epochs": 2},
+        model,
+        dataset="KJV / RV1909 verse pairs",
+        metrics={"bleu": 12.3456, "epochs": 2},
         command="python train_scripts/train_translation.py configs/translation_transformer.json",
-        intended_use="English to Spanish verse translation.", limitations="Archaic language.",
+        intended_use="English to Spanish verse translation.",
+        limitations="Archaic language.",
     )
     front, body = card.split("---\n")[1], card.split("---\n", 2)[2]
     assert "library_name: transformers" in front and "pipeline_tag: translation" in front
     assert "- hf_seq_transformer" in front or f"- {model.config.model_type}" in front
-    for section in ("## Use", "## Architecture", "## Intended use", "## Training data", "## Results",
-                    "## Training command", "## Configuration", "## Limitations"):
+    for section in (
+        "## Use",
+        "## Architecture",
+        "## Intended use",
+        "## Training data",
+        "## Results",
+        "## Training command",
+        "## Configuration",
+        "## Limitations",
+    ):
         assert section in body, section
-    assert "AutoModelForSeq2SeqLM.from_pretrained(\"PATH_OR_HUB_ID\", trust_remote_code=True)" in body
+    assert 'AutoModelForSeq2SeqLM.from_pretrained("PATH_OR_HUB_ID", trust_remote_code=True)' in body
     assert "| d_model | 16 |" in body and "| bleu | 12.3456 |" in body and "| epochs | 2 |" in body
     assert "KJV / RV1909 verse pairs" in body and "English to Spanish verse translation." in body
     assert "python train_scripts/train_translation.py configs/translation_transformer.json" in body
@@ -189,9 +208,26 @@ def test_train_scripts_write_a_model_card_beside_the_model(tmp_path):
     import train_classifier
     import train_tagger
 
-    tiny = ["--max_train_samples", "32", "--max_eval_samples", "16", "--max_steps", "2", "--save_strategy", "no",
-            "--eval_strategy", "no", "--load_best_model_at_end", "false", "--hidden_size", "8",
-            "--embedding_size", "8", "--report_to", "none"]
+    tiny = [
+        "--max_train_samples",
+        "32",
+        "--max_eval_samples",
+        "16",
+        "--max_steps",
+        "2",
+        "--save_strategy",
+        "no",
+        "--eval_strategy",
+        "no",
+        "--load_best_model_at_end",
+        "false",
+        "--hidden_size",
+        "8",
+        "--embedding_size",
+        "8",
+        "--report_to",
+        "none",
+    ]
     for module, recipe, pipeline_tag, data_words, metric in (
         (train_classifier, "configs/sentiment_bilstm.json", "text-classification", "Rotten Tomatoes", "test_accuracy"),
         (train_tagger, "configs/pos_bilstm.json", "token-classification", "Brown corpus", "test_oov_rate"),

@@ -85,8 +85,18 @@ def test_nested_contexts_keep_the_copy_until_the_outer_one_ends():
 def _tiny_transformer() -> hf_seq.TransformerForConditionalGeneration:
     torch.manual_seed(0)
     config = hf_seq.TransformerConfig(
-        vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=2, attention_heads=2, ffn_dim=32, dropout=0.0,
-        max_position_embeddings=64, pad_token_id=0, bos_token_id=2, eos_token_id=3, decoder_start_token_id=2,
+        vocab_size=40,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=2,
+        attention_heads=2,
+        ffn_dim=32,
+        dropout=0.0,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+        decoder_start_token_id=2,
     )
     model = hf_seq.TransformerForConditionalGeneration(config).eval()
     with torch.no_grad():

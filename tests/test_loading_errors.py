@@ -20,8 +20,12 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceCl
 import hf_seq
 from hf_seq.modeling_utils import CheckedLoadingMixin, check_safetensors_file
 
-BASES = {"rnn": hf_seq.RNNPreTrainedModel, "rnn_seq2seq": hf_seq.RNNSeq2SeqPreTrainedModel,
-         "transformer": hf_seq.TransformerPreTrainedModel, "bert": hf_seq.BertPreTrainedModel}
+BASES = {
+    "rnn": hf_seq.RNNPreTrainedModel,
+    "rnn_seq2seq": hf_seq.RNNSeq2SeqPreTrainedModel,
+    "transformer": hf_seq.TransformerPreTrainedModel,
+    "bert": hf_seq.BertPreTrainedModel,
+}
 HEAD_IDS = [h.__name__ for _, h in FIRST_HEADS]
 
 
@@ -65,12 +69,14 @@ def test_corrupt_weights_file_raises_naming_the_file(saved, family, head, damage
     folder = copy_of(saved, family, tmp_path)
     weights = folder / "model.safetensors"
     data = weights.read_bytes()
-    weights.write_bytes({
-        "truncated": data[: len(data) - 100],
-        "garbage": bytes(range(256)) * (len(data) // 256),
-        "empty": b"",
-        "short header": data[:12],
-    }[damage])
+    weights.write_bytes(
+        {
+            "truncated": data[: len(data) - 100],
+            "garbage": bytes(range(256)) * (len(data) // 256),
+            "empty": b"",
+            "short header": data[:12],
+        }[damage]
+    )
     with pytest.raises(OSError, match=r"model\.safetensors is not a valid safetensors weights file") as err:
         head.from_pretrained(folder)
     assert str(weights) in str(err.value)
@@ -112,9 +118,12 @@ def test_missing_weights_file_is_named_by_transformers(saved, tmp_path):
 
 @pytest.mark.parametrize(
     "family,wrong_cls",
-    [("rnn", hf_seq.BertForMaskedLM), ("bert", hf_seq.RNNForSequenceClassification),
-     ("transformer", hf_seq.RNNSeq2SeqForConditionalGeneration),
-     ("rnn_seq2seq", hf_seq.TransformerForConditionalGeneration)],
+    [
+        ("rnn", hf_seq.BertForMaskedLM),
+        ("bert", hf_seq.RNNForSequenceClassification),
+        ("transformer", hf_seq.RNNSeq2SeqForConditionalGeneration),
+        ("rnn_seq2seq", hf_seq.TransformerForConditionalGeneration),
+    ],
     ids=["rnn->bert", "bert->rnn", "transformer->rnn_seq2seq", "rnn_seq2seq->transformer"],
 )
 def test_another_familys_folder_with_the_wrong_class_raises(saved, family, wrong_cls):

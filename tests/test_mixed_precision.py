@@ -12,8 +12,12 @@ from transformers import Trainer, TrainingArguments, default_data_collator
 
 import hf_seq
 
-HEADS = [*FIRST_HEADS, ("rnn", hf_seq.RNNForTokenClassification), ("rnn", hf_seq.RNNForCausalLM),
-         ("bert", hf_seq.BertForPreTraining)]
+HEADS = [
+    *FIRST_HEADS,
+    ("rnn", hf_seq.RNNForTokenClassification),
+    ("rnn", hf_seq.RNNForCausalLM),
+    ("bert", hf_seq.BertForPreTraining),
+]
 
 
 class RowDataset(torch.utils.data.Dataset):
@@ -36,13 +40,25 @@ def test_bf16_training_is_finite_and_learns(family, head, tmp_path):
     model = tiny_model(head, len(tokenizer)).train()
     data = RowDataset(model_inputs(model, tokenizer, labels=True), times=4)
     args = TrainingArguments(
-        output_dir=str(tmp_path), bf16=True, use_cpu=True, max_steps=8, per_device_train_batch_size=6,
-        learning_rate=1e-2, logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, seed=0,
+        output_dir=str(tmp_path),
+        bf16=True,
+        use_cpu=True,
+        max_steps=8,
+        per_device_train_batch_size=6,
+        learning_rate=1e-2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        seed=0,
         train_sampling_strategy="sequential",
     )
     linear_dtypes: set[torch.dtype] = set()
-    hooks = [m.register_forward_hook(lambda mod, inp, out: linear_dtypes.add(out.dtype))
-             for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    hooks = [
+        m.register_forward_hook(lambda mod, inp, out: linear_dtypes.add(out.dtype))
+        for m in model.modules()
+        if isinstance(m, torch.nn.Linear)
+    ]
     trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=default_data_collator)
     trainer.train()
     for hook in hooks:

@@ -172,9 +172,7 @@ def test_sparse_prediction_same_loss_and_logits_at_masked_positions():
 def test_from_transformers_bert_reports_new_and_unused_heads(tmp_path, caplog):
     torch.manual_seed(0)
     transformers.BertForPreTraining(hf_config()).save_pretrained(tmp_path)
-    model, info = BertForSequenceClassification.from_transformers_bert(
-        tmp_path, output_loading_info=True, num_labels=5
-    )
+    model, info = BertForSequenceClassification.from_transformers_bert(tmp_path, output_loading_info=True, num_labels=5)
     assert info["missing_keys"] == ["classifier.bias", "classifier.weight"]
     assert any(k.startswith("cls.") for k in info["unexpected_keys"])
     assert model.config.num_labels == 5 and model.classifier.out_features == 5

@@ -137,8 +137,14 @@ def test_hidden_states_and_shapes():
 
 def test_logistic_regression_recipe_and_parameter_counts():
     """The notes' Embedding(·, 8) -> Flatten(20x8) -> Dense(1, sigmoid): 161 head parameters."""
-    config = tiny(cell="none", pooling="flatten", max_seq_length=20, embedding_size=8, num_labels=1,
-                  problem_type="multi_label_classification")
+    config = tiny(
+        cell="none",
+        pooling="flatten",
+        max_seq_length=20,
+        embedding_size=8,
+        num_labels=1,
+        problem_type="multi_label_classification",
+    )
     model = RNNForSequenceClassification(config)
     assert sum(p.numel() for p in model.classifier.parameters()) == 161
     two_way = RNNForSequenceClassification(tiny(cell="none", pooling="flatten", max_seq_length=20, embedding_size=8))
@@ -302,7 +308,10 @@ def test_remote_code_load_without_hf_seq(tmp_path):
     (tmp_path / "check.py").write_text(REMOTE)
     proc = subprocess.run(
         [sys.executable, "-I", str(tmp_path / "check.py"), str(tmp_path / "m")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     module, logits = proc.stdout.strip().splitlines()[-1].split(" ", 1)
@@ -319,8 +328,9 @@ def test_pipelines_show_real_labels(tmp_path):
     tok = build_word_level_tokenizer(texts)
     labels = {0: "negative", 1: "positive"}
     torch.manual_seed(0)
-    config = tiny(vocab_size=len(tok), pad_token_id=tok.pad_token_id, id2label=labels,
-                  label2id={v: k for k, v in labels.items()})
+    config = tiny(
+        vocab_size=len(tok), pad_token_id=tok.pad_token_id, id2label=labels, label2id={v: k for k, v in labels.items()}
+    )
     RNNForSequenceClassification(config).save_pretrained(tmp_path / "cls")
     tok.save_pretrained(tmp_path / "cls")
     clf = pipeline("text-classification", model=str(tmp_path / "cls"))
@@ -328,8 +338,13 @@ def test_pipelines_show_real_labels(tmp_path):
     assert {p["label"] for p in preds} <= {"negative", "positive"} and len(preds) == 2
 
     tags = {0: "DET", 1: "ADJ", 2: "NOUN"}
-    config = tiny(vocab_size=len(tok), pad_token_id=tok.pad_token_id, num_labels=3, id2label=tags,
-                  label2id={v: k for k, v in tags.items()})
+    config = tiny(
+        vocab_size=len(tok),
+        pad_token_id=tok.pad_token_id,
+        num_labels=3,
+        id2label=tags,
+        label2id={v: k for k, v in tags.items()},
+    )
     RNNForTokenClassification(config).save_pretrained(tmp_path / "tag")
     tok.save_pretrained(tmp_path / "tag")
     tagger = pipeline("token-classification", model=str(tmp_path / "tag"))

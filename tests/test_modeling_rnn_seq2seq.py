@@ -27,8 +27,17 @@ PAD, BOS, EOS = 0, 2, 3
 def tiny(**overrides) -> RNNSeq2SeqConfig:
     """A tiny config with large initial weights so greedy and beam search make non-trivial choices."""
     values = dict(
-        vocab_size=VOCAB, embedding_size=8, hidden_size=10, attention="additive", dropout=0.0, init_range=0.8,
-        max_target_length=10, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS, decoder_start_token_id=BOS,
+        vocab_size=VOCAB,
+        embedding_size=8,
+        hidden_size=10,
+        attention="additive",
+        dropout=0.0,
+        init_range=0.8,
+        max_target_length=10,
+        pad_token_id=PAD,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        decoder_start_token_id=BOS,
     )
     values.update(overrides)
     return RNNSeq2SeqConfig(**values)
@@ -138,8 +147,9 @@ def test_loss_is_cross_entropy_ignoring_minus_100():
     torch.testing.assert_close(out.loss, expected)
     assert out.logits.shape == (3, 4, VOCAB)
     # a batch with nothing to predict gives a zero loss (still in the graph), not the NaN of an empty mean
-    empty = model(input_ids=ids, attention_mask=mask, labels=labels.masked_fill(labels > -100, -100),
-                  decoder_input_ids=dec)
+    empty = model(
+        input_ids=ids, attention_mask=mask, labels=labels.masked_fill(labels > -100, -100), decoder_input_ids=dec
+    )
     assert empty.loss.item() == 0.0 and empty.loss.requires_grad
 
 
@@ -187,8 +197,9 @@ def test_each_score_function_matches_hand_computation(attention):
     model = model_for(attention=attention, hidden_size=10)
     ids, mask = source_batch()
     dec = torch.tensor([[BOS, 5, 6], [BOS, 7, 8], [BOS, 9, 9]])
-    out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True,
-                output_hidden_states=True)
+    out = model(
+        input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True, output_hidden_states=True
+    )
     s = out.decoder_hidden_states[1]  # (B, T, H) decoder RNN states s_j
     h = out.encoder_last_hidden_state  # (B, S, H)
     scores = _hand_scores(attention, model.model.decoder, s, h).masked_fill(mask[:, None, :] == 0, float("-inf"))
@@ -201,8 +212,9 @@ def test_context_and_next_state_follow_the_notes():
     dec_mod = model.model.decoder
     ids, mask = source_batch()
     dec = torch.tensor([[BOS, 5], [BOS, 7], [BOS, 9]])
-    out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True,
-                output_hidden_states=True)
+    out = model(
+        input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True, output_hidden_states=True
+    )
     h = out.encoder_last_hidden_state
     alpha = out.cross_attentions[0]  # (B, T, S)
     context = alpha @ h  # (B, T, H)
@@ -213,8 +225,9 @@ def test_context_and_next_state_follow_the_notes():
     lstm = dec_mod.rnn.layers[0]
     enc = model.model.encoder(input_ids=ids, attention_mask=mask)
     s0 = model.model.bridge(enc.final_hidden_state, enc.final_cell_state)
-    _, (h1, c1) = lstm(torch.cat([model.get_input_embeddings()(dec[:, :1]), _initial_context(model, s0, h, mask)], -1),
-                       (s0[0], s0[1]))
+    _, (h1, c1) = lstm(
+        torch.cat([model.get_input_embeddings()(dec[:, :1]), _initial_context(model, s0, h, mask)], -1), (s0[0], s0[1])
+    )
     torch.testing.assert_close(h1[0], s[:, 0], atol=1e-5, rtol=1e-5)
     x2 = torch.cat([model.get_input_embeddings()(dec[:, 1:2]), context[:, :1]], -1)
     out2, _ = lstm(x2, (h1, c1))
@@ -233,11 +246,17 @@ def test_plain_seq2seq_final_state_is_the_only_link():
     dec = torch.tensor([[BOS, 5, 6], [BOS, 7, 8], [BOS, 9, 9]])
     enc = model.get_encoder()(input_ids=ids, attention_mask=mask)
     ref = model(encoder_outputs=enc, attention_mask=mask, decoder_input_ids=dec).logits
-    scrambled = type(enc)(last_hidden_state=torch.randn_like(enc.last_hidden_state),
-                          final_hidden_state=enc.final_hidden_state, final_cell_state=enc.final_cell_state)
+    scrambled = type(enc)(
+        last_hidden_state=torch.randn_like(enc.last_hidden_state),
+        final_hidden_state=enc.final_hidden_state,
+        final_cell_state=enc.final_cell_state,
+    )
     torch.testing.assert_close(model(encoder_outputs=scrambled, attention_mask=mask, decoder_input_ids=dec).logits, ref)
-    changed = type(enc)(last_hidden_state=enc.last_hidden_state, final_hidden_state=enc.final_hidden_state + 1.0,
-                        final_cell_state=enc.final_cell_state)
+    changed = type(enc)(
+        last_hidden_state=enc.last_hidden_state,
+        final_hidden_state=enc.final_hidden_state + 1.0,
+        final_cell_state=enc.final_cell_state,
+    )
     assert not torch.allclose(model(encoder_outputs=changed, attention_mask=mask, decoder_input_ids=dec).logits, ref)
 
 
@@ -329,10 +348,10 @@ def test_source_padding_does_not_change_the_translation():
         alone = model.generate(input_ids=ids[row : row + 1, :length], **kw)
         got = batch.sequences[row][: alone.sequences.shape[1]]
         assert torch.equal(got, alone.sequences[0]), row
-        assert batch.sequences[row][alone.sequences.shape[1]:].eq(PAD).all()
+        assert batch.sequences[row][alone.sequences.shape[1] :].eq(PAD).all()
         torch.testing.assert_close(batch.sequences_scores[row], alone.sequences_scores[0], atol=1e-5, rtol=1e-5)
-        left_ids[row, 6 - length:] = ids[row, :length]
-        left_mask[row, 6 - length:] = 1
+        left_ids[row, 6 - length :] = ids[row, :length]
+        left_mask[row, 6 - length :] = 1
     left = model.generate(input_ids=left_ids, attention_mask=left_mask, **kw)
     assert torch.equal(left.sequences, batch.sequences)
 
@@ -347,8 +366,15 @@ def test_sampling_beam_options_and_return_sequences():
     b = model.generate(**kw, do_sample=True, temperature=0.7, top_k=5, top_p=0.9, use_cache=False)
     assert torch.equal(a, b)  # same random draws, same logits cached or not
     assert a[:, 1:].lt(VOCAB).all()
-    out = model.generate(**kw, num_beams=4, num_return_sequences=3, length_penalty=0.6, early_stopping=True,
-                         output_scores=True, return_dict_in_generate=True)
+    out = model.generate(
+        **kw,
+        num_beams=4,
+        num_return_sequences=3,
+        length_penalty=0.6,
+        early_stopping=True,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
     assert out.sequences.shape[0] == 9
     scores = out.sequences_scores.view(3, 3)
     assert torch.all(scores[:, :-1] >= scores[:, 1:] - 1e-6)  # returned best first
@@ -361,8 +387,14 @@ def test_sampling_beam_options_and_return_sequences():
 def test_output_attentions_through_generate():
     model = model_for(attention="additive")
     ids, mask = source_batch()
-    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=4, min_new_tokens=4,
-                         output_attentions=True, return_dict_in_generate=True)
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=4,
+        min_new_tokens=4,
+        output_attentions=True,
+        return_dict_in_generate=True,
+    )
     assert len(out.cross_attentions) == 4
     assert out.cross_attentions[0][0].shape == (3, 1, 6)
 
@@ -404,8 +436,11 @@ def test_encoder_outputs_of_wrong_size_raise():
     model = model_for(bidirectional_encoder=True)
     ids, mask = source_batch()
     enc = model.get_encoder()(input_ids=ids, attention_mask=mask)
-    bad = type(enc)(last_hidden_state=enc.last_hidden_state[..., :10], final_hidden_state=enc.final_hidden_state,
-                    final_cell_state=enc.final_cell_state)
+    bad = type(enc)(
+        last_hidden_state=enc.last_hidden_state[..., :10],
+        final_hidden_state=enc.final_hidden_state,
+        final_cell_state=enc.final_cell_state,
+    )
     with pytest.raises(ValueError, match="encoder_outputs"):
         model(encoder_outputs=bad, attention_mask=mask, decoder_input_ids=torch.full((3, 2), BOS))
 
@@ -428,8 +463,14 @@ def saved_translator(tmp_path_factory):
     tok = build_translation_tokenizer(PAIRS, kind="word", vocab_size=100)
     path = tmp_path_factory.mktemp("translator")
     torch.manual_seed(0)
-    config = tiny(vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                  eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.bos_token_id, bidirectional_encoder=True)
+    config = tiny(
+        vocab_size=len(tok),
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        decoder_start_token_id=tok.bos_token_id,
+        bidirectional_encoder=True,
+    )
     model = RNNSeq2SeqForConditionalGeneration(config).eval()
     model.save_pretrained(path)
     tok.save_pretrained(path)
@@ -482,8 +523,13 @@ def test_pipeline_with_model_object(saved_translator):
 
 def test_remote_code_load_without_hf_seq(saved_translator, clean_python, tmp_path):
     path, model, tok = saved_translator
-    for name in ("modeling_rnn_seq2seq.py", "configuration_rnn_seq2seq.py", "attention.py", "recurrent.py",
-                 "seq2seq_pipelines.py"):
+    for name in (
+        "modeling_rnn_seq2seq.py",
+        "configuration_rnn_seq2seq.py",
+        "attention.py",
+        "recurrent.py",
+        "seq2seq_pipelines.py",
+    ):
         assert (path / name).exists(), name
     config = json.loads((path / "config.json").read_text())
     assert "AutoModelForSeq2SeqLM" in config["auto_map"]

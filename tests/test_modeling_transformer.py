@@ -179,8 +179,13 @@ def test_one_block_model_equals_torch_transformer_layers(norm_position):
     tgt = torch.tensor([[BOS, 4, 11, 6, 19], [BOS, 13, 22, 5, 5]])
     scale = math.sqrt(16)
     table = torch.tensor(
-        [[math.sin(p / 10000 ** (i / 16)) if i % 2 == 0 else math.cos(p / 10000 ** ((i - 1) / 16)) for i in range(16)]
-         for p in range(7)]
+        [
+            [
+                math.sin(p / 10000 ** (i / 16)) if i % 2 == 0 else math.cos(p / 10000 ** ((i - 1) / 16))
+                for i in range(16)
+            ]
+            for p in range(7)
+        ]
     )
     with torch.no_grad():
         x = model.model.encoder.embeddings.embed_tokens(src) * scale + table[:7]
@@ -461,7 +466,9 @@ def test_bad_input_raises_naming_the_problem():
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("auto, cls", [(AutoModel, TransformerModel), (AutoModelForSeq2SeqLM, TransformerForConditionalGeneration)])
+@pytest.mark.parametrize(
+    "auto, cls", [(AutoModel, TransformerModel), (AutoModelForSeq2SeqLM, TransformerForConditionalGeneration)]
+)
 def test_save_load_bit_exact_through_auto(tmp_path, auto, cls):
     torch.manual_seed(0)
     model = cls(tiny(position_embedding="learned", norm_position="pre")).eval()
@@ -516,7 +523,9 @@ def test_translation_pipeline_on_saved_model(tmp_path):
     torch.manual_seed(0)
     TransformerForConditionalGeneration(config).save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
-    translator = pipeline("translation", model=str(tmp_path / "m"), trust_remote_code=True)  # hf_seq/seq2seq_pipelines.py
+    translator = pipeline(
+        "translation", model=str(tmp_path / "m"), trust_remote_code=True
+    )  # hf_seq/seq2seq_pipelines.py
     out = translator(["in the beginning", "and god said"], max_new_tokens=5, num_beams=2)
     assert len(out) == 2 and all(isinstance(o["translation_text"], str) for o in out)
     model = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "m")
@@ -548,13 +557,21 @@ def test_remote_code_load_without_hf_seq(tmp_path):
     model = random_model()
     model.save_pretrained(tmp_path / "m")
     build_translation_tokenizer(["let there be light"] * 3, kind="word", vocab_size=40).save_pretrained(tmp_path / "m")
-    for name in ("modeling_transformer.py", "configuration_transformer.py", "attention.py", "blocks.py",
-                 "seq2seq_pipelines.py"):
+    for name in (
+        "modeling_transformer.py",
+        "configuration_transformer.py",
+        "attention.py",
+        "blocks.py",
+        "seq2seq_pipelines.py",
+    ):
         assert (tmp_path / "m" / name).exists()
     (tmp_path / "check.py").write_text(REMOTE)
     proc = subprocess.run(
         [sys.executable, "-I", str(tmp_path / "check.py"), str(tmp_path / "m")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     module, generated = proc.stdout.strip().splitlines()[-1].split(" ", 1)

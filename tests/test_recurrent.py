@@ -61,9 +61,7 @@ def padded_batch(lengths, seq_len, side):
     return seqs, x, mask
 
 
-@pytest.mark.parametrize(
-    "cell,bidirectional,side", list(itertools.product(CELLS, [False, True], ["left", "right"]))
-)
+@pytest.mark.parametrize("cell,bidirectional,side", list(itertools.product(CELLS, [False, True], ["left", "right"])))
 def test_padding_invariance_and_cell_equals_fused(cell, bidirectional, side):
     """Every padded row gives exactly the unpadded sequence's outputs and final state, on both paths."""
     fused, explicit = make_pair(cell, bidirectional, num_layers=2)
@@ -172,6 +170,7 @@ def test_bad_arguments():
 
 def test_register_a_new_cell_type():
     """Plug-in point: a cell registered with only a step function runs on the cell path (even if "fused")."""
+
     def build(input_size, hidden_size, bidirectional):
         return nn.RNN(input_size, hidden_size, batch_first=True, bidirectional=bidirectional, bias=False)
 

@@ -23,11 +23,37 @@ pytestmark = pytest.mark.data
 
 # 48 samples / batch 4 = 12 steps per epoch; 20 steps = 1 epoch + 8 steps; checkpoints at 8 and 16 (both mid-epoch)
 COMMON = [
-    str(ROOT / "configs/sentiment_bilstm.json"), "--max_train_samples", "48", "--max_eval_samples", "8",
-    "--per_device_train_batch_size", "4", "--max_steps", "20", "--save_strategy", "steps", "--save_steps", "8",
-    "--save_total_limit", "3", "--eval_strategy", "no", "--load_best_model_at_end", "false", "--logging_steps", "4",
-    "--hidden_size", "8", "--embedding_size", "8", "--dropout", "0.3", "--word_dropout", "0.5",
-    "--disable_tqdm", "true",
+    str(ROOT / "configs/sentiment_bilstm.json"),
+    "--max_train_samples",
+    "48",
+    "--max_eval_samples",
+    "8",
+    "--per_device_train_batch_size",
+    "4",
+    "--max_steps",
+    "20",
+    "--save_strategy",
+    "steps",
+    "--save_steps",
+    "8",
+    "--save_total_limit",
+    "3",
+    "--eval_strategy",
+    "no",
+    "--load_best_model_at_end",
+    "false",
+    "--logging_steps",
+    "4",
+    "--hidden_size",
+    "8",
+    "--embedding_size",
+    "8",
+    "--dropout",
+    "0.3",
+    "--word_dropout",
+    "0.5",
+    "--disable_tqdm",
+    "true",
 ]
 
 # Runs train_classifier.py as a script and SIGKILLs the process at a chosen moment (no cleanup code can run).
@@ -106,7 +132,8 @@ def test_sigkill_mid_epoch_then_resume_equals_uninterrupted_run(uninterrupted, t
     resumed_log = json.loads((out / "trainer_state.json").read_text())["log_history"]
     full_log = json.loads((uninterrupted / "trainer_state.json").read_text())["log_history"]
     assert [r["loss"] for r in resumed_log if "loss" in r and r["step"] > 8] == [
-        r["loss"] for r in full_log if "loss" in r and r["step"] > 8]
+        r["loss"] for r in full_log if "loss" in r and r["step"] > 8
+    ]
 
 
 def test_kill_while_writing_a_checkpoint_resumes_from_the_last_complete_one(uninterrupted, tmp_path):

@@ -29,8 +29,9 @@ def clock(monkeypatch) -> FakeClock:
     return fake
 
 
-def run_steps(callback, clock: FakeClock, steps: int, wall_per_step: float, cpu_per_step: float,
-              pause_between: float = 0.0) -> int:
+def run_steps(
+    callback, clock: FakeClock, steps: int, wall_per_step: float, cpu_per_step: float, pause_between: float = 0.0
+) -> int:
     """Simulate ``steps`` training steps (with untimed pauses between them, e.g. evaluation); returns the step
     after which the callback asked training to stop (or ``steps`` if it never did)."""
     args, state = TrainingArguments(output_dir="unused", report_to="none"), TrainerState()

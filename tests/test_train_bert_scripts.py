@@ -23,12 +23,34 @@ def pretrained(tmp_path_factory) -> tuple[Path, dict]:
     import pretrain_bert
 
     out = tmp_path_factory.mktemp("bert") / "pretrain"
-    results = pretrain_bert.main([
-        str(REPO / "configs" / "bert_pretrain_brown.json"), *TINY, "--vocab_size", "400", "--max_length", "32",
-        "--output_dir", str(out), "--max_steps", "2", "--per_device_train_batch_size", "4", "--warmup_steps", "0",
-        "--eval_strategy", "no", "--max_eval_examples", "8", "--per_device_eval_batch_size", "256",
-        "--logging_steps", "1", "--disable_tqdm", "true",
-    ])
+    results = pretrain_bert.main(
+        [
+            str(REPO / "configs" / "bert_pretrain_brown.json"),
+            *TINY,
+            "--vocab_size",
+            "400",
+            "--max_length",
+            "32",
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "4",
+            "--warmup_steps",
+            "0",
+            "--eval_strategy",
+            "no",
+            "--max_eval_examples",
+            "8",
+            "--per_device_eval_batch_size",
+            "256",
+            "--logging_steps",
+            "1",
+            "--disable_tqdm",
+            "true",
+        ]
+    )
     return out, results
 
 
@@ -57,12 +79,31 @@ def test_pretrain_bert_continues_at_a_longer_length_by_growing_the_position_tabl
 
     pretrain_dir, _ = pretrained
     out = tmp_path / "longer"
-    results = pretrain_bert.main([
-        str(REPO / "configs" / "bert_pretrain_brown.json"), "--init_from", str(pretrain_dir), "--max_length", "48",
-        "--output_dir", str(out), "--max_steps", "1", "--per_device_train_batch_size", "4", "--warmup_steps", "0",
-        "--eval_strategy", "no", "--max_eval_examples", "8", "--per_device_eval_batch_size", "256",
-        "--disable_tqdm", "true",
-    ])
+    results = pretrain_bert.main(
+        [
+            str(REPO / "configs" / "bert_pretrain_brown.json"),
+            "--init_from",
+            str(pretrain_dir),
+            "--max_length",
+            "48",
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "1",
+            "--per_device_train_batch_size",
+            "4",
+            "--warmup_steps",
+            "0",
+            "--eval_strategy",
+            "no",
+            "--max_eval_examples",
+            "8",
+            "--per_device_eval_batch_size",
+            "256",
+            "--disable_tqdm",
+            "true",
+        ]
+    )
     config = json.loads((out / "config.json").read_text())
     assert config["max_position_embeddings"] == 48 and config["hidden_size"] == 16
     assert 0.0 <= results["test"]["test_nsp_accuracy"] <= 1.0
@@ -75,8 +116,17 @@ def test_pretrain_bert_eval_only_evaluates_the_folder_with_several_pairs_per_anc
     pretrain_dir, first = pretrained
     out = tmp_path / "eval"
     args = [
-        str(REPO / "configs" / "bert_pretrain_brown.json"), "--init_from", str(pretrain_dir), "--max_length", "32",
-        "--output_dir", str(out), "--per_device_eval_batch_size", "256", "--disable_tqdm", "true",
+        str(REPO / "configs" / "bert_pretrain_brown.json"),
+        "--init_from",
+        str(pretrain_dir),
+        "--max_length",
+        "32",
+        "--output_dir",
+        str(out),
+        "--per_device_eval_batch_size",
+        "256",
+        "--disable_tqdm",
+        "true",
     ]
     once = pretrain_bert.main([*args, "--eval_only", "true"])
     twice = pretrain_bert.main([*args, "--eval_only", "true", "--eval_pairs_per_anchor", "2"])
@@ -85,8 +135,9 @@ def test_pretrain_bert_eval_only_evaluates_the_folder_with_several_pairs_per_anc
     assert twice["pairs"]["test"] == 2 * once["pairs"]["test"] == 2 * first["pairs"]["test"]
     assert once["test"]["test_nsp_accuracy"] == pytest.approx(first["test"]["test_nsp_accuracy"])  # same pairs
     with pytest.raises(ValueError, match="eval_only"):
-        pretrain_bert.main([str(REPO / "configs" / "bert_pretrain_brown.json"), "--eval_only", "true",
-                            "--output_dir", str(out)])
+        pretrain_bert.main(
+            [str(REPO / "configs" / "bert_pretrain_brown.json"), "--eval_only", "true", "--output_dir", str(out)]
+        )
 
 
 @pytest.mark.data
@@ -95,12 +146,35 @@ def test_finetune_bert_from_the_pretrained_folder_writes_results_and_card(pretra
 
     pretrain_dir, _ = pretrained
     out = tmp_path / "sentiment"
-    results = finetune_bert.main([
-        str(REPO / "configs" / "bert_finetune_sentiment.json"), "--init_from", str(pretrain_dir),
-        "--output_dir", str(out), "--max_train_samples", "16", "--max_eval_samples", "8", "--max_length", "32",
-        "--max_steps", "2", "--per_device_train_batch_size", "8", "--eval_strategy", "no", "--save_strategy", "no",
-        "--load_best_model_at_end", "false", "--warmup_steps", "0", "--disable_tqdm", "true",
-    ])
+    results = finetune_bert.main(
+        [
+            str(REPO / "configs" / "bert_finetune_sentiment.json"),
+            "--init_from",
+            str(pretrain_dir),
+            "--output_dir",
+            str(out),
+            "--max_train_samples",
+            "16",
+            "--max_eval_samples",
+            "8",
+            "--max_length",
+            "32",
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "8",
+            "--eval_strategy",
+            "no",
+            "--save_strategy",
+            "no",
+            "--load_best_model_at_end",
+            "false",
+            "--warmup_steps",
+            "0",
+            "--disable_tqdm",
+            "true",
+        ]
+    )
     saved = json.loads((out / "results.json").read_text())
     assert saved["splits"] == {"train": 16, "validation": 8, "test": 8}
     assert saved["test_accuracy"] == results["test_accuracy"] and 0.0 <= saved["test_accuracy"] <= 1.0

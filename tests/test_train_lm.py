@@ -70,11 +70,45 @@ def write_corpus(tmp_path: Path) -> list[str]:
 def run_args(tmp_path: Path, *extra: str) -> list[str]:
     train, valid, test = write_corpus(tmp_path)
     return [
-        "--corpus", "text", "--level", "char", "--train_file", train, "--validation_file", valid,
-        "--test_file", test, "--output_dir", str(tmp_path / "run"), "--hidden_size", "16", "--embedding_size", "8",
-        "--segment_length", "24", "--stride", "12", "--per_device_train_batch_size", "8", "--learning_rate", "0.01",
-        "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none", "--use_cpu", "true",
-        "--sample_length", "20", "--sample_prompt", "Thou ", "--eval_streams", "2", *extra,
+        "--corpus",
+        "text",
+        "--level",
+        "char",
+        "--train_file",
+        train,
+        "--validation_file",
+        valid,
+        "--test_file",
+        test,
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--hidden_size",
+        "16",
+        "--embedding_size",
+        "8",
+        "--segment_length",
+        "24",
+        "--stride",
+        "12",
+        "--per_device_train_batch_size",
+        "8",
+        "--learning_rate",
+        "0.01",
+        "--eval_strategy",
+        "no",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--use_cpu",
+        "true",
+        "--sample_length",
+        "20",
+        "--sample_prompt",
+        "Thou ",
+        "--eval_streams",
+        "2",
+        *extra,
     ]
 
 
@@ -87,7 +121,8 @@ def test_end_to_end_tiny_run(tmp_path):
         for protocol in ("carried", "windows"):
             assert saved[f"{split}_{protocol}_loss_nats"] > 0
             assert saved[f"{split}_{protocol}_bits_per_char"] == pytest.approx(
-                saved[f"{split}_{protocol}_loss_nats"] / 0.6931472, abs=2e-3)
+                saved[f"{split}_{protocol}_loss_nats"] / 0.6931472, abs=2e-3
+            )
     assert saved["train_loss"] < 4.0  # it learned something from ln(vocab) ~ 3.4+ at the start
     samples = (out / "samples.txt").read_text()
     assert all(f"temperature {t}" in samples for t in (0.2, 0.5, 1.0, 1.2))
@@ -110,9 +145,19 @@ def test_end_to_end_tiny_run(tmp_path):
 
 
 def test_cpu_time_budget_stops_training_and_one_hot_recipe(tmp_path):
-    results = train_lm.main(run_args(
-        tmp_path, "--max_steps", "100000", "--max_train_cpu_minutes", "0.0001", "--input_encoding", "one_hot",
-        "--eval_windows", "false"))
+    results = train_lm.main(
+        run_args(
+            tmp_path,
+            "--max_steps",
+            "100000",
+            "--max_train_cpu_minutes",
+            "0.0001",
+            "--input_encoding",
+            "one_hot",
+            "--eval_windows",
+            "false",
+        )
+    )
     assert results["train_steps"] < 5  # stopped by the CPU-time budget, not by max_steps
     assert "validation_windows_loss_nats" not in results
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "run")
@@ -138,7 +183,8 @@ def test_recipes_parse_and_build_their_model(recipe):
     from hf_seq import RNNConfig
 
     model_args, data, training = parse_recipe_args(
-        (train_lm.ModelArguments, train_lm.DataArguments, TrainingArguments), [str(recipe)])
+        (train_lm.ModelArguments, train_lm.DataArguments, TrainingArguments), [str(recipe)]
+    )
     assert data.corpus in train_lm.CORPORA and data.level in train_lm.LEVELS
     assert data.sample_temperatures == [0.2, 0.5, 1.0, 1.2]
     assert training.output_dir.startswith("runs/")

@@ -16,8 +16,22 @@ sys.path.insert(0, str(ROOT / "train_scripts"))
 
 pytestmark = pytest.mark.data
 
-TINY = ["--max_train_samples", "64", "--max_eval_samples", "32", "--max_steps", "2", "--logging_steps", "1",
-        "--save_strategy", "no", "--eval_strategy", "no", "--load_best_model_at_end", "false"]
+TINY = [
+    "--max_train_samples",
+    "64",
+    "--max_eval_samples",
+    "32",
+    "--max_steps",
+    "2",
+    "--logging_steps",
+    "1",
+    "--save_strategy",
+    "no",
+    "--eval_strategy",
+    "no",
+    "--load_best_model_at_end",
+    "false",
+]
 
 
 def test_train_classifier_end_to_end(tmp_path):
@@ -57,8 +71,18 @@ def test_train_tagger_end_to_end(tmp_path):
 
     out = tmp_path / "tagger"
     results = train_tagger.main(
-        [str(ROOT / "configs/pos_bilstm.json"), "--output_dir", str(out), "--hidden_size", "8",
-         "--embedding_size", "8", "--num_layers", "1", *TINY]
+        [
+            str(ROOT / "configs/pos_bilstm.json"),
+            "--output_dir",
+            str(out),
+            "--hidden_size",
+            "8",
+            "--embedding_size",
+            "8",
+            "--num_layers",
+            "1",
+            *TINY,
+        ]
     )
     assert 0.0 <= results["test_accuracy"] <= 1.0 and results["test_tokens"] > 0
     assert 0.0 < results["test_oov_rate"] < 1.0  # 64 training sentences: many test words are unknown

@@ -47,8 +47,10 @@ def test_build_config_uses_tokenizer_ids_and_overrides():
 
     script = load_script()
     tok = build_translation_tokenizer([{"en": "let there be light", "es": "sea la luz"}], kind="word")
-    args = script.ModelArguments(model_config={"attention": "general", "hidden_size": 16, "embedding_size": 8},
-                                 config_overrides="attention=dot,hidden_size=12")
+    args = script.ModelArguments(
+        model_config={"attention": "general", "hidden_size": 16, "embedding_size": 8},
+        config_overrides="attention=dot,hidden_size=12",
+    )
     config = script.build_config(args, tok)
     assert config.model_type == "hf_seq_rnn_seq2seq" and config.attention == "dot" and config.hidden_size == 12
     assert config.vocab_size == len(tok) and config.decoder_start_token_id == tok.bos_token_id
@@ -61,13 +63,37 @@ def test_build_config_uses_tokenizer_ids_and_overrides():
 def test_tiny_end_to_end_run(tmp_path):
     script = load_script()
     out = tmp_path / "run"
-    results = script.main([
-        str(REPO / "configs" / "translation_rnn_additive.json"),
-        "--output_dir", str(out), "--max_train_samples", "64", "--max_eval_samples", "8", "--max_test_samples", "6",
-        "--max_steps", "3", "--eval_steps", "2", "--per_device_train_batch_size", "16", "--tokenizer_vocab_size", "400",
-        "--config_overrides", "hidden_size=16,embedding_size=16,max_target_length=12",
-        "--max_source_length", "24", "--max_target_length", "12", "--test_num_beams", "1,2", "--logging_steps", "1",
-    ])
+    results = script.main(
+        [
+            str(REPO / "configs" / "translation_rnn_additive.json"),
+            "--output_dir",
+            str(out),
+            "--max_train_samples",
+            "64",
+            "--max_eval_samples",
+            "8",
+            "--max_test_samples",
+            "6",
+            "--max_steps",
+            "3",
+            "--eval_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "16",
+            "--tokenizer_vocab_size",
+            "400",
+            "--config_overrides",
+            "hidden_size=16,embedding_size=16,max_target_length=12",
+            "--max_source_length",
+            "24",
+            "--max_target_length",
+            "12",
+            "--test_num_beams",
+            "1,2",
+            "--logging_steps",
+            "1",
+        ]
+    )
     saved = json.loads((out / "results.json").read_text())
     assert saved["train"]["global_steps"] == 3 and saved["data"]["test_pairs"] == 6
     for key in ("test_greedy", "test_beam2"):
@@ -93,11 +119,31 @@ def test_tiny_end_to_end_run(tmp_path):
 @pytest.mark.data
 def test_time_budget_stops_training(tmp_path):
     script = load_script()
-    results = script.main([
-        str(REPO / "configs" / "translation_rnn_none.json"),
-        "--output_dir", str(tmp_path), "--max_train_samples", "64", "--max_eval_samples", "4",
-        "--max_train_minutes", "0.0001", "--per_device_train_batch_size", "8", "--tokenizer_vocab_size", "400",
-        "--config_overrides", "hidden_size=8,embedding_size=8", "--do_predict", "false", "--plot_attention", "false",
-        "--max_target_length", "8", "--generation_max_length", "10",
-    ])
+    results = script.main(
+        [
+            str(REPO / "configs" / "translation_rnn_none.json"),
+            "--output_dir",
+            str(tmp_path),
+            "--max_train_samples",
+            "64",
+            "--max_eval_samples",
+            "4",
+            "--max_train_minutes",
+            "0.0001",
+            "--per_device_train_batch_size",
+            "8",
+            "--tokenizer_vocab_size",
+            "400",
+            "--config_overrides",
+            "hidden_size=8,embedding_size=8",
+            "--do_predict",
+            "false",
+            "--plot_attention",
+            "false",
+            "--max_target_length",
+            "8",
+            "--generation_max_length",
+            "10",
+        ]
+    )
     assert results["train"]["stopped_by_time_budget"] and results["train"]["global_steps"] == 1

@@ -65,7 +65,9 @@ def test_choice_and_token_id_messages():
 def test_token_ids_check():
     check_token_ids("input_ids", torch.tensor([[0, 4]]), 5)
     check_token_ids("input_ids", torch.zeros(2, 0, dtype=torch.long), 5, batched=True)
-    with pytest.raises(ValueError, match=r"`input_ids` must contain ids in \[0, vocab_size=5\), got values in \[0, 5\]"):
+    with pytest.raises(
+        ValueError, match=r"`input_ids` must contain ids in \[0, vocab_size=5\), got values in \[0, 5\]"
+    ):
         check_token_ids("input_ids", torch.tensor([[0, 5]]), 5)
     with pytest.raises(ValueError, match=r"`token_type_ids` must contain ids in \[0, type_vocab_size=2\).*\[-1, 1\]"):
         check_token_ids("token_type_ids", torch.tensor([-1, 1]), 2, "type_vocab_size")

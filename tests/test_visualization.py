@@ -12,8 +12,13 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def test_plot_attention_writes_png(tmp_path):
     weights = torch.softmax(torch.randn(3, 5), dim=-1)  # (target_len, source_len)
-    path = plot_attention(weights, ["I", "am", "here", ".", "</s>"], ["Estoy", "aquí", "</s>"],
-                          tmp_path / "sub" / "map.png", title="additive")
+    path = plot_attention(
+        weights,
+        ["I", "am", "here", ".", "</s>"],
+        ["Estoy", "aquí", "</s>"],
+        tmp_path / "sub" / "map.png",
+        title="additive",
+    )
     data = (tmp_path / "sub" / "map.png").read_bytes()
     assert path.endswith("map.png") and data.startswith(PNG_MAGIC) and len(data) > 2000
 
@@ -42,12 +47,25 @@ def _seq2seq(family: str, tok, **overrides):
         TransformerForConditionalGeneration,
     )
 
-    ids = dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-               eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.bos_token_id)
+    ids = dict(
+        vocab_size=len(tok),
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        decoder_start_token_id=tok.bos_token_id,
+    )
     torch.manual_seed(0)
     if family == "transformer":
-        config = TransformerConfig(d_model=16, encoder_layers=1, decoder_layers=2, attention_heads=4, ffn_dim=32,
-                                   dropout=0.0, **ids, **overrides)
+        config = TransformerConfig(
+            d_model=16,
+            encoder_layers=1,
+            decoder_layers=2,
+            attention_heads=4,
+            ffn_dim=32,
+            dropout=0.0,
+            **ids,
+            **overrides,
+        )
         return TransformerForConditionalGeneration(config).eval()
     config = RNNSeq2SeqConfig(embedding_size=8, hidden_size=8, dropout=0.0, **ids, **overrides)
     return RNNSeq2SeqForConditionalGeneration(config).eval()
@@ -67,8 +85,9 @@ def test_plot_translation_attention_plots_the_cross_attention_of_the_translation
         return real_plot(weights, source_tokens, target_tokens, path, title=title)
 
     monkeypatch.setattr(visualization, "plot_attention", spy)
-    path = visualization.plot_translation_attention(model, tok, "in the beginning", tmp_path / "map.png",
-                                                    max_new_tokens=6)
+    path = visualization.plot_translation_attention(
+        model, tok, "in the beginning", tmp_path / "map.png", max_new_tokens=6
+    )
     assert path == str(tmp_path / "map.png") and (tmp_path / "map.png").read_bytes().startswith(PNG_MAGIC)
 
     enc = tok(["in the beginning"], return_tensors="pt")

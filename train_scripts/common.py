@@ -102,8 +102,9 @@ def write_results(
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"command": command or command_line(), **results}
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str, ensure_ascii=False) + "\n",
-                   encoding="utf-8")
+    tmp.write_text(
+        json.dumps(payload, indent=2, sort_keys=True, default=str, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     os.replace(tmp, path)
     return path
 
@@ -111,6 +112,7 @@ def write_results(
 # ---------------------------------------------------------------------------------------------------------------
 # multi-process on CPU, resume + atomic final save, model-card command (every train script)
 # ---------------------------------------------------------------------------------------------------------------
+
 
 def use_cpu_processes_without_gpu() -> None:
     """Make ``torchrun --nproc_per_node N`` / ``accelerate launch --multi_gpu --num_processes N`` train data-parallel

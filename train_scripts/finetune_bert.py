@@ -113,10 +113,10 @@ def _limit(raw, args: FinetuneArguments):
 
 TASK_USE = {
     "sentiment": "Binary sentiment (negative / positive) of short English movie-review sentences with a small BERT "
-    "encoder (`pipeline(\"text-classification\")`); a teaching comparison against the recurrent classifiers, not a "
+    'encoder (`pipeline("text-classification")`); a teaching comparison against the recurrent classifiers, not a '
     "production sentiment model.",
     "pos": "Coarse part-of-speech tagging (12 universal tags) of English words with a small BERT encoder (the first "
-    "word piece of each word is tagged; `pipeline(\"token-classification\")` tags word pieces); a teaching "
+    'word piece of each word is tagged; `pipeline("token-classification")` tags word pieces); a teaching '
     "comparison against the recurrent taggers.",
 }
 TASK_LIMITS = {
@@ -130,16 +130,25 @@ TASK_LIMITS = {
 def _dataset_description(args: FinetuneArguments, splits: dict[str, int], tokenizer) -> str:
     """The model card's training-data line: corpus, fixed split, rows used and tokenizer."""
     if args.task == "sentiment":
-        corpus = (f"Rotten Tomatoes critic snippets (fresh/rotten), `hf_seq.data.load_sentiment(seed={args.split_seed})`"
-                  " (fixed 80/10/10 split)")
+        corpus = (
+            f"Rotten Tomatoes critic snippets (fresh/rotten), `hf_seq.data.load_sentiment(seed={args.split_seed})`"
+            " (fixed 80/10/10 split)"
+        )
     else:
-        corpus = (f"Brown corpus with universal coarse tags, `hf_seq.data.load_brown(seed={args.split_seed})` "
-                  "(fixed split by document)")
-    source = (f"from `{args.tokenizer_name or args.init_from}`" if (args.tokenizer_name or args.init_from)
-              else "trained on the training split")
-    return (f"{corpus}; used: {splits['train']} / {splits['validation']} / {splits['test']} train / validation / "
-            f"test sentences; WordPiece tokenizer of {len(tokenizer)} tokens {source}; inputs truncated to "
-            f"{args.max_length} tokens.")
+        corpus = (
+            f"Brown corpus with universal coarse tags, `hf_seq.data.load_brown(seed={args.split_seed})` "
+            "(fixed split by document)"
+        )
+    source = (
+        f"from `{args.tokenizer_name or args.init_from}`"
+        if (args.tokenizer_name or args.init_from)
+        else "trained on the training split"
+    )
+    return (
+        f"{corpus}; used: {splits['train']} / {splits['validation']} / {splits['test']} train / validation / "
+        f"test sentences; WordPiece tokenizer of {len(tokenizer)} tokens {source}; inputs truncated to "
+        f"{args.max_length} tokens."
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -240,12 +249,17 @@ def main(argv: list[str] | None = None) -> dict:
             },
             command=command,
             intended_use=TASK_USE[args.task]
-            + (f" Fine-tuned from the pre-trained encoder in `{args.init_from}`." if args.init_from
-               else " Trained from a random initialisation (no pre-training): a baseline for the pre-trained model."),
+            + (
+                f" Fine-tuned from the pre-trained encoder in `{args.init_from}`."
+                if args.init_from
+                else " Trained from a random initialisation (no pre-training): a baseline for the pre-trained model."
+            ),
             limitations=TASK_LIMITS[args.task],
         )
-        print(f"{args.task}: validation accuracy {results['validation_accuracy']:.4f}  test accuracy "
-              f"{results['test_accuracy']:.4f}  ({train_minutes:.2f} train minutes)")
+        print(
+            f"{args.task}: validation accuracy {results['validation_accuracy']:.4f}  test accuracy "
+            f"{results['test_accuracy']:.4f}  ({train_minutes:.2f} train minutes)"
+        )
     return results
 
 

@@ -54,7 +54,9 @@ class ModelArguments:
 
     init_from: str | None = field(
         default=None,
-        metadata={"help": "Continue from a folder saved by this script (its model and tokenizer; size fields ignored)."},
+        metadata={
+            "help": "Continue from a folder saved by this script (its model and tokenizer; size fields ignored)."
+        },
     )
     vocab_size: int = field(default=8000, metadata={"help": "WordPiece vocabulary size trained on Brown train."})
     hidden_size: int = 128
@@ -73,7 +75,9 @@ class ModelArguments:
 class DataArguments:
     """Pair construction and masking."""
 
-    max_length: int = field(default=128, metadata={"help": "Length of [CLS] A [SEP] B [SEP] (also the position table)."})
+    max_length: int = field(
+        default=128, metadata={"help": "Length of [CLS] A [SEP] B [SEP] (also the position table)."}
+    )
     mlm_probability: float = 0.15
     nsp_probability: float = 0.5
     short_seq_probability: float = 0.1
@@ -196,7 +200,9 @@ def main(argv: list[str] | None = None) -> dict:
         model = BertForPreTraining.from_pretrained(model_args.init_from, sparse_prediction=model_args.sparse_prediction)
         if data_args.max_length > model.config.max_position_embeddings:
             logger.info(
-                "growing the position table from %d to %d rows", model.config.max_position_embeddings, data_args.max_length
+                "growing the position table from %d to %d rows",
+                model.config.max_position_embeddings,
+                data_args.max_length,
             )
             model.resize_position_embeddings(data_args.max_length)
     else:
@@ -206,7 +212,11 @@ def main(argv: list[str] | None = None) -> dict:
     # Random "next" segments must come from held-out documents of the same split: each split gets its own collator.
     class _SplitCollator:
         def __init__(self) -> None:
-            self.train, self.validation, self.test = collator_for("train"), collator_for("validation"), collator_for("test")
+            self.train, self.validation, self.test = (
+                collator_for("train"),
+                collator_for("validation"),
+                collator_for("test"),
+            )
             self.active = self.train
 
         def __call__(self, features):

@@ -58,8 +58,10 @@ class ModelArguments:
     initializer_range: float = field(default=0.1, metadata={"help": "std of embedding / head initialisation"})
     num_labels: int = field(
         default=2,
-        metadata={"help": "2 = softmax over negative/positive; 1 = the notes' single sigmoid output (sets "
-                  'problem_type="multi_label_classification", i.e. logistic regression with BCE)'},
+        metadata={
+            "help": "2 = softmax over negative/positive; 1 = the notes' single sigmoid output (sets "
+            'problem_type="multi_label_classification", i.e. logistic regression with BCE)'
+        },
     )
     pretrained_embeddings: str | None = field(
         default=None, metadata={"help": "file with a (vocab_size, embedding_size) matrix for this tokenizer's vocab"}
@@ -82,8 +84,10 @@ class DataArguments:
     max_train_minutes: float | None = field(default=None, metadata={"help": "stop training after this wall time"})
     word_dropout: float = field(
         default=0.0,
-        metadata={"help": "alpha of frequency-based word dropout in training (a word seen f times becomes the "
-                  "unknown token with probability alpha / (alpha + f)); 0 = off"},
+        metadata={
+            "help": "alpha of frequency-based word dropout in training (a word seen f times becomes the "
+            "unknown token with probability alpha / (alpha + f)); 0 = off"
+        },
     )
 
 
@@ -229,7 +233,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     # ---- model
     if model_args.num_labels not in (1, len(label_names)):
-        raise ValueError(f"`num_labels` must be 1 (sigmoid) or {len(label_names)} (softmax), got {model_args.num_labels}")
+        raise ValueError(
+            f"`num_labels` must be 1 (sigmoid) or {len(label_names)} (softmax), got {model_args.num_labels}"
+        )
     if model_args.num_labels == 1:  # one sigmoid output = P(positive): the notes' logistic regression
         problem_type, id2label = "multi_label_classification", {0: label_names[1]}
     else:
@@ -306,9 +312,22 @@ def main(argv: list[str] | None = None) -> dict:
         "vocab_size": len(tokenizer),
         "pretrained_embeddings": model_args.pretrained_embeddings,
         "pretrained_vocab_coverage": coverage,
-        "model_config": {k: getattr(config, k) for k in (
-            "cell", "embedding_size", "hidden_size", "num_layers", "bidirectional", "pooling", "max_seq_length",
-            "dropout", "embedding_dropout", "num_labels", "problem_type")},
+        "model_config": {
+            k: getattr(config, k)
+            for k in (
+                "cell",
+                "embedding_size",
+                "hidden_size",
+                "num_layers",
+                "bidirectional",
+                "pooling",
+                "max_seq_length",
+                "dropout",
+                "embedding_dropout",
+                "num_labels",
+                "problem_type",
+            )
+        },
     }
     if trainer.is_world_process_zero():
         write_results(training_args.output_dir, results, command=training_command(__file__, argv))
@@ -326,8 +345,10 @@ def main(argv: list[str] | None = None) -> dict:
             limitations="Trained on one domain (critic snippets) with a closed word-level vocabulary: unknown words "
             "map to [UNK]; negation and sarcasm are often missed.",
         )
-        print(f"validation accuracy {results['validation_accuracy']:.4f}  test accuracy {results['test_accuracy']:.4f}"
-              f"  ({train_minutes:.2f} train minutes)")
+        print(
+            f"validation accuracy {results['validation_accuracy']:.4f}  test accuracy {results['test_accuracy']:.4f}"
+            f"  ({train_minutes:.2f} train minutes)"
+        )
     return results
 
 

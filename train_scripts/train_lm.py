@@ -88,8 +88,12 @@ class DataArguments:
     eval_windows: bool = field(default=True, metadata={"help": "evaluate with the state reset per window"})
     max_train_minutes: float | None = field(default=None, metadata={"help": "stop training after this many minutes"})
     max_train_cpu_minutes: float | None = field(
-        default=None, metadata={"help": "stop after this much CPU time of this process (= core-minutes; robust to a "
-                                "machine shared with other jobs)"})
+        default=None,
+        metadata={
+            "help": "stop after this much CPU time of this process (= core-minutes; robust to a "
+            "machine shared with other jobs)"
+        },
+    )
     sample_prompt: str = field(default="ROMEO:\n", metadata={"help": "seed text of the samples"})
     sample_temperatures: list[float] = field(
         default_factory=lambda: [0.2, 0.5, 1.0, 1.2], metadata={"help": "sampling temperatures"}
@@ -121,8 +125,10 @@ def load_texts(data: DataArguments) -> dict[str, list[str]]:
     missing = [f"{name}_file" for name, path in files.items() if not path]
     if missing:
         raise ValueError(f'corpus "text" needs {missing}')
-    return {name: Path(path).read_text(encoding="utf-8").splitlines(keepends=data.level == "char")
-            for name, path in files.items()}
+    return {
+        name: Path(path).read_text(encoding="utf-8").splitlines(keepends=data.level == "char")
+        for name, path in files.items()
+    }
 
 
 def build_tokenizer(data: DataArguments, train_texts: list[str]):
@@ -166,8 +172,14 @@ def token_stream(texts: list[str], tokenizer, level: str) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate_stream(model: RNNForCausalLM, tokens: torch.Tensor, segment_length: int, streams: int,
-                    carry_state: bool, batch_size: int = 32) -> tuple[float, int]:
+def evaluate_stream(
+    model: RNNForCausalLM,
+    tokens: torch.Tensor,
+    segment_length: int,
+    streams: int,
+    carry_state: bool,
+    batch_size: int = 32,
+) -> tuple[float, int]:
     """Mean next-token loss (nats/token) over ``tokens`` and the number of predicted tokens.
 
     ``carry_state``: the stream is cut into ``streams`` contiguous parts read side by side in windows of
@@ -186,8 +198,13 @@ def evaluate_stream(model: RNNForCausalLM, tokens: torch.Tensor, segment_length:
             out = model(inputs[:, start : start + segment_length], cache=cache, use_cache=True)
             cache = out.cache
             logits = out.logits  # (S, L, V)
-            total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                           targets[:, start : start + segment_length].reshape(-1), reduction="sum"))
+            total += float(
+                F.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]),
+                    targets[:, start : start + segment_length].reshape(-1),
+                    reduction="sum",
+                )
+            )
             count += targets[:, start : start + segment_length].numel()
         return total / count, count
     windows = LMWindowDataset(tokens, segment_length, segment_length)
@@ -208,13 +225,20 @@ CORPUS_NAMES = {
 
 def dataset_description(data: DataArguments, streams: dict[str, torch.Tensor], vocab_size: int) -> str:
     """The model card's training-data line: corpus, splits (tokens used) and tokenizer."""
-    corpus = CORPUS_NAMES.get(data.corpus, f"own text files ({data.train_file}, {data.validation_file}, "
-                                           f"{data.test_file})")
+    corpus = CORPUS_NAMES.get(
+        data.corpus, f"own text files ({data.train_file}, {data.validation_file}, {data.test_file})"
+    )
     tokens = {name: int(stream.numel()) for name, stream in streams.items()}
-    evaluated = "" if data.final_eval_max_tokens is None else f" (final evaluation on the first {data.final_eval_max_tokens:,} tokens)"
-    return (f"{corpus}; train / validation / test splits of {tokens['train']:,} / {tokens['validation']:,} / "
-            f"{tokens['test']:,} {data.level} tokens{evaluated}; {data.level}-level tokenizer built on the training split, "
-            f"{vocab_size} tokens; training windows of {data.segment_length}+1 tokens.")
+    evaluated = (
+        ""
+        if data.final_eval_max_tokens is None
+        else f" (final evaluation on the first {data.final_eval_max_tokens:,} tokens)"
+    )
+    return (
+        f"{corpus}; train / validation / test splits of {tokens['train']:,} / {tokens['validation']:,} / "
+        f"{tokens['test']:,} {data.level} tokens{evaluated}; {data.level}-level tokenizer built on the training split, "
+        f"{vocab_size} tokens; training windows of {data.segment_length}+1 tokens."
+    )
 
 
 def loss_report(prefix: str, loss: float, count: int, level: str) -> dict[str, float]:
@@ -233,8 +257,14 @@ def write_samples(model: RNNForCausalLM, tokenizer, data: DataArguments, path: P
     samples = {}
     for temperature in data.sample_temperatures:
         torch.manual_seed(data.sample_seed)
-        ids = model.generate(**inputs, do_sample=True, temperature=temperature, top_k=0,
-                             max_new_tokens=data.sample_length, pad_token_id=tokenizer.pad_token_id)
+        ids = model.generate(
+            **inputs,
+            do_sample=True,
+            temperature=temperature,
+            top_k=0,
+            max_new_tokens=data.sample_length,
+            pad_token_id=tokenizer.pad_token_id,
+        )
         text = tokenizer.decode(ids[0], skip_special_tokens=data.level == "char")
         samples[str(temperature)] = text
     lines = [f"# prompt {data.sample_prompt!r}, {data.sample_length} new tokens, seed {data.sample_seed}\n"]
@@ -272,8 +302,10 @@ def main(argv: list[str] | None = None) -> dict:
     config = RNNConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **model_kwargs)
     model = RNNForCausalLM(config)
     num_params = sum(p.numel() for p in model.parameters())
-    print(f"vocabulary {len(tokenizer)}, {num_params:,} parameters, {len(train_set):,} training windows of "
-          f"{data.segment_length}+1 tokens (stride {train_set.stride}), {streams['train'].numel():,} training tokens")
+    print(
+        f"vocabulary {len(tokenizer)}, {num_params:,} parameters, {len(train_set):,} training windows of "
+        f"{data.segment_length}+1 tokens (stride {train_set.stride}), {streams['train'].numel():,} training tokens"
+    )
 
     trainer = Trainer(
         model=model,
@@ -291,16 +323,31 @@ def main(argv: list[str] | None = None) -> dict:
     results: dict = {
         "corpus": data.corpus,
         "level": data.level,
-        "model": {k: v for k, v in config.to_dict().items()
-                  if k in ("cell", "input_encoding", "embedding_size", "hidden_size", "num_layers", "dropout",
-                           "embedding_dropout", "tie_word_embeddings", "vocab_size")},
+        "model": {
+            k: v
+            for k, v in config.to_dict().items()
+            if k
+            in (
+                "cell",
+                "input_encoding",
+                "embedding_size",
+                "hidden_size",
+                "num_layers",
+                "dropout",
+                "embedding_dropout",
+                "tie_word_embeddings",
+                "vocab_size",
+            )
+        },
         "parameters": num_params,
         "train_minutes": round(train_minutes, 2),
         "train_cpu_minutes": round(train_cpu_minutes, 2),
         "train_steps": train_output.global_step,
         "train_loss": round(train_output.training_loss, 4),
-        "train_tokens_seen": train_output.global_step * training_args.per_device_train_batch_size
-        * max(1, training_args.world_size) * data.segment_length,
+        "train_tokens_seen": train_output.global_step
+        * training_args.per_device_train_batch_size
+        * max(1, training_args.world_size)
+        * data.segment_length,
         "train_tokens_available": streams["train"].numel(),
         "torch_threads": torch.get_num_threads(),
     }
@@ -329,17 +376,27 @@ def main(argv: list[str] | None = None) -> dict:
             output_dir,
             trainer.model,
             dataset=dataset_description(data, streams, len(tokenizer)),
-            metrics={k: results[k] for k in results if k.startswith(("validation", "test")) and not k.endswith("tokens")}
-            | {"train_steps": results["train_steps"], "train_loss": results["train_loss"],
-               "epochs": results["epochs"], "train_minutes": results["train_minutes"],
-               "processes": training_args.world_size},
+            metrics={
+                k: results[k] for k in results if k.startswith(("validation", "test")) and not k.endswith("tokens")
+            }
+            | {
+                "train_steps": results["train_steps"],
+                "train_loss": results["train_loss"],
+                "epochs": results["epochs"],
+                "train_minutes": results["train_minutes"],
+                "processes": training_args.world_size,
+            },
             command=command,
             intended_use=f"{data.level.capitalize()}-level next-token prediction and sampling "
-            f"(`pipeline(\"text-generation\")`) on {CORPUS_NAMES.get(data.corpus, 'the training text')}: a small "
+            f'(`pipeline("text-generation")`) on {CORPUS_NAMES.get(data.corpus, "the training text")}: a small '
             f"teaching model of recurrent language modelling (headline metric: test {metric}, state {headline} "
             "across windows), not a general-purpose text generator.",
             limitations="Trained on one small corpus with a closed vocabulary "
-            + ("(characters unseen in training map to [UNK])" if data.level == "char" else "(unknown words map to <unk>)")
+            + (
+                "(characters unseen in training map to [UNK])"
+                if data.level == "char"
+                else "(unknown words map to <unk>)"
+            )
             + f"; context is learned from {data.segment_length}-token windows, so long-range coherence is weak and "
             "samples drift into fluent-looking nonsense; it reproduces the style (and biases) of its training text.",
         )

@@ -72,8 +72,10 @@ class DataArguments:
     max_train_minutes: float | None = field(default=None, metadata={"help": "stop training after this wall time"})
     word_dropout: float = field(
         default=0.25,
-        metadata={"help": "alpha of frequency-based word dropout in training: a word seen f times is replaced by "
-                  "the unknown token with probability alpha / (alpha + f), so the unknown-word vector is learnt"},
+        metadata={
+            "help": "alpha of frequency-based word dropout in training: a word seen f times is replaced by "
+            "the unknown token with probability alpha / (alpha + f), so the unknown-word vector is learnt"
+        },
     )
 
 
@@ -210,8 +212,11 @@ def main(argv: list[str] | None = None) -> dict:
             f"by document; {data_args.tag_set} tag set ({len(tag_names)} tags: {', '.join(tag_names[:12])}"
             f"{', ...' if len(tag_names) > 12 else ''}); splits (sentences): {results['splits']}; word-level "
             f"tokenizer built on the training split, {len(tokenizer)} tokens.",
-            metrics={k: results[k] for k in ("validation_accuracy", "test_accuracy", "test_oov_rate",
-                                             "test_oov_accuracy", "train_minutes") if results[k] is not None}
+            metrics={
+                k: results[k]
+                for k in ("validation_accuracy", "test_accuracy", "test_oov_rate", "test_oov_accuracy", "train_minutes")
+                if results[k] is not None
+            }
             | {"epochs": results["epochs_run"], "processes": training_args.world_size},
             command=training_command(__file__, argv),
             intended_use="Part-of-speech tagging of tokenized English sentences (one tag per word); a small "
@@ -219,8 +224,10 @@ def main(argv: list[str] | None = None) -> dict:
             limitations="Trained on the Brown corpus (1960s American English); words outside the training "
             "vocabulary map to [UNK] and are tagged from context alone (see the OOV accuracy).",
         )
-        print(f"validation accuracy {results['validation_accuracy']:.4f}  test accuracy {results['test_accuracy']:.4f}"
-              f"  OOV rate {results['test_oov_rate']} accuracy {results['test_oov_accuracy']}  ({train_minutes:.2f} min)")
+        print(
+            f"validation accuracy {results['validation_accuracy']:.4f}  test accuracy {results['test_accuracy']:.4f}"
+            f"  OOV rate {results['test_oov_rate']} accuracy {results['test_oov_accuracy']}  ({train_minutes:.2f} min)"
+        )
     return results
 
 

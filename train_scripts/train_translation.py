@@ -68,7 +68,8 @@ class ModelArguments:
         default=None, metadata={"help": "Config fields (dict in the recipe, or a JSON string on the command line)."}
     )
     config_overrides: str | None = field(
-        default=None, metadata={"help": "Comma-separated overrides of model_config, e.g. 'attention=dot,hidden_size=128'."}
+        default=None,
+        metadata={"help": "Comma-separated overrides of model_config, e.g. 'attention=dot,hidden_size=128'."},
     )
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "Continue from a saved model folder instead of building a new one."}
@@ -93,11 +94,15 @@ class DataArguments:
     max_test_samples: int | None = field(default=500, metadata={"help": "Test pairs of the final evaluation."})
     test_num_beams: str = field(default="1,5", metadata={"help": "Comma-separated beam sizes for the final test."})
     max_train_minutes: float | None = field(
-        default=None, metadata={"help": "Stop training after this many minutes of training steps (evaluation excluded)."}
+        default=None,
+        metadata={"help": "Stop training after this many minutes of training steps (evaluation excluded)."},
     )
     max_train_cpu_minutes: float | None = field(
-        default=None, metadata={"help": "Stop training after this many CPU-minutes of training steps (one thread: "
-                                        "core-minutes; fair budgets on a shared machine)."}
+        default=None,
+        metadata={
+            "help": "Stop training after this many CPU-minutes of training steps (one thread: "
+            "core-minutes; fair budgets on a shared machine)."
+        },
     )
     plot_attention: bool = field(default=False, metadata={"help": "Write a heat map PNG of one test translation."})
     plot_attention_index: int = field(default=0, metadata={"help": "Index (in the capped test set) of that sentence."})
@@ -147,7 +152,9 @@ def translation_dataset_description(
 ) -> str:
     """The model card's training-data line: corpus, split, filters, sizes and tokenizer."""
     loaded_from = model_args.tokenizer_name or model_args.model_name_or_path
-    source = f"loaded from `{loaded_from}`" if loaded_from else f"{model_args.tokenizer_kind}, built on the training split"
+    source = (
+        f"loaded from `{loaded_from}`" if loaded_from else f"{model_args.tokenizer_kind}, built on the training split"
+    )
     return (
         "English (KJV) - Spanish (Reina-Valera 1909) Bible verse pairs, `hf_seq.data.load_translation(seed="
         f"{data_args.split_seed}, max_words={data_args.max_words})` (fixed 90/5/5 split by verse); used: "
@@ -163,7 +170,7 @@ def translation_card_metrics(results: dict) -> dict:
     metrics: dict = {}
     for key, value in results.items():
         if key.startswith("test_") and isinstance(value, dict):
-            mode = key[len("test_"):]
+            mode = key[len("test_") :]
             for name in ("bleu", "chrf"):
                 if f"test_{name}" in value:
                     metrics[f"test_{name}_{mode}"] = round(value[f"test_{name}"], 2)
@@ -301,9 +308,7 @@ def main(argv: list[str] | None = None) -> dict:
         max_new = data_args.max_target_length + 16
         for beams in (int(b) for b in data_args.test_num_beams.split(",") if b.strip()):
             t0 = time.perf_counter()
-            pred = trainer.predict(
-                tokenized["test"], metric_key_prefix="test", num_beams=beams, max_new_tokens=max_new
-            )
+            pred = trainer.predict(tokenized["test"], metric_key_prefix="test", num_beams=beams, max_new_tokens=max_new)
             metrics = dict(pred.metrics)
             metrics["generation_seconds"] = time.perf_counter() - t0
             results[f"test_beam{beams}" if beams > 1 else "test_greedy"] = metrics
@@ -315,12 +320,14 @@ def main(argv: list[str] | None = None) -> dict:
                 for k in range(min(5, len(preds))):
                     i = row_of.get(tuple(int(x) for x in pred.label_ids[k] if x != -100))
                     if i is not None:
-                        examples.append({
-                            "test_index": i,
-                            "source": raw["test"][i]["translation"][src],
-                            "reference": raw["test"][i]["translation"][tgt],
-                            "greedy": tokenizer.decode(preds[k], skip_special_tokens=True).strip(),
-                        })
+                        examples.append(
+                            {
+                                "test_index": i,
+                                "source": raw["test"][i]["translation"][src],
+                                "reference": raw["test"][i]["translation"][tgt],
+                                "greedy": tokenizer.decode(preds[k], skip_special_tokens=True).strip(),
+                            }
+                        )
                 results["examples"] = examples
 
     if data_args.plot_attention:
@@ -352,8 +359,12 @@ def main(argv: list[str] | None = None) -> dict:
             )
         for key in ("test_greedy", "test_beam5"):
             if key in results:
-                logger.info("%s: BLEU %.2f chrF %.2f", key, results[key].get("test_bleu", math.nan),
-                            results[key].get("test_chrf", math.nan))
+                logger.info(
+                    "%s: BLEU %.2f chrF %.2f",
+                    key,
+                    results[key].get("test_bleu", math.nan),
+                    results[key].get("test_chrf", math.nan),
+                )
     return results
 
 

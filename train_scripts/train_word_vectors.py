@@ -147,9 +147,16 @@ def main() -> None:
         if word in index:
             sims = normed @ normed[index[word]]
             probe[word] = [vocab[i] for i in np.argsort(-sims)[1:6]]
-    info = {"sentences": len(sentences), "tokens": int(total), "vocab": len(vocab), "steps": steps,
-            "final_loss": float(np.mean(losses[-200:])), "minutes": (time.monotonic() - start) / 60,
-            "nearest": probe, "args": vars(args)}
+    info = {
+        "sentences": len(sentences),
+        "tokens": int(total),
+        "vocab": len(vocab),
+        "steps": steps,
+        "final_loss": float(np.mean(losses[-200:])),
+        "minutes": (time.monotonic() - start) / 60,
+        "nearest": probe,
+        "args": vars(args),
+    }
     out.with_suffix(".json").write_text(json.dumps(info, indent=2))
     print(json.dumps(info, indent=2))
 
