@@ -16,18 +16,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from .linear import Linear
-from .validation import IGNORE_INDEX, check_label_range
+from .validation import IGNORE_INDEX, check_label_range, checks_values, eager_cpu
 
 
 def masked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of logits ``(..., C)`` against labels ``(...)`` over the labels that are not -100; 0 (still
-    attached to the graph) when every label is -100, instead of the NaN of an empty mean."""
+    attached to the graph) when every label is -100, instead of the NaN of an empty mean.
+
+    The sum over the labelled rows is divided by their count clamped to 1: no branch on tensor values, so the same
+    code runs eagerly, compiled, exported and on an accelerator without a host synchronisation."""
     labels = labels.reshape(-1).long()  # (N,)
-    if not bool((labels != IGNORE_INDEX).any()):
-        return logits.sum() * 0.0
-    return F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).to(_loss_dtype(logits)), labels, ignore_index=IGNORE_INDEX
+    total = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).to(_loss_dtype(logits)), labels, ignore_index=IGNORE_INDEX, reduction="sum"
     )
+    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
 
 
 def _loss_dtype(logits: torch.Tensor) -> torch.dtype:
@@ -123,18 +125,21 @@ def linear_cross_entropy(
 
     ``loss`` is the mean cross-entropy over the ``labels`` ``(...)`` that are not -100 (None without labels; 0, still
     attached to the graph, when every label is -100). Labels must already be aligned with the positions (shifted
-    for a causal LM). Labels out of ``[0, V)`` raise ``ValueError``. When a gradient is needed this runs
-    :class:`_LinearCrossEntropy`, whose backward skips the unlabelled rows.
+    for a causal LM). Labels out of ``[0, V)`` raise ``ValueError``. When a gradient is needed in eager
+    mode on CPU this runs :class:`_LinearCrossEntropy`, whose backward skips the unlabelled rows (its row selection has
+    a data-dependent shape); compiled, exported or on an accelerator it is ``F.linear`` + :func:`masked_cross_entropy`,
+    the same values.
     """
     if labels is None:
         return F.linear(hidden, weight, bias), None
     _check_lm_labels(labels, hidden.shape[:-1], weight.shape[0])
     logits_shape = (*hidden.shape[:-1], weight.shape[0])
     flat_hidden, flat_labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1).long()  # (N, D), (N,)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias)):
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
+    if needs_grad and eager_cpu(hidden):
         logits, loss = _LinearCrossEntropy.apply(flat_hidden, weight, bias, flat_labels)
         return logits.view(logits_shape), loss
-    logits = F.linear(flat_hidden, weight, bias)  # no graph needed: the plain path
+    logits = F.linear(flat_hidden, weight, bias)  # the plain path: no graph needed, or traced / accelerator
     return logits.view(logits_shape), masked_cross_entropy(logits, flat_labels)
 
 
@@ -202,9 +207,12 @@ def sequence_classification_loss(
             f"`labels` for multi-label classification must have shape {tuple(logits.shape)}, got {tuple(labels.shape)}"
         )
     labels = labels.to(logits.dtype)
-    low, high = (float(v) for v in torch.aminmax(labels))
-    if low < 0.0 or high > 1.0:
-        raise ValueError(f"`labels` for multi-label classification must be in [0, 1], got values in [{low}, {high}]")
+    if checks_values(labels):
+        low, high = (float(v) for v in torch.aminmax(labels))
+        if low < 0.0 or high > 1.0:
+            raise ValueError(
+                f"`labels` for multi-label classification must be in [0, 1], got values in [{low}, {high}]"
+            )
     return F.binary_cross_entropy_with_logits(logits, labels)
 
 

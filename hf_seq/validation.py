@@ -4,6 +4,10 @@ Configs validate each field with the ``check_*`` helpers below and model ``forwa
 labels with :func:`check_token_ids` / :func:`check_label_range`. Every helper raises ``ValueError`` naming the field
 or argument and the allowed values. Config and modelling files import this module relatively
 (``from .validation import ...``), so ``save_pretrained`` copies it next to the weights for ``trust_remote_code``.
+
+Checks of tensor *values* (ids in range, labels in range) read the tensor on the host, which is a graph break under
+``torch.compile`` / ``torch.export`` and a device synchronisation on an accelerator. They run only where that costs
+nothing: in eager mode, on CPU tensors (:func:`checks_values`). Shape and dtype checks run everywhere.
 """
 
 from __future__ import annotations
@@ -78,16 +82,32 @@ def check_token_id(name: str, value: Any, vocab_size: int, allow_list: bool = Fa
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def is_tracing() -> bool:
+    """True while ``torch.compile``, ``torch.export`` (and so ``torch.onnx.export(dynamo=True)``) or ``torch.jit``
+    trace the code: branches that read tensor values or produce data-dependent shapes must not run then."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
+
+
+def eager_cpu(tensor: torch.Tensor) -> bool:
+    """True for a CPU tensor outside tracing: where reading values on the host is free (no graph break, no device
+    synchronisation). Value checks and the CPU-only data-dependent fast paths run only then."""
+    return tensor.device.type == "cpu" and not is_tracing()
+
+
+checks_values = eager_cpu  # value checks (ids and labels in range) run where reading values is free
+
+
 def check_token_ids(
     name: str, ids: torch.Tensor, upper: int, upper_name: str = "vocab_size", batched: bool = False
 ) -> None:
     """ValueError naming ``name`` unless ``ids`` holds integer ids in ``[0, upper)`` (``upper_name`` names the
-    config field that sets ``upper``); with ``batched`` the tensor must also be 2-D ``(batch, length)``."""
+    config field that sets ``upper``); with ``batched`` the tensor must also be 2-D ``(batch, length)``. The range is
+    checked only where :func:`checks_values` (eager, CPU); shape and dtype always."""
     if batched and ids.dim() != 2:
         raise ValueError(f"`{name}` must have shape (batch, length), got {tuple(ids.shape)}")
     if ids.is_floating_point() or ids.dtype == torch.bool:
         raise ValueError(f"`{name}` must hold integer token ids, got dtype {ids.dtype}")
-    if ids.numel() == 0:
+    if ids.numel() == 0 or not checks_values(ids):
         return
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= upper:
@@ -98,7 +118,10 @@ def check_label_range(
     name: str, labels: torch.Tensor, num_classes: int, what: str, ignore_index: int | None = IGNORE_INDEX
 ) -> None:
     """ValueError unless every label is ``ignore_index`` (skipped by the loss; None: no label is skipped) or a class id
-    in ``[0, num_classes)``; ``what`` names the config field that sets ``num_classes`` ("num_labels", "vocab_size")."""
+    in ``[0, num_classes)``; ``what`` names the config field that sets ``num_classes`` ("num_labels", "vocab_size").
+    Checked only where :func:`checks_values` (eager, CPU)."""
+    if not checks_values(labels):
+        return
     valid = labels if ignore_index is None else labels[labels != ignore_index]
     if valid.numel() == 0:
         return
@@ -119,4 +142,7 @@ __all__ = [
     "check_probability",
     "check_token_id",
     "check_token_ids",
+    "checks_values",
+    "eager_cpu",
+    "is_tracing",
 ]

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hf_seq.losses import linear_cross_entropy, lm_head_and_loss
+from hf_seq.losses import linear_cross_entropy, lm_head_and_loss, masked_cross_entropy
 
 N, D, V = 12, 8, 30
 
@@ -111,3 +111,31 @@ def test_wrapped_head_uses_the_module():
     logits, loss = lm_head_and_loss(head, hidden, labels)
     assert calls == [(N, V)]
     torch.testing.assert_close(loss, F.cross_entropy(head(hidden), labels, ignore_index=-100))
+
+
+def test_losses_and_value_checks_compile_without_graph_breaks_and_equal_eager():
+    """The shared loss and label checks read no tensor values when traced (no graph break, no host sync on an
+    accelerator): fullgraph compilation works and gives the eager values; eager CPU still checks the values."""
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 5, 8, requires_grad=True)
+    weight = torch.randn(11, 8, requires_grad=True)
+    labels = torch.randint(0, 11, (3, 5))
+    labels[0, :3] = -100
+
+    def step(h, w, y):
+        logits, loss = linear_cross_entropy(h, w, y)
+        return loss + masked_cross_entropy(logits, y)
+
+    explained = torch._dynamo.explain(step)(hidden, weight, labels)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    eager = step(hidden, weight, labels)
+    eager_grads = torch.autograd.grad(eager, (hidden, weight))
+    compiled = torch.compile(step, fullgraph=True, backend="eager")(hidden, weight, labels)
+    compiled_grads = torch.autograd.grad(compiled, (hidden, weight))
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+    for got, want in zip(compiled_grads, eager_grads):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    all_ignored = torch.full((3, 5), -100)
+    assert torch.compile(step, fullgraph=True, backend="eager")(hidden, weight, all_ignored).item() == 0.0
+    with pytest.raises(ValueError, match="vocab_size=11"):
+        step(hidden, weight, labels + 20)  # eager CPU: out-of-range labels are still a clear error
