@@ -4,7 +4,7 @@ VENV    ?= .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test test-all data bench lint venv clean-venv
+.PHONY: demo test test-all data bench bench-gpu lint venv clean-venv
 
 venv: $(STAMP)
 
@@ -40,6 +40,10 @@ bench: $(STAMP) data
 	$(VPY) benchmarks/bench_transformer.py --threads 1 --repeats 7 --train-steps 3
 	$(VPY) benchmarks/bench_bert.py --threads 1 --repeats 7 --steps 2
 	$(VPY) benchmarks/bench_multiprocess.py --minutes 1
+
+# GPU speed against Marian, transformers' BERT and bare cuDNN, bf16 (needs CUDA): benchmarks/results/gpu_<device>.json
+bench-gpu: $(STAMP)
+	$(VPY) benchmarks/bench_gpu.py --compile
 
 clean-venv:
 	rm -rf $(VENV)
