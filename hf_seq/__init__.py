@@ -10,10 +10,10 @@ from __future__ import annotations
 import transformers
 from transformers import AutoConfig
 
-from .configuration_bert import BertConfig
-from .configuration_rnn import RNNConfig
-from .configuration_rnn_seq2seq import RNNSeq2SeqConfig
-from .configuration_transformer import TransformerConfig
+from .configuration_bert import BertConfig, HfSeqBertConfig
+from .configuration_rnn import HfSeqRNNConfig, RNNConfig
+from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig, RNNSeq2SeqConfig
+from .configuration_transformer import HfSeqTransformerConfig, TransformerConfig
 from .modeling_bert import (
     BertForMaskedLM,
     BertForPreTraining,
@@ -45,6 +45,7 @@ from .recurrent import CellType, RecurrentStack, register_cell
 
 __version__ = "0.1.0"
 
+# the config classes' former names (BertConfig, RNNConfig, ...) stay importable as aliases
 __all__ = [
     "BertConfig",
     "BertForMaskedLM",
@@ -54,6 +55,10 @@ __all__ = [
     "BertModel",
     "BertPreTrainedModel",
     "CellType",
+    "HfSeqBertConfig",
+    "HfSeqRNNConfig",
+    "HfSeqRNNSeq2SeqConfig",
+    "HfSeqTransformerConfig",
     "RNNCache",
     "RNNConfig",
     "RNNDecoderCache",
@@ -85,7 +90,7 @@ def _register(config_cls: type, heads: dict[str, type]) -> None:
 
 
 _register(
-    RNNConfig,
+    HfSeqRNNConfig,
     {
         "AutoModel": RNNModel,
         "AutoModelForSequenceClassification": RNNForSequenceClassification,
@@ -94,15 +99,15 @@ _register(
     },
 )
 _register(
-    RNNSeq2SeqConfig,
+    HfSeqRNNSeq2SeqConfig,
     {"AutoModel": RNNSeq2SeqModel, "AutoModelForSeq2SeqLM": RNNSeq2SeqForConditionalGeneration},
 )
 _register(
-    TransformerConfig,
+    HfSeqTransformerConfig,
     {"AutoModel": TransformerModel, "AutoModelForSeq2SeqLM": TransformerForConditionalGeneration},
 )
 _register(
-    BertConfig,
+    HfSeqBertConfig,
     {
         "AutoModel": BertModel,
         "AutoModelForPreTraining": BertForPreTraining,
