@@ -291,6 +291,14 @@ class BertPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     """Base class: config class, weight initialisation, input checks and :meth:`from_transformers_bert`."""
 
     config_class = HfSeqBertConfig
+    # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
+    _auto_heads = {
+        "AutoModel": "BertModel",
+        "AutoModelForPreTraining": "BertForPreTraining",
+        "AutoModelForMaskedLM": "BertForMaskedLM",
+        "AutoModelForSequenceClassification": "BertForSequenceClassification",
+        "AutoModelForTokenClassification": "BertForTokenClassification",
+    }
     base_model_prefix = "bert"
     main_input_name = "input_ids"
     _supports_sdpa = True

@@ -79,6 +79,13 @@ class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     """Weight initialisation, config class and the pretrained-word-vector helper shared by every RNN head."""
 
     config_class = HfSeqRNNConfig
+    # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
+    _auto_heads = {
+        "AutoModel": "RNNModel",
+        "AutoModelForSequenceClassification": "RNNForSequenceClassification",
+        "AutoModelForTokenClassification": "RNNForTokenClassification",
+        "AutoModelForCausalLM": "RNNForCausalLM",
+    }
     config: HfSeqRNNConfig
     base_model_prefix = "rnn"
     main_input_name = "input_ids"

@@ -340,6 +340,11 @@ class RNNSeq2SeqPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     """Weight initialisation (uniform in ``[-init_range, init_range]``) and HF plumbing for the RNN seq2seq family."""
 
     config_class = HfSeqRNNSeq2SeqConfig
+    # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
+    _auto_heads = {
+        "AutoModel": "RNNSeq2SeqModel",
+        "AutoModelForSeq2SeqLM": "RNNSeq2SeqForConditionalGeneration",
+    }
     config: HfSeqRNNSeq2SeqConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"

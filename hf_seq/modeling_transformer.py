@@ -334,6 +334,11 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     """Base class: config class, weight initialisation, SDPA/eager attention switch (``attn_implementation``)."""
 
     config_class = HfSeqTransformerConfig
+    # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
+    _auto_heads = {
+        "AutoModel": "TransformerModel",
+        "AutoModelForSeq2SeqLM": "TransformerForConditionalGeneration",
+    }
     base_model_prefix = "model"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = False

@@ -1,11 +1,17 @@
-"""Behaviour shared by every hf_seq ``PreTrainedModel``: clear errors when ``from_pretrained`` gets a folder it cannot
-load, instead of transformers' defaults (a default config + "size mismatch" when ``config.json`` is missing, a bare
-``SafetensorError`` that names no file for a corrupt weights file, and a SILENT random initialisation with only a
-load report when the folder holds another family's model).
+"""Behaviour shared by every hf_seq ``PreTrainedModel``.
+
+Loading: clear errors when ``from_pretrained`` gets a folder it cannot load, instead of transformers' defaults (a
+default config + "size mismatch" when ``config.json`` is missing, a bare ``SafetensorError`` that names no file for a
+corrupt weights file, and a SILENT random initialisation with only a load report when the folder holds another
+family's model).
+
+Saving: ``save_pretrained`` lists EVERY head of the family in ``config.json``'s ``auto_map`` (transformers writes only
+the class that saved), so a folder pretrained with one head loads with any other through ``trust_remote_code=True``.
 
 Wiring (one line per family): ``class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):`` with
-``from .modeling_utils import CheckedLoadingMixin``. The file is a flat sibling imported relatively, so
-``save_pretrained`` copies it next to the modelling file and ``trust_remote_code`` loading keeps the checks.
+``from .modeling_utils import CheckedLoadingMixin`` and the family's heads in ``_auto_heads``. The file is a flat
+sibling imported relatively, so ``save_pretrained`` copies it next to the modelling file and ``trust_remote_code``
+loading keeps all of this.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 CONFIG_NAME = "config.json"
 SAFE_WEIGHTS_NAME = "model.safetensors"
@@ -107,7 +113,13 @@ def check_pretrained_folder(model_cls: type, folder: str | os.PathLike, config_g
 
 class CheckedLoadingMixin:
     """Put before ``PreTrainedModel`` in a family's base class: ``from_pretrained`` first runs
-    :func:`check_pretrained_folder` on local folders, then loads as usual."""
+    :func:`check_pretrained_folder` on local folders, then loads as usual; ``save_pretrained`` lists every head of
+    ``_auto_heads`` in ``auto_map``."""
+
+    # Auto class name -> name of the class, defined in the same modelling file, for every head of the family. Set by
+    # each family's base class; ``import hf_seq`` registers them with the Auto classes and ``save_pretrained`` writes
+    # them all into ``config.auto_map``.
+    _auto_heads: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike | None, *model_args: Any, **kwargs: Any):
@@ -115,3 +127,24 @@ class CheckedLoadingMixin:
             folder = Path(pretrained_model_name_or_path) / (kwargs.get("subfolder") or "")
             check_pretrained_folder(cls, folder, config_given=kwargs.get("config") is not None)
         return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+
+    @classmethod
+    def family_auto_map(cls) -> dict[str, str]:
+        """``auto_map`` entries (``"AutoModelForX": "modeling_family.ClassName"``) for every head of ``cls``'s family,
+        or ``{}`` when ``cls`` is not defined in the family's modelling file (a subclass elsewhere: that file would not
+        be copied beside the weights)."""
+        owner = next(c for c in cls.__mro__ if "_auto_heads" in vars(c))
+        if owner.__module__ != cls.__module__:
+            return {}
+        module = cls.__module__.rsplit(".", 1)[-1]
+        return {auto_class: f"{module}.{name}" for auto_class, name in owner._auto_heads.items()}
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
+        """``PreTrainedModel.save_pretrained``; when the modelling code is saved too (``register_for_auto_class``),
+        ``auto_map`` lists every head of the family, not only this one, so that e.g. a folder pretrained with
+        ``BertForMaskedLM`` loads with ``AutoModelForSequenceClassification(..., trust_remote_code=True)``."""
+        if self.is_remote_code():
+            heads = type(self).family_auto_map()
+            if heads:
+                self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **heads}
+        return super().save_pretrained(save_directory, *args, **kwargs)
