@@ -3,7 +3,7 @@
 Loading: clear errors when ``from_pretrained`` gets a folder it cannot load, instead of transformers' defaults (a
 default config + "size mismatch" when ``config.json`` is missing, a bare ``SafetensorError`` that names no file for a
 corrupt weights file, and a SILENT random initialisation with only a load report when the folder holds another
-family's model).
+family's model or weights that belong to another config).
 
 Saving: ``save_pretrained`` lists EVERY head of the family in ``config.json``'s ``auto_map`` (transformers writes only
 the class that saved), so a folder pretrained with one head loads with any other through ``trust_remote_code=True``.
@@ -111,10 +111,62 @@ def check_pretrained_folder(model_cls: type, folder: str | os.PathLike, config_g
         check_safetensors_file(folder / SAFE_WEIGHTS_NAME)
 
 
+def checkpoint_tensor_names(folder: str | os.PathLike) -> list[str] | None:
+    """Names of the tensors in a local folder's ``model.safetensors`` (or the shards of its index), from the headers
+    only; ``None`` when the folder has neither."""
+    folder = Path(folder)
+    index_file = folder / SAFE_WEIGHTS_INDEX_NAME
+    if index_file.is_file():
+        return sorted(json.loads(index_file.read_text())["weight_map"])
+    weights = folder / SAFE_WEIGHTS_NAME
+    if not weights.is_file():
+        return None
+    with open(weights, "rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    return sorted(k for k in header if k != "__metadata__")
+
+
+def check_weights_were_loaded(model: Any, loading_info: dict, source: str | os.PathLike) -> None:
+    """Raise ``ValueError`` when ``from_pretrained`` loaded NONE of ``model``'s weights from ``source`` (transformers
+    would return a fully random model with only a load report): the config and the weights come from different
+    models, e.g. another family's ``config.json`` copied over a folder. The message names the config's
+    ``model_type`` and the tensors the checkpoint holds."""
+    not_loaded = set(loading_info.get("missing_keys") or ())
+    not_loaded |= {entry[0] if isinstance(entry, (tuple, list)) else entry for entry in loading_info["mismatched_keys"]}
+    expected = sorted(model.state_dict())
+    if not expected or any(key not in not_loaded for key in expected):
+        return
+    folder = Path(source)
+    found = checkpoint_tensor_names(folder) if folder.is_dir() else None
+    if found is None:
+        found = sorted(loading_info.get("unexpected_keys") or ())
+    where = source
+    if folder.is_dir():
+        where = folder / (
+            SAFE_WEIGHTS_INDEX_NAME if (folder / SAFE_WEIGHTS_INDEX_NAME).is_file() else SAFE_WEIGHTS_NAME
+        )
+    described_by = "the config passed as `config=`"
+    config_file = folder / CONFIG_NAME
+    if config_file.is_file() and json.loads(config_file.read_text()).get("model_type") == model.config.model_type:
+        described_by = str(config_file)  # also when an Auto class read it and passed it on as `config=`
+
+    def some(names: list[str]) -> str:
+        shown = ", ".join(names[:6])
+        return shown + (f", ... ({len(names)} in all)" if len(names) > 6 else "") if names else "no tensors at all"
+
+    raise ValueError(
+        f"None of the weights in {where} fit {type(model).__name__}: {described_by} says model_type "
+        f"{model.config.model_type!r}, whose model expects tensors like {some(expected)}, but the checkpoint holds "
+        f"{some(found)}. The config and the weights come from different models (e.g. another model's config.json "
+        "copied into the folder); put the config.json that was saved with these weights back, or load the folder "
+        "with the class that saved it."
+    )
+
+
 class CheckedLoadingMixin:
-    """Put before ``PreTrainedModel`` in a family's base class: ``from_pretrained`` first runs
-    :func:`check_pretrained_folder` on local folders, then loads as usual; ``save_pretrained`` lists every head of
-    ``_auto_heads`` in ``auto_map``."""
+    """Put before ``PreTrainedModel`` in a family's base class: ``from_pretrained`` runs
+    :func:`check_pretrained_folder` on local folders, loads as usual, then :func:`check_weights_were_loaded`;
+    ``save_pretrained`` lists every head of ``_auto_heads`` in ``auto_map``."""
 
     # Auto class name -> name of the class, defined in the same modelling file, for every head of the family. Set by
     # each family's base class; ``import hf_seq`` registers them with the Auto classes and ``save_pretrained`` writes
@@ -123,10 +175,16 @@ class CheckedLoadingMixin:
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike | None, *model_args: Any, **kwargs: Any):
-        if pretrained_model_name_or_path is not None:
-            folder = Path(pretrained_model_name_or_path) / (kwargs.get("subfolder") or "")
-            check_pretrained_folder(cls, folder, config_given=kwargs.get("config") is not None)
-        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        if pretrained_model_name_or_path is None:
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        folder = Path(pretrained_model_name_or_path) / (kwargs.get("subfolder") or "")
+        check_pretrained_folder(cls, folder, config_given=kwargs.get("config") is not None)
+        want_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        )
+        check_weights_were_loaded(model, info, folder)
+        return (model, info) if want_info else model
 
     @classmethod
     def family_auto_map(cls) -> dict[str, str]:
