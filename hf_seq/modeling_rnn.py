@@ -27,7 +27,7 @@ from transformers.modeling_outputs import (
 from .configuration_rnn import HfSeqRNNConfig
 from .linear import InputMajorDecodingMixin, Linear
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
-from .modeling_utils import CheckedLoadingMixin
+from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
 from .recurrent import RecurrentStack, State
 from .validation import IGNORE_INDEX, check_label_range, check_token_ids
 
@@ -475,7 +475,7 @@ class RNNCache:
             self.state = tuple(s.repeat_interleave(repeats, dim=1) for s in self.state)
 
 
-class RNNForCausalLM(InputMajorDecodingMixin, RNNPreTrainedModel, GenerationMixin):
+class RNNForCausalLM(InputMajorDecodingMixin, GenerationLengthMixin, RNNPreTrainedModel, GenerationMixin):
     """Recurrent language model: embedding (learned, or the notes' fixed one-hot) → unidirectional recurrent stack →
     dropout → linear → softmax over the vocabulary (``CausalLMOutputWithPast``).
 

@@ -31,7 +31,7 @@ from .attention import AttentionScore, attend
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
 from .linear import InputMajorDecodingMixin, Linear
 from .losses import lm_head_and_loss
-from .modeling_utils import CheckedLoadingMixin
+from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
 from .recurrent import RecurrentStack
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
@@ -512,7 +512,9 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         return out if return_dict else out.to_tuple()
 
 
-class RNNSeq2SeqForConditionalGeneration(InputMajorDecodingMixin, RNNSeq2SeqPreTrainedModel, GenerationMixin):
+class RNNSeq2SeqForConditionalGeneration(
+    InputMajorDecodingMixin, GenerationLengthMixin, RNNSeq2SeqPreTrainedModel, GenerationMixin
+):
     """RNN seq2seq translator: :class:`RNNSeq2SeqModel` + output projection to the vocabulary; ``generate()`` ready."""
 
     _tied_weights_keys = {"lm_head.weight": "model.encoder.embed_tokens.weight"}

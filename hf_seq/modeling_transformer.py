@@ -33,7 +33,7 @@ from .blocks import Dropout, TransformerDecoderBlock, TransformerEncoderBlock, s
 from .configuration_transformer import HfSeqTransformerConfig
 from .linear import InputMajorDecodingMixin, Linear
 from .losses import lm_head_and_loss
-from .modeling_utils import CheckedLoadingMixin
+from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
 from .validation import check_token_ids
@@ -462,7 +462,9 @@ class TransformerModel(TransformerPreTrainedModel):
         return out if return_dict is not False else out.to_tuple()
 
 
-class TransformerForConditionalGeneration(InputMajorDecodingMixin, TransformerPreTrainedModel, GenerationMixin):
+class TransformerForConditionalGeneration(
+    InputMajorDecodingMixin, GenerationLengthMixin, TransformerPreTrainedModel, GenerationMixin
+):
     """Encoder-decoder + output projection (linear + softmax over the vocabulary): translation, ``generate()``.
 
     ``labels`` ``(B, T)`` (``-100`` = ignored) give the cross-entropy ``loss`` and, when ``decoder_input_ids`` are not

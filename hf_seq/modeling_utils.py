@@ -8,10 +8,13 @@ family's model or weights that belong to another config).
 Saving: ``save_pretrained`` lists EVERY head of the family in ``config.json``'s ``auto_map`` (transformers writes only
 the class that saved), so a folder pretrained with one head loads with any other through ``trust_remote_code=True``.
 
+Generation: ``generation_config.max_length`` is a model's default length; a ``max_new_tokens`` given to ``generate()``
+replaces it without transformers' "Both `max_new_tokens` and `max_length` seem to have been set" warning.
+
 Wiring (one line per family): ``class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):`` with
-``from .modeling_utils import CheckedLoadingMixin`` and the family's heads in ``_auto_heads``. The file is a flat
-sibling imported relatively, so ``save_pretrained`` copies it next to the modelling file and ``trust_remote_code``
-loading keeps all of this.
+``from .modeling_utils import CheckedLoadingMixin`` and the family's heads in ``_auto_heads``; generative heads add
+:class:`GenerationLengthMixin`. The file is a flat sibling imported relatively, so ``save_pretrained`` copies it next
+to the modelling file and ``trust_remote_code`` loading keeps all of this.
 """
 
 from __future__ import annotations
@@ -206,3 +209,27 @@ class CheckedLoadingMixin:
             if heads:
                 self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **heads}
         return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+class GenerationLengthMixin:
+    """For generative heads: ``generation_config.max_length`` (or ``max_new_tokens``) saved with a model is its
+    DEFAULT length, which a length given to ``generate()`` replaces. transformers cannot tell a saved default from a
+    length the caller set, so it warns "Both `max_new_tokens` and `max_length` seem to have been set" on every
+    ``generate(max_new_tokens=...)`` of a model whose generation config has a ``max_length``; here the caller's length
+    simply wins. A call that sets both still gets transformers' warning (``max_new_tokens`` takes precedence)."""
+
+    def _prepare_generation_config(self, generation_config: Any, **kwargs: Any) -> tuple[Any, dict]:
+        def set_by_call(name: str) -> bool:
+            if kwargs.get(name) is not None:
+                return True
+            value = getattr(generation_config, name, None) if generation_config is not None else None
+            # a copy of the model's own generation config carries its defaults, not a choice of the caller
+            return value is not None and value != getattr(self.generation_config, name, None)
+
+        new_tokens, length = set_by_call("max_new_tokens"), set_by_call("max_length")
+        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
+        if new_tokens and not length:
+            generation_config.max_length = None  # generate() derives it: prompt length + max_new_tokens
+        elif length and not new_tokens:
+            generation_config.max_new_tokens = None
+        return generation_config, model_kwargs
