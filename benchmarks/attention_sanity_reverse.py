@@ -24,7 +24,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hf_seq.configuration_rnn_seq2seq import RNNSeq2SeqConfig  # noqa: E402
+from hf_seq.configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig  # noqa: E402
 from hf_seq.modeling_rnn_seq2seq import RNNSeq2SeqForConditionalGeneration  # noqa: E402
 
 VOCAB, PAD, BOS, EOS = 24, 0, 2, 3
@@ -59,7 +59,7 @@ def main() -> dict:
     for attention in args.attention:
         torch.manual_seed(0)
         stream = torch.Generator().manual_seed(0)
-        config = RNNSeq2SeqConfig(
+        config = HfSeqRNNSeq2SeqConfig(
             vocab_size=VOCAB,
             embedding_size=32,
             hidden_size=64,

@@ -30,7 +30,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from hf_seq.configuration_rnn import RNNConfig  # noqa: E402
+from hf_seq.configuration_rnn import HfSeqRNNConfig  # noqa: E402
 from hf_seq.modeling_rnn import RNNForCausalLM  # noqa: E402
 
 LENGTHS = (128, 512)
@@ -113,7 +113,7 @@ def main() -> None:
     }
     cells = ["lstm"] + ([] if args.skip_self_attention else ["self_attention_lstm"])
     for cell in cells:
-        config = RNNConfig(
+        config = HfSeqRNNConfig(
             vocab_size=args.vocab_size,
             embedding_size=args.embedding_size,
             hidden_size=args.hidden_size,

@@ -26,7 +26,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hf_seq.configuration_rnn_seq2seq import RNNSeq2SeqConfig  # noqa: E402
+from hf_seq.configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig  # noqa: E402
 from hf_seq.modeling_rnn_seq2seq import RNNSeq2SeqForConditionalGeneration  # noqa: E402
 
 
@@ -55,7 +55,7 @@ def main() -> dict:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
     torch.manual_seed(0)
-    config = RNNSeq2SeqConfig(
+    config = HfSeqRNNSeq2SeqConfig(
         vocab_size=8000,
         embedding_size=256,
         hidden_size=256,

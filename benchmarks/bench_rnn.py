@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hf_seq.configuration_rnn import RNNConfig  # noqa: E402
+from hf_seq.configuration_rnn import HfSeqRNNConfig  # noqa: E402
 from hf_seq.modeling_rnn import RNNForSequenceClassification  # noqa: E402
 
 
@@ -72,7 +72,7 @@ def time_steps(step, n_steps: int, clock) -> float:
 
 def bench_shape(batch: int, seq_len: int, layers: int, bidirectional: bool, args) -> dict:
     torch.manual_seed(0)
-    config = RNNConfig(
+    config = HfSeqRNNConfig(
         vocab_size=args.vocab_size,
         embedding_size=args.embedding_size,
         hidden_size=args.hidden_size,

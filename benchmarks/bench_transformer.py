@@ -34,7 +34,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from transformers import MarianConfig, MarianMTModel  # noqa: E402
 
-from hf_seq.configuration_transformer import TransformerConfig  # noqa: E402
+from hf_seq.configuration_transformer import HfSeqTransformerConfig  # noqa: E402
 from hf_seq.modeling_transformer import TransformerForConditionalGeneration  # noqa: E402
 
 PAD, BOS, EOS = 0, 2, 3
@@ -44,7 +44,7 @@ clock = time.perf_counter  # set in main(): process CPU time is robust to other 
 
 def build_models(args: argparse.Namespace) -> dict[str, torch.nn.Module]:
     """Both models with identical sizes (post-LN, ReLU, sinusoidal positions, scaled + tied embeddings, sdpa)."""
-    ours = TransformerConfig(
+    ours = HfSeqTransformerConfig(
         vocab_size=args.vocab,
         d_model=args.d_model,
         encoder_layers=args.layers,

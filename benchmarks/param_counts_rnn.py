@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hf_seq.configuration_rnn import RNNConfig  # noqa: E402
+from hf_seq.configuration_rnn import HfSeqRNNConfig  # noqa: E402
 from hf_seq.modeling_rnn import RNNForSequenceClassification  # noqa: E402
 
 GATES = {"rnn": 1, "lstm": 4, "gru": 3}
@@ -42,9 +42,9 @@ def notes_layer_formula(cell: str, x: int, h: int) -> tuple[str, int]:
 def rows_for(name: str, kwargs: dict, vocab: int = 10000) -> list[dict]:
     rows = []
     sigmoid = RNNForSequenceClassification(
-        RNNConfig(vocab_size=vocab, num_labels=1, problem_type="multi_label_classification", **kwargs)
+        HfSeqRNNConfig(vocab_size=vocab, num_labels=1, problem_type="multi_label_classification", **kwargs)
     )
-    softmax = RNNForSequenceClassification(RNNConfig(vocab_size=vocab, num_labels=2, **kwargs))
+    softmax = RNNForSequenceClassification(HfSeqRNNConfig(vocab_size=vocab, num_labels=2, **kwargs))
     emb = sigmoid.get_input_embeddings().weight.numel()
     rows.append(
         {

@@ -7,13 +7,15 @@ modelling code and an ``auto_map`` beside the weights (``trust_remote_code=True`
 
 from __future__ import annotations
 
+import sys
+
 import transformers
 from transformers import AutoConfig
 
-from .configuration_bert import BertConfig
-from .configuration_rnn import RNNConfig
-from .configuration_rnn_seq2seq import RNNSeq2SeqConfig
-from .configuration_transformer import TransformerConfig
+from .configuration_bert import BertConfig, HfSeqBertConfig
+from .configuration_rnn import HfSeqRNNConfig, RNNConfig
+from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig, RNNSeq2SeqConfig
+from .configuration_transformer import HfSeqTransformerConfig, TransformerConfig
 from .modeling_bert import (
     BertForMaskedLM,
     BertForPreTraining,
@@ -45,6 +47,7 @@ from .recurrent import CellType, RecurrentStack, register_cell
 
 __version__ = "0.1.0"
 
+# the config classes' former names (BertConfig, RNNConfig, ...) stay importable as aliases
 __all__ = [
     "BertConfig",
     "BertForMaskedLM",
@@ -54,6 +57,10 @@ __all__ = [
     "BertModel",
     "BertPreTrainedModel",
     "CellType",
+    "HfSeqBertConfig",
+    "HfSeqRNNConfig",
+    "HfSeqRNNSeq2SeqConfig",
+    "HfSeqTransformerConfig",
     "RNNCache",
     "RNNConfig",
     "RNNDecoderCache",
@@ -75,39 +82,19 @@ __all__ = [
 ]
 
 
-def _register(config_cls: type, heads: dict[str, type]) -> None:
-    """Register ``config_cls`` with AutoConfig and each model class with the named ``transformers`` Auto class."""
+def _register(config_cls: type, base_cls: type) -> None:
+    """Register ``config_cls`` with AutoConfig and every head in ``base_cls._auto_heads`` with its Auto class; mark
+    them all for ``register_for_auto_class`` (``save_pretrained`` then writes the code and an ``auto_map``)."""
     AutoConfig.register(config_cls.model_type, config_cls, exist_ok=True)
     config_cls.register_for_auto_class()
-    for auto_name, model_cls in heads.items():
+    module = sys.modules[base_cls.__module__]
+    for auto_name, class_name in base_cls._auto_heads.items():
+        model_cls = getattr(module, class_name)
         getattr(transformers, auto_name).register(config_cls, model_cls, exist_ok=True)
         model_cls.register_for_auto_class(auto_name)
 
 
-_register(
-    RNNConfig,
-    {
-        "AutoModel": RNNModel,
-        "AutoModelForSequenceClassification": RNNForSequenceClassification,
-        "AutoModelForTokenClassification": RNNForTokenClassification,
-        "AutoModelForCausalLM": RNNForCausalLM,
-    },
-)
-_register(
-    RNNSeq2SeqConfig,
-    {"AutoModel": RNNSeq2SeqModel, "AutoModelForSeq2SeqLM": RNNSeq2SeqForConditionalGeneration},
-)
-_register(
-    TransformerConfig,
-    {"AutoModel": TransformerModel, "AutoModelForSeq2SeqLM": TransformerForConditionalGeneration},
-)
-_register(
-    BertConfig,
-    {
-        "AutoModel": BertModel,
-        "AutoModelForPreTraining": BertForPreTraining,
-        "AutoModelForMaskedLM": BertForMaskedLM,
-        "AutoModelForSequenceClassification": BertForSequenceClassification,
-        "AutoModelForTokenClassification": BertForTokenClassification,
-    },
-)
+_register(HfSeqRNNConfig, RNNPreTrainedModel)
+_register(HfSeqRNNSeq2SeqConfig, RNNSeq2SeqPreTrainedModel)
+_register(HfSeqTransformerConfig, TransformerPreTrainedModel)
+_register(HfSeqBertConfig, BertPreTrainedModel)

@@ -16,7 +16,7 @@ from .validation import (
 )
 
 
-class BertConfig(PretrainedConfig):
+class HfSeqBertConfig(PretrainedConfig):
     r"""Configuration of the hf_seq BERT models (``BertModel``, ``BertForPreTraining``, ``BertForMaskedLM``,
     ``BertForSequenceClassification``, ``BertForTokenClassification``).
 
@@ -119,4 +119,9 @@ class BertConfig(PretrainedConfig):
         check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
 
 
-__all__ = ["BertConfig"]
+# The former name, kept as an alias: imports of it and old folders whose auto_map names
+# "configuration_bert.BertConfig" keep working. transformers looks config classes up by __name__ and would
+# take a class called "BertConfig" for one of its own, hence the new name.
+BertConfig = HfSeqBertConfig
+
+__all__ = ["HfSeqBertConfig", "BertConfig"]

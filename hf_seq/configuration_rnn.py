@@ -19,7 +19,7 @@ POOLINGS = ("last", "mean", "max", "flatten")
 INPUT_ENCODINGS = ("embedding", "one_hot")
 
 
-class RNNConfig(PretrainedConfig):
+class HfSeqRNNConfig(PretrainedConfig):
     r"""Configuration of the hf_seq recurrent models (``RNNModel``, ``RNNForSequenceClassification``,
     ``RNNForTokenClassification``, ``RNNForCausalLM``).
 
@@ -174,4 +174,9 @@ class RNNConfig(PretrainedConfig):
         return self.embedding_size if self.cell == "none" else self.num_directions * self.hidden_size
 
 
-__all__ = ["RNNConfig", "POOLINGS", "INPUT_ENCODINGS"]
+# The former name, kept as an alias: imports of it and old folders whose auto_map names
+# "configuration_rnn.RNNConfig" keep working. transformers looks config classes up by __name__ and would
+# take a class called "RNNConfig" for one of its own, hence the new name.
+RNNConfig = HfSeqRNNConfig
+
+__all__ = ["HfSeqRNNConfig", "RNNConfig", "POOLINGS", "INPUT_ENCODINGS"]

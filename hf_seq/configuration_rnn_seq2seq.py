@@ -19,7 +19,7 @@ ATTENTION_TYPES = ("none", *SCORE_FUNCTIONS)
 CELLS = ("rnn", "lstm", "gru")
 
 
-class RNNSeq2SeqConfig(PretrainedConfig):
+class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
     r"""Configuration of ``RNNSeq2SeqModel`` / ``RNNSeq2SeqForConditionalGeneration``.
 
     The notes' two translators are values of this config:
@@ -127,3 +127,9 @@ class RNNSeq2SeqConfig(PretrainedConfig):
         for name in ("pad_token_id", "bos_token_id", "decoder_start_token_id"):
             check_token_id(name, getattr(self, name), self.vocab_size)
         check_token_id("eos_token_id", self.eos_token_id, self.vocab_size, allow_list=True)
+
+
+# The former name, kept as an alias: imports of it and old folders whose auto_map names
+# "configuration_rnn_seq2seq.RNNSeq2SeqConfig" keep working. transformers looks config classes up by __name__ and would
+# take a class called "RNNSeq2SeqConfig" for one of its own, hence the new name.
+RNNSeq2SeqConfig = HfSeqRNNSeq2SeqConfig

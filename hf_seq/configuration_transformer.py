@@ -18,7 +18,7 @@ NORM_POSITIONS = ("post", "pre")
 POSITION_EMBEDDINGS = ("sinusoidal", "learned")
 
 
-class TransformerConfig(PretrainedConfig):
+class HfSeqTransformerConfig(PretrainedConfig):
     r"""Configuration of the hf_seq Transformer (``TransformerModel``, ``TransformerForConditionalGeneration``).
 
     The encoder-decoder of "Attention Is All You Need": ``encoder_layers`` blocks of self-attention + feed-forward,
@@ -142,4 +142,9 @@ class TransformerConfig(PretrainedConfig):
         check_token_id("eos_token_id", self.eos_token_id, self.vocab_size, allow_list=True)
 
 
-__all__ = ["TransformerConfig"]
+# The former name, kept as an alias: imports of it and old folders whose auto_map names
+# "configuration_transformer.TransformerConfig" keep working. transformers looks config classes up by __name__ and would
+# take a class called "TransformerConfig" for one of its own, hence the new name.
+TransformerConfig = HfSeqTransformerConfig
+
+__all__ = ["HfSeqTransformerConfig", "TransformerConfig"]

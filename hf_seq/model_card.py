@@ -107,10 +107,12 @@ def render_model_card(
         "```python",
         f"from transformers import AutoTokenizer, {auto_class}",
         f'model = {auto_class}.from_pretrained("PATH_OR_HUB_ID", trust_remote_code=True)',
-        'tokenizer = AutoTokenizer.from_pretrained("PATH_OR_HUB_ID")',
+        'tokenizer = AutoTokenizer.from_pretrained("PATH_OR_HUB_ID", trust_remote_code=True)',
         "```",
         "",
-        "With `hf_seq` installed (`import hf_seq`), `trust_remote_code` is not needed.",
+        "With `hf_seq` installed (`import hf_seq`), `trust_remote_code` is not needed. Any head of the family loads "
+        "this folder (the new head initialised). The tokenizer is a plain `PreTrainedTokenizerFast`; `AutoTokenizer` "
+        "still reads the model's `config.json`, hence the flag (or a prompt) without `hf_seq`.",
         "",
         "## Architecture",
         "",

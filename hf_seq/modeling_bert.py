@@ -28,7 +28,7 @@ from transformers.utils import ModelOutput, logging
 
 from .attention import make_attention_mask
 from .blocks import TransformerEncoderBlock
-from .configuration_bert import BertConfig
+from .configuration_bert import HfSeqBertConfig
 from .linear import Linear
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
 from .modeling_utils import CheckedLoadingMixin
@@ -64,7 +64,7 @@ class BertForPreTrainingOutput(ModelOutput):
 class BertEmbeddings(nn.Module):
     """Word-piece + learned position + segment embeddings, then LayerNorm and dropout."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
@@ -93,7 +93,7 @@ class BertEmbeddings(nn.Module):
 class BertEncoder(nn.Module):
     """A stack of post-LN Transformer encoder blocks (the shared :class:`~.blocks.TransformerEncoderBlock`)."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
             TransformerEncoderBlock(
@@ -134,7 +134,7 @@ class BertEncoder(nn.Module):
 class BertPooler(nn.Module):
     """``tanh(W h_[CLS] + b)``: the sentence vector the next-sentence and classification heads read."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__()
         self.dense = Linear(config.hidden_size, config.hidden_size)
 
@@ -145,7 +145,7 @@ class BertPooler(nn.Module):
 class BertPredictionHeadTransform(nn.Module):
     """Dense → activation → LayerNorm applied to each token state before the vocabulary decoder."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__()
         self.dense = Linear(config.hidden_size, config.hidden_size)
         self.act = ACT2FN[config.hidden_act]
@@ -158,7 +158,7 @@ class BertPredictionHeadTransform(nn.Module):
 class BertLMPredictionHead(nn.Module):
     """Masked-LM head: transform, then a decoder to the vocabulary (weight tied to the word embeddings, own bias)."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__()
         self.transform = BertPredictionHeadTransform(config)
         self.decoder = Linear(config.hidden_size, config.vocab_size, bias=True)
@@ -170,7 +170,7 @@ class BertLMPredictionHead(nn.Module):
 class BertPreTrainingHeads(nn.Module):
     """Masked-LM head on every token + next-sentence head (2 classes) on the pooled ``[CLS]`` vector."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__()
         self.predictions = BertLMPredictionHead(config)
         self.seq_relationship = Linear(config.hidden_size, 2)
@@ -179,7 +179,7 @@ class BertPreTrainingHeads(nn.Module):
 class BertOnlyMLMHead(nn.Module):
     """Masked-LM head alone (``BertForMaskedLM``)."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__()
         self.predictions = BertLMPredictionHead(config)
 
@@ -290,7 +290,15 @@ def convert_transformers_bert_state_dict(state_dict: dict[str, torch.Tensor], nu
 class BertPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     """Base class: config class, weight initialisation, input checks and :meth:`from_transformers_bert`."""
 
-    config_class = BertConfig
+    config_class = HfSeqBertConfig
+    # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
+    _auto_heads = {
+        "AutoModel": "BertModel",
+        "AutoModelForPreTraining": "BertForPreTraining",
+        "AutoModelForMaskedLM": "BertForMaskedLM",
+        "AutoModelForSequenceClassification": "BertForSequenceClassification",
+        "AutoModelForTokenClassification": "BertForTokenClassification",
+    }
     base_model_prefix = "bert"
     main_input_name = "input_ids"
     _supports_sdpa = True
@@ -394,7 +402,7 @@ class BertPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
             config_kwargs.pop("label2id", None)
             config_kwargs["num_labels"] = hf_config.num_labels
         config_kwargs.update(kwargs)
-        config = BertConfig(**config_kwargs)
+        config = HfSeqBertConfig(**config_kwargs)
         model = cls(config)
 
         state = source.state_dict()
@@ -441,7 +449,7 @@ class BertPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
 class BertModel(BertPreTrainedModel):
     """The bare BERT encoder: embeddings → encoder blocks → last hidden states and (optionally) the tanh pooler."""
 
-    def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
+    def __init__(self, config: HfSeqBertConfig, add_pooling_layer: bool = True) -> None:
         super().__init__(config)
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
@@ -513,7 +521,7 @@ class BertForPreTraining(BertPreTrainedModel):
 
     _tied_weights_keys = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__(config)
         self.bert = BertModel(config)
         self.cls = BertPreTrainingHeads(config)
@@ -578,7 +586,7 @@ class BertForMaskedLM(BertPreTrainedModel):
 
     _tied_weights_keys = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False)
         self.cls = BertOnlyMLMHead(config)
@@ -628,7 +636,7 @@ class BertForMaskedLM(BertPreTrainedModel):
 class BertForSequenceClassification(BertPreTrainedModel):
     """BERT with dropout + a linear classifier on the pooled ``[CLS]`` vector."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__(config)
         self.num_labels = config.num_labels
         self.bert = BertModel(config)
@@ -676,7 +684,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
 class BertForTokenClassification(BertPreTrainedModel):
     """BERT with dropout + a linear classifier on every token state (tagging, e.g. part of speech)."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__(config)
         self.num_labels = config.num_labels
         self.bert = BertModel(config, add_pooling_layer=False)

@@ -4,7 +4,7 @@ Classes: ``RNNPreTrainedModel`` (plumbing), ``RNNEmbeddings`` (learned table or 
 ``OneHotEmbedding``), ``RNNPooler``, ``RNNModel`` (base), ``RNNForSequenceClassification``,
 ``RNNForTokenClassification``, and the language model ``RNNForCausalLM`` whose recurrent state is the generation cache
 (``RNNCache``). Every variant of the notes (logistic regression on flattened embeddings, SimpleRNN, LSTM, GRU, stacked,
-bidirectional, the self-attention LSTM, the char-level text generator) is an ``RNNConfig`` value.
+bidirectional, the self-attention LSTM, the char-level text generator) is an ``HfSeqRNNConfig`` value.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 
-from .configuration_rnn import RNNConfig
+from .configuration_rnn import HfSeqRNNConfig
 from .linear import InputMajorDecodingMixin, Linear
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
-from .modeling_utils import CheckedLoadingMixin
+from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
 from .recurrent import RecurrentStack, State
 from .validation import IGNORE_INDEX, check_label_range, check_token_ids
 
@@ -78,8 +78,15 @@ def _load_vectors(vectors) -> torch.Tensor:
 class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     """Weight initialisation, config class and the pretrained-word-vector helper shared by every RNN head."""
 
-    config_class = RNNConfig
-    config: RNNConfig
+    config_class = HfSeqRNNConfig
+    # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
+    _auto_heads = {
+        "AutoModel": "RNNModel",
+        "AutoModelForSequenceClassification": "RNNForSequenceClassification",
+        "AutoModelForTokenClassification": "RNNForTokenClassification",
+        "AutoModelForCausalLM": "RNNForCausalLM",
+    }
+    config: HfSeqRNNConfig
     base_model_prefix = "rnn"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = False
@@ -160,7 +167,7 @@ class OneHotEmbedding(nn.Module):
 class RNNEmbeddings(nn.Module):
     """Word embeddings (the notes' ``x_i = Pᵀ e_i``) followed by dropout."""
 
-    def __init__(self, config: RNNConfig) -> None:
+    def __init__(self, config: HfSeqRNNConfig) -> None:
         super().__init__()
         if getattr(config, "input_encoding", "embedding") == "one_hot":  # the notes' one-hot chars, no parameters
             self.word_embeddings = OneHotEmbedding(config.vocab_size)
@@ -183,14 +190,14 @@ class RNNEmbeddings(nn.Module):
 class RNNPooler(nn.Module):
     """Turns the per-token features into one vector per sequence, as ``config.pooling`` says."""
 
-    def __init__(self, config: RNNConfig) -> None:
+    def __init__(self, config: HfSeqRNNConfig) -> None:
         super().__init__()
         self.pooling = config.pooling
         self.max_seq_length = config.max_seq_length
         self.num_directions = config.num_directions
 
     @staticmethod
-    def output_size(config: RNNConfig) -> int:
+    def output_size(config: HfSeqRNNConfig) -> int:
         """Width of the pooled vector."""
         if config.pooling == "flatten":
             return config.max_seq_length * config.feature_size
@@ -219,7 +226,7 @@ class RNNPooler(nn.Module):
 class RNNModel(RNNPreTrainedModel):
     """Embeddings + recurrent stack (+ pooler): the base of every RNN head. Returns :class:`RNNModelOutput`."""
 
-    def __init__(self, config: RNNConfig, add_pooling_layer: bool = True) -> None:
+    def __init__(self, config: HfSeqRNNConfig, add_pooling_layer: bool = True) -> None:
         super().__init__(config)
         self.embeddings = RNNEmbeddings(config)
         self.encoder = (
@@ -322,7 +329,7 @@ class RNNForSequenceClassification(RNNPreTrainedModel):
     ``num_labels=1`` this is the notes' logistic regression; 0/1 labels of shape (B,) are accepted).
     """
 
-    def __init__(self, config: RNNConfig) -> None:
+    def __init__(self, config: HfSeqRNNConfig) -> None:
         super().__init__(config)
         self.num_labels = config.num_labels
         self.rnn = RNNModel(config, add_pooling_layer=True)
@@ -367,7 +374,7 @@ class RNNForTokenClassification(RNNPreTrainedModel):
     ``labels`` (B, T) class ids; -100 (and padded positions labelled -100) are ignored by the loss.
     """
 
-    def __init__(self, config: RNNConfig) -> None:
+    def __init__(self, config: HfSeqRNNConfig) -> None:
         super().__init__(config)
         self.num_labels = config.num_labels
         self.rnn = RNNModel(config, add_pooling_layer=False)
@@ -468,7 +475,7 @@ class RNNCache:
             self.state = tuple(s.repeat_interleave(repeats, dim=1) for s in self.state)
 
 
-class RNNForCausalLM(InputMajorDecodingMixin, RNNPreTrainedModel, GenerationMixin):
+class RNNForCausalLM(InputMajorDecodingMixin, GenerationLengthMixin, RNNPreTrainedModel, GenerationMixin):
     """Recurrent language model: embedding (learned, or the notes' fixed one-hot) → unidirectional recurrent stack →
     dropout → linear → softmax over the vocabulary (``CausalLMOutputWithPast``).
 
@@ -482,7 +489,7 @@ class RNNForCausalLM(InputMajorDecodingMixin, RNNPreTrainedModel, GenerationMixi
 
     _tied_weights_keys = {"lm_head.weight": "rnn.embeddings.word_embeddings.weight"}
 
-    def __init__(self, config: RNNConfig) -> None:
+    def __init__(self, config: HfSeqRNNConfig) -> None:
         super().__init__(config)
         if config.cell == "none":
             raise ValueError('`cell` must be a recurrent cell for RNNForCausalLM (the state is the model), got "none"')

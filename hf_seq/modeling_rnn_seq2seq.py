@@ -1,6 +1,6 @@
 """RNN encoder-decoder translators (plain seq2seq and attention seq2seq) as native Hugging Face models.
 
-The notes' two models, as values of :class:`RNNSeq2SeqConfig`:
+The notes' two models, as values of :class:`HfSeqRNNSeq2SeqConfig`:
 
 * **plain seq2seq** (``attention="none"``): an RNN encoder reads the source; its final state (``(h, c)`` for an LSTM)
   initialises the decoder RNN, which is then a conditional text generator — the final state is the only link.
@@ -28,10 +28,10 @@ from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 
 from .attention import AttentionScore, attend
-from .configuration_rnn_seq2seq import RNNSeq2SeqConfig
+from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
 from .linear import InputMajorDecodingMixin, Linear
 from .losses import lm_head_and_loss
-from .modeling_utils import CheckedLoadingMixin
+from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
 from .recurrent import RecurrentStack
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
@@ -130,7 +130,7 @@ class RNNSeq2SeqEncoder(nn.Module):
 
     main_input_name = "input_ids"
 
-    def __init__(self, config: RNNSeq2SeqConfig) -> None:
+    def __init__(self, config: HfSeqRNNSeq2SeqConfig) -> None:
         super().__init__()
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id)
@@ -198,7 +198,7 @@ class RNNSeq2SeqBridge(nn.Module):
     Decoder layer ``k`` from the top gets encoder layer ``k`` from the top.
     """
 
-    def __init__(self, config: RNNSeq2SeqConfig) -> None:
+    def __init__(self, config: HfSeqRNNSeq2SeqConfig) -> None:
         super().__init__()
         self.num_directions = 2 if config.bidirectional_encoder else 1
         self.encoder_layers = config.encoder_layers
@@ -232,7 +232,7 @@ class RNNSeq2SeqBridge(nn.Module):
 class RNNSeq2SeqDecoder(nn.Module):
     """Decoder RNN; with attention, one step = RNN on ``[x'_j; feed_{j-1}]`` → attend over the source → ``h̃_j``."""
 
-    def __init__(self, config: RNNSeq2SeqConfig, encoder_size: int) -> None:
+    def __init__(self, config: HfSeqRNNSeq2SeqConfig, encoder_size: int) -> None:
         super().__init__()
         self.config = config
         self.attention_type = config.attention
@@ -339,8 +339,13 @@ class RNNSeq2SeqDecoder(nn.Module):
 class RNNSeq2SeqPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     """Weight initialisation (uniform in ``[-init_range, init_range]``) and HF plumbing for the RNN seq2seq family."""
 
-    config_class = RNNSeq2SeqConfig
-    config: RNNSeq2SeqConfig
+    config_class = HfSeqRNNSeq2SeqConfig
+    # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
+    _auto_heads = {
+        "AutoModel": "RNNSeq2SeqModel",
+        "AutoModelForSeq2SeqLM": "RNNSeq2SeqForConditionalGeneration",
+    }
+    config: HfSeqRNNSeq2SeqConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = False
@@ -369,7 +374,7 @@ class RNNSeq2SeqPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
 class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
     """Encoder + bridge + decoder; returns the decoder outputs (``h̃_j`` with attention) in ``last_hidden_state``."""
 
-    def __init__(self, config: RNNSeq2SeqConfig) -> None:
+    def __init__(self, config: HfSeqRNNSeq2SeqConfig) -> None:
         super().__init__(config)
         self.encoder = RNNSeq2SeqEncoder(config)
         self.bridge = RNNSeq2SeqBridge(config)
@@ -507,12 +512,14 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         return out if return_dict else out.to_tuple()
 
 
-class RNNSeq2SeqForConditionalGeneration(InputMajorDecodingMixin, RNNSeq2SeqPreTrainedModel, GenerationMixin):
+class RNNSeq2SeqForConditionalGeneration(
+    InputMajorDecodingMixin, GenerationLengthMixin, RNNSeq2SeqPreTrainedModel, GenerationMixin
+):
     """RNN seq2seq translator: :class:`RNNSeq2SeqModel` + output projection to the vocabulary; ``generate()`` ready."""
 
     _tied_weights_keys = {"lm_head.weight": "model.encoder.embed_tokens.weight"}
 
-    def __init__(self, config: RNNSeq2SeqConfig) -> None:
+    def __init__(self, config: HfSeqRNNSeq2SeqConfig) -> None:
         super().__init__(config)
         self.model = RNNSeq2SeqModel(config)
         self.lm_head = Linear(config.embedding_size, config.vocab_size, bias=True)

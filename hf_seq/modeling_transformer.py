@@ -30,10 +30,10 @@ from transformers.modeling_outputs import (
 
 from .attention import make_attention_mask
 from .blocks import Dropout, TransformerDecoderBlock, TransformerEncoderBlock, sinusoidal_position_table
-from .configuration_transformer import TransformerConfig
+from .configuration_transformer import HfSeqTransformerConfig
 from .linear import InputMajorDecodingMixin, Linear
 from .losses import lm_head_and_loss
-from .modeling_utils import CheckedLoadingMixin
+from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
 from .validation import check_token_ids
@@ -131,7 +131,7 @@ class LearnedPositionEmbedding(nn.Embedding):
 class TransformerEmbeddings(nn.Module):
     """Token embedding × ``sqrt(d_model)`` (when ``scale_embedding``) + position embedding, then dropout."""
 
-    def __init__(self, config: TransformerConfig, embed_tokens: nn.Embedding) -> None:
+    def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding) -> None:
         super().__init__()
         self.embed_tokens = embed_tokens
         if config.position_embedding == "sinusoidal":
@@ -166,7 +166,7 @@ class TransformerEmbeddings(nn.Module):
         return self.dropout(torch.add(positions, inputs_embeds, alpha=self.scale))  # (B, T, d): emb * scale + pos
 
 
-def _block_stack(block_cls: type[nn.Module], config: TransformerConfig, num_layers: int) -> nn.ModuleList:
+def _block_stack(block_cls: type[nn.Module], config: HfSeqTransformerConfig, num_layers: int) -> nn.ModuleList:
     """``num_layers`` encoder or decoder blocks (``block_cls``) sized by ``config``, ``layer_idx`` = position."""
     return nn.ModuleList(
         block_cls(
@@ -185,7 +185,7 @@ def _block_stack(block_cls: type[nn.Module], config: TransformerConfig, num_laye
     )
 
 
-def _final_layer_norm(config: TransformerConfig) -> nn.LayerNorm | None:
+def _final_layer_norm(config: HfSeqTransformerConfig) -> nn.LayerNorm | None:
     """The LayerNorm after a pre-LN stack (post-LN blocks already end normalised: None)."""
     return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
 
@@ -199,7 +199,7 @@ class TransformerEncoder(nn.Module):
 
     main_input_name = "input_ids"
 
-    def __init__(self, config: TransformerConfig, embed_tokens: nn.Embedding) -> None:
+    def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding) -> None:
         super().__init__()
         self.config = config
         self.embeddings = TransformerEmbeddings(config, embed_tokens)
@@ -249,7 +249,7 @@ class TransformerEncoder(nn.Module):
 class TransformerDecoder(nn.Module):
     """Decoder stack: embeddings → ``decoder_layers`` × (masked self-attn + cross-attn + FFN) [→ LayerNorm, pre-LN]."""
 
-    def __init__(self, config: TransformerConfig, embed_tokens: nn.Embedding) -> None:
+    def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding) -> None:
         super().__init__()
         self.config = config
         self.embeddings = TransformerEmbeddings(config, embed_tokens)
@@ -333,7 +333,12 @@ class TransformerDecoder(nn.Module):
 class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     """Base class: config class, weight initialisation, SDPA/eager attention switch (``attn_implementation``)."""
 
-    config_class = TransformerConfig
+    config_class = HfSeqTransformerConfig
+    # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
+    _auto_heads = {
+        "AutoModel": "TransformerModel",
+        "AutoModelForSeq2SeqLM": "TransformerForConditionalGeneration",
+    }
     base_model_prefix = "model"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = False
@@ -367,7 +372,7 @@ class TransformerModel(TransformerPreTrainedModel):
 
     _tied_weights_keys = {"decoder.embeddings.embed_tokens.weight": "encoder.embeddings.embed_tokens.weight"}
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: HfSeqTransformerConfig) -> None:
         super().__init__(config)
         pad = config.pad_token_id
         source_embed = nn.Embedding(config.vocab_size, config.d_model, padding_idx=pad)
@@ -457,7 +462,9 @@ class TransformerModel(TransformerPreTrainedModel):
         return out if return_dict is not False else out.to_tuple()
 
 
-class TransformerForConditionalGeneration(InputMajorDecodingMixin, TransformerPreTrainedModel, GenerationMixin):
+class TransformerForConditionalGeneration(
+    InputMajorDecodingMixin, GenerationLengthMixin, TransformerPreTrainedModel, GenerationMixin
+):
     """Encoder-decoder + output projection (linear + softmax over the vocabulary): translation, ``generate()``.
 
     ``labels`` ``(B, T)`` (``-100`` = ignored) give the cross-entropy ``loss`` and, when ``decoder_input_ids`` are not
@@ -469,7 +476,7 @@ class TransformerForConditionalGeneration(InputMajorDecodingMixin, TransformerPr
         "model.decoder.embeddings.embed_tokens.weight": "model.encoder.embeddings.embed_tokens.weight",
     }
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: HfSeqTransformerConfig) -> None:
         super().__init__(config)
         self.model = TransformerModel(config)
         self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)

@@ -1,11 +1,20 @@
-"""Behaviour shared by every hf_seq ``PreTrainedModel``: clear errors when ``from_pretrained`` gets a folder it cannot
-load, instead of transformers' defaults (a default config + "size mismatch" when ``config.json`` is missing, a bare
-``SafetensorError`` that names no file for a corrupt weights file, and a SILENT random initialisation with only a
-load report when the folder holds another family's model).
+"""Behaviour shared by every hf_seq ``PreTrainedModel``.
+
+Loading: clear errors when ``from_pretrained`` gets a folder it cannot load, instead of transformers' defaults (a
+default config + "size mismatch" when ``config.json`` is missing, a bare ``SafetensorError`` that names no file for a
+corrupt weights file, and a SILENT random initialisation with only a load report when the folder holds another
+family's model or weights that belong to another config).
+
+Saving: ``save_pretrained`` lists EVERY head of the family in ``config.json``'s ``auto_map`` (transformers writes only
+the class that saved), so a folder pretrained with one head loads with any other through ``trust_remote_code=True``.
+
+Generation: ``generation_config.max_length`` is a model's default length; a ``max_new_tokens`` given to ``generate()``
+replaces it without transformers' "Both `max_new_tokens` and `max_length` seem to have been set" warning.
 
 Wiring (one line per family): ``class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):`` with
-``from .modeling_utils import CheckedLoadingMixin``. The file is a flat sibling imported relatively, so
-``save_pretrained`` copies it next to the modelling file and ``trust_remote_code`` loading keeps the checks.
+``from .modeling_utils import CheckedLoadingMixin`` and the family's heads in ``_auto_heads``; generative heads add
+:class:`GenerationLengthMixin`. The file is a flat sibling imported relatively, so ``save_pretrained`` copies it next
+to the modelling file and ``trust_remote_code`` loading keeps all of this.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 CONFIG_NAME = "config.json"
 SAFE_WEIGHTS_NAME = "model.safetensors"
@@ -105,13 +114,122 @@ def check_pretrained_folder(model_cls: type, folder: str | os.PathLike, config_g
         check_safetensors_file(folder / SAFE_WEIGHTS_NAME)
 
 
+def checkpoint_tensor_names(folder: str | os.PathLike) -> list[str] | None:
+    """Names of the tensors in a local folder's ``model.safetensors`` (or the shards of its index), from the headers
+    only; ``None`` when the folder has neither."""
+    folder = Path(folder)
+    index_file = folder / SAFE_WEIGHTS_INDEX_NAME
+    if index_file.is_file():
+        return sorted(json.loads(index_file.read_text())["weight_map"])
+    weights = folder / SAFE_WEIGHTS_NAME
+    if not weights.is_file():
+        return None
+    with open(weights, "rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    return sorted(k for k in header if k != "__metadata__")
+
+
+def check_weights_were_loaded(model: Any, loading_info: dict, source: str | os.PathLike) -> None:
+    """Raise ``ValueError`` when ``from_pretrained`` loaded NONE of ``model``'s weights from ``source`` (transformers
+    would return a fully random model with only a load report): the config and the weights come from different
+    models, e.g. another family's ``config.json`` copied over a folder. The message names the config's
+    ``model_type`` and the tensors the checkpoint holds."""
+    not_loaded = set(loading_info.get("missing_keys") or ())
+    not_loaded |= {entry[0] if isinstance(entry, (tuple, list)) else entry for entry in loading_info["mismatched_keys"]}
+    expected = sorted(model.state_dict())
+    if not expected or any(key not in not_loaded for key in expected):
+        return
+    folder = Path(source)
+    found = checkpoint_tensor_names(folder) if folder.is_dir() else None
+    if found is None:
+        found = sorted(loading_info.get("unexpected_keys") or ())
+    where = source
+    if folder.is_dir():
+        where = folder / (
+            SAFE_WEIGHTS_INDEX_NAME if (folder / SAFE_WEIGHTS_INDEX_NAME).is_file() else SAFE_WEIGHTS_NAME
+        )
+    described_by = "the config passed as `config=`"
+    config_file = folder / CONFIG_NAME
+    if config_file.is_file() and json.loads(config_file.read_text()).get("model_type") == model.config.model_type:
+        described_by = str(config_file)  # also when an Auto class read it and passed it on as `config=`
+
+    def some(names: list[str]) -> str:
+        shown = ", ".join(names[:6])
+        return shown + (f", ... ({len(names)} in all)" if len(names) > 6 else "") if names else "no tensors at all"
+
+    raise ValueError(
+        f"None of the weights in {where} fit {type(model).__name__}: {described_by} says model_type "
+        f"{model.config.model_type!r}, whose model expects tensors like {some(expected)}, but the checkpoint holds "
+        f"{some(found)}. The config and the weights come from different models (e.g. another model's config.json "
+        "copied into the folder); put the config.json that was saved with these weights back, or load the folder "
+        "with the class that saved it."
+    )
+
+
 class CheckedLoadingMixin:
-    """Put before ``PreTrainedModel`` in a family's base class: ``from_pretrained`` first runs
-    :func:`check_pretrained_folder` on local folders, then loads as usual."""
+    """Put before ``PreTrainedModel`` in a family's base class: ``from_pretrained`` runs
+    :func:`check_pretrained_folder` on local folders, loads as usual, then :func:`check_weights_were_loaded`;
+    ``save_pretrained`` lists every head of ``_auto_heads`` in ``auto_map``."""
+
+    # Auto class name -> name of the class, defined in the same modelling file, for every head of the family. Set by
+    # each family's base class; ``import hf_seq`` registers them with the Auto classes and ``save_pretrained`` writes
+    # them all into ``config.auto_map``.
+    _auto_heads: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike | None, *model_args: Any, **kwargs: Any):
-        if pretrained_model_name_or_path is not None:
-            folder = Path(pretrained_model_name_or_path) / (kwargs.get("subfolder") or "")
-            check_pretrained_folder(cls, folder, config_given=kwargs.get("config") is not None)
-        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        if pretrained_model_name_or_path is None:
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        folder = Path(pretrained_model_name_or_path) / (kwargs.get("subfolder") or "")
+        check_pretrained_folder(cls, folder, config_given=kwargs.get("config") is not None)
+        want_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        )
+        check_weights_were_loaded(model, info, folder)
+        return (model, info) if want_info else model
+
+    @classmethod
+    def family_auto_map(cls) -> dict[str, str]:
+        """``auto_map`` entries (``"AutoModelForX": "modeling_family.ClassName"``) for every head of ``cls``'s family,
+        or ``{}`` when ``cls`` is not defined in the family's modelling file (a subclass elsewhere: that file would not
+        be copied beside the weights)."""
+        owner = next(c for c in cls.__mro__ if "_auto_heads" in vars(c))
+        if owner.__module__ != cls.__module__:
+            return {}
+        module = cls.__module__.rsplit(".", 1)[-1]
+        return {auto_class: f"{module}.{name}" for auto_class, name in owner._auto_heads.items()}
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
+        """``PreTrainedModel.save_pretrained``; when the modelling code is saved too (``register_for_auto_class``),
+        ``auto_map`` lists every head of the family, not only this one, so that e.g. a folder pretrained with
+        ``BertForMaskedLM`` loads with ``AutoModelForSequenceClassification(..., trust_remote_code=True)``."""
+        if self.is_remote_code():
+            heads = type(self).family_auto_map()
+            if heads:
+                self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **heads}
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+class GenerationLengthMixin:
+    """For generative heads: ``generation_config.max_length`` (or ``max_new_tokens``) saved with a model is its
+    DEFAULT length, which a length given to ``generate()`` replaces. transformers cannot tell a saved default from a
+    length the caller set, so it warns "Both `max_new_tokens` and `max_length` seem to have been set" on every
+    ``generate(max_new_tokens=...)`` of a model whose generation config has a ``max_length``; here the caller's length
+    simply wins. A call that sets both still gets transformers' warning (``max_new_tokens`` takes precedence)."""
+
+    def _prepare_generation_config(self, generation_config: Any, **kwargs: Any) -> tuple[Any, dict]:
+        def set_by_call(name: str) -> bool:
+            if kwargs.get(name) is not None:
+                return True
+            value = getattr(generation_config, name, None) if generation_config is not None else None
+            # a copy of the model's own generation config carries its defaults, not a choice of the caller
+            return value is not None and value != getattr(self.generation_config, name, None)
+
+        new_tokens, length = set_by_call("max_new_tokens"), set_by_call("max_length")
+        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, **kwargs)
+        if new_tokens and not length:
+            generation_config.max_length = None  # generate() derives it: prompt length + max_new_tokens
+        elif length and not new_tokens:
+            generation_config.max_new_tokens = None
+        return generation_config, model_kwargs

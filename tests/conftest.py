@@ -77,5 +77,11 @@ def run_clean(python: Path, code: str, cwd: Path | None = None, timeout: int = 3
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(Path(cwd or "/tmp") / ".hf_home"))
     return subprocess.run(
-        [str(python), "-c", code], cwd=str(cwd or "/tmp"), env=env, capture_output=True, text=True, timeout=timeout
+        [str(python), "-c", code],
+        cwd=str(cwd or "/tmp"),
+        env=env,
+        stdin=subprocess.DEVNULL,  # never wait at a prompt (transformers asks "run the custom code? [y/N]" on stdin)
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )

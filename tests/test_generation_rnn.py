@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from conftest import assert_same_outputs, run_clean
 from transformers import AutoModelForCausalLM, pipeline
 
-from hf_seq import RNNConfig
+from hf_seq import HfSeqRNNConfig
 from hf_seq.modeling_rnn import RNNCache, RNNForCausalLM, RNNForSequenceClassification
 from hf_seq.recurrent import RecurrentStack
 from hf_seq.tokenization import build_char_tokenizer
@@ -33,7 +33,7 @@ def tiny_lm(cell="lstm", seed=0, num_layers=2, **overrides) -> RNNForCausalLM:
         initializer_range=0.6,
     )
     kwargs.update(overrides)
-    return RNNForCausalLM(RNNConfig(**kwargs)).eval()
+    return RNNForCausalLM(HfSeqRNNConfig(**kwargs)).eval()
 
 
 def prompts(batch=2, length=4, seed=1) -> torch.Tensor:
@@ -118,7 +118,7 @@ PAD, A, B, C, D = range(5)
 def bigram_lm(table: dict[int, list[float]]) -> RNNForCausalLM:
     """An exact bigram model built from weights: one-hot input, SimpleRNN with W_hh = 0 so h_t = tanh(5·e_{x_t}),
     and an output layer holding each previous token's log-probabilities."""
-    config = RNNConfig(
+    config = HfSeqRNNConfig(
         vocab_size=5,
         embedding_size=5,
         hidden_size=5,
@@ -327,7 +327,7 @@ def test_self_attention_lstm_attention_really_matters():
 
 def test_self_attention_lstm_classifier_bidirectional_padding_invariant():
     torch.manual_seed(0)
-    config = RNNConfig(
+    config = HfSeqRNNConfig(
         vocab_size=V,
         embedding_size=6,
         hidden_size=5,
@@ -404,17 +404,17 @@ def test_bad_input_errors():
     started = with_bos.generate(torch.zeros(1, 0, dtype=torch.long), max_new_tokens=3, pad_token_id=0)
     assert started.shape == (1, 4) and started[0, 0] == 1
     with pytest.raises(ValueError, match="cell"):
-        RNNConfig(vocab_size=V, cell="transformer_xl")
+        HfSeqRNNConfig(vocab_size=V, cell="transformer_xl")
     with pytest.raises(ValueError, match="bidirectional"):
         tiny_lm("lstm", bidirectional=True)
     with pytest.raises(ValueError, match="input_encoding"):
-        RNNConfig(vocab_size=V, input_encoding="bag_of_words")
+        HfSeqRNNConfig(vocab_size=V, input_encoding="bag_of_words")
     with pytest.raises(ValueError, match="embedding_size"):
-        RNNConfig(vocab_size=V, input_encoding="one_hot", embedding_size=4)
+        HfSeqRNNConfig(vocab_size=V, input_encoding="one_hot", embedding_size=4)
     with pytest.raises(ValueError, match="tie_word_embeddings"):
-        RNNConfig(vocab_size=V, embedding_size=V, input_encoding="one_hot", tie_word_embeddings=True)
+        HfSeqRNNConfig(vocab_size=V, embedding_size=V, input_encoding="one_hot", tie_word_embeddings=True)
     with pytest.raises(ValueError, match="eos_token_id"):
-        RNNConfig(vocab_size=V, eos_token_id=V)
+        HfSeqRNNConfig(vocab_size=V, eos_token_id=V)
     with pytest.raises(ValueError, match="labels"):
         model(ids, labels=torch.full_like(ids, V))
     with pytest.raises(ValueError, match="input_ids"):
@@ -433,7 +433,7 @@ TEXT = "to be, or not to be: that is the question.\n"
 def save_char_lm(path, cell="self_attention_lstm"):
     tokenizer = build_char_tokenizer([TEXT], padding_side="left")
     torch.manual_seed(0)
-    config = RNNConfig(
+    config = HfSeqRNNConfig(
         vocab_size=len(tokenizer),
         embedding_size=8,
         hidden_size=10,

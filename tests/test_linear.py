@@ -84,7 +84,7 @@ def test_nested_contexts_keep_the_copy_until_the_outer_one_ends():
 
 def _tiny_transformer() -> hf_seq.TransformerForConditionalGeneration:
     torch.manual_seed(0)
-    config = hf_seq.TransformerConfig(
+    config = hf_seq.HfSeqTransformerConfig(
         vocab_size=40,
         d_model=16,
         encoder_layers=1,

@@ -2,17 +2,20 @@
 
 transformers alone: a truncated or garbage ``model.safetensors`` raises a ``SafetensorError`` that names no file; a
 missing ``config.json`` with a concrete class builds a DEFAULT config and fails with "size mismatch"; another family's
-folder loaded with a concrete class initialises the model RANDOMLY with only a load report. hf_seq's
+folder loaded with a concrete class, or weights under another model's ``config.json``, initialise the model RANDOMLY
+with only a load report. hf_seq's
 ``CheckedLoadingMixin`` (hf_seq/modeling_utils.py), a base of every family's ``*PreTrainedModel``, turns these into
 clear errors.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
 import torch
+import transformers
 from conftest import assert_same_outputs
 from tiny_models import FIRST_HEADS, build_tokenizer, model_inputs, tiny_model
 from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
@@ -145,3 +148,55 @@ def test_another_head_of_the_same_family_still_loads(saved):
     model = hf_seq.BertForSequenceClassification.from_pretrained(saved["bert"][0])
     reference = hf_seq.BertForMaskedLM.from_pretrained(saved["bert"][0])
     assert torch.equal(model.bert.embeddings.word_embeddings.weight, reference.bert.embeddings.word_embeddings.weight)
+
+
+def load_file_names(path) -> list[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return list(f.keys())
+
+
+@pytest.mark.parametrize(
+    "weights_of,config_of",
+    [("rnn", "bert"), ("bert", "rnn"), ("transformer", "rnn_seq2seq"), ("rnn_seq2seq", "transformer")],
+    ids=["rnn-weights+bert-config", "bert-weights+rnn-config", "transformer+rnn_seq2seq", "rnn_seq2seq+transformer"],
+)
+def test_weights_matching_none_of_the_parameters_raise_naming_model_type_and_tensors(
+    saved, weights_of, config_of, tmp_path
+):
+    """Another family's config.json copied over a folder: the config's model is built, but none of the checkpoint's
+    tensors fits it; transformers would return a fully random model with a load report."""
+    folder = copy_of(saved, weights_of, tmp_path)
+    shutil.copy(saved[config_of][0] / "config.json", folder / "config.json")
+    head = dict(FIRST_HEADS)[config_of]
+    tensor_names = sorted(load_file_names(folder / "model.safetensors"))
+    auto = getattr(transformers, head._auto_class)
+    for load in (head.from_pretrained, auto.from_pretrained):
+        with pytest.raises(ValueError, match="None of the weights in") as err:
+            load(folder)
+        message = str(err.value)
+        assert str(folder / "model.safetensors") in message and str(folder / "config.json") in message
+        assert f"model_type 'hf_seq_{config_of}'" in message
+        assert tensor_names[0] in message and f"({len(tensor_names)} in all)" in message, message
+
+
+def test_a_sharded_checkpoint_of_another_model_is_named_by_its_index(tmp_path):
+    tiny_model(hf_seq.BertForMaskedLM, 26).save_pretrained(tmp_path, max_shard_size="4KB")
+    config = json.loads((tmp_path / "config.json").read_text())
+    rnn_config = hf_seq.HfSeqRNNConfig(vocab_size=26, embedding_size=6, hidden_size=5).to_dict()
+    rnn_config["auto_map"] = config["auto_map"]
+    (tmp_path / "config.json").write_text(json.dumps(rnn_config))
+    with pytest.raises(ValueError, match=r"model\.safetensors\.index\.json fit RNNForSequenceClassification") as err:
+        hf_seq.RNNForSequenceClassification.from_pretrained(tmp_path)
+    assert "bert.embeddings.word_embeddings.weight" in str(err.value) and "model_type 'hf_seq_rnn'" in str(err.value)
+
+
+def test_partial_loads_and_loading_info_are_unchanged(saved):
+    """A model that gets SOME weights (pretrained body, new head) loads as before, with transformers' report."""
+    model, info = hf_seq.BertForSequenceClassification.from_pretrained(saved["bert"][0], output_loading_info=True)
+    assert isinstance(model, hf_seq.BertForSequenceClassification)
+    assert "classifier.weight" in info["missing_keys"] and not any(
+        k.startswith("bert.embeddings") for k in info["missing_keys"]
+    )
+    assert isinstance(hf_seq.BertForMaskedLM.from_pretrained(saved["bert"][0]), hf_seq.BertForMaskedLM)

@@ -22,12 +22,12 @@ from transformers import (
 )
 
 from hf_seq import (
-    BertConfig,
     BertForMaskedLM,
     BertForPreTraining,
     BertForSequenceClassification,
     BertForTokenClassification,
     BertModel,
+    HfSeqBertConfig,
 )
 from hf_seq.tokenization import build_wordpiece_tokenizer
 
@@ -57,7 +57,7 @@ def hf_config(**kw) -> transformers.BertConfig:
     return transformers.BertConfig(**base)
 
 
-def tiny_config(**kw) -> BertConfig:
+def tiny_config(**kw) -> HfSeqBertConfig:
     base = dict(
         vocab_size=VOCAB,
         hidden_size=32,
@@ -68,7 +68,7 @@ def tiny_config(**kw) -> BertConfig:
         num_labels=3,
     )
     base.update(kw)
-    return BertConfig(**base)
+    return HfSeqBertConfig(**base)
 
 
 def padded_batch():

@@ -20,16 +20,16 @@ from transformers import (
 )
 
 import hf_seq  # noqa: F401  (registers the Auto classes)
-from hf_seq.configuration_rnn import RNNConfig
+from hf_seq.configuration_rnn import HfSeqRNNConfig
 from hf_seq.modeling_rnn import RNNForSequenceClassification, RNNForTokenClassification, RNNModel
 
 V = 30
 
 
-def tiny(**overrides) -> RNNConfig:
+def tiny(**overrides) -> HfSeqRNNConfig:
     kwargs = dict(vocab_size=V, embedding_size=6, hidden_size=5, num_layers=1, cell="lstm")
     kwargs.update(overrides)
-    return RNNConfig(**kwargs)
+    return HfSeqRNNConfig(**kwargs)
 
 
 def pad(rows, side, seq_len=None):
@@ -80,7 +80,7 @@ def test_config_round_trip(tmp_path):
     loaded = AutoConfig.from_pretrained(tmp_path)
     a, b = loaded.to_dict(), config.to_dict()
     a.pop("_name_or_path"), b.pop("_name_or_path")
-    assert isinstance(loaded, RNNConfig) and a == b
+    assert isinstance(loaded, HfSeqRNNConfig) and a == b
 
 
 # ------------------------------------------------------------------ model behaviour

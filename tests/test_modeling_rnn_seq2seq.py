@@ -12,7 +12,7 @@ from conftest import assert_same_outputs, run_clean
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, pipeline
 
 import hf_seq  # noqa: F401  (registers the Auto classes)
-from hf_seq.configuration_rnn_seq2seq import ATTENTION_TYPES, RNNSeq2SeqConfig
+from hf_seq.configuration_rnn_seq2seq import ATTENTION_TYPES, HfSeqRNNSeq2SeqConfig
 from hf_seq.modeling_rnn_seq2seq import (
     RNNDecoderCache,
     RNNSeq2SeqForConditionalGeneration,
@@ -24,7 +24,7 @@ VOCAB = 24
 PAD, BOS, EOS = 0, 2, 3
 
 
-def tiny(**overrides) -> RNNSeq2SeqConfig:
+def tiny(**overrides) -> HfSeqRNNSeq2SeqConfig:
     """A tiny config with large initial weights so greedy and beam search make non-trivial choices."""
     values = dict(
         vocab_size=VOCAB,
@@ -40,7 +40,7 @@ def tiny(**overrides) -> RNNSeq2SeqConfig:
         decoder_start_token_id=BOS,
     )
     values.update(overrides)
-    return RNNSeq2SeqConfig(**values)
+    return HfSeqRNNSeq2SeqConfig(**values)
 
 
 def model_for(seed: int = 0, **overrides) -> RNNSeq2SeqForConditionalGeneration:
@@ -106,7 +106,7 @@ def test_config_error_lists_allowed_attention_types():
 def test_auto_classes_and_save_load_bit_exact(tmp_path):
     model = model_for(bidirectional_encoder=True)
     model.save_pretrained(tmp_path)
-    assert isinstance(AutoConfig.from_pretrained(tmp_path), RNNSeq2SeqConfig)
+    assert isinstance(AutoConfig.from_pretrained(tmp_path), HfSeqRNNSeq2SeqConfig)
     loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
     assert type(loaded) is RNNSeq2SeqForConditionalGeneration
     for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):

@@ -21,7 +21,7 @@ from transformers import (
 )
 
 import hf_seq  # noqa: F401  (registers the Auto classes)
-from hf_seq.configuration_transformer import TransformerConfig
+from hf_seq.configuration_transformer import HfSeqTransformerConfig
 from hf_seq.modeling_transformer import (
     AppendBufferLayer,
     TransformerForConditionalGeneration,
@@ -41,7 +41,7 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def tiny(**overrides) -> TransformerConfig:
+def tiny(**overrides) -> HfSeqTransformerConfig:
     fields = dict(
         vocab_size=40,
         d_model=16,
@@ -57,7 +57,7 @@ def tiny(**overrides) -> TransformerConfig:
         decoder_start_token_id=BOS,
     )
     fields.update(overrides)
-    return TransformerConfig(**fields)
+    return HfSeqTransformerConfig(**fields)
 
 
 def random_model(seed: int = 0, **overrides) -> TransformerForConditionalGeneration:
@@ -107,7 +107,7 @@ def test_config_round_trip_and_auto(tmp_path):
     config = tiny(norm_position="pre", position_embedding="learned")
     config.save_pretrained(tmp_path)
     loaded = AutoConfig.from_pretrained(tmp_path)
-    assert type(loaded) is TransformerConfig and loaded.model_type == "hf_seq_transformer"
+    assert type(loaded) is HfSeqTransformerConfig and loaded.model_type == "hf_seq_transformer"
     assert loaded.to_diff_dict() == config.to_diff_dict()
     assert loaded.hidden_size == 16 and loaded.num_attention_heads == 4 and loaded.is_encoder_decoder
 

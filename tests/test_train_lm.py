@@ -180,7 +180,7 @@ def test_recipes_parse_and_build_their_model(recipe):
     from common import parse_recipe_args
     from transformers import TrainingArguments
 
-    from hf_seq import RNNConfig
+    from hf_seq import HfSeqRNNConfig
 
     model_args, data, training = parse_recipe_args(
         (train_lm.ModelArguments, train_lm.DataArguments, TrainingArguments), [str(recipe)]
@@ -191,4 +191,4 @@ def test_recipes_parse_and_build_their_model(recipe):
     kwargs = vars(model_args).copy()
     if kwargs["input_encoding"] == "one_hot":
         kwargs["embedding_size"] = 50
-    RNNConfig(vocab_size=50, **kwargs)  # every recipe is a valid model config
+    HfSeqRNNConfig(vocab_size=50, **kwargs)  # every recipe is a valid model config

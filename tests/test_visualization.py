@@ -41,9 +41,9 @@ def _word_tokenizer():
 
 def _seq2seq(family: str, tok, **overrides):
     from hf_seq import (
-        RNNSeq2SeqConfig,
+        HfSeqRNNSeq2SeqConfig,
+        HfSeqTransformerConfig,
         RNNSeq2SeqForConditionalGeneration,
-        TransformerConfig,
         TransformerForConditionalGeneration,
     )
 
@@ -56,7 +56,7 @@ def _seq2seq(family: str, tok, **overrides):
     )
     torch.manual_seed(0)
     if family == "transformer":
-        config = TransformerConfig(
+        config = HfSeqTransformerConfig(
             d_model=16,
             encoder_layers=1,
             decoder_layers=2,
@@ -67,7 +67,7 @@ def _seq2seq(family: str, tok, **overrides):
             **overrides,
         )
         return TransformerForConditionalGeneration(config).eval()
-    config = RNNSeq2SeqConfig(embedding_size=8, hidden_size=8, dropout=0.0, **ids, **overrides)
+    config = HfSeqRNNSeq2SeqConfig(embedding_size=8, hidden_size=8, dropout=0.0, **ids, **overrides)
     return RNNSeq2SeqForConditionalGeneration(config).eval()
 
 

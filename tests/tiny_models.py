@@ -23,7 +23,7 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 # family -> (config factory kwargs, heads); the first head of each family is the one the fast tests use
 FAMILIES: dict[str, tuple[type, dict, list[type]]] = {
     "rnn": (
-        hf_seq.RNNConfig,
+        hf_seq.HfSeqRNNConfig,
         dict(
             embedding_size=6,
             hidden_size=5,
@@ -37,7 +37,7 @@ FAMILIES: dict[str, tuple[type, dict, list[type]]] = {
         [hf_seq.RNNForSequenceClassification, hf_seq.RNNModel, hf_seq.RNNForTokenClassification, hf_seq.RNNForCausalLM],
     ),
     "rnn_seq2seq": (
-        hf_seq.RNNSeq2SeqConfig,
+        hf_seq.HfSeqRNNSeq2SeqConfig,
         dict(
             embedding_size=8,
             hidden_size=10,
@@ -52,7 +52,7 @@ FAMILIES: dict[str, tuple[type, dict, list[type]]] = {
         [hf_seq.RNNSeq2SeqForConditionalGeneration, hf_seq.RNNSeq2SeqModel],
     ),
     "transformer": (
-        hf_seq.TransformerConfig,
+        hf_seq.HfSeqTransformerConfig,
         dict(
             d_model=16,
             encoder_layers=1,
@@ -69,7 +69,7 @@ FAMILIES: dict[str, tuple[type, dict, list[type]]] = {
         [hf_seq.TransformerForConditionalGeneration, hf_seq.TransformerModel],
     ),
     "bert": (
-        hf_seq.BertConfig,
+        hf_seq.HfSeqBertConfig,
         dict(
             hidden_size=16,
             num_hidden_layers=1,

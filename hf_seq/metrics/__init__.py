@@ -4,7 +4,8 @@
 >>> load_metric("accuracy").compute(predictions=[1, 0], references=[1, 1])
 {'accuracy': 0.5}
 
-Available: ``accuracy``, ``f1``, ``sacrebleu`` (also ``bleu``), ``chrf``. Perplexity needs no module:
+Available: ``accuracy``, ``f1``, ``sacrebleu`` (also ``bleu``), ``chrf``, ``seqeval`` (entity-level scores of tagged
+sequences, as the Hub's ``seqeval``). Perplexity needs no module:
 ``perplexity(mean_cross_entropy_loss) = exp(loss)``.
 """
 
