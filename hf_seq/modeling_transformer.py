@@ -171,13 +171,14 @@ class TransformerEmbeddings(nn.Module):
         if inputs_embeds is None:
             check_token_ids(name, input_ids, self.embed_tokens.num_embeddings, batched=True)
             inputs_embeds = self.embed_tokens(input_ids)  # (B, T, d)
-        elif inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.embed_tokens.embedding_dim:
-            raise ValueError(
-                f"The `inputs_embeds` for `{name}` must have shape (batch, length, d_model="
-                f"{self.embed_tokens.embedding_dim}), got {tuple(inputs_embeds.shape)}"
-            )
         else:
-            check_batch_shape(f"inputs_embeds` for `{name}", tuple(inputs_embeds.shape[:2]))
+            embeds_name = name.replace("input_ids", "inputs_embeds")  # inputs_embeds / decoder_inputs_embeds
+            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.embed_tokens.embedding_dim:
+                raise ValueError(
+                    f"`{embeds_name}` must have shape (batch, length, d_model={self.embed_tokens.embedding_dim}), "
+                    f"got {tuple(inputs_embeds.shape)}"
+                )
+            check_batch_shape(embeds_name, tuple(inputs_embeds.shape[:2]))
         length = inputs_embeds.shape[1]
         if past_length + length > self.max_positions:
             raise ValueError(

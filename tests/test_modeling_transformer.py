@@ -717,26 +717,25 @@ def test_accelerator_path_reads_no_value_on_the_host_and_equals_the_cpu_path():
     torch.testing.assert_close(step.logits[:, 0], full[:, 2], atol=1e-5, rtol=1e-5)
 
 
-def test_decoding_cache_grows_by_doubling_not_per_step():
-    """The self-attention cache writes each step in place: 40 steps allocate its buffers twice (64, then 128)."""
+def test_decoding_cache_is_written_in_place_not_reallocated_per_step(monkeypatch):
+    """The self-attention cache writes each decoding step into its buffer: 40 steps fit in the first buffer (capacity
+    64), so each layer allocates once, not once per step as ``torch.cat`` would."""
     model = random_model()
     src, src_mask = source_batch()
-    buffers = set()
-    original = AppendBufferLayer.update
+    buffers, steps = set(), []
+    update = AppendBufferLayer.update
 
     def record(self, *args, **kwargs):
-        out = original(self, *args, **kwargs)
+        out = update(self, *args, **kwargs)
         buffers.add(self._key_buffer.data_ptr())
+        steps.append(1)
         return out
 
-    layer_calls = AppendBufferLayer.update
-    try:
-        AppendBufferLayer.update = record
-        with torch.no_grad():
-            model.generate(input_ids=src, attention_mask=src_mask, max_new_tokens=40, min_new_tokens=40)
-    finally:
-        AppendBufferLayer.update = layer_calls
-    assert len(buffers) == model.config.decoder_layers  # one buffer per layer for all 40 steps (capacity 64)
+    monkeypatch.setattr(AppendBufferLayer, "update", record)
+    with torch.no_grad():
+        model.generate(input_ids=src, attention_mask=src_mask, max_new_tokens=40, min_new_tokens=40)
+    assert len(steps) == 40 * model.config.decoder_layers
+    assert len(buffers) == model.config.decoder_layers
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -922,8 +921,10 @@ def test_empty_batches_and_float_labels_are_clear_errors():
         model(input_ids=src, attention_mask=src_mask, decoder_input_ids=torch.zeros(2, 0, dtype=torch.long))
     with pytest.raises(ValueError, match=r"`labels` must be integer class ids.*float32"):
         model(input_ids=src, attention_mask=src_mask, labels=torch.tensor([[4.0, 1.7], [5.0, 6.0]]))
-    with pytest.raises(ValueError, match=r"inputs_embeds.*at least one sequence"):
+    with pytest.raises(ValueError, match=r"`inputs_embeds` must hold at least one sequence"):
         model(inputs_embeds=torch.zeros(2, 0, 16), decoder_input_ids=torch.full((2, 1), BOS))
+    with pytest.raises(ValueError, match=r"`decoder_inputs_embeds` must have shape \(batch, length, d_model=16\)"):
+        model(input_ids=src, decoder_inputs_embeds=torch.zeros(2, 3, 8))
 
 
 @pytest.mark.parametrize(
