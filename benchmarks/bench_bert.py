@@ -9,7 +9,10 @@ inference throughput (eval-mode forward, full ``(B, T, V)`` logits) in tokens/s 
 * ``hf_seq``        — ``hf_seq.BertForMaskedLM`` loaded from the same weights (``from_transformers_bert``), dense
   logits (the standard output),
 * ``hf_seq_sparse`` — the same weights with ``sparse_prediction=True`` (training computes vocabulary logits only at
-  the labelled positions; inference is identical to ``hf_seq``).
+  the labelled positions; inference is identical to ``hf_seq``),
+* ``transformers_compiled`` / ``hf_seq_compiled`` — ``torch.compile`` (inductor) of ``transformers`` and of ``hf_seq``
+  (``fullgraph=True``: no graph break), same parameters (``--no-compile`` skips them). Compiled, hf_seq runs its
+  static-shape path (one cross-entropy over all positions instead of the fused labelled-rows backward).
 
 Models are timed interleaved (each repeat runs every model in turn); per repeat the ratio to ``transformers`` is
 taken (same moment, same machine load) and the median over repeats is reported, for process CPU time (robust on a
@@ -87,6 +90,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--ffn", type=int, default=1024)
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True, help="add compiled rows")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -113,6 +117,9 @@ def main() -> None:
         for name in ("hf_seq", "hf_seq_sparse"):
             diff = abs(models[name].eval()(**batch).loss.item() - ref_loss.item())
             assert diff < 1e-4, f"{name} loss differs from transformers by {diff}"
+    if args.compile:
+        models["transformers_compiled"] = torch.compile(reference)
+        models["hf_seq_compiled"] = torch.compile(models["hf_seq"], fullgraph=True)
     optimizers = {name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, m in models.items()}
     for name, model in models.items():  # warm-up
         time_train(model, optimizers[name], batch, 1)
@@ -135,11 +142,16 @@ def main() -> None:
             name: statistics.median(a / b for a, b in zip(values, per_model["transformers"]))
             for name, values in per_model.items()
         }
-        return {
+        out = {
             "tokens_per_s_median": {name: statistics.median(v) for name, v in per_model.items()},
             "speedup_vs_transformers_median": ratios,
             "tokens_per_s_all": per_model,
         }
+        if "hf_seq_compiled" in per_model:
+            out["compiled_hf_seq_over_compiled_transformers_median"] = statistics.median(
+                a / b for a, b in zip(per_model["hf_seq_compiled"], per_model["transformers_compiled"])
+            )
+        return out
 
     result = {
         "command": " ".join(["python", *sys.argv]),
@@ -165,12 +177,18 @@ def main() -> None:
     args.output.write_text(json.dumps(result, indent=2) + "\n")
     for clock in ("cpu", "wall"):
         train, infer = result["train"][clock], result["inference"][clock]
-        print(f"[{clock}] {'model':<15}{'train tok/s':>14}{'x':>7}{'infer tok/s':>14}{'x':>7}")
+        print(f"[{clock}] {'model':<22}{'train tok/s':>14}{'x':>7}{'infer tok/s':>14}{'x':>7}")
         for name in models:
             print(
-                f"[{clock}] {name:<15}{train['tokens_per_s_median'][name]:>14.0f}"
+                f"[{clock}] {name:<22}{train['tokens_per_s_median'][name]:>14.0f}"
                 f"{train['speedup_vs_transformers_median'][name]:>7.2f}"
                 f"{infer['tokens_per_s_median'][name]:>14.0f}{infer['speedup_vs_transformers_median'][name]:>7.2f}"
+            )
+        if args.compile:
+            print(
+                f"[{clock}] compiled hf_seq / compiled transformers: train "
+                f"{train['compiled_hf_seq_over_compiled_transformers_median']:.2f}, inference "
+                f"{infer['compiled_hf_seq_over_compiled_transformers_median']:.2f}"
             )
     print(f"wrote {args.output}")
 

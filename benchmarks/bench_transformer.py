@@ -8,7 +8,10 @@ Measures, with interleaved repeats (median of each):
 * achieved training FLOP/s as a fraction of this machine's float32 matmul rate, measured here. The FLOPs are the
   model FLOPs of one dense step (counted by ``torch.utils.flop_counter`` on the Marian model, the same sizes) for
   both models, the usual "model FLOPs utilisation" convention: hf_seq's language-model head skips the padded target
-  rows in its backward, so it executes fewer FLOPs (also reported, as ``train_flops_executed_per_step``).
+  rows in its backward, so it executes fewer FLOPs (also reported, as ``train_flops_executed_per_step``),
+* "compiled" rows: the training step of ``torch.compile(model)`` (inductor; ``fullgraph=True`` for hf_seq, whose
+  forward has no graph break) for both models, interleaved with the eager runs (``--no-compile`` skips them).
+  Compiled, hf_seq runs its static-shape path (no padded-row skipping, one cross-entropy over all rows).
 
 Writes ``benchmarks/results/bench_transformer.json`` and ``benchmarks/results/bench_transformer.md``.
 
@@ -186,6 +189,7 @@ def main() -> None:
     parser.add_argument("--train-steps", type=int, default=5, help="steps per timed repeat")
     parser.add_argument("--decode-batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True, help="add compiled rows")
     parser.add_argument(
         "--clock",
         choices=sorted(CLOCK),
@@ -213,12 +217,21 @@ def main() -> None:
     for name, model in models.items():
         time_train(model, optimizers[name], batch, 2)
         time_decode(model, decode_batch, 8)
+    # compiled training steps (same parameters and optimizer as the eager model); compiling happens in the warm-up
+    compiled = {}
+    if args.compile:
+        for name, model in models.items():
+            compiled[name] = torch.compile(model, fullgraph=name == "hf_seq")
+            time_train(compiled[name], optimizers[name], batch, 2)
 
     train_s = {name: [] for name in models}
+    compiled_s = {name: [] for name in compiled}
     decode_s = {name: {128: [], 256: []} for name in models}
     for _ in range(args.repeats):
         for name, model in models.items():  # interleaved: A, B, A, B, ...
             train_s[name].append(time_train(model, optimizers[name], batch, args.train_steps))
+        for name, model in compiled.items():
+            compiled_s[name].append(time_train(model, optimizers[name], batch, args.train_steps))
         for new_tokens in (128, 256):
             for name, model in models.items():
                 decode_s[name][new_tokens].append(time_decode(model, decode_batch, new_tokens))
@@ -262,6 +275,18 @@ def main() -> None:
         key: ours["best_of_repeats"][key] / ref["best_of_repeats"][key]
         for key in ("train_tokens_per_s", "decode_tokens_per_s_128", "decode_tokens_per_s_256")
     }
+    if compiled:
+        results["compiled"] = {
+            name: {
+                "train_tokens_per_s": tokens / statistics.median(compiled_s[name]),
+                "compiled_over_eager": statistics.median(train_s[name]) / statistics.median(compiled_s[name]),
+                "raw_train_step_s": compiled_s[name],
+            }
+            for name in compiled
+        }
+        results["ratios_hf_seq_over_marian"]["compiled_train_tokens_per_s"] = (
+            results["compiled"]["hf_seq"]["train_tokens_per_s"] / results["compiled"]["marian"]["train_tokens_per_s"]
+        )
     results["matmul_flop_per_s"] = rate
     results["settings"] = {
         **{k: v for k, v in vars(args).items() if k != "out"},
@@ -297,6 +322,12 @@ def main() -> None:
         f"| **hf_seq / marian** | **{r['train_tokens_per_s']:.2f}×** | | **{r['decode_tokens_per_s_128']:.2f}×** | "
         f"**{r['decode_tokens_per_s_256']:.2f}×** | |"
     )
+    for name, c in results.get("compiled", {}).items():
+        lines.append(
+            f"| {name}, compiled | {c['train_tokens_per_s']:.0f} ({c['compiled_over_eager']:.2f}× eager) | | | | |"
+        )
+    if compiled:
+        lines.append(f"| **compiled hf_seq / marian** | **{r['compiled_train_tokens_per_s']:.2f}×** | | | | |")
     b = results["ratios_best_of_repeats"]
     lines += [
         "",

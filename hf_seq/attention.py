@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .linear import Linear
+from .validation import eager_cpu
 
 SCORE_FUNCTIONS = ("dot", "scaled_dot", "general", "additive", "cosine")
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
@@ -61,12 +61,12 @@ class AttentionScore(nn.Module):
         self.query_size = query_size
         self.key_size = key_size
         if kind == "general":
-            self.bilinear = Linear(query_size, key_size, bias=False)  # W: maps q into key space
+            self.bilinear = nn.Linear(query_size, key_size, bias=False)  # W: maps q into key space
         elif kind == "additive":
             hidden_size = hidden_size or key_size
-            self.key_proj = Linear(key_size, hidden_size, bias=False)  # W₁
-            self.query_proj = Linear(query_size, hidden_size, bias=True)  # W₂ (+ bias)
-            self.energy = Linear(hidden_size, 1, bias=False)  # v
+            self.key_proj = nn.Linear(key_size, hidden_size, bias=False)  # W₁
+            self.query_proj = nn.Linear(query_size, hidden_size, bias=True)  # W₂ (+ bias)
+            self.energy = nn.Linear(hidden_size, 1, bias=False)  # v
 
     def prepare_keys(self, key: torch.Tensor) -> torch.Tensor:
         """Transform the keys once: ``(..., T_k, D_k)`` → what :meth:`score` expects."""
@@ -208,13 +208,16 @@ def sdpa_attend(
 
     Gives the same numbers as ``attend(query, key, value, mask)`` (also for rows whose keys are all masked, which
     come out as zeros instead of SDPA's NaN). ``is_causal`` is used only when there is no other mask.
+
+    One static-shape path everywhere: the mask goes to SDPA as a mask, and rows without a visible key are repaired
+    with two elementwise passes, without reading a value on the host. Only in eager mode on CPU (:func:`eager_cpu`,
+    where reading a value costs no device synchronisation) is the repair skipped when every row sees a key.
     """
     if mask is None:
         return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, is_causal=is_causal)
     has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1): rows with at least one visible key
-    if mask.device.type == "cpu" and bool(has_key.all()):
-        # Every row sees a key (the usual padding mask): nothing to repair. Checked on CPU only, where the check
-        # costs no device synchronisation; saves two full-size elementwise passes per attention call.
+    if eager_cpu(mask) and bool(has_key.all()):
+        # Every row sees a key (the usual padding mask): nothing to repair (saves two elementwise passes).
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p)
     safe_mask = mask | ~has_key  # let empty rows see everything (finite), then zero them below
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=safe_mask, dropout_p=dropout_p)
@@ -253,11 +256,11 @@ class MultiHeadAttention(nn.Module):
         self.is_cross_attention = is_cross_attention
         self.layer_idx = layer_idx
         if is_cross_attention:
-            self.q_proj = Linear(embed_dim, embed_dim, bias=bias)  # W_Q
-            self.kv_proj = Linear(kv_dim or embed_dim, 2 * embed_dim, bias=bias)  # [W_K; W_V]
+            self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)  # W_Q
+            self.kv_proj = nn.Linear(kv_dim or embed_dim, 2 * embed_dim, bias=bias)  # [W_K; W_V]
         else:
-            self.qkv_proj = Linear(embed_dim, 3 * embed_dim, bias=bias)  # [W_Q; W_K; W_V]
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias)  # W_O
+            self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)  # [W_Q; W_K; W_V]
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)  # W_O
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, _ = x.shape

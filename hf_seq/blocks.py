@@ -8,6 +8,11 @@ Each block is "sub-layer + residual + LayerNorm" around the one attention core (
 ``norm_position="post"`` is the original paper's (and BERT's) ``x = LayerNorm(x + Sublayer(x))``;
 ``norm_position="pre"`` is ``x = x + Sublayer(LayerNorm(x))`` (the annotated Transformer's code), which then needs a
 final LayerNorm after the last block — the owning stack adds it.
+
+The two blocks are ``transformers``' ``GradientCheckpointingLayer``: ``model.gradient_checkpointing_enable()`` (and
+Trainer's ``gradient_checkpointing=True``) recompute each block in the backward pass instead of keeping its
+activations. Their CPU speed tricks (:class:`Dropout`'s cheaper mask, the padding-free feed-forward) run only in eager
+mode on CPU (``eager_cpu``); compiled, exported or on an accelerator the blocks are plain static-shape code.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ import math
 import torch
 from torch import nn
 from transformers.activations import ACT2FN
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from .attention import MultiHeadAttention
-from .linear import Linear
+from .validation import eager_cpu
 
 NORM_POSITIONS = ("post", "pre")
 
@@ -37,19 +43,32 @@ def sinusoidal_position_table(num_positions: int, dim: int) -> torch.Tensor:
     return table
 
 
+def resolve_output_flags(
+    config, output_attentions: bool | None, output_hidden_states: bool | None
+) -> tuple[bool, bool]:
+    """``(output_attentions, output_hidden_states)`` for a stack of blocks: the call's value when given, else the
+    config's (``config.output_attentions`` / ``config.output_hidden_states``), as in ``transformers``' models."""
+    if output_attentions is None:
+        output_attentions = config.output_attentions
+    if output_hidden_states is None:
+        output_hidden_states = config.output_hidden_states
+    return bool(output_attentions), bool(output_hidden_states)
+
+
 class Dropout(nn.Dropout):
     """``nn.Dropout`` (same ``p``, same scaling by ``1 / (1 - p)``) with a cheaper random mask on CPU.
 
     ``torch``'s CPU dropout draws one random number per element (``bernoulli_``), which costs more than the matmuls of
     a small model's layer. Here one 31-bit random integer gives two independent keep decisions (its low 16 bits and its
     high 15 bits, compared with ``p`` scaled to 2^16 and 2^15, so ``p`` is honoured to within 2^-15). Other devices,
-    ``inplace=True`` and ``p`` outside (0, 1) use ``nn.Dropout`` itself.
+    compiled or exported code (whose own dropout kernels are fused), ``inplace=True`` and ``p`` outside (0, 1) use
+    ``nn.Dropout`` itself.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0:
             return x
-        if x.device.type != "cpu" or self.inplace or not 0.0 < self.p < 1.0:
+        if not eager_cpu(x) or self.inplace or not 0.0 < self.p < 1.0:
             return super().forward(x)
         n = x.numel()
         bits = torch.empty((n + 1) // 2, dtype=torch.int32).random_()  # uniform in [0, 2^31)
@@ -66,10 +85,10 @@ class FeedForward(nn.Module):
         super().__init__()
         if activation not in ACT2FN:
             raise ValueError(f"activation_function must be one of {sorted(ACT2FN)}, got {activation!r}.")
-        self.fc1 = Linear(d_model, ffn_dim)
+        self.fc1 = nn.Linear(d_model, ffn_dim)
         self.act = ACT2FN[activation]
         self.dropout = Dropout(activation_dropout)
-        self.fc2 = Linear(ffn_dim, d_model)
+        self.fc2 = nn.Linear(ffn_dim, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.dropout(self.act(self.fc1(x))))  # (B, T, d_model)
@@ -104,7 +123,8 @@ def feed_forward_sublayer(
     With ``token_rows`` (flat indices into ``B * T`` of the real tokens) it runs on those rows only and the padding
     rows pass through unchanged: the feed-forward network is most of a block's matrix products, and padding rows
     are never read by a real token (their keys are masked). Their values then differ from a dense computation,
-    as with ``torch.nn.TransformerEncoder``'s padded fast path.
+    as with ``torch.nn.TransformerEncoder``'s padded fast path. ``token_rows`` has a data-dependent length, so the
+    encoder passes it only in eager mode on CPU; everywhere else every row goes through the network.
     """
     if token_rows is None:
         return residual.add(x, ffn(residual.normed_input(x)))
@@ -114,7 +134,7 @@ def feed_forward_sublayer(
     return flat.index_copy(0, token_rows, rows).view_as(x)  # (B, T, d)
 
 
-class TransformerEncoderBlock(nn.Module):
+class TransformerEncoderBlock(GradientCheckpointingLayer):
     """Encoder block: self-attention + feed-forward, each with residual + LayerNorm."""
 
     def __init__(
@@ -160,7 +180,7 @@ class TransformerEncoderBlock(nn.Module):
         return feed_forward_sublayer(self.ffn_residual, self.ffn, x, token_rows), weights
 
 
-class TransformerDecoderBlock(nn.Module):
+class TransformerDecoderBlock(GradientCheckpointingLayer):
     """Decoder block: masked self-attention + cross-attention + feed-forward, each with residual + LayerNorm."""
 
     def __init__(
@@ -199,7 +219,9 @@ class TransformerDecoderBlock(nn.Module):
         """Decoder states ``(B, T, d)`` → ``(B, T, d)``, self-attention weights, cross-attention weights.
 
         ``self_attention_mask`` None means plain causal masking (SDPA's causal kernel); pass a boolean mask from
-        :func:`~.attention.make_attention_mask` (``causal=True``) when the decoder input has padding.
+        :func:`~.attention.make_attention_mask` (``causal=True``) when the decoder input has padding. Pass
+        ``encoder_hidden_states`` positionally: under gradient checkpointing with ``use_reentrant=True`` only
+        positional tensors carry their gradient.
         """
         x = hidden_states
         attn_out, self_weights = self.self_attn(

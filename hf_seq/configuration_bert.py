@@ -13,6 +13,7 @@ from .validation import (
     check_positive_int,
     check_probability,
     check_token_id,
+    check_token_id_fields,
 )
 
 
@@ -85,11 +86,19 @@ class HfSeqBertConfig(PretrainedConfig):
         self.classifier_dropout = classifier_dropout
         self.sparse_prediction = sparse_prediction
         self.tie_word_embeddings = tie_word_embeddings
+        self._validate_bert_fields()  # before transformers' own checks, which would trip over e.g. vocab_size="20"
         super().__init__(**kwargs)
         self.validate_bert_config()
 
     def validate_bert_config(self) -> None:
         """Raise ``ValueError`` naming the field and the allowed values for any invalid setting."""
+        self._validate_bert_fields()
+        check_token_id_fields(self, self.vocab_size)  # pad, bos, eos, sep, cls, mask, ... within the vocabulary
+        check_positive_int("num_labels", self.num_labels)
+        check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
+
+    def _validate_bert_fields(self) -> None:
+        """The fields this class defines (everything but the special token ids and the classifier fields)."""
         for name in (
             "vocab_size",
             "hidden_size",
@@ -115,8 +124,6 @@ class HfSeqBertConfig(PretrainedConfig):
         check_token_id("pad_token_id", self.pad_token_id, self.vocab_size)
         for name in ("sparse_prediction", "tie_word_embeddings"):
             check_bool(name, getattr(self, name))
-        check_positive_int("num_labels", self.num_labels)
-        check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
 
 
 # The former name, kept as an alias: imports of it and old folders whose auto_map names

@@ -11,7 +11,7 @@ from .validation import (
     check_positive_float,
     check_positive_int,
     check_probability,
-    check_token_id,
+    check_token_id_fields,
 )
 
 NORM_POSITIONS = ("post", "pre")
@@ -107,11 +107,20 @@ class HfSeqTransformerConfig(PretrainedConfig):
         self.eos_token_id = eos_token_id
         self.decoder_start_token_id = decoder_start_token_id
         self.tie_word_embeddings = tie_word_embeddings
+        self._validate_transformer_fields()  # before transformers' own checks, which would trip over vocab_size="20"
         super().__init__(is_encoder_decoder=is_encoder_decoder, **kwargs)
         self.validate_transformer_config()
 
     def validate_transformer_config(self) -> None:
         """Raise ``ValueError`` naming the field and the allowed values for any invalid setting."""
+        self._validate_transformer_fields()
+        check_bool("is_encoder_decoder", self.is_encoder_decoder)
+        if not self.is_encoder_decoder:
+            raise ValueError("`is_encoder_decoder` must be True for the Transformer encoder-decoder")
+        check_token_id_fields(self, self.vocab_size)  # pad, bos, eos, decoder_start, sep, ... within the vocabulary
+
+    def _validate_transformer_fields(self) -> None:
+        """The fields this class defines (everything but ``is_encoder_decoder`` and the special token ids)."""
         for name in (
             "vocab_size",
             "d_model",
@@ -133,13 +142,8 @@ class HfSeqTransformerConfig(PretrainedConfig):
         check_choice("position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
         check_positive_float("layer_norm_eps", self.layer_norm_eps)
         check_positive_float("init_std", self.init_std)
-        for name in ("scale_embedding", "tie_word_embeddings", "use_cache", "is_encoder_decoder"):
+        for name in ("scale_embedding", "tie_word_embeddings", "use_cache"):
             check_bool(name, getattr(self, name))
-        if not self.is_encoder_decoder:
-            raise ValueError("`is_encoder_decoder` must be True for the Transformer encoder-decoder")
-        for name in ("pad_token_id", "bos_token_id", "decoder_start_token_id"):
-            check_token_id(name, getattr(self, name), self.vocab_size)
-        check_token_id("eos_token_id", self.eos_token_id, self.vocab_size, allow_list=True)
 
 
 # The former name, kept as an alias: imports of it and old folders whose auto_map names

@@ -3,10 +3,13 @@
 * :func:`masked_cross_entropy` — mean cross-entropy over the labels that are not -100 (0, not NaN, when none is).
 * :func:`linear_cross_entropy` — the language-model heads' output projection and cross-entropy in one autograd
   function: full logits for the caller, and a backward that skips the rows whose label is -100 (padding).
-* :func:`lm_head_and_loss` — what the models call: :func:`linear_cross_entropy` for a plain linear head (``nn.Linear``
-  or :class:`~.linear.Linear`), the module itself (and :func:`masked_cross_entropy`) for a wrapped one; without
-  labels, the head module itself (so decoding gets :class:`~.linear.Linear`'s fast path).
+* :func:`lm_head_and_loss` — what the models call: :func:`linear_cross_entropy` for a plain ``nn.Linear`` head, the
+  module itself (and :func:`masked_cross_entropy`) for a wrapped or adapted one; without labels, the head module.
 * :func:`sequence_classification_loss` — ``transformers``' sequence-classifier losses with input checks.
+
+The fused backward (:class:`_LinearCrossEntropy`) selects the labelled rows with ``nonzero``, a data-dependent shape:
+it runs only for eager training on CPU, where it is measurably faster. Compiled, exported or on an accelerator the
+loss is one ``F.cross_entropy`` over every row (``ignore_index=-100``) with no host synchronisation.
 """
 
 from __future__ import annotations
@@ -15,8 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .linear import Linear
-from .validation import IGNORE_INDEX, check_label_range, checks_values, eager_cpu
+from .validation import IGNORE_INDEX, check_integer_labels, check_label_range, checks_values, eager_cpu
 
 
 def masked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -24,7 +26,9 @@ def masked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
     attached to the graph) when every label is -100, instead of the NaN of an empty mean.
 
     The sum over the labelled rows is divided by their count clamped to 1: no branch on tensor values, so the same
-    code runs eagerly, compiled, exported and on an accelerator without a host synchronisation."""
+    code runs eagerly, compiled, exported and on an accelerator without a host synchronisation. Float labels raise
+    ``ValueError`` (a cast would silently truncate 1.7 to class 1)."""
+    check_integer_labels("labels", labels)
     labels = labels.reshape(-1).long()  # (N,)
     total = F.cross_entropy(
         logits.reshape(-1, logits.shape[-1]).to(_loss_dtype(logits)), labels, ignore_index=IGNORE_INDEX, reduction="sum"
@@ -151,7 +155,7 @@ def lm_head_and_loss(
     adapted head) and :func:`masked_cross_entropy`."""
     if labels is None:
         return head(hidden), None  # (..., V)
-    plain = type(head) in (nn.Linear, Linear) and not (head._forward_hooks or head._forward_pre_hooks)
+    plain = type(head) is nn.Linear and not (head._forward_hooks or head._forward_pre_hooks)
     if plain:
         return linear_cross_entropy(hidden, head.weight, labels, head.bias)
     logits = head(hidden)  # (..., V)

@@ -7,6 +7,11 @@
 
 Every class has :meth:`BertPreTrainedModel.from_transformers_bert`, which loads a ``transformers`` BERT checkpoint
 (folder or model object) by mapping its config and weights (``query``/``key``/``value`` fused into ``qkv_proj``).
+
+The forward passes compile with ``torch.compile(fullgraph=True)`` and export with ``torch.export`` / ONNX: value checks
+and the data-dependent CPU fast paths (no mask when nothing is padded, the fused masked-LM loss) run only in eager mode
+on CPU (``validation.eager_cpu``). ``sparse_prediction=True`` selects the labelled positions (a data-dependent shape),
+so that opt-in breaks the graph there when compiled.
 """
 
 from __future__ import annotations
@@ -25,14 +30,14 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 from transformers.utils import ModelOutput, logging
+from transformers.utils.generic import can_return_tuple
 
 from .attention import make_attention_mask
-from .blocks import TransformerEncoderBlock
+from .blocks import TransformerEncoderBlock, resolve_output_flags
 from .configuration_bert import HfSeqBertConfig
-from .linear import Linear
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
 from .modeling_utils import CheckedLoadingMixin
-from .validation import IGNORE_INDEX, check_label_range, check_token_ids
+from .validation import IGNORE_INDEX, check_batch_shape, check_label_range, check_token_ids, eager_cpu
 
 logger = logging.get_logger(__name__)
 
@@ -122,7 +127,7 @@ class BertEncoder(nn.Module):
         """``(B, T, H)`` → last states ``(B, T, H)``, all states (embeddings + every layer), attention weights."""
         all_states = (hidden_states,) if output_hidden_states else None
         all_weights = () if output_attentions else None
-        for layer in self.layers:
+        for layer in self.layers:  # hidden states positional: gradient checkpointing passes their gradient
             hidden_states, weights = layer(hidden_states, attention_mask, attn_implementation, output_attentions)
             if output_hidden_states:
                 all_states = all_states + (hidden_states,)
@@ -136,7 +141,7 @@ class BertPooler(nn.Module):
 
     def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__()
-        self.dense = Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.dense(hidden_states[:, 0]))  # (B, H)
@@ -147,7 +152,7 @@ class BertPredictionHeadTransform(nn.Module):
 
     def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__()
-        self.dense = Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.act = ACT2FN[config.hidden_act]
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
@@ -161,7 +166,7 @@ class BertLMPredictionHead(nn.Module):
     def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__()
         self.transform = BertPredictionHeadTransform(config)
-        self.decoder = Linear(config.hidden_size, config.vocab_size, bias=True)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=True)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.transform(hidden_states))  # (..., V)
@@ -173,7 +178,7 @@ class BertPreTrainingHeads(nn.Module):
     def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__()
         self.predictions = BertLMPredictionHead(config)
-        self.seq_relationship = Linear(config.hidden_size, 2)
+        self.seq_relationship = nn.Linear(config.hidden_size, 2)
 
 
 class BertOnlyMLMHead(nn.Module):
@@ -288,7 +293,12 @@ def convert_transformers_bert_state_dict(state_dict: dict[str, torch.Tensor], nu
 
 
 class BertPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
-    """Base class: config class, weight initialisation, input checks and :meth:`from_transformers_bert`."""
+    """Base class: config class, weight initialisation, input checks, gradient checkpointing of the encoder blocks
+    and :meth:`from_transformers_bert`.
+
+    ``_no_split_modules`` names the encoder block only: a ``BertEmbeddings`` unit would put the word embedding, which
+    the masked-LM decoder shares, in a different FSDP group (or device) than the decoder that reads it.
+    """
 
     config_class = HfSeqBertConfig
     # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
@@ -301,8 +311,9 @@ class BertPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     }
     base_model_prefix = "bert"
     main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
     _supports_sdpa = True
-    _no_split_modules = ["BertEmbeddings", "TransformerEncoderBlock"]
+    _no_split_modules = ["TransformerEncoderBlock"]
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)  # normal(0, initializer_range) linears/embeddings, zero biases, unit LayerNorms
@@ -330,6 +341,7 @@ class BertPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
                     f"{tuple(inputs_embeds.shape)}."
                 )
             shape = tuple(inputs_embeds.shape[:2])
+            check_batch_shape("inputs_embeds", shape)
         if shape[1] > config.max_position_embeddings and position_ids is None:
             raise ValueError(
                 f"`input_ids` has length {shape[1]}, longer than max_position_embeddings="
@@ -462,6 +474,7 @@ class BertModel(BertPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.word_embeddings = value
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -471,7 +484,6 @@ class BertModel(BertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
     ) -> BaseModelOutputWithPooling | tuple:
         """Encode ``input_ids`` ``(B, T)`` (1 = token, 0 = padding in ``attention_mask``; segment ids 0/1).
 
@@ -479,25 +491,23 @@ class BertModel(BertPreTrainedModel):
         and, when asked, ``hidden_states`` (embeddings + each layer) and ``attentions`` ``(B, nh, T, T)`` per layer.
         """
         self._check_inputs(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = (
-            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        output_attentions, output_hidden_states = resolve_output_flags(
+            self.config, output_attentions, output_hidden_states
         )
-        return_dict = self.config.return_dict if return_dict is None else return_dict
 
         embeddings = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, H)
-        mask = None
-        if attention_mask is not None and not bool(attention_mask.all()):
+        mask = None  # no mask: attention without one (eager CPU checks whether anything is padded)
+        if attention_mask is not None and not (eager_cpu(attention_mask) and bool(attention_mask.all())):
             mask = make_attention_mask(attention_mask, embeddings.shape[1])  # (B, 1, 1, T) True = attend
         attn_implementation = getattr(self.config, "_attn_implementation", None) or "sdpa"
         last, all_states, all_weights = self.encoder(
-            embeddings, mask, attn_implementation, bool(output_hidden_states), bool(output_attentions)
+            embeddings, mask, attn_implementation, output_hidden_states, output_attentions
         )
         pooled = self.pooler(last) if self.pooler is not None else None  # (B, H)
         out = BaseModelOutputWithPooling(
             last_hidden_state=last, pooler_output=pooled, hidden_states=all_states, attentions=all_weights
         )
-        return out if return_dict else out.to_tuple()
+        return out
 
 
 def _masked_lm_logits(
@@ -533,6 +543,7 @@ class BertForPreTraining(BertPreTrainedModel):
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.cls.predictions.decoder = new_embeddings
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -544,7 +555,6 @@ class BertForPreTraining(BertPreTrainedModel):
         next_sentence_label: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
     ) -> BertForPreTrainingOutput | tuple:
         """``labels`` ``(B, T)``: original ids at masked positions, -100 elsewhere; ``next_sentence_label`` ``(B,)``:
         0 = B is the true continuation of A, 1 = B is random. ``loss`` = masked-LM CE + next-sentence CE."""
@@ -552,7 +562,6 @@ class BertForPreTraining(BertPreTrainedModel):
             check_label_range("labels", labels, self.config.vocab_size, "vocab_size")
         if next_sentence_label is not None:
             check_label_range("next_sentence_label", next_sentence_label, 2, "number of next-sentence classes")
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.bert(
             input_ids,
             attention_mask=attention_mask,
@@ -578,7 +587,7 @@ class BertForPreTraining(BertPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return out if return_dict else out.to_tuple()
+        return out
 
 
 class BertForMaskedLM(BertPreTrainedModel):
@@ -598,6 +607,7 @@ class BertForMaskedLM(BertPreTrainedModel):
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.cls.predictions.decoder = new_embeddings
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -608,12 +618,10 @@ class BertForMaskedLM(BertPreTrainedModel):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
     ) -> MaskedLMOutput | tuple:
         """``labels`` ``(B, T)``: original ids at masked positions, -100 elsewhere → masked-LM cross-entropy."""
         if labels is not None:
             check_label_range("labels", labels, self.config.vocab_size, "vocab_size")
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.bert(
             input_ids,
             attention_mask=attention_mask,
@@ -630,7 +638,7 @@ class BertForMaskedLM(BertPreTrainedModel):
         out = MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return out if return_dict else out.to_tuple()
+        return out
 
 
 class BertForSequenceClassification(BertPreTrainedModel):
@@ -642,9 +650,10 @@ class BertForSequenceClassification(BertPreTrainedModel):
         self.bert = BertModel(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(dropout)
-        self.classifier = Linear(config.hidden_size, config.num_labels)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -655,10 +664,8 @@ class BertForSequenceClassification(BertPreTrainedModel):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
     ) -> SequenceClassifierOutput | tuple:
         """``labels`` ``(B,)`` class ids (or floats for regression / multi-label) → ``loss``; ``logits`` ``(B, C)``."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.bert(
             input_ids,
             attention_mask=attention_mask,
@@ -678,7 +685,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         out = SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return out if return_dict else out.to_tuple()
+        return out
 
 
 class BertForTokenClassification(BertPreTrainedModel):
@@ -690,9 +697,10 @@ class BertForTokenClassification(BertPreTrainedModel):
         self.bert = BertModel(config, add_pooling_layer=False)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(dropout)
-        self.classifier = Linear(config.hidden_size, config.num_labels)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -703,10 +711,8 @@ class BertForTokenClassification(BertPreTrainedModel):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
     ) -> TokenClassifierOutput | tuple:
         """``labels`` ``(B, T)`` tag ids, -100 on positions to ignore (special tokens, word-piece continuations)."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.bert(
             input_ids,
             attention_mask=attention_mask,
@@ -727,7 +733,7 @@ class BertForTokenClassification(BertPreTrainedModel):
         out = TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return out if return_dict else out.to_tuple()
+        return out
 
 
 __all__ = [

@@ -9,6 +9,10 @@ Hugging Face plumbing (outputs, ``EncoderDecoderCache``, ``generate()``).
 * ``TransformerModel`` — encoder + decoder, returns the decoder's last hidden states (``Seq2SeqModelOutput``).
 * ``TransformerForConditionalGeneration`` — adds the output projection (tied to the embeddings by default), the
   cross-entropy loss on ``labels`` and ``generate()`` (greedy, sampling, beam search) with a KV cache.
+
+The forward passes compile with ``torch.compile(fullgraph=True)`` and export with ``torch.export`` / ONNX: value checks
+and the data-dependent CPU fast paths (no mask when nothing is padded, the padding-free encoder feed-forward) run only
+in eager mode on CPU (``validation.eager_cpu``); everywhere else one static-shape path runs with no host reads.
 """
 
 from __future__ import annotations
@@ -27,25 +31,33 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
+from transformers.utils.deprecation import deprecate_kwarg
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 
 from .attention import make_attention_mask
-from .blocks import Dropout, TransformerDecoderBlock, TransformerEncoderBlock, sinusoidal_position_table
+from .blocks import (
+    Dropout,
+    TransformerDecoderBlock,
+    TransformerEncoderBlock,
+    resolve_output_flags,
+    sinusoidal_position_table,
+)
 from .configuration_transformer import HfSeqTransformerConfig
-from .linear import InputMajorDecodingMixin, Linear
 from .losses import lm_head_and_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
-from .validation import check_token_ids
+from .validation import check_batch_shape, check_token_ids, eager_cpu, is_tracing
 
 
 def _padding_only(mask: torch.Tensor | None, name: str, shape: tuple[int, int]) -> torch.Tensor | None:
-    """Validate a ``(B, T)`` 0/1 ``attention_mask``; return it, or None when nothing is masked (fast path)."""
+    """Validate a ``(B, T)`` 0/1 ``attention_mask`` and return it; None when there is none, and (eager CPU only,
+    where the check reads no device value) None when nothing is masked, so attention runs without a mask."""
     if mask is None:
         return None
     if tuple(mask.shape) != tuple(shape):
         raise ValueError(f"`{name}` must have shape {tuple(shape)} (batch, length), got {tuple(mask.shape)}")
-    if bool(mask.all()):
+    if eager_cpu(mask) and bool(mask.all()):
         return None
     return mask
 
@@ -57,7 +69,9 @@ class AppendBufferLayer(DynamicLayer):
     generated length); this layer doubles its capacity when full and writes each new step in place, so a step costs
     O(new tokens). ``self.keys`` / ``self.values`` stay views ``(B, nh, T, hs)`` of the valid prefix, so every inherited
     operation (beam-search ``reorder_cache``, ``crop``, ``batch_select_indices``...) keeps working: when one of them
-    replaces ``self.keys`` by a new tensor, the next ``update`` adopts it as the new buffer.
+    replaces ``self.keys`` by a new tensor, the next ``update`` adopts it as the new buffer. While traced
+    (``torch.compile`` / export) it appends with ``torch.cat`` like ``DynamicLayer``: buffer bookkeeping compares
+    storage pointers, which a tracer cannot guard on.
     """
 
     _key_buffer: torch.Tensor | None = None
@@ -75,6 +89,8 @@ class AppendBufferLayer(DynamicLayer):
         )
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if is_tracing():
+            return super().update(key_states, value_states, *args, **kwargs)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         past = self.get_seq_length()
@@ -155,6 +171,14 @@ class TransformerEmbeddings(nn.Module):
         if inputs_embeds is None:
             check_token_ids(name, input_ids, self.embed_tokens.num_embeddings, batched=True)
             inputs_embeds = self.embed_tokens(input_ids)  # (B, T, d)
+        else:
+            embeds_name = name.replace("input_ids", "inputs_embeds")  # inputs_embeds / decoder_inputs_embeds
+            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.embed_tokens.embedding_dim:
+                raise ValueError(
+                    f"`{embeds_name}` must have shape (batch, length, d_model={self.embed_tokens.embedding_dim}), "
+                    f"got {tuple(inputs_embeds.shape)}"
+                )
+            check_batch_shape(embeds_name, tuple(inputs_embeds.shape[:2]))
         length = inputs_embeds.shape[1]
         if past_length + length > self.max_positions:
             raise ValueError(
@@ -193,8 +217,9 @@ def _final_layer_norm(config: HfSeqTransformerConfig) -> nn.LayerNorm | None:
 class TransformerEncoder(nn.Module):
     """Encoder stack: embeddings → ``encoder_layers`` × (self-attention + FFN) [→ final LayerNorm for pre-LN].
 
-    With padding in ``attention_mask`` the feed-forward sub-layers run on the real tokens only; the states at padded
-    positions are then not those of a dense computation (no real token and no decoder position ever reads them).
+    With padding in ``attention_mask``, in eager mode on CPU, the feed-forward sub-layers run on the real tokens only;
+    the states at padded positions are then not those of a dense computation (no real token and no decoder position
+    ever reads them). Compiled, exported or on an accelerator every position goes through them.
     """
 
     main_input_name = "input_ids"
@@ -210,6 +235,7 @@ class TransformerEncoder(nn.Module):
     def embed_tokens(self) -> nn.Embedding:
         return self.embeddings.embed_tokens
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -217,16 +243,20 @@ class TransformerEncoder(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> BaseModelOutput | tuple:
-        """Source ``input_ids`` ``(B, S)`` with ``attention_mask`` ``(B, S)`` (1 = token) → states ``(B, S, d)``."""
-        output_attentions = bool(output_attentions)
-        output_hidden_states = bool(output_hidden_states)
+        """Source ``input_ids`` ``(B, S)`` with ``attention_mask`` ``(B, S)`` (1 = token) → states ``(B, S, d)``.
+
+        ``output_attentions`` / ``output_hidden_states`` / ``return_dict`` default to the config's values."""
+        output_attentions, output_hidden_states = resolve_output_flags(
+            self.config, output_attentions, output_hidden_states
+        )
         hidden = self.embeddings(input_ids, inputs_embeds)  # (B, S, d)
         pad = _padding_only(attention_mask, "attention_mask", hidden.shape[:2])
         mask = make_attention_mask(pad, hidden.shape[1]) if pad is not None else None  # (B, 1, 1, S) or None
-        token_rows = pad.reshape(-1).nonzero().squeeze(1) if pad is not None else None  # (N_tok,) real tokens
+        token_rows = None  # eager CPU: flat indices (N_tok,) of the real tokens, for the padding-free feed-forward
+        if pad is not None and eager_cpu(pad):
+            token_rows = pad.reshape(-1).nonzero().squeeze(1)
         impl = self.config._attn_implementation or "sdpa"
         all_hidden = (hidden,) if output_hidden_states else None
         all_attn = () if output_attentions else None
@@ -242,8 +272,7 @@ class TransformerEncoder(nn.Module):
             hidden = self.layer_norm(hidden)
             if output_hidden_states:
                 all_hidden = all_hidden[:-1] + (hidden,)
-        out = BaseModelOutput(last_hidden_state=hidden, hidden_states=all_hidden, attentions=all_attn)
-        return out if return_dict is not False else out.to_tuple()
+        return BaseModelOutput(last_hidden_state=hidden, hidden_states=all_hidden, attentions=all_attn)
 
 
 class TransformerDecoder(nn.Module):
@@ -260,6 +289,8 @@ class TransformerDecoder(nn.Module):
     def embed_tokens(self) -> nn.Embedding:
         return self.embeddings.embed_tokens
 
+    @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -270,7 +301,6 @@ class TransformerDecoder(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions | tuple:
         """Target ``input_ids`` ``(B, T)`` attending to ``encoder_hidden_states`` ``(B, S, d)`` → ``(B, T, d)``.
@@ -278,8 +308,9 @@ class TransformerDecoder(nn.Module):
         ``attention_mask`` ``(B, past + T)`` masks padded target positions (on top of the causal mask);
         ``encoder_attention_mask`` ``(B, S)`` masks source padding in every cross-attention.
         """
-        output_attentions = bool(output_attentions)
-        output_hidden_states = bool(output_hidden_states)
+        output_attentions, output_hidden_states = resolve_output_flags(
+            self.config, output_attentions, output_hidden_states
+        )
         if encoder_hidden_states is None:
             raise ValueError("The decoder needs `encoder_hidden_states` (run the encoder or pass `encoder_outputs`).")
         past_length = cache.get_seq_length() if cache is not None else 0
@@ -304,7 +335,7 @@ class TransformerDecoder(nn.Module):
         for layer in self.layers:
             hidden, self_w, cross_w = layer(
                 hidden,
-                encoder_hidden_states,
+                encoder_hidden_states,  # positional: gradient checkpointing passes its gradient
                 self_attention_mask=self_mask,
                 cross_attention_mask=cross_mask,
                 cache=cache,
@@ -320,18 +351,18 @@ class TransformerDecoder(nn.Module):
             hidden = self.layer_norm(hidden)
             if output_hidden_states:
                 all_hidden = all_hidden[:-1] + (hidden,)
-        out = BaseModelOutputWithPastAndCrossAttentions(
+        return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden,
             cache=cache,
             hidden_states=all_hidden,
             attentions=all_self,
             cross_attentions=all_cross,
         )
-        return out if return_dict is not False else out.to_tuple()
 
 
 class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
-    """Base class: config class, weight initialisation, SDPA/eager attention switch (``attn_implementation``)."""
+    """Base class: config class, weight initialisation, SDPA/eager attention switch (``attn_implementation``),
+    gradient checkpointing of the encoder and decoder blocks."""
 
     config_class = HfSeqTransformerConfig
     # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
@@ -341,7 +372,7 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     }
     base_model_prefix = "model"
     main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
     _supports_sdpa = True
     _no_split_modules = ["TransformerEncoderBlock", "TransformerDecoderBlock"]
     accepts_loss_kwargs = False
@@ -366,6 +397,14 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
         elif isinstance(module, SinusoidalPositionEmbedding):
             init.copy_(module.weight, sinusoidal_position_table(module.num_positions, module.dim))
 
+    @property
+    def dummy_inputs(self) -> dict[str, torch.Tensor]:
+        """A small padded batch with source and decoder inputs (``model(**model.dummy_inputs)`` runs a forward)."""
+        pad = self.config.pad_token_id if self.config.pad_token_id is not None else 0
+        ids = torch.tensor([[7, 6, 5, 4, 3], [8, 12, 3, pad, pad]], device=self.device) % self.config.vocab_size
+        attention_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], device=self.device)
+        return {"input_ids": ids, "attention_mask": attention_mask, "decoder_input_ids": ids}
+
 
 class TransformerModel(TransformerPreTrainedModel):
     """The bare encoder-decoder: source ids → encoder states; target ids → decoder states ``(B, T, d_model)``."""
@@ -379,6 +418,7 @@ class TransformerModel(TransformerPreTrainedModel):
         target_embed = nn.Embedding(config.vocab_size, config.d_model, padding_idx=pad)
         self.encoder = TransformerEncoder(config, source_embed)
         self.decoder = TransformerDecoder(config, target_embed)
+        self.gradient_checkpointing = False  # set by gradient_checkpointing_enable(); turns use_cache off in training
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -395,6 +435,9 @@ class TransformerModel(TransformerPreTrainedModel):
     def get_decoder(self) -> TransformerDecoder:
         return self.decoder
 
+    @can_return_tuple
+    @merge_with_config_defaults
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -408,15 +451,16 @@ class TransformerModel(TransformerPreTrainedModel):
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput | tuple:
         """Encode ``input_ids`` ``(B, S)`` (unless ``encoder_outputs`` are given), decode ``decoder_input_ids`` ``(B, T)``.
 
         With ``use_cache`` an ``EncoderDecoderCache`` is created (or the given ``cache`` extended) and returned in
-        ``output.cache``; then only the new decoder tokens need to be passed at the next step.
+        ``output.cache``; then only the new decoder tokens need to be passed at the next step. The former name
+        ``past_key_values=`` is accepted with ``transformers``' deprecation warning. ``use_cache``,
+        ``output_attentions``, ``output_hidden_states`` and ``return_dict`` default to the config's values
+        (``use_cache`` is off while gradient checkpointing trains, as in ``transformers``' models).
         """
-        use_cache = self.config.use_cache if use_cache is None else use_cache
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids,
@@ -449,7 +493,7 @@ class TransformerModel(TransformerPreTrainedModel):
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
-        out = Seq2SeqModelOutput(
+        return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
             cache=decoder_outputs.cache,
             decoder_hidden_states=decoder_outputs.hidden_states,
@@ -459,12 +503,9 @@ class TransformerModel(TransformerPreTrainedModel):
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
         )
-        return out if return_dict is not False else out.to_tuple()
 
 
-class TransformerForConditionalGeneration(
-    InputMajorDecodingMixin, GenerationLengthMixin, TransformerPreTrainedModel, GenerationMixin
-):
+class TransformerForConditionalGeneration(GenerationLengthMixin, TransformerPreTrainedModel, GenerationMixin):
     """Encoder-decoder + output projection (linear + softmax over the vocabulary): translation, ``generate()``.
 
     ``labels`` ``(B, T)`` (``-100`` = ignored) give the cross-entropy ``loss`` and, when ``decoder_input_ids`` are not
@@ -479,7 +520,7 @@ class TransformerForConditionalGeneration(
     def __init__(self, config: HfSeqTransformerConfig) -> None:
         super().__init__(config)
         self.model = TransformerModel(config)
-        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
         if not getattr(config, "custom_pipelines", None):  # pipeline("translation") (see seq2seq_pipelines.py)
             config.custom_pipelines = copy.deepcopy(SEQ2SEQ_CUSTOM_PIPELINES)
@@ -527,6 +568,8 @@ class TransformerForConditionalGeneration(
         """Teacher-forcing decoder inputs from labels (used by ``DataCollatorForSeq2Seq``)."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -541,10 +584,12 @@ class TransformerForConditionalGeneration(
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput | tuple:
-        """Logits ``(B, T, vocab_size)`` for every target position (+ ``loss`` with ``labels``)."""
+        """Logits ``(B, T, vocab_size)`` for every target position (+ ``loss`` with ``labels``).
+
+        ``return_dict=False`` (call or config) returns the tuple; ``past_key_values=`` is the deprecated name of
+        ``cache=`` (accepted with a warning)."""
         if labels is not None:
             decoder_input_ids = decoder_input_ids_for_labels(
                 self.config, labels, decoder_input_ids, decoder_inputs_embeds
@@ -565,7 +610,7 @@ class TransformerForConditionalGeneration(
             return_dict=True,
         )
         logits, loss = lm_head_and_loss(self.lm_head, outputs.last_hidden_state, labels)  # (B, T, V), loss or None
-        out = Seq2SeqLMOutput(
+        return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
             cache=outputs.cache,
@@ -576,7 +621,6 @@ class TransformerForConditionalGeneration(
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
         )
-        return out if return_dict is not False else out.to_tuple()
 
 
 __all__ = [

@@ -77,6 +77,15 @@ def check_token_id(name: str, value: Any, vocab_size: int, allow_list: bool = Fa
         raise ValueError(f"`{name}` must be {allowed} in [0, vocab_size={vocab_size}), got {value!r}")
 
 
+def check_token_id_fields(config: Any, vocab_size: int) -> None:
+    """ValueError naming the field unless every special token id of ``config`` (each attribute ending in ``_token_id``:
+    pad, bos, eos, sep, cls, mask, decoder_start, ...) is None or an id in ``[0, vocab_size)``; ``eos_token_id`` may be a
+    list of ids. (``transformers`` only logs a warning for these.)"""
+    for name in config:  # a PretrainedConfig iterates over its attribute names
+        if name.endswith("_token_id"):
+            check_token_id(name, getattr(config, name), vocab_size, allow_list=name == "eos_token_id")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Model inputs
 # ---------------------------------------------------------------------------------------------------------------
@@ -97,14 +106,26 @@ def eager_cpu(tensor: torch.Tensor) -> bool:
 checks_values = eager_cpu  # value checks (ids and labels in range) run where reading values is free
 
 
+def check_batch_shape(name: str, shape: tuple[int, ...]) -> None:
+    """ValueError naming ``name`` unless ``shape`` is a non-empty ``(batch, length)``: at least one sequence of at
+    least one position. A shape check, so it runs everywhere (compiled and exported too)."""
+    if len(shape) != 2:
+        raise ValueError(f"`{name}` must have shape (batch, length), got {shape}")
+    if shape[0] == 0 or shape[1] == 0:
+        raise ValueError(
+            f"`{name}` must hold at least one sequence of at least one token, got shape {shape} (an empty batch)"
+        )
+
+
 def check_token_ids(
     name: str, ids: torch.Tensor, upper: int, upper_name: str = "vocab_size", batched: bool = False
 ) -> None:
     """ValueError naming ``name`` unless ``ids`` holds integer ids in ``[0, upper)`` (``upper_name`` names the
-    config field that sets ``upper``); with ``batched`` the tensor must also be 2-D ``(batch, length)``. The range is
-    checked only where :func:`checks_values` (eager, CPU); shape and dtype always."""
-    if batched and ids.dim() != 2:
-        raise ValueError(f"`{name}` must have shape (batch, length), got {tuple(ids.shape)}")
+    config field that sets ``upper``); with ``batched`` the tensor must also be 2-D ``(batch, length)`` with at least
+    one sequence and one position (an empty batch has no loss and no output to speak of). The range is checked only
+    where :func:`checks_values` (eager, CPU); shape and dtype always."""
+    if batched:
+        check_batch_shape(name, tuple(ids.shape))
     if ids.is_floating_point() or ids.dtype == torch.bool:
         raise ValueError(f"`{name}` must hold integer token ids, got dtype {ids.dtype}")
     if ids.numel() == 0 or not checks_values(ids):
@@ -114,12 +135,21 @@ def check_token_ids(
         raise ValueError(f"`{name}` must contain ids in [0, {upper_name}={upper}), got values in [{low}, {high}]")
 
 
+def check_integer_labels(name: str, labels: torch.Tensor) -> None:
+    """ValueError unless ``labels`` has an integer dtype: class ids, not floats (``1.7`` would silently become class 1)
+    nor booleans. A dtype check, so it runs everywhere."""
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise ValueError(f"`{name}` must be integer class ids (or -100 to ignore a position), got dtype {labels.dtype}")
+
+
 def check_label_range(
     name: str, labels: torch.Tensor, num_classes: int, what: str, ignore_index: int | None = IGNORE_INDEX
 ) -> None:
     """ValueError unless every label is ``ignore_index`` (skipped by the loss; None: no label is skipped) or a class id
     in ``[0, num_classes)``; ``what`` names the config field that sets ``num_classes`` ("num_labels", "vocab_size").
-    Checked only where :func:`checks_values` (eager, CPU)."""
+    The dtype (integer class ids, never floats that a cast would truncate) is checked everywhere, the range only where
+    :func:`checks_values` (eager, CPU)."""
+    check_integer_labels(name, labels)
     if not checks_values(labels):
         return
     valid = labels if ignore_index is None else labels[labels != ignore_index]
@@ -134,14 +164,17 @@ def check_label_range(
 __all__ = [
     "IGNORE_INDEX",
     "PROBLEM_TYPES",
+    "check_batch_shape",
     "check_bool",
     "check_choice",
+    "check_integer_labels",
     "check_label_range",
     "check_positive_float",
     "check_positive_int",
     "check_probability",
     "check_token_id",
     "check_token_ids",
+    "check_token_id_fields",
     "checks_values",
     "eager_cpu",
     "is_tracing",

@@ -139,3 +139,30 @@ def test_losses_and_value_checks_compile_without_graph_breaks_and_equal_eager():
     assert torch.compile(step, fullgraph=True, backend="eager")(hidden, weight, all_ignored).item() == 0.0
     with pytest.raises(ValueError, match="vocab_size=11"):
         step(hidden, weight, labels + 20)  # eager CPU: out-of-range labels are still a clear error
+
+
+def test_float_labels_are_refused_not_truncated():
+    logits = torch.randn(4, 3)
+    with pytest.raises(ValueError, match=r"`labels` must be integer class ids .*torch.float32"):
+        masked_cross_entropy(logits, torch.tensor([0.0, 1.7, 2.0, -100.0]))  # 1.7 would become class 1
+
+
+def test_only_a_plain_linear_head_takes_the_fused_loss(monkeypatch):
+    """The fused backward runs only for an exact ``nn.Linear`` (a subclass may change forward) in eager CPU training;
+    either way the loss and gradients are those of the module + cross-entropy."""
+    import hf_seq.losses as losses
+
+    class Scaled(nn.Linear):
+        def forward(self, x):
+            return 2.0 * super().forward(x)
+
+    hidden, _, _, labels = _inputs(False, seed=5)
+    fused = []
+    original = losses._LinearCrossEntropy.apply
+    monkeypatch.setattr(losses._LinearCrossEntropy, "apply", lambda *a: fused.append(1) or original(*a))
+    for head, expect_fused in ((nn.Linear(D, V).double(), True), (Scaled(D, V).double(), False)):
+        fused.clear()
+        logits, loss = lm_head_and_loss(head, hidden, labels)
+        assert bool(fused) is expect_fused
+        torch.testing.assert_close(loss, F.cross_entropy(head(hidden), labels, ignore_index=-100))
+        torch.testing.assert_close(logits, head(hidden))

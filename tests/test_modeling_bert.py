@@ -413,3 +413,256 @@ def test_trains_one_step_and_loss_decreases():
         losses.append(loss.item())
     assert losses[-1] < losses[0]
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# compiler stack, quantization, the accelerator path
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def with_labels(head: type, batch: dict) -> dict:
+    """``batch`` plus the labels ``head`` trains on (masked-LM labels on a third of the real tokens)."""
+    ids, real = batch["input_ids"], batch["attention_mask"].bool()
+    mlm = torch.where(real & (torch.arange(ids.shape[1]) % 3 == 1), ids, torch.full_like(ids, -100))
+    extra = {
+        BertModel: {},
+        BertForPreTraining: {"labels": mlm, "next_sentence_label": torch.tensor([0, 1, 1])},
+        BertForMaskedLM: {"labels": mlm},
+        BertForSequenceClassification: {"labels": torch.tensor([2, 0, 1])},
+        BertForTokenClassification: {"labels": torch.where(real, ids % 3, torch.full_like(ids, -100))},
+    }[head]
+    return {**batch, **extra}
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda h: h.__name__)
+def test_fullgraph_compiled_training_step_equals_eager(head):
+    """No graph break in a training forward with labels (fullgraph=True); the compiled loss and gradients equal the
+    eager ones. The masked-LM head runs through inductor, the others through aot_eager (inductor is slow to build)."""
+    from compile_checks import assert_compiled_training_step_equals_eager
+
+    torch.manual_seed(0)
+    model = head(tiny_config(num_hidden_layers=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    backend = "inductor" if head is BertForMaskedLM else "aot_eager"
+    assert_compiled_training_step_equals_eager(model, with_labels(head, padded_batch()), backend=backend)
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda h: h.__name__)
+def test_inference_forward_compiles_exports_and_runs_in_onnxruntime(head, tmp_path):
+    from compile_checks import assert_export_and_onnx_match, assert_inference_compiles_without_graph_breaks
+
+    torch.manual_seed(0)
+    model = head(tiny_config(num_hidden_layers=1))
+    assert_inference_compiles_without_graph_breaks(model, padded_batch())
+    assert_export_and_onnx_match(model, padded_batch(), tmp_path)
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda h: h.__name__)
+def test_quantize_dynamic_quantizes_every_projection(head):
+    from compile_checks import assert_quantize_dynamic_covers_every_linear
+
+    torch.manual_seed(0)
+    assert_quantize_dynamic_covers_every_linear(head(tiny_config(num_hidden_layers=1)), padded_batch())
+
+
+def test_accelerator_path_reads_no_value_on_the_host_and_equals_the_cpu_path():
+    """The code an accelerator runs (every eager_cpu() False) has no host read in a pretraining step (forward and
+    backward) or an inference forward, and computes what the CPU fast paths compute."""
+    from compile_checks import HostReads, accelerator_path, gradients
+
+    torch.manual_seed(0)
+    model = BertForPreTraining(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)).train()
+    batch = with_labels(BertForPreTraining, padded_batch())
+
+    def training_step():
+        model.zero_grad(set_to_none=True)
+        loss = model(**batch).loss
+        loss.backward()
+        return loss.detach(), gradients(model)
+
+    with HostReads() as cpu_reads:
+        cpu_loss, cpu_grads = training_step()
+    assert cpu_reads.host_reads  # the CPU fast paths and value checks are there (and detected)
+    inference_batch = padded_batch()
+    with accelerator_path(), HostReads() as reads:
+        loss, grads = training_step()
+        model.eval()
+        with torch.no_grad():
+            model(**inference_batch)
+    assert not reads.host_reads, reads.host_reads
+    assert "native_layer_norm_backward" in reads.ops
+    torch.testing.assert_close(loss, cpu_loss)
+    for name in cpu_grads:
+        torch.testing.assert_close(grads[name], cpu_grads[name], msg=name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# gradient checkpointing, output plumbing, device maps, adapters
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_gradient_checkpointing_same_gradients_less_activation_memory():
+    torch.manual_seed(0)
+    model = BertForMaskedLM(tiny_config(num_hidden_layers=4)).train()  # dropout 0.1: the RNG is replayed
+    batch = with_labels(BertForMaskedLM, padded_batch())
+    storages = {}
+
+    def step():
+        storages.clear()
+
+        def pack(tensor):
+            storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+            return tensor
+
+        torch.manual_seed(7)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            loss = model(**batch).loss
+        loss.backward()
+        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        model.zero_grad(set_to_none=True)
+        return loss.detach(), grads, sum(n for ptr, n in storages.items() if ptr not in params)
+
+    loss, grads, saved = step()
+    model.gradient_checkpointing_enable()
+    assert all(layer.gradient_checkpointing for layer in model.bert.encoder.layers)
+    loss_gc, grads_gc, saved_gc = step()
+    torch.testing.assert_close(loss_gc, loss)
+    for name in grads:
+        torch.testing.assert_close(grads_gc[name], grads[name], msg=name)
+    assert saved_gc < 0.4 * saved, (saved_gc, saved)  # measured 20 %: the embeddings and the head keep theirs
+
+
+def test_trainer_gradient_checkpointing_flag_trains(tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(tiny_config())
+    batch = with_labels(BertForSequenceClassification, padded_batch())
+    rows = [{k: v[i] for k, v in batch.items()} for i in range(3)]
+    args = TrainingArguments(
+        output_dir=str(tmp_path), gradient_checkpointing=True, max_steps=2, per_device_train_batch_size=3,
+        use_cpu=True, report_to=[], save_strategy="no", logging_steps=1, learning_rate=1e-3,
+    )  # fmt: skip
+    before = model.classifier.weight.detach().clone()
+    Trainer(model=model, args=args, train_dataset=rows).train()
+    assert all(layer.gradient_checkpointing for layer in model.bert.encoder.layers)
+    assert not torch.equal(before, model.classifier.weight)
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda h: h.__name__)
+def test_config_level_output_flags_equal_call_level_ones(head):
+    torch.manual_seed(0)
+    model = head(tiny_config(attn_implementation="eager")).eval()  # transformers: output_attentions needs eager
+    batch = padded_batch()
+    with torch.no_grad():
+        called = model(**batch, output_hidden_states=True, output_attentions=True)
+        model.config.output_hidden_states = True
+        model.config.output_attentions = True
+        configured = model(**batch)
+        assert len(configured.hidden_states) == 3 and len(configured.attentions) == 2
+        for name in ("hidden_states", "attentions"):
+            for a, b in zip(configured[name], called[name]):
+                torch.testing.assert_close(a, b)
+        assert model(**batch, output_hidden_states=False).hidden_states is None
+        model.config.return_dict = False
+        as_tuple = model(**batch)
+        assert isinstance(as_tuple, tuple)
+        torch.testing.assert_close(as_tuple[0], configured.to_tuple()[0])
+        assert not isinstance(model(**batch, return_dict=True), tuple)
+
+
+def test_no_split_unit_holds_no_weight_tied_outside_it_and_device_map_auto_loads(tmp_path):
+    """Each module class in ``_no_split_modules`` is a unit FSDP / ``device_map`` may place on its own: none may share
+    a parameter with the rest of the model. A ``BertEmbeddings`` unit would (the masked-LM decoder is tied to the
+    word embedding), so only the encoder block is named."""
+    torch.manual_seed(0)
+    model = BertForPreTraining(tiny_config())
+
+    def units_sharing_weights(class_names) -> list[str]:
+        shared = []
+        for name, module in model.named_modules():
+            if type(module).__name__ in class_names:
+                inside = {id(p) for p in module.parameters()}
+                outside = {id(p) for n, p in model.named_parameters(remove_duplicate=False) if not n.startswith(name)}
+                if inside & outside:
+                    shared.append(name)
+        return shared
+
+    assert set(model._no_split_modules) == {"TransformerEncoderBlock"}
+    assert not units_sharing_weights(model._no_split_modules)
+    assert units_sharing_weights(["BertEmbeddings"]) == ["bert.embeddings"]  # why it is not named
+    model.save_pretrained(tmp_path)
+    loaded = BertForPreTraining.from_pretrained(tmp_path, device_map="auto").eval()
+    assert loaded.cls.predictions.decoder.weight is loaded.bert.embeddings.word_embeddings.weight
+    with torch.no_grad():
+        assert_same_outputs(
+            loaded(**padded_batch()).prediction_logits, model.eval()(**padded_batch()).prediction_logits
+        )
+
+
+def test_lora_adapters_on_the_projections_train():
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    model = BertForMaskedLM(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)).train()
+    batch = with_labels(BertForMaskedLM, padded_batch())
+    base_loss = model(**batch).loss.detach()
+    config = LoraConfig(r=4, target_modules=["qkv_proj", "out_proj", "fc1", "fc2", "decoder"], lora_dropout=0.0)
+    peft_model = get_peft_model(model, config)
+    loss = peft_model(**batch).loss
+    torch.testing.assert_close(loss.detach(), base_loss)  # LoRA starts as the identity (B = 0)
+    loss.backward()
+    trained = {n for n, p in peft_model.named_parameters() if p.grad is not None}
+    assert trained and all("lora_" in n for n in trained)
+    assert any("predictions.decoder.lora_A" in n for n in trained)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# empty batches, float labels, special token ids
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda h: h.__name__)
+@pytest.mark.parametrize("shape", [(0, 12), (3, 0)])
+def test_empty_batches_are_clear_errors(head, shape):
+    model = head(tiny_config()).eval()
+    ids = torch.zeros(shape, dtype=torch.long)
+    with pytest.raises(ValueError, match=rf"`input_ids` must hold at least one sequence.*\({shape[0]}, {shape[1]}\)"):
+        model(input_ids=ids, **{k: v for k, v in with_labels(head, padded_batch()).items() if "label" in k})
+    with pytest.raises(ValueError, match=r"`inputs_embeds` must hold at least one sequence"):
+        model(inputs_embeds=torch.zeros(*shape, 32))
+
+
+@pytest.mark.parametrize(
+    "head, labels",
+    [
+        (BertForTokenClassification, {"labels": torch.full((3, 12), 1.7)}),
+        (BertForSequenceClassification, {"labels": torch.tensor([1.7, 0.0, 2.0])}),
+        (BertForMaskedLM, {"labels": torch.full((3, 12), 1.7)}),
+        (BertForPreTraining, {"next_sentence_label": torch.tensor([1.7, 0.0, 1.0])}),
+        (BertForPreTraining, {"labels": torch.full((3, 12), 1.7)}),
+    ],
+    ids=["token", "sequence", "masked-lm", "next-sentence", "pretraining-mlm"],
+)
+def test_float_class_labels_are_clear_errors_not_truncated(head, labels):
+    model = head(tiny_config(problem_type="single_label_classification")).eval()
+    name = next(iter(labels))
+    with pytest.raises(ValueError, match=rf"`{name}` must be integer"):
+        model(**padded_batch(), **labels)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("vocab_size", "20"),
+        ("hidden_size", "32"),
+        ("bos_token_id", VOCAB),
+        ("eos_token_id", [1, VOCAB + 5]),
+        ("sep_token_id", VOCAB),
+        ("cls_token_id", -1),
+        ("mask_token_id", 1000),
+    ],
+)
+def test_bad_sizes_and_special_token_ids_name_the_field(field, value):
+    with pytest.raises(ValueError, match=f"`{field}` must be"):
+        tiny_config(**{field: value})

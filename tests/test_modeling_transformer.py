@@ -19,6 +19,7 @@ from transformers import (
     GenerationConfig,
     pipeline,
 )
+from transformers.modeling_outputs import Seq2SeqLMOutput
 
 import hf_seq  # noqa: F401  (registers the Auto classes)
 from hf_seq.configuration_transformer import HfSeqTransformerConfig
@@ -619,3 +620,324 @@ def test_cheap_cpu_dropout_keeps_p_and_scaling():
     y.sum().backward()
     assert torch.equal(x.grad != 0, kept)
     assert drop.eval()(x) is x and Dropout(0.0)(x) is x
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# compiler stack, quantization, the accelerator path
+# ---------------------------------------------------------------------------------------------------------------
+
+HEADS = [TransformerForConditionalGeneration, TransformerModel]
+
+
+def _tiny_inputs(head, labels: bool):
+    """A tiny model of ``head`` and a padded batch from the shared test tokenizer (decoder inputs or labels)."""
+    from tiny_models import build_tokenizer, model_inputs, tiny_model
+
+    tokenizer = build_tokenizer()
+    model = tiny_model(head, len(tokenizer))
+    batch = model_inputs(model, tokenizer, labels=labels)
+    assert (batch["attention_mask"] == 0).any()  # padded
+    return model, batch
+
+
+@pytest.mark.parametrize(
+    "head, backend",
+    [(TransformerForConditionalGeneration, "inductor"), (TransformerModel, "aot_eager")],
+    ids=["ForConditionalGeneration-inductor", "Model-aot_eager"],
+)
+def test_fullgraph_compiled_training_step_equals_eager(head, backend):
+    """No graph break in a training forward with labels (fullgraph=True), and the compiled loss and gradients equal
+    the eager ones (eager CPU runs the fused loss and the padding-free encoder feed-forward, compiled the static
+    path)."""
+    from compile_checks import assert_compiled_training_step_equals_eager
+
+    model, batch = _tiny_inputs(head, labels=True)
+    assert_compiled_training_step_equals_eager(model, batch, backend=backend)
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda h: h.__name__)
+def test_inference_forward_compiles_exports_and_runs_in_onnxruntime(head, tmp_path):
+    from compile_checks import assert_export_and_onnx_match, assert_inference_compiles_without_graph_breaks
+
+    model, batch = _tiny_inputs(head, labels=False)
+    masks = {"encoder_last_hidden_state": batch["attention_mask"]}  # padded encoder states: read by nothing
+    assert_inference_compiles_without_graph_breaks(model, batch, masks)  # use_cache from the config: with a cache
+    batch = {**batch, "use_cache": False}  # exported graphs return tensors only
+    assert_export_and_onnx_match(model, batch, tmp_path, masks=masks)
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda h: h.__name__)
+def test_quantize_dynamic_quantizes_every_projection(head):
+    from compile_checks import assert_quantize_dynamic_covers_every_linear
+
+    model, batch = _tiny_inputs(head, labels=False)
+    assert_quantize_dynamic_covers_every_linear(model, {**batch, "use_cache": False})
+
+
+def test_accelerator_path_reads_no_value_on_the_host_and_equals_the_cpu_path():
+    """The code an accelerator runs (every eager_cpu() False) has no host read in a training step (forward and
+    backward) nor in a cached decoding step, and computes what the CPU fast paths compute."""
+    from compile_checks import HostReads, accelerator_path, gradients
+
+    model = random_model().train()
+    src, src_mask = source_batch()
+    labels = torch.tensor([[4, 11, 6, 19, EOS], [13, 22, EOS, -100, -100]])
+
+    def training_step():
+        model.zero_grad(set_to_none=True)
+        loss = model(input_ids=src, attention_mask=src_mask, labels=labels).loss
+        loss.backward()
+        return loss.detach(), gradients(model)
+
+    with HostReads() as cpu_reads:
+        cpu_loss, cpu_grads = training_step()
+    assert any("nonzero" in op for op in cpu_reads.host_reads)  # the CPU fast paths are there (and detected)
+    with accelerator_path(), HostReads() as reads:
+        loss, grads = training_step()
+    assert not reads.host_reads, reads.host_reads
+    assert "native_layer_norm_backward" in reads.ops  # the backward ran under the recorder too
+    torch.testing.assert_close(loss, cpu_loss)
+    for name in cpu_grads:
+        torch.testing.assert_close(grads[name], cpu_grads[name], msg=name)
+
+    model.eval()
+    tgt = torch.tensor([[BOS, 4, 11], [BOS, 13, 22]])
+    with torch.no_grad():
+        full = model(input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt, use_cache=False).logits
+        with accelerator_path():
+            prefix = model(input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt[:, :2], use_cache=True)
+            with HostReads() as reads:
+                step = model(
+                    encoder_outputs=(prefix.encoder_last_hidden_state,),
+                    attention_mask=src_mask,
+                    decoder_input_ids=tgt[:, 2:],
+                    cache=prefix.cache,
+                )
+    assert not reads.host_reads, reads.host_reads
+    torch.testing.assert_close(step.logits[:, 0], full[:, 2], atol=1e-5, rtol=1e-5)
+
+
+def test_decoding_cache_is_written_in_place_not_reallocated_per_step(monkeypatch):
+    """The self-attention cache writes each decoding step into its buffer: 40 steps fit in the first buffer (capacity
+    64), so each layer allocates once, not once per step as ``torch.cat`` would."""
+    model = random_model()
+    src, src_mask = source_batch()
+    buffers, steps = set(), []
+    update = AppendBufferLayer.update
+
+    def record(self, *args, **kwargs):
+        out = update(self, *args, **kwargs)
+        buffers.add(self._key_buffer.data_ptr())
+        steps.append(1)
+        return out
+
+    monkeypatch.setattr(AppendBufferLayer, "update", record)
+    with torch.no_grad():
+        model.generate(input_ids=src, attention_mask=src_mask, max_new_tokens=40, min_new_tokens=40)
+    assert len(steps) == 40 * model.config.decoder_layers
+    assert len(buffers) == model.config.decoder_layers
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# gradient checkpointing, output plumbing, deprecated names, adapters
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _saved_tensor_bytes(model, batch) -> tuple[torch.Tensor, int]:
+    """Loss of a training step and the bytes of the activations autograd saved for its backward (parameters
+    excluded), counted once per storage with ``torch.autograd.graph.saved_tensors_hooks``."""
+    storages = {}
+
+    def pack(tensor):
+        storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        loss = model(**batch).loss
+    loss.backward()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    return loss.detach(), sum(n for ptr, n in storages.items() if ptr not in params)
+
+
+def test_gradient_checkpointing_same_gradients_less_activation_memory():
+    model = random_model(encoder_layers=3, decoder_layers=3, dropout=0.1).train()  # dropout: the RNG is replayed
+    src, src_mask = source_batch()
+    batch = dict(input_ids=src, attention_mask=src_mask, labels=torch.tensor([[4, 11, 6, EOS], [13, 22, EOS, -100]]))
+    assert model.supports_gradient_checkpointing
+    torch.manual_seed(3)
+    loss, saved = _saved_tensor_bytes(model, batch)
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    model.gradient_checkpointing_enable()
+    blocks = [m for m in model.modules() if type(m).__name__.startswith("TransformerDecoderBlock")]
+    assert blocks and all(m.gradient_checkpointing for m in blocks)
+    torch.manual_seed(3)
+    loss_gc, saved_gc = _saved_tensor_bytes(model, batch)
+    torch.testing.assert_close(loss_gc, loss)
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, grads[name], msg=name)
+    assert saved_gc < 0.3 * saved, (saved_gc, saved)  # measured 12 %: only the embeddings and the head keep theirs
+
+
+def test_trainer_gradient_checkpointing_flag_trains(tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    model = random_model().train()
+    src, src_mask = source_batch()
+    rows = [
+        {"input_ids": src[i], "attention_mask": src_mask[i], "labels": torch.tensor([4, 11, EOS, -100])}
+        for i in range(2)
+    ]
+    args = TrainingArguments(
+        output_dir=str(tmp_path), gradient_checkpointing=True, max_steps=2, per_device_train_batch_size=2,
+        use_cpu=True, report_to=[], save_strategy="no", logging_steps=1, learning_rate=1e-3,
+    )  # fmt: skip
+    before = model.lm_head.weight.detach().clone()
+    Trainer(model=model, args=args, train_dataset=rows).train()
+    assert all(m.gradient_checkpointing for m in model.model.encoder.layers)
+    assert not torch.equal(before, model.lm_head.weight)
+
+
+def test_config_level_output_flags_equal_call_level_ones():
+    model = random_model()
+    model.set_attn_implementation("eager")  # transformers refuses config.output_attentions with sdpa
+    src, src_mask = source_batch()
+    inputs = dict(input_ids=src, attention_mask=src_mask, decoder_input_ids=torch.tensor([[BOS, 4], [BOS, 13]]))
+    with torch.no_grad():
+        called = model(**inputs, output_hidden_states=True, output_attentions=True)
+        model.config.output_hidden_states = True
+        model.config.output_attentions = True
+        configured = model(**inputs)
+        assert configured.decoder_hidden_states is not None and len(configured.decoder_hidden_states) == 3
+        for name in ("encoder_hidden_states", "decoder_hidden_states", "encoder_attentions", "cross_attentions"):
+            assert len(configured[name]) == len(called[name])
+            for a, b in zip(configured[name], called[name]):
+                torch.testing.assert_close(a, b)
+        overridden = model(**inputs, output_hidden_states=False, output_attentions=False)
+        assert overridden.decoder_hidden_states is None and overridden.cross_attentions is None
+        model.config.return_dict = False
+        as_tuple = model(**inputs, output_hidden_states=False, output_attentions=False)
+        assert isinstance(as_tuple, tuple)
+        torch.testing.assert_close(as_tuple[0], configured.logits)
+        assert isinstance(model(**inputs, return_dict=True), Seq2SeqLMOutput)
+        encoder_tuple = model.get_encoder()(input_ids=src, attention_mask=src_mask)
+        assert isinstance(encoder_tuple, tuple)
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda h: h.__name__)
+def test_dummy_inputs_run_a_forward(head):
+    model = head(tiny()).eval()
+    assert "decoder_input_ids" in model.dummy_inputs
+    with torch.no_grad():
+        out = model(**model.dummy_inputs)
+    assert out[0].shape[:2] == model.dummy_inputs["decoder_input_ids"].shape
+
+
+def test_past_key_values_is_the_deprecated_name_of_cache():
+    model = random_model()
+    src, src_mask = source_batch()
+    tgt = torch.tensor([[BOS, 4, 11], [BOS, 13, 22]])
+    with torch.no_grad():
+        prefix = dict(input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt[:, :2], use_cache=True)
+        step = dict(input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt[:, 2:])
+        expected = model(**step, cache=model(**prefix).cache).logits
+        with pytest.warns(FutureWarning, match="past_key_values"):
+            got = model(**step, past_key_values=model(**prefix).cache).logits
+        full = model(input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt).logits
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got[:, 0], full[:, 2], atol=1e-5, rtol=1e-5)
+
+
+def test_every_projection_is_a_plain_linear_and_lora_adapters_train():
+    """Adapters (PEFT LoRA on the attention, feed-forward and output projections) and forward hooks act on the
+    plain ``nn.Linear`` layers; the model still generates."""
+    from peft import LoraConfig, get_peft_model
+
+    model = random_model().train()
+    assert all(type(m) is nn.Linear for name, m in model.named_modules() if name.endswith(("_proj", "fc1", "fc2")))
+    src, src_mask = source_batch()
+    labels = torch.tensor([[4, 11, 6, EOS], [13, 22, EOS, -100]])
+    base_loss = model(input_ids=src, attention_mask=src_mask, labels=labels).loss.detach()
+    targets = ["qkv_proj", "q_proj", "kv_proj", "out_proj", "fc1", "fc2", "lm_head"]
+    peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=targets, lora_dropout=0.0))
+    calls = []
+    peft_model.base_model.model.lm_head.register_forward_hook(lambda m, a, out: calls.append(out.shape))
+    loss = peft_model(input_ids=src, attention_mask=src_mask, labels=labels).loss
+    torch.testing.assert_close(loss.detach(), base_loss)  # LoRA starts as the identity (B = 0)
+    loss.backward()
+    trained = {n for n, p in peft_model.named_parameters() if p.grad is not None}
+    assert trained and all("lora_" in n for n in trained)
+    assert any("lm_head.lora_A" in n for n in trained) and any("qkv_proj.lora_B" in n for n in trained)
+    assert calls == [(2, 4, model.config.vocab_size)]
+    with torch.no_grad():
+        out = peft_model.generate(input_ids=src, attention_mask=src_mask, max_new_tokens=4, num_beams=2)
+    assert out.shape == (2, 5)
+
+
+def test_weight_edited_during_another_threads_generate_is_seen_by_later_calls():
+    """``param.data.copy_`` (which does not bump the version counter) while another thread is inside generate():
+    every later generate() decodes with the new weight."""
+    import threading
+
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    model = random_model()
+    edited = random_model(seed=5)
+    src, src_mask = source_batch()
+    kwargs = dict(input_ids=src, attention_mask=src_mask, max_new_tokens=12, min_new_tokens=12)
+    started, release = threading.Event(), threading.Event()
+
+    class Pause(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            started.set()
+            release.wait(30)
+            return scores
+
+    worker = threading.Thread(target=lambda: model.generate(**kwargs, logits_processor=LogitsProcessorList([Pause()])))
+    worker.start()
+    assert started.wait(30)
+    with torch.no_grad():
+        for param, new in zip(model.parameters(), edited.parameters()):
+            param.data.copy_(new.data)
+    release.set()
+    worker.join(30)
+    assert torch.equal(model.generate(**kwargs), edited.generate(**kwargs))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# empty batches, float labels, special token ids
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_empty_batches_and_float_labels_are_clear_errors():
+    model = random_model()
+    src, src_mask = source_batch()
+    empty_rows, empty_positions = src[:0], torch.zeros(3, 0, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"`input_ids` must hold at least one sequence.*\(0, 7\)"):
+        model(input_ids=empty_rows, decoder_input_ids=torch.zeros(0, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"`input_ids` must hold at least one sequence.*\(3, 0\)"):
+        model(input_ids=empty_positions, decoder_input_ids=torch.full((3, 2), BOS))
+    with pytest.raises(ValueError, match=r"`decoder_input_ids` must hold at least one sequence.*\(2, 0\)"):
+        model(input_ids=src, attention_mask=src_mask, decoder_input_ids=torch.zeros(2, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"`labels` must be integer class ids.*float32"):
+        model(input_ids=src, attention_mask=src_mask, labels=torch.tensor([[4.0, 1.7], [5.0, 6.0]]))
+    with pytest.raises(ValueError, match=r"`inputs_embeds` must hold at least one sequence"):
+        model(inputs_embeds=torch.zeros(2, 0, 16), decoder_input_ids=torch.full((2, 1), BOS))
+    with pytest.raises(ValueError, match=r"`decoder_inputs_embeds` must have shape \(batch, length, d_model=16\)"):
+        model(input_ids=src, decoder_inputs_embeds=torch.zeros(2, 3, 8))
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(vocab_size="20"), "vocab_size"),
+        (dict(d_model="16"), "d_model"),
+        (dict(bos_token_id=40), "bos_token_id"),
+        (dict(decoder_start_token_id=-1), "decoder_start_token_id"),
+        (dict(sep_token_id=45), "sep_token_id"),
+        (dict(cls_token_id=99), "cls_token_id"),
+    ],
+)
+def test_bad_sizes_and_special_token_ids_name_the_field(overrides, field):
+    with pytest.raises(ValueError, match=f"`{field}` must be"):
+        tiny(**overrides)

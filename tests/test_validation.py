@@ -7,13 +7,16 @@ import torch
 
 from hf_seq.seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
 from hf_seq.validation import (
+    check_batch_shape,
     check_bool,
     check_choice,
+    check_integer_labels,
     check_label_range,
     check_positive_float,
     check_positive_int,
     check_probability,
     check_token_id,
+    check_token_id_fields,
     check_token_ids,
 )
 
@@ -64,7 +67,12 @@ def test_choice_and_token_id_messages():
 
 def test_token_ids_check():
     check_token_ids("input_ids", torch.tensor([[0, 4]]), 5)
-    check_token_ids("input_ids", torch.zeros(2, 0, dtype=torch.long), 5, batched=True)
+    check_token_ids("input_ids", torch.tensor([[0, 4]]), 5, batched=True)
+    for empty in ((2, 0), (0, 3)):  # no sequence, or sequences without a token: a clear error, not NaN or IndexError
+        with pytest.raises(
+            ValueError, match=rf"`input_ids` must hold at least one sequence.*\({empty[0]}, {empty[1]}\)"
+        ):
+            check_token_ids("input_ids", torch.zeros(empty, dtype=torch.long), 5, batched=True)
     with pytest.raises(
         ValueError, match=r"`input_ids` must contain ids in \[0, vocab_size=5\), got values in \[0, 5\]"
     ):
@@ -75,6 +83,34 @@ def test_token_ids_check():
         check_token_ids("ids", torch.tensor([1, 2, 3]), 5, batched=True)
     with pytest.raises(ValueError, match="`ids` must hold integer token ids, got dtype torch.float32"):
         check_token_ids("ids", torch.tensor([[1.0]]), 5)
+
+
+def test_batch_shape_check():
+    check_batch_shape("inputs_embeds", (1, 1))
+    with pytest.raises(ValueError, match=r"`inputs_embeds` must have shape \(batch, length\), got \(3,\)"):
+        check_batch_shape("inputs_embeds", (3,))
+    with pytest.raises(ValueError, match=r"at least one sequence of at least one token, got shape \(0, 4\)"):
+        check_batch_shape("inputs_embeds", (0, 4))
+
+
+def test_integer_labels_check_runs_everywhere():
+    check_integer_labels("labels", torch.tensor([0, -100]))
+    for bad in (torch.tensor([1.7, 0.0]), torch.tensor([True, False]), torch.tensor([1.0], dtype=torch.bfloat16)):
+        with pytest.raises(ValueError, match=rf"`labels` must be integer class ids .*got dtype {bad.dtype}"):
+            check_integer_labels("labels", bad)
+    with pytest.raises(ValueError, match="`next_sentence_label` must be integer class ids"):
+        check_label_range("next_sentence_label", torch.tensor([1.7]), 2, "2 classes")  # not cast to 1
+
+
+def test_token_id_fields_check_every_special_token():
+    from hf_seq import BertConfig
+
+    config = BertConfig(vocab_size=10, hidden_size=8, num_attention_heads=2, intermediate_size=8)
+    config.sep_token_id, config.eos_token_id = 3, [4, 9]
+    check_token_id_fields(config, 10)
+    config.cls_token_id = 10
+    with pytest.raises(ValueError, match=r"`cls_token_id` must be None or an id in \[0, vocab_size=10\), got 10"):
+        check_token_id_fields(config, 10)
 
 
 def test_label_range_check():
