@@ -18,6 +18,9 @@ torch.set_num_threads(1)  # tiny models: a second thread only adds synchronisati
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# transformers' vendored common-test mixins (imported by tests/test_common_*.py); their files hold no tests to collect
+collect_ignore = ["transformers_common"]
+
 # Tolerance for the outputs of two DIFFERENT model objects with bit-equal weights (reloaded from safetensors, resumed,
 # compiled, in another process): MKL's float kernels round differently for the unaligned memory safetensors maps on
 # some CPUs (2e-10 seen on AMD EPYC). Weights and token sequences are still compared exactly, and so is one object
