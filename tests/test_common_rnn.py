@@ -125,7 +125,10 @@ class RNNModelTest(HfSeqTesterMixin, ModelTesterMixin, GenerationTesterMixin, un
     def setUp(self):
         super().setUp()
         self.model_tester = RNNModelTester(self)
-        self.config_tester = ConfigTester(self, config_class=RNNConfig, common_properties=["hidden_size"])
+        # override: no attention heads in a recurrent model (as transformers' Mamba tests); the other common properties stay
+        self.config_tester = ConfigTester(
+            self, config_class=RNNConfig, common_properties=["hidden_size", "num_hidden_layers"]
+        )
 
     def test_config(self):
         self.config_tester.run_common_tests()

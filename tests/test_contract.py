@@ -163,7 +163,7 @@ COMPILE_BACKENDS = [
 
 
 @pytest.mark.parametrize("backend", COMPILE_BACKENDS)
-@pytest.mark.parametrize("head", HEADS, ids=head_id)
+@pytest.mark.parametrize("head", [*HEADS, *peer_params("BertForMaskedLM")], ids=head_id)
 def test_compiled_training_step_matches_eager(head, backend, tokenizer):
     """``torch.compile(model, fullgraph=True)``: same loss and gradients as eager (rtol 1e-4)."""
     model, inputs = build(head, tokenizer, train=True, labels=True)
