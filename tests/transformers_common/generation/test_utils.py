@@ -247,6 +247,8 @@ class GenerationTesterMixin:
                 )
                 self.assertIsNotNone(first.cache)
                 if config.is_encoder_decoder:
+                    # the whole decoder prefix: generate() puts the start token back in front of a shorter one, so
+                    # the model reads only the tokens its cache has not (generate slices them for key/value caches)
                     rest = model.generate(
                         **prompt,
                         decoder_input_ids=first.sequences,
