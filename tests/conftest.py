@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -17,6 +18,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(1)  # tiny models: a second thread only adds synchronisation; xdist runs 2 workers
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# transformers' vendored common-test mixins (imported by tests/test_common_*.py); their files hold no tests to collect
+collect_ignore = ["transformers_common"]
+
+# transformers' eager-vs-SDPA grid runs 24 dtype/padding variants per family (~70 s here); the fp16/bf16 two thirds
+# run in `make test-all`, the fp32 third stays in the fast suite
+HALF_PRECISION_SDPA_GRID = re.compile(r"test_eager_matches_sdpa_inference_\d+_(fp16|bf16)_")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if HALF_PRECISION_SDPA_GRID.search(item.name):
+            item.add_marker(pytest.mark.slow)
+
 
 # Tolerance for the outputs of two DIFFERENT model objects with bit-equal weights (reloaded from safetensors, resumed,
 # compiled, in another process): MKL's float kernels round differently for the unaligned memory safetensors maps on

@@ -93,6 +93,30 @@ ALL_HEADS = [(family, head) for family, (_, _, heads) in FAMILIES.items() for he
 FIRST_HEADS = [(family, heads[0]) for family, (_, _, heads) in FAMILIES.items()]
 
 
+def registered_heads() -> list[tuple[str, type]]:
+    """Every ``(Auto class name, model class)`` that ``import hf_seq`` registered with transformers' Auto classes.
+
+    Read from the Auto classes themselves, so a newly registered head is included without editing any list here.
+    """
+    import transformers
+
+    found = []
+    for auto_name in sorted(n for n in dir(transformers) if n.startswith("AutoModel")):
+        mapping = getattr(getattr(transformers, auto_name), "_model_mapping", None)
+        for config_cls, model_cls in getattr(mapping, "_extra_content", {}).items():
+            if config_cls.__module__.split(".")[0] == "hf_seq":
+                found.append((auto_name, model_cls))
+    return found
+
+
+def family_of(head: type) -> str:
+    """The :data:`FAMILIES` key of ``head`` (by its config class; KeyError for a family without a tiny config)."""
+    for family, (config_cls, _, _) in FAMILIES.items():
+        if head.config_class is config_cls:
+            return family
+    raise KeyError(f"no tiny config for {head.__name__} (config {head.config_class.__name__}): add it to FAMILIES")
+
+
 def build_tokenizer():
     """A word-level ``PreTrainedTokenizerFast`` over :data:`TEXTS` (specials first, so PAD=0, BOS=2, EOS=3)."""
     from hf_seq.tokenization import build_word_level_tokenizer
@@ -102,8 +126,7 @@ def build_tokenizer():
 
 def tiny_model(head: type, vocab_size: int, seed: int = 0, **overrides):
     """A small ``head`` model (its family's tiny config, 3 labels for the classifiers) in eval mode."""
-    family = next(f for f, (_, _, heads) in FAMILIES.items() if head in heads)
-    config_cls, kwargs, _ = FAMILIES[family]
+    config_cls, kwargs, _ = FAMILIES[family_of(head)]
     if head.__name__.endswith("ForCausalLM"):
         overrides = {"bidirectional": False, **overrides}  # a language model cannot read ahead
     config = config_cls(vocab_size=vocab_size, **{**kwargs, "num_labels": 3, **overrides})
