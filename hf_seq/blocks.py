@@ -116,22 +116,29 @@ class ResidualNorm(nn.Module):
 
 
 def feed_forward_sublayer(
-    residual: ResidualNorm, ffn: FeedForward, x: torch.Tensor, token_rows: torch.Tensor | None = None
+    residual: ResidualNorm,
+    ffn: FeedForward,
+    x: torch.Tensor,
+    token_rows: torch.Tensor | None = None,
+    token_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The position-wise sub-layer ``x → residual.add(x, ffn(residual.normed_input(x)))`` on ``(B, T, d)``.
 
-    With ``token_rows`` (flat indices into ``B * T`` of the real tokens) it runs on those rows only and the padding
-    rows pass through unchanged: the feed-forward network is most of a block's matrix products, and padding rows
-    are never read by a real token (their keys are masked). Their values then differ from a dense computation,
-    as with ``torch.nn.TransformerEncoder``'s padded fast path. ``token_rows`` has a data-dependent length, so the
-    encoder passes it only in eager mode on CPU; everywhere else every row goes through the network.
+    In a padded batch the padding rows pass through unchanged (no real token reads them: their keys are masked), on
+    every path, so eager, compiled and exported models give the same values everywhere:
+
+    * ``token_rows`` (flat indices into ``B * T`` of the real tokens; eager CPU only, its length is data-dependent):
+      the network runs on those rows only — it is most of a block's matrix products;
+    * ``token_mask`` (``(B, T)`` bool, True = real token; compiled, exported, accelerators): every row goes through
+      the network and the padding rows are put back with one ``where`` (static shapes, no host read).
     """
-    if token_rows is None:
-        return residual.add(x, ffn(residual.normed_input(x)))
-    flat = x.reshape(-1, x.shape[-1])  # (B*T, d)
-    rows = flat.index_select(0, token_rows)  # (N_tok, d)
-    rows = residual.add(rows, ffn(residual.normed_input(rows)))
-    return flat.index_copy(0, token_rows, rows).view_as(x)  # (B, T, d)
+    if token_rows is not None:
+        flat = x.reshape(-1, x.shape[-1])  # (B*T, d)
+        rows = flat.index_select(0, token_rows)  # (N_tok, d)
+        rows = residual.add(rows, ffn(residual.normed_input(rows)))
+        return flat.index_copy(0, token_rows, rows).view_as(x)  # (B, T, d)
+    out = residual.add(x, ffn(residual.normed_input(x)))  # (B, T, d)
+    return out if token_mask is None else torch.where(token_mask.unsqueeze(-1), out, x)
 
 
 class TransformerEncoderBlock(GradientCheckpointingLayer):
@@ -163,11 +170,12 @@ class TransformerEncoderBlock(GradientCheckpointingLayer):
         attn_implementation: str = "sdpa",
         output_attentions: bool = False,
         token_rows: torch.Tensor | None = None,
+        token_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``hidden_states`` ``(B, T, d)``, boolean ``attention_mask`` ``(B, 1, 1|T, T)`` → ``(B, T, d)``, weights.
 
-        ``token_rows``: flat indices of the real tokens; the feed-forward sub-layer then skips the padding rows
-        (see :func:`feed_forward_sublayer`).
+        ``token_rows`` (eager CPU) or ``token_mask``: the real tokens; the feed-forward sub-layer leaves the padding
+        rows unchanged (see :func:`feed_forward_sublayer`).
         """
         x = hidden_states
         attn_out, weights = self.self_attn(
@@ -177,7 +185,7 @@ class TransformerEncoderBlock(GradientCheckpointingLayer):
             output_attentions=output_attentions,
         )
         x = self.self_attn_residual.add(x, attn_out)
-        return feed_forward_sublayer(self.ffn_residual, self.ffn, x, token_rows), weights
+        return feed_forward_sublayer(self.ffn_residual, self.ffn, x, token_rows, token_mask), weights
 
 
 class TransformerDecoderBlock(GradientCheckpointingLayer):

@@ -143,8 +143,8 @@ def linear_cross_entropy(
     if needs_grad and eager_cpu(hidden):
         logits, loss = _LinearCrossEntropy.apply(flat_hidden, weight, bias, flat_labels)
         return logits.view(logits_shape), loss
-    logits = F.linear(flat_hidden, weight, bias)  # the plain path: no graph needed, or traced / accelerator
-    return logits.view(logits_shape), masked_cross_entropy(logits, flat_labels)
+    logits = F.linear(flat_hidden, weight, bias).view(logits_shape)  # plain path: no graph needed, traced, accelerator
+    return logits, masked_cross_entropy(logits, flat_labels)  # the loss of the returned tensor (autograd sees it)
 
 
 def lm_head_and_loss(

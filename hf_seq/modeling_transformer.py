@@ -217,9 +217,9 @@ def _final_layer_norm(config: HfSeqTransformerConfig) -> nn.LayerNorm | None:
 class TransformerEncoder(nn.Module):
     """Encoder stack: embeddings → ``encoder_layers`` × (self-attention + FFN) [→ final LayerNorm for pre-LN].
 
-    With padding in ``attention_mask``, in eager mode on CPU, the feed-forward sub-layers run on the real tokens only;
-    the states at padded positions are then not those of a dense computation (no real token and no decoder position
-    ever reads them). Compiled, exported or on an accelerator every position goes through them.
+    With padding in ``attention_mask`` the feed-forward sub-layers leave the padded positions unchanged (no real token
+    and no decoder position ever reads them): in eager mode on CPU they skip those rows, compiled, exported or on an
+    accelerator they compute every row and put the padded ones back, so both give the same states everywhere.
     """
 
     main_input_name = "input_ids"
@@ -254,15 +254,22 @@ class TransformerEncoder(nn.Module):
         hidden = self.embeddings(input_ids, inputs_embeds)  # (B, S, d)
         pad = _padding_only(attention_mask, "attention_mask", hidden.shape[:2])
         mask = make_attention_mask(pad, hidden.shape[1]) if pad is not None else None  # (B, 1, 1, S) or None
-        token_rows = None  # eager CPU: flat indices (N_tok,) of the real tokens, for the padding-free feed-forward
+        token_rows = token_mask = None  # the real tokens, for the feed-forward sub-layers (padding rows pass through)
         if pad is not None and eager_cpu(pad):
-            token_rows = pad.reshape(-1).nonzero().squeeze(1)
+            token_rows = pad.reshape(-1).nonzero().squeeze(1)  # (N_tok,) flat indices: padding rows skipped
+        elif pad is not None:
+            token_mask = pad.bool()  # (B, S): static shapes when traced or on an accelerator
         impl = self.config._attn_implementation or "sdpa"
         all_hidden = (hidden,) if output_hidden_states else None
         all_attn = () if output_attentions else None
         for layer in self.layers:
             hidden, weights = layer(
-                hidden, mask, attn_implementation=impl, output_attentions=output_attentions, token_rows=token_rows
+                hidden,
+                mask,
+                attn_implementation=impl,
+                output_attentions=output_attentions,
+                token_rows=token_rows,
+                token_mask=token_mask,
             )
             if output_hidden_states:
                 all_hidden += (hidden,)

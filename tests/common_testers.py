@@ -1,18 +1,25 @@
-"""What every hf_seq tester adds to transformers' ``ModelTesterMixin`` (tests/transformers_common): one override.
+"""What every hf_seq tester adds to transformers' ``ModelTesterMixin`` (tests/transformers_common): three overrides.
 
 transformers' common tests decide what a head is (which labels to make, which class is the base model, which heads
 shift their labels) from its class-name tables (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` and the like, keyed by
 ``model_type``). A plugin registers its heads with ``AutoModel*.register``, which fills the Auto classes but not those
 name tables, so for the duration of each test :class:`HfSeqTesterMixin` adds hf_seq's registrations to them — what the
-tables would hold if hf_seq were part of transformers. Nothing else about a test changes.
+tables would hold if hf_seq were part of transformers. Two tests check a behaviour hf_seq deliberately differs in;
+their overrides check hf_seq's behaviour instead (each says why).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from unittest import mock
 
+import torch
 import transformers
+from safetensors.torch import save_file
 from tiny_models import registered_heads
+
+import hf_seq.losses
 
 
 class HfSeqTesterMixin:
@@ -29,3 +36,21 @@ class HfSeqTesterMixin:
             patcher = mock.patch.dict(names, extra)
             patcher.start()
             self.addCleanup(patcher.stop)
+
+    def test_model_weights_reload_no_missing_tied_weights(self):
+        # override: the mixin loads a checkpoint none of whose tensors fit the model and expects a random model with
+        # every weight reported missing; hf_seq makes that a clear error instead (tests/test_loading_errors.py)
+        for model_class in self.all_model_classes:
+            config, _ = self.model_tester.prepare_config_and_inputs_for_common()
+            with tempfile.TemporaryDirectory() as folder:
+                model_class(config).save_pretrained(folder)
+                save_file({"tensor": torch.tensor([1, 2])}, os.path.join(folder, "model.safetensors"), {"format": "pt"})
+                with self.assertRaisesRegex(ValueError, f"model_type '{config.model_type}'"):
+                    model_class.from_pretrained(folder)
+
+    def test_encoder_decoder_loss_no_double_shift(self):
+        # override: eager CPU training fuses the output projection with the loss (its value equals the cross-entropy
+        # of the returned logits, tests/test_losses.py), so autograd has no edge from the loss to `logits`; the
+        # mixin's gradient oracle runs on the static path that compiled and accelerator runs take
+        with mock.patch.object(hf_seq.losses, "eager_cpu", lambda tensor: False):
+            super().test_encoder_decoder_loss_no_double_shift()

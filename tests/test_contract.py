@@ -177,8 +177,8 @@ def test_compiled_training_step_matches_eager(head, backend, tokenizer):
     torch._dynamo.reset()
     torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-4, atol=1e-6)
     for (name, param), (_, twin_param) in zip(model.named_parameters(), twin.named_parameters()):
-        if param.grad is None:
-            assert twin_param.grad is None, name
+        if param.grad is None:  # unused in the step (e.g. BertModel's pooler): AOTAutograd may give zeros instead
+            assert twin_param.grad is None or not twin_param.grad.any(), name
             continue
         torch.testing.assert_close(twin_param.grad, param.grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
 

@@ -279,22 +279,28 @@ def test_source_padding_never_changes_a_translation():
 
 @pytest.mark.parametrize("norm_position", ["post", "pre"])
 def test_encoder_feed_forward_skips_padding_with_the_dense_loss_and_gradients(norm_position, monkeypatch):
-    """With source padding the encoder's feed-forward runs on the real tokens only: the loss and every gradient equal
-    a dense run's, the real-token states equal the dense ones, and only the padded states differ."""
+    """With source padding the eager CPU encoder runs its feed-forward on the real tokens only (``token_rows``); the
+    static path of compiled / exported / accelerator runs computes every row and puts the padded ones back
+    (``token_mask``). Both give the same loss, gradients and states, padded positions included; a dense run without
+    either differs only at the padded states."""
     import hf_seq.blocks as blocks
 
     model = random_model(norm_position=norm_position).train()  # dropout 0: deterministic
     src, src_mask = source_batch()
     labels = torch.tensor([[4, 11, 6, 19, EOS], [13, 22, EOS, -100, -100]])
     rows_seen = []
-    sparse_ffn = blocks.feed_forward_sublayer
+    sublayer = blocks.feed_forward_sublayer
 
-    def record(residual, ffn, x, token_rows=None):
+    def record(residual, ffn, x, token_rows=None, token_mask=None):
         rows_seen.append(x.shape[0] * x.shape[1] if token_rows is None else token_rows.numel())
-        return sparse_ffn(residual, ffn, x, token_rows)
+        return sublayer(residual, ffn, x, token_rows, token_mask)
 
-    def dense(residual, ffn, x, token_rows=None):
-        return sparse_ffn(residual, ffn, x, None)
+    def static(residual, ffn, x, token_rows=None, token_mask=None):
+        mask = None if token_rows is None else src_mask.bool()  # the encoder's blocks only get token_rows
+        return sublayer(residual, ffn, x, None, mask)
+
+    def dense(residual, ffn, x, token_rows=None, token_mask=None):
+        return sublayer(residual, ffn, x)
 
     def run(fn):
         monkeypatch.setattr(blocks, "feed_forward_sublayer", fn)
@@ -304,15 +310,18 @@ def test_encoder_feed_forward_skips_padding_with_the_dense_loss_and_gradients(no
         return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
     sparse_out, sparse_grads = run(record)
-    dense_out, dense_grads = run(dense)
     assert rows_seen[:2] == [int(src_mask.sum())] * 2  # the two encoder blocks saw only the 11 real tokens
-    torch.testing.assert_close(sparse_out.loss, dense_out.loss)
-    torch.testing.assert_close(sparse_out.logits, dense_out.logits)
-    assert sparse_grads.keys() == dense_grads.keys()
-    for name in dense_grads:
-        torch.testing.assert_close(sparse_grads[name], dense_grads[name], msg=name)
+    for other_out, other_grads in (run(static), run(dense)):
+        torch.testing.assert_close(sparse_out.loss, other_out.loss)
+        torch.testing.assert_close(sparse_out.logits, other_out.logits)
+        assert sparse_grads.keys() == other_grads.keys()
+        for name in other_grads:
+            torch.testing.assert_close(sparse_grads[name], other_grads[name], msg=name)
     real = src_mask.bool()
-    sparse_states, dense_states = sparse_out.encoder_last_hidden_state, dense_out.encoder_last_hidden_state
+    sparse_states = sparse_out.encoder_last_hidden_state
+    static_states = run(static)[0].encoder_last_hidden_state
+    dense_states = run(dense)[0].encoder_last_hidden_state
+    torch.testing.assert_close(sparse_states, static_states)  # padded positions included
     torch.testing.assert_close(sparse_states[real], dense_states[real])
     assert not torch.allclose(sparse_states[~real], dense_states[~real])
 
