@@ -283,6 +283,13 @@ def test_command_line_is_checked_like_the_recipe(tmp_path):
         train_classifier.TASK, [path, "--model_config", '{"hidden_size": 4}', "--max_steps", "3"]
     )
     assert model_args.model_config == '{"hidden_size": 4}' and training_args.max_steps == 3
+    # the data source as a whole: files on the command line replace the recipe's preset, and the other way round
+    own = str(write_table(tmp_path / "own.csv", ROWS))
+    data_args = parse_args(train_classifier.TASK, [path, "--train_file", own])[1]
+    assert data_args.dataset_name is None and data_args.train_file == own
+    files_recipe = write_recipe(tmp_path, {"train_file": own, "validation_file": own})
+    data_args = parse_args(train_classifier.TASK, [files_recipe, "--dataset_name", "hf_seq/sentiment"])[1]
+    assert data_args.dataset_name == "hf_seq/sentiment" and data_args.train_file is data_args.validation_file is None
 
 
 def test_a_wrong_recipe_stops_before_any_data_is_read(tmp_path, monkeypatch):
@@ -300,6 +307,15 @@ def test_a_wrong_recipe_stops_before_any_data_is_read(tmp_path, monkeypatch):
     with pytest.raises(RecipeError, match="sample_temperatures"):
         train_lm.main([path])
     assert not out.exists()
+
+
+@pytest.mark.parametrize("module", sorted(set(SCRIPTS.values()), key=lambda m: m.__name__), ids=lambda m: m.TASK.name)
+def test_help_lists_the_script_fields_only(module, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(module.TASK, ["--help"])
+    text = capsys.readouterr().out
+    assert exit_info.value.code == 0 and "--dataset_name" in text and "--output_dir" in text
+    assert all(f"--{name} " not in text for name in module.TASK.unused)
 
 
 def test_type_descriptions():

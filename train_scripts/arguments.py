@@ -18,6 +18,7 @@ an unregistered ``model_type`` or a ``model_config`` its config class rejects. E
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import enum
 import json
@@ -133,7 +134,9 @@ class DataArguments:
     test_file: str | None = field(default=None, metadata={"help": "Test data (same formats); evaluated at the end."})
     validation_split_percentage: float | None = field(
         default=5,
-        metadata={"help": "Without a validation split: hold out this % of the training rows (seeded by split_seed)."},
+        metadata={
+            "help": "Without a validation split: hold out this percentage of the training rows (seeded by split_seed)."
+        },
     )
     split_seed: int = field(
         default=42, metadata={"help": "Seed of a preset's fixed split and of validation_split_percentage."}
@@ -401,21 +404,42 @@ def _flags_given(argv: list[str]) -> list[str]:
     return [arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")]
 
 
+DATA_FILES = ("train_file", "validation_file", "test_file")
+
+
+def _data_source_from_command_line(recipe: dict, flags: set[str]) -> dict:
+    """The command line's data source replaces the recipe's: data files given as flags drop the recipe's
+    ``dataset_name`` (and its config), a ``--dataset_name`` drops the recipe's data files."""
+    recipe = dict(recipe)
+    if flags & set(DATA_FILES):
+        recipe.pop("dataset_name", None)
+        recipe.pop("dataset_config_name", None)
+    if "dataset_name" in flags:
+        for key in DATA_FILES:
+            recipe.pop(key, None)
+    return recipe
+
+
 def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
     """``[recipe.json] [--field value ...]`` -> ``(model_args, data_args, task_args, training_args)``, checked.
 
-    The recipe (an optional first argument) sets defaults, flags override them; every key and value is checked
-    (:func:`check_recipe`, :func:`check_arguments`) before the caller reads any data."""
+    The recipe (an optional first argument) sets defaults, flags override them — the data source as a whole: data
+    files on the command line replace the recipe's ``dataset_name`` and the other way round. Every key and value is
+    checked (:func:`check_recipe`, :func:`check_arguments`) before the caller reads any data."""
     argv = list(sys.argv[1:] if argv is None else argv)
     dataclass_types = (ModelArguments, DataArguments, task.arguments, task.training_arguments)
     parser = HfArgumentParser(dataclass_types)
     parser.set_defaults(**task.defaults)
+    for action in parser._actions:
+        if action.dest in task.unused:
+            action.help = argparse.SUPPRESS  # --help lists only what this script reads
     recipe: dict = {}
     recipe_path = None
     if argv and not argv[0].startswith("-"):
         recipe_path = argv.pop(0)
         recipe = read_recipe(recipe_path)
         check_recipe(recipe, task, dataclass_types, f"recipe {recipe_path}")
+        recipe = _data_source_from_command_line(recipe, set(_flags_given(argv)))
         parser.set_defaults(**recipe)
         for action in parser._actions:
             if action.dest in recipe:
