@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from datasets import ClassLabel, Dataset, DatasetDict
+from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 from own_data import write_table
 
 from hf_seq import data as D
@@ -325,3 +325,32 @@ def test_type_descriptions():
     assert describe_type(IntervalStrategy | str) == "one of ['no', 'steps', 'epoch']"
     assert value_matches(3, float) and not value_matches(True, int) and not value_matches(3.0, int)
     assert value_matches(None, int | None) and not value_matches([1, "a"], list[int])
+
+
+def test_export_dataset_writes_files_the_scripts_read_back(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("export_dataset", REPO / "scripts" / "export_dataset.py")
+    export = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(export)
+    features = {"text": Value("string"), "label": ClassLabel(names=["neg", "pos"])}
+    saved = tmp_path / "saved"
+    rows = [{"text": r["text"], "label": int(r["label"] == "pos")} for r in ROWS]
+    DatasetDict(
+        {
+            "train": Dataset.from_list(rows[:15], features=Features(features)),
+            "test": Dataset.from_list(rows[15:], features=Features(features)),
+        }
+    ).save_to_disk(saved)
+    files = export.main([str(saved), str(tmp_path / "csv"), "--columns", "text:review", "label"])
+    back = D.load_data(train_file=files["train"], test_file=files["test"], require_validation=False)
+    assert back["test"].to_dict() == {
+        "review": [r["text"] for r in ROWS[15:]],
+        "label": [r["label"] for r in ROWS[15:]],
+    }
+    files = export.main([str(saved), str(tmp_path / "txt"), "--format", "txt", "--columns", "text"])
+    assert Path(files["train"]).read_text() == "".join(r["text"] + "\n" for r in ROWS[:15])
+    docs = tmp_path / "docs"
+    Dataset.from_dict({"paragraphs": [[["a b", "c d"], ["e f"]], [["g h"]]]}).save_to_disk(docs)
+    files = export.main([str(docs), str(tmp_path / "bert"), "--format", "txt"])
+    assert Path(files["train"]).read_text() == "a b\nc d\ne f\n\ng h\n"  # BERT's format
