@@ -267,6 +267,8 @@ def test_unknown_keys_and_bad_values_fail_up_front(tmp_path, module, recipe, mes
 def test_command_line_is_checked_like_the_recipe(tmp_path):
     with pytest.raises(RecipeError, match=r"command line: --tokens_column_name is not an option of train_lm"):
         parse_args(train_lm.TASK, ["--dataset_name", "hf_seq/ptb", "--tokens_column_name", "words"])
+    with pytest.raises(RecipeError, match=r"--hidden_size is not an option .*--config_overrides hidden_size=VALUE"):
+        parse_args(train_lm.TASK, ["--dataset_name", "hf_seq/ptb", "--hidden_size", "8"])
     with pytest.raises(RecipeError, match="needs data"):
         parse_args(train_classifier.TASK, ["--output_dir", str(tmp_path)])
     with pytest.raises(RecipeError, match="either `dataset_name`"):

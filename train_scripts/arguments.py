@@ -337,7 +337,7 @@ def _field_types(dataclass_types) -> dict[str, Any]:
 
 
 def _owner_hint(key: str, task: Task) -> str:
-    """Which other script reads ``key``, or that it is a model-config field: a hint for an unknown key."""
+    """Which other script reads ``key``: a hint for an unknown key."""
     from train_scripts.cli import TASKS  # lazily: every script module
 
     for name, module_name in TASKS.items():
@@ -358,8 +358,8 @@ def _task_of(module_name: str) -> Task | None:
         return None
 
 
-def _config_field_hint(key: str, recipe: dict, task: Task) -> str:
-    model_type = recipe.get("model_type") or task.defaults.get("model_type")
+def _config_field_hint(key: str, model_type: Any, task: Task) -> str:
+    model_type = model_type or task.defaults.get("model_type")
     if not isinstance(model_type, str):
         return ""
     try:
@@ -375,23 +375,26 @@ def _config_field_hint(key: str, recipe: dict, task: Task) -> str:
     return ""
 
 
+def _unknown_key(key: str, task: Task, known: list[str], model_type: Any) -> str:
+    """Why ``key`` is unknown: a field of the model config, an option of another script, or a near miss."""
+    close = difflib.get_close_matches(key, known, n=1)
+    return (
+        _config_field_hint(key, model_type, task)
+        or _owner_hint(key, task)
+        or (f" (did you mean `{close[0]}`?)" if close else "")
+    )
+
+
 def check_recipe(recipe: dict, task: Task, dataclass_types: tuple, where: str) -> None:
     """Unknown keys and values of the wrong type, each error naming ``where`` (the recipe file), the key and the
     expected type."""
     types_by_key = _field_types(dataclass_types)
+    known = sorted(k for k in types_by_key if k not in task.unused)
     for key, value in recipe.items():
-        if key not in types_by_key or key in task.unused:
-            known = sorted(k for k in types_by_key if k not in task.unused)
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = (
-                _config_field_hint(key, recipe, task)
-                or _owner_hint(key, task)
-                or (f" (did you mean `{close[0]}`?)" if close else "")
-            )
+        if key not in known:
+            hint = _unknown_key(key, task, known, recipe.get("model_type"))
             raise RecipeError(f"{where}: unknown key `{key}` for {task.name}{hint}")
-        if key == "model_config" and not isinstance(
-            value, (dict, type(None))
-        ):  # a JSON string only on the command line
+        if key == "model_config" and isinstance(value, str):  # a JSON string is for the command line only
             raise RecipeError(f"{where}: `model_config` must be a JSON object, got {json.dumps(value)}")
         if not value_matches(value, types_by_key[key]):
             raise RecipeError(
@@ -445,8 +448,10 @@ def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
             if action.dest in recipe:
                 action.required = False
     flags = set(_flags_given(argv))
-    for flag in sorted(flags & task.unused):
-        raise RecipeError(f"command line: --{flag} is not an option of {task.name}")
+    known = sorted(k for k in _field_types(dataclass_types) if k not in task.unused)
+    for flag in sorted(flags - set(known) - {"help"}):
+        hint = _unknown_key(flag, task, known, recipe.get("model_type"))
+        raise RecipeError(f"command line: --{flag} is not an option of {task.name}{hint}")
     where = f"recipe {recipe_path} with the command line" if recipe_path else "command line"
     try:
         model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
