@@ -287,8 +287,12 @@ def test_command_line_is_checked_like_the_recipe(tmp_path):
     assert model_args.model_config == '{"hidden_size": 4}' and training_args.max_steps == 3
     # the data source as a whole: files on the command line replace the recipe's preset, and the other way round
     own = str(write_table(tmp_path / "own.csv", ROWS))
+    path = write_recipe(tmp_path, {"dataset_name": "hf_seq/sentiment", "text_column_name": "snippet"})
     data_args = parse_args(train_classifier.TASK, [path, "--train_file", own])[1]
     assert data_args.dataset_name is None and data_args.train_file == own
+    assert data_args.text_column_name == "text"  # the recipe's column names went with its data set
+    data_args = parse_args(train_classifier.TASK, [path, "--train_file", own, "--text_column_name", "body"])[1]
+    assert data_args.text_column_name == "body"
     files_recipe = write_recipe(tmp_path, {"train_file": own, "validation_file": own})
     data_args = parse_args(train_classifier.TASK, [files_recipe, "--dataset_name", "hf_seq/sentiment"])[1]
     assert data_args.dataset_name == "hf_seq/sentiment" and data_args.train_file is data_args.validation_file is None

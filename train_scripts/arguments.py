@@ -408,17 +408,23 @@ def _flags_given(argv: list[str]) -> list[str]:
 
 
 DATA_FILES = ("train_file", "validation_file", "test_file")
+COLUMN_NAMES = ("text_column_name", "label_column_name", "tokens_column_name", "tags_column_name")
 
 
 def _data_source_from_command_line(recipe: dict, flags: set[str]) -> dict:
-    """The command line's data source replaces the recipe's: data files given as flags drop the recipe's
-    ``dataset_name`` (and its config), a ``--dataset_name`` drops the recipe's data files."""
+    """The command line's data source replaces the recipe's as a whole: data files given as flags drop the recipe's
+    ``dataset_name`` (and its config), a ``--dataset_name`` drops the recipe's data files, and either drops the
+    recipe's column names (they name the recipe's data; the script's defaults or the given flags apply)."""
     recipe = dict(recipe)
-    if flags & set(DATA_FILES):
+    files, name = bool(flags & set(DATA_FILES)), "dataset_name" in flags
+    if files:
         recipe.pop("dataset_name", None)
         recipe.pop("dataset_config_name", None)
-    if "dataset_name" in flags:
+    if name:
         for key in DATA_FILES:
+            recipe.pop(key, None)
+    if files or name:
+        for key in COLUMN_NAMES:
             recipe.pop(key, None)
     return recipe
 

@@ -1,7 +1,7 @@
 """Pretrain a (small) BERT with masked-LM + next-sentence prediction, evaluated on held-out documents.
 
     python train_scripts/pretrain_bert.py configs/bert_pretrain_brown.json [--field value ...]
-    python train_scripts/pretrain_bert.py configs/bert_pretrain_brown.json --dataset_name '' \
+    python train_scripts/pretrain_bert.py configs/bert_pretrain_brown.json \
         --train_file corpus.txt --output_dir runs/my-bert        # 5% of the documents held out for validation
     python train_scripts/pretrain_bert.py configs/bert_pretrain_brown.json \
         --model_name_or_path runs/bert-pretrain-brown --max_seq_length 256   # continue, longer pairs

@@ -2,7 +2,7 @@
 notes by default, any registered ``model_type`` (e.g. ``hf_seq_bert``) or a saved folder (``model_name_or_path``).
 
     python train_scripts/train_classifier.py configs/sentiment_bilstm.json [--num_train_epochs 3 ...]
-    python train_scripts/train_classifier.py configs/sentiment_bilstm.json --dataset_name '' \
+    python train_scripts/train_classifier.py configs/sentiment_bilstm.json \
         --train_file reviews.csv --validation_file dev.csv --test_file test.csv \
         --text_column_name review --label_column_name stars --output_dir runs/reviews
     hf-seq-train classifier configs/sentiment_bilstm.json                      # the same, after `pip install`

@@ -3,7 +3,7 @@ Shakespeare, a word-level LSTM on the Penn Treebank, or either on your own text.
 
     python train_scripts/train_lm.py configs/lm_char_shakespeare.json [--max_train_minutes 10 ...]
     python train_scripts/train_lm.py configs/lm_word_ptb.json
-    python train_scripts/train_lm.py configs/lm_char_shakespeare.json --dataset_name '' --train_file my_text.txt \
+    python train_scripts/train_lm.py configs/lm_char_shakespeare.json --train_file my_text.txt \
         --output_dir runs/my_char_lm          # 5% of the lines held out for validation (validation_split_percentage)
     hf-seq-train lm configs/lm_char_shakespeare.json
     accelerate launch train_scripts/train_lm.py configs/lm_char_shakespeare.json

@@ -2,7 +2,7 @@
 recurrent tagger of the notes by default, any registered ``model_type`` or a saved folder (``model_name_or_path``).
 
     python train_scripts/train_tagger.py configs/pos_bilstm.json [--num_train_epochs 2 ...]
-    python train_scripts/train_tagger.py configs/pos_bilstm.json --dataset_name '' --train_file train.jsonl \\
+    python train_scripts/train_tagger.py configs/pos_bilstm.json --train_file train.jsonl \\
         --validation_file dev.jsonl --test_file test.jsonl --tags_column_name pos --output_dir runs/my_tagger
     hf-seq-train tagger configs/pos_bilstm.json
     torchrun --nproc_per_node 2 train_scripts/train_tagger.py configs/pos_bilstm.json

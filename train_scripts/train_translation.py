@@ -1,7 +1,7 @@
 """Train a translation model (any registered seq2seq ``model_type``) with ``Seq2SeqTrainer``.
 
     python train_scripts/train_translation.py configs/translation_rnn_additive.json [--flag value ...]
-    python train_scripts/train_translation.py configs/translation_transformer.json --dataset_name '' \
+    python train_scripts/train_translation.py configs/translation_transformer.json \
         --train_file pairs.jsonl --source_lang en --target_lang fr --output_dir runs/en-fr
     hf-seq-train translation configs/translation_transformer.json
     accelerate launch train_scripts/train_translation.py configs/translation_rnn_additive.json

@@ -1,7 +1,7 @@
 """Pretrain word vectors (skip-gram with negative sampling, word2vec) on unlabelled text.
 
     python train_scripts/train_word_vectors.py configs/word_vectors_skipgram.json [--dim 64 ...]
-    python train_scripts/train_word_vectors.py configs/word_vectors_skipgram.json --dataset_name '' \
+    python train_scripts/train_word_vectors.py configs/word_vectors_skipgram.json \
         --train_file my_corpus.txt --output_dir runs/my_vectors
     hf-seq-train word_vectors configs/word_vectors_skipgram.json
 
