@@ -45,22 +45,25 @@ from datasets import Sequence as SequenceFeature
 
 __all__ = [
     "BROWN_COARSE_TAGS",
-    "brown_coarse_tag",
-    "clean_sword_markup",
-    "data_dir",
     "DATASET_PRESETS",
     "DATA_FILE_EXTENSIONS",
     "DataError",
     "DatasetPreset",
+    "brown_coarse_tag",
+    "check_data_file",
+    "clean_sword_markup",
+    "data_dir",
+    "hold_out_validation",
     "load_brown",
     "load_brown_documents",
     "load_data",
     "load_preset",
-    "register_dataset_preset",
     "load_ptb",
     "load_sentiment",
     "load_shakespeare",
     "load_translation",
+    "register_dataset_preset",
+    "split_source",
 ]
 
 SPLITS = ("train", "validation", "test")
