@@ -94,6 +94,7 @@ TASK = Task(
             "max_target_length",
             "validation_file",
             "test_file",
+            "validation_split_percentage",
             "max_eval_samples",
             "max_predict_samples",
             "max_train_cpu_minutes",
