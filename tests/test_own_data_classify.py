@@ -240,3 +240,24 @@ def test_hf_seq_train_entry_point(tmp_path, capsys):
     results = json.loads((out / "results.json").read_text())
     assert results["command"].startswith("hf-seq-train classifier --train_file ")
     assert results["command"] in (out / "README.md").read_text()
+
+
+def test_pretrain_bert_continues_a_transformers_checkpoint(tmp_path, transformers_bert):
+    from own_data import documents
+
+    from hf_seq.modeling_bert import convert_transformers_bert_state_dict
+    from train_scripts import pretrain_bert
+
+    folder, source = transformers_bert
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join("\n".join(doc) for doc in documents(8, sentences=6)) + "\n")
+    out = tmp_path / "continued"
+    results = pretrain_bert.main(
+        ["--train_file", str(corpus), "--model_name_or_path", str(folder), "--learning_rate", "0"]
+        + ["--max_seq_length", "32", "--validation_split_percentage", "25", *FAST, "--output_dir", str(out)]
+    )
+    saved = load_file(out / "model.safetensors")
+    expected = convert_transformers_bert_state_dict(source.state_dict(), source.config.num_hidden_layers)
+    shared = [k for k in expected if k in saved]
+    assert len(shared) > 10 and all(torch.equal(saved[k], expected[k]) for k in shared)
+    assert results["model_name_or_path"] == str(folder) and results["pairs"]["validation"] > 0
