@@ -186,7 +186,7 @@ def matmul_rate(timer: Timer, device: torch.device, tiny: bool) -> float:
 
 def transformer_pair(size: dict, device: torch.device) -> tuple[nn.Module, nn.Module]:
     """hf_seq Transformer and Marian with identical sizes (post-LN, ReLU, sinusoidal positions, tied embeddings)."""
-    ours = hf_seq.TransformerConfig(
+    ours = hf_seq.HfSeqTransformerConfig(
         vocab_size=size["V"],
         d_model=size["d"],
         encoder_layers=size["L"],
@@ -308,7 +308,7 @@ class BareLSTMLM(nn.Module):
 
 def lstm_pair(size: dict, device: torch.device) -> tuple[nn.Module, nn.Module]:
     """hf_seq's RNNForCausalLM and the bare model with the same weights."""
-    config = hf_seq.RNNConfig(
+    config = hf_seq.HfSeqRNNConfig(
         vocab_size=size["V"],
         embedding_size=size["H"],
         hidden_size=size["H"],
@@ -336,7 +336,7 @@ def lstm_pair(size: dict, device: torch.device) -> tuple[nn.Module, nn.Module]:
 
 
 def rnn_seq2seq_model(size: dict, device: torch.device) -> nn.Module:
-    config = hf_seq.RNNSeq2SeqConfig(
+    config = hf_seq.HfSeqRNNSeq2SeqConfig(
         vocab_size=size["V"],
         embedding_size=size["H"],
         hidden_size=size["H"],

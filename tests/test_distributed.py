@@ -18,7 +18,6 @@ import torch
 from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "train_scripts"))
 
 STEPS = 4
 COMMON = [
@@ -26,6 +25,8 @@ COMMON = [
     "--max_train_samples",
     "64",
     "--max_eval_samples",
+    "16",
+    "--max_predict_samples",
     "16",
     "--max_steps",
     str(STEPS),
@@ -41,10 +42,8 @@ COMMON = [
     "false",
     "--train_sampling_strategy",
     "random",
-    "--hidden_size",
-    "8",
-    "--embedding_size",
-    "8",
+    "--config_overrides",
+    "hidden_size=8,embedding_size=8",
     "--learning_rate",
     "0.01",
     "--disable_tqdm",
@@ -86,7 +85,7 @@ def test_two_processes_log_the_same_losses_as_one_process_on_the_same_global_bat
     ]
     ddp = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
-    import train_classifier  # the single-process reference runs here meanwhile
+    from train_scripts import train_classifier  # the single-process reference runs here meanwhile
 
     train_classifier.main([*COMMON, "--output_dir", str(single_dir), "--per_device_train_batch_size", "8"])
     log, _ = ddp.communicate(timeout=600)
@@ -150,8 +149,6 @@ def test_torchrun_two_processes_of_train_lm_share_the_work_and_write_one_card(tm
         "--master_port",
         str(free_port()),
         str(ROOT / "train_scripts/train_lm.py"),
-        "--corpus",
-        "text",
         "--level",
         "char",
         "--train_file",
@@ -162,10 +159,8 @@ def test_torchrun_two_processes_of_train_lm_share_the_work_and_write_one_card(tm
         files[2],
         "--output_dir",
         str(out),
-        "--hidden_size",
-        "8",
-        "--embedding_size",
-        "8",
+        "--model_config",
+        '{"hidden_size": 8, "embedding_size": 8}',
         "--segment_length",
         "16",
         "--per_device_train_batch_size",

@@ -391,18 +391,18 @@ def test_model_card_has_metadata_architecture_data_metrics_command_and_use():
 
 @pytest.mark.data
 def test_train_scripts_write_a_model_card_beside_the_model(tmp_path):
-    import sys
     from pathlib import Path
 
+    from train_scripts import train_classifier, train_tagger
+
     root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root / "train_scripts"))
-    import train_classifier
-    import train_tagger
 
     tiny = [
         "--max_train_samples",
         "32",
         "--max_eval_samples",
+        "16",
+        "--max_predict_samples",
         "16",
         "--max_steps",
         "2",
@@ -412,10 +412,8 @@ def test_train_scripts_write_a_model_card_beside_the_model(tmp_path):
         "no",
         "--load_best_model_at_end",
         "false",
-        "--hidden_size",
-        "8",
-        "--embedding_size",
-        "8",
+        "--config_overrides",
+        "hidden_size=8,embedding_size=8",
         "--report_to",
         "none",
     ]
@@ -423,7 +421,7 @@ def test_train_scripts_write_a_model_card_beside_the_model(tmp_path):
         (train_classifier, "configs/sentiment_bilstm.json", "text-classification", "Rotten Tomatoes", "test_accuracy"),
         (train_tagger, "configs/pos_bilstm.json", "token-classification", "Brown corpus", "test_oov_rate"),
     ):
-        out = tmp_path / module.__name__
+        out = tmp_path / module.__name__.rsplit(".", 1)[1]
         argv = [str(root / recipe), "--output_dir", str(out), *tiny]
         results = module.main(argv)
         card = (out / "README.md").read_text()

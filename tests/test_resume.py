@@ -16,8 +16,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from train_scripts import common, train_classifier
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "train_scripts"))
 
 pytestmark = pytest.mark.data
 
@@ -27,6 +28,8 @@ COMMON = [
     "--max_train_samples",
     "48",
     "--max_eval_samples",
+    "8",
+    "--max_predict_samples",
     "8",
     "--per_device_train_batch_size",
     "4",
@@ -44,12 +47,8 @@ COMMON = [
     "false",
     "--logging_steps",
     "4",
-    "--hidden_size",
-    "8",
-    "--embedding_size",
-    "8",
-    "--dropout",
-    "0.3",
+    "--config_overrides",
+    "hidden_size=8,embedding_size=8,dropout=0.3",
     "--word_dropout",
     "0.5",
     "--disable_tqdm",
@@ -85,7 +84,7 @@ KILLER = textwrap.dedent(
                 os.kill(os.getpid(), signal.SIGKILL)
         transformers.Trainer.save_model = save_model
     sys.argv = sys.argv[3:]
-    sys.path.insert(0, os.path.dirname(sys.argv[0]))  # as `python train_scripts/x.py` would
+    sys.path.insert(0, os.path.dirname(sys.argv[0]))  # as `python train_scripts/x.py` would (PYTHONPATH: the root)
     runpy.run_path(sys.argv[0], run_name="__main__")
     """
 )
@@ -111,17 +110,12 @@ def assert_same_weights(a: dict, b: dict) -> None:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> Path:
-    import train_classifier
-
     out = tmp_path_factory.mktemp("resume") / "uninterrupted"
     train_classifier.main([*COMMON, "--output_dir", str(out)])
     return out
 
 
 def test_sigkill_mid_epoch_then_resume_equals_uninterrupted_run(uninterrupted, tmp_path):
-    import common
-    import train_classifier
-
     out = tmp_path / "killed"
     run_killed("step", 13, [*COMMON, "--output_dir", str(out)])  # dies in step 14 (epoch 2), checkpoint-8 exists
     assert common.checkpoint_is_complete(out / "checkpoint-8")
@@ -137,9 +131,6 @@ def test_sigkill_mid_epoch_then_resume_equals_uninterrupted_run(uninterrupted, t
 
 
 def test_kill_while_writing_a_checkpoint_resumes_from_the_last_complete_one(uninterrupted, tmp_path):
-    import common
-    import train_classifier
-
     out = tmp_path / "killed_in_save"
     run_killed("checkpoint", 16, [*COMMON, "--output_dir", str(out)])
     partial = out / "checkpoint-16"
@@ -157,8 +148,6 @@ def test_kill_during_the_final_save_keeps_the_previous_model_intact(uninterrupte
     """The final save goes through a staging folder: killed before the move, the folder still holds the previous
     complete model (no truncated file); the next run cleans the staging folder up."""
     import shutil
-
-    import train_classifier
 
     out = tmp_path / "final"
     shutil.copytree(uninterrupted, out)

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "train_scripts"))
-
-import common  # noqa: E402
+from train_scripts import common
 
 
 class FakeClock:

@@ -11,25 +11,23 @@ import pytest
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import hf_seq  # noqa: F401  (registers the hf_seq classes with the Auto classes)
+from train_scripts import finetune_bert, pretrain_bert
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "train_scripts"))
 
-TINY = ["--hidden_size", "16", "--num_hidden_layers", "1", "--num_attention_heads", "2", "--intermediate_size", "32"]
+TINY = ["--config_overrides", "hidden_size=16,num_hidden_layers=1,num_attention_heads=2,intermediate_size=32"]
 
 
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory) -> tuple[Path, dict]:
-    import pretrain_bert
-
     out = tmp_path_factory.mktemp("bert") / "pretrain"
     results = pretrain_bert.main(
         [
             str(REPO / "configs" / "bert_pretrain_brown.json"),
             *TINY,
-            "--vocab_size",
+            "--tokenizer_vocab_size",
             "400",
-            "--max_length",
+            "--max_seq_length",
             "32",
             "--output_dir",
             str(out),
@@ -41,7 +39,7 @@ def pretrained(tmp_path_factory) -> tuple[Path, dict]:
             "0",
             "--eval_strategy",
             "no",
-            "--max_eval_examples",
+            "--max_eval_samples",
             "8",
             "--per_device_eval_batch_size",
             "256",
@@ -75,16 +73,14 @@ def test_pretrain_bert_writes_results_model_and_card(pretrained):
 
 @pytest.mark.data
 def test_pretrain_bert_continues_at_a_longer_length_by_growing_the_position_table(pretrained, tmp_path):
-    import pretrain_bert
-
     pretrain_dir, _ = pretrained
     out = tmp_path / "longer"
     results = pretrain_bert.main(
         [
             str(REPO / "configs" / "bert_pretrain_brown.json"),
-            "--init_from",
+            "--model_name_or_path",
             str(pretrain_dir),
-            "--max_length",
+            "--max_seq_length",
             "48",
             "--output_dir",
             str(out),
@@ -96,7 +92,7 @@ def test_pretrain_bert_continues_at_a_longer_length_by_growing_the_position_tabl
             "0",
             "--eval_strategy",
             "no",
-            "--max_eval_examples",
+            "--max_eval_samples",
             "8",
             "--per_device_eval_batch_size",
             "256",
@@ -111,15 +107,13 @@ def test_pretrain_bert_continues_at_a_longer_length_by_growing_the_position_tabl
 
 @pytest.mark.data
 def test_pretrain_bert_eval_only_evaluates_the_folder_with_several_pairs_per_anchor(pretrained, tmp_path):
-    import pretrain_bert
-
     pretrain_dir, first = pretrained
     out = tmp_path / "eval"
     args = [
         str(REPO / "configs" / "bert_pretrain_brown.json"),
-        "--init_from",
+        "--model_name_or_path",
         str(pretrain_dir),
-        "--max_length",
+        "--max_seq_length",
         "32",
         "--output_dir",
         str(out),
@@ -142,14 +136,12 @@ def test_pretrain_bert_eval_only_evaluates_the_folder_with_several_pairs_per_anc
 
 @pytest.mark.data
 def test_finetune_bert_from_the_pretrained_folder_writes_results_and_card(pretrained, tmp_path):
-    import finetune_bert
-
     pretrain_dir, _ = pretrained
     out = tmp_path / "sentiment"
     results = finetune_bert.main(
         [
             str(REPO / "configs" / "bert_finetune_sentiment.json"),
-            "--init_from",
+            "--model_name_or_path",
             str(pretrain_dir),
             "--output_dir",
             str(out),
@@ -157,7 +149,9 @@ def test_finetune_bert_from_the_pretrained_folder_writes_results_and_card(pretra
             "16",
             "--max_eval_samples",
             "8",
-            "--max_length",
+            "--max_predict_samples",
+            "8",
+            "--max_seq_length",
             "32",
             "--max_steps",
             "2",
@@ -185,7 +179,7 @@ def test_finetune_bert_from_the_pretrained_folder_writes_results_and_card(pretra
     card = (out / "README.md").read_text()
     assert "BertForSequenceClassification" in card
     assert "Rotten Tomatoes" in card and "load_sentiment" in card and "16 / 8 / 8" in card
-    assert f"pre-trained encoder in `{pretrain_dir}`" in card
+    assert f"Fine-tuned from `{pretrain_dir}`" in card
     assert saved["command"] in card
     assert str(round(saved["test_accuracy"], 4)) in card
 

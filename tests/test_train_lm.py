@@ -4,7 +4,6 @@ text files (results, samples, saved folder usable through Auto classes and pipel
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,11 +11,10 @@ import torch
 from transformers import AutoModelForCausalLM, pipeline
 
 from hf_seq.collators import LMWindowDataset
+from train_scripts import train_lm
+from train_scripts.arguments import ModelArguments, parse_args
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT / "train_scripts"))
-
-import train_lm  # noqa: E402
 
 TEXT = (
     "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate:\n"
@@ -43,19 +41,19 @@ def test_windows_follow_segment_and_stride():
 
 
 def test_token_streams_char_and_word():
-    char_args = train_lm.DataArguments(level="char")
+    char_args = train_lm.LMArguments(level="char")
     tokenizer = train_lm.build_tokenizer(char_args, [TEXT])
     stream = train_lm.token_stream([TEXT[:50], "Zebra"], tokenizer, "char")
     expected = tokenizer(TEXT[:50] + "Zebra", add_special_tokens=False)["input_ids"]
     assert stream.tolist() == expected  # fast path == the tokenizer itself ('Z' is unknown: [UNK])
     assert tokenizer.decode(stream[:50]) == TEXT[:50]
-    word_args = train_lm.DataArguments(level="word", max_vocab_size=10)
-    words = train_lm.build_tokenizer(word_args, ["a b c a <unk> a b", "d e f"])
+    word_args = train_lm.LMArguments(level="word")
+    words = train_lm.build_tokenizer(word_args, ["a b c a <unk> a b", "d e f"], ModelArguments(tokenizer_vocab_size=10))
     stream = train_lm.token_stream(["a <unk> zzz", "b"], words, "word")
     eos, unk = words.eos_token_id, words.unk_token_id
     assert stream.tolist() == [words.convert_tokens_to_ids("a"), unk, unk, eos, words.convert_tokens_to_ids("b"), eos]
     with pytest.raises(ValueError, match="level"):
-        train_lm.build_tokenizer(train_lm.DataArguments(level="byte"), [TEXT])
+        train_lm.LMArguments(level="byte")
 
 
 def write_corpus(tmp_path: Path) -> list[str]:
@@ -70,8 +68,6 @@ def write_corpus(tmp_path: Path) -> list[str]:
 def run_args(tmp_path: Path, *extra: str) -> list[str]:
     train, valid, test = write_corpus(tmp_path)
     return [
-        "--corpus",
-        "text",
         "--level",
         "char",
         "--train_file",
@@ -82,10 +78,6 @@ def run_args(tmp_path: Path, *extra: str) -> list[str]:
         test,
         "--output_dir",
         str(tmp_path / "run"),
-        "--hidden_size",
-        "16",
-        "--embedding_size",
-        "8",
         "--segment_length",
         "24",
         "--stride",
@@ -113,7 +105,11 @@ def run_args(tmp_path: Path, *extra: str) -> list[str]:
 
 
 def test_end_to_end_tiny_run(tmp_path):
-    results = train_lm.main(run_args(tmp_path, "--max_steps", "30", "--cell", "lstm"))
+    results = train_lm.main(
+        run_args(
+            tmp_path, "--max_steps", "30", "--model_config", '{"cell": "lstm", "hidden_size": 16, "embedding_size": 8}'
+        )
+    )
     out = tmp_path / "run"
     saved = json.loads((out / "results.json").read_text())
     assert saved["train_steps"] == 30
@@ -152,8 +148,8 @@ def test_cpu_time_budget_stops_training_and_one_hot_recipe(tmp_path):
             "100000",
             "--max_train_cpu_minutes",
             "0.0001",
-            "--input_encoding",
-            "one_hot",
+            "--model_config",
+            '{"input_encoding": "one_hot", "hidden_size": 16}',
             "--eval_windows",
             "false",
         )
@@ -169,7 +165,7 @@ def test_ptb_vocabulary_keeps_unk():
     from hf_seq.data import load_ptb
 
     lines = list(load_ptb()["train"]["text"])
-    tokenizer = train_lm.build_tokenizer(train_lm.DataArguments(corpus="ptb", level="word"), lines)
+    tokenizer = train_lm.build_tokenizer(train_lm.LMArguments(level="word"), lines)
     assert len(tokenizer) == 10001  # Mikolov's 10k vocabulary (9,999 words with <unk>, + <eos>) + <pad>
     stream = train_lm.token_stream(lines[:200], tokenizer, "word")
     assert int((stream == tokenizer.unk_token_id).sum()) == sum(line.split().count("<unk>") for line in lines[:200])
@@ -177,18 +173,12 @@ def test_ptb_vocabulary_keeps_unk():
 
 @pytest.mark.parametrize("recipe", sorted((REPO_ROOT / "configs").glob("lm_*.json")), ids=lambda p: p.stem)
 def test_recipes_parse_and_build_their_model(recipe):
-    from common import parse_recipe_args
-    from transformers import TrainingArguments
+    from train_scripts.arguments import build_config
 
-    from hf_seq import HfSeqRNNConfig
-
-    model_args, data, training = parse_recipe_args(
-        (train_lm.ModelArguments, train_lm.DataArguments, TrainingArguments), [str(recipe)]
-    )
-    assert data.corpus in train_lm.CORPORA and data.level in train_lm.LEVELS
-    assert data.sample_temperatures == [0.2, 0.5, 1.0, 1.2]
+    model_args, data, args, training = parse_args(train_lm.TASK, [str(recipe)])
+    assert data.dataset_name in ("hf_seq/shakespeare", "hf_seq/ptb") and args.level in train_lm.LEVELS
+    assert args.sample_temperatures == [0.2, 0.5, 1.0, 1.2]
     assert training.output_dir.startswith("runs/")
-    kwargs = vars(model_args).copy()
-    if kwargs["input_encoding"] == "one_hot":
-        kwargs["embedding_size"] = 50
-    HfSeqRNNConfig(vocab_size=50, **kwargs)  # every recipe is a valid model config
+    config = build_config(train_lm.TASK, model_args, data, vocab_size=50, pad_token_id=0)  # a valid model config
+    if config.input_encoding == "one_hot":
+        assert config.embedding_size == config.vocab_size == 50

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, pipeline
 
 import hf_seq  # noqa: F401
+from train_scripts import train_classifier, train_tagger
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "train_scripts"))
 
 pytestmark = pytest.mark.data
 
@@ -20,6 +19,8 @@ TINY = [
     "--max_train_samples",
     "64",
     "--max_eval_samples",
+    "32",
+    "--max_predict_samples",
     "32",
     "--max_steps",
     "2",
@@ -35,11 +36,16 @@ TINY = [
 
 
 def test_train_classifier_end_to_end(tmp_path):
-    import train_classifier
-
     out = tmp_path / "clf"
     results = train_classifier.main(
-        [str(ROOT / "configs/sentiment_bilstm.json"), "--output_dir", str(out), "--hidden_size", "8", *TINY]
+        [
+            str(ROOT / "configs/sentiment_bilstm.json"),
+            "--output_dir",
+            str(out),
+            "--config_overrides",
+            "hidden_size=8",
+            *TINY,
+        ]
     )
     saved = json.loads((out / "results.json").read_text())
     assert 0.0 <= saved["test_accuracy"] <= 1.0 and saved["test_accuracy"] == results["test_accuracy"]
@@ -54,8 +60,6 @@ def test_train_classifier_end_to_end(tmp_path):
 
 def test_train_classifier_notes_logistic_regression(tmp_path):
     """The notes' 20x8 -> sigmoid recipe: 161 head parameters, inputs padded to exactly 20 tokens."""
-    import train_classifier
-
     out = tmp_path / "logreg"
     results = train_classifier.main(
         [str(ROOT / "configs/sentiment_logreg_sigmoid.json"), "--output_dir", str(out), *TINY]
@@ -67,20 +71,14 @@ def test_train_classifier_notes_logistic_regression(tmp_path):
 
 
 def test_train_tagger_end_to_end(tmp_path):
-    import train_tagger
-
     out = tmp_path / "tagger"
     results = train_tagger.main(
         [
             str(ROOT / "configs/pos_bilstm.json"),
             "--output_dir",
             str(out),
-            "--hidden_size",
-            "8",
-            "--embedding_size",
-            "8",
-            "--num_layers",
-            "1",
+            "--config_overrides",
+            "hidden_size=8,embedding_size=8,num_layers=1",
             *TINY,
         ]
     )

@@ -2,35 +2,32 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from train_scripts import train_translation
+from train_scripts.arguments import DataArguments, ModelArguments, RecipeError, build_config, parse_args
+
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "train_scripts" / "train_translation.py"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("train_translation", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve string annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    return train_translation
 
 
 @pytest.mark.parametrize("attention", ["none", "dot", "scaled_dot", "general", "additive", "cosine"])
 def test_recipes_parse_and_command_line_overrides(attention, tmp_path):
     script = load_script()
     recipe = REPO / "configs" / f"translation_rnn_{attention}.json"
-    model_args, data_args, training_args = script.parse_args(
-        [str(recipe), "--output_dir", str(tmp_path), "--max_train_minutes", "0.5", "--learning_rate", "0.01"]
+    model_args, data_args, args, training_args = parse_args(
+        script.TASK,
+        [str(recipe), "--output_dir", str(tmp_path), "--max_train_minutes", "0.5", "--learning_rate", "0.01"],
     )
-    assert model_args.model_config["attention"] == attention
-    assert data_args.max_train_minutes == 0.5 and training_args.learning_rate == 0.01
+    assert model_args.model_config["attention"] == attention and data_args.dataset_name == "hf_seq/translation"
+    assert args.max_train_minutes == 0.5 and training_args.learning_rate == 0.01
     assert training_args.output_dir == str(tmp_path) and training_args.predict_with_generate
 
 
@@ -38,8 +35,8 @@ def test_recipe_with_unknown_key_is_rejected(tmp_path):
     script = load_script()
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"model_type": "hf_seq_rnn_seq2seq", "no_such_option": 1}))
-    with pytest.raises(ValueError, match="no_such_option"):
-        script.parse_args([str(bad)])
+    with pytest.raises(RecipeError, match="no_such_option"):
+        parse_args(script.TASK, [str(bad)])
 
 
 def test_build_config_uses_tokenizer_ids_and_overrides():
@@ -47,16 +44,29 @@ def test_build_config_uses_tokenizer_ids_and_overrides():
 
     script = load_script()
     tok = build_translation_tokenizer([{"en": "let there be light", "es": "sea la luz"}], kind="word")
-    args = script.ModelArguments(
+    args = ModelArguments(
+        model_type="hf_seq_rnn_seq2seq",
         model_config={"attention": "general", "hidden_size": 16, "embedding_size": 8},
         config_overrides="attention=dot,hidden_size=12",
     )
-    config = script.build_config(args, tok)
+    ids = {
+        "vocab_size": len(tok),
+        "pad_token_id": tok.pad_token_id,
+        "bos_token_id": tok.bos_token_id,
+        "eos_token_id": tok.eos_token_id,
+        "decoder_start_token_id": tok.bos_token_id,
+    }
+    config = build_config(script.TASK, args, DataArguments(), **ids)
     assert config.model_type == "hf_seq_rnn_seq2seq" and config.attention == "dot" and config.hidden_size == 12
     assert config.vocab_size == len(tok) and config.decoder_start_token_id == tok.bos_token_id
     assert config.eos_token_id == tok.eos_token_id and config.pad_token_id == tok.pad_token_id
     with pytest.raises(ValueError, match="attention"):
-        script.build_config(script.ModelArguments(config_overrides="attention=luong"), tok)
+        build_config(
+            script.TASK,
+            ModelArguments(model_type="hf_seq_rnn_seq2seq", config_overrides="attention=luong"),
+            DataArguments(),
+            **ids,
+        )
 
 
 @pytest.mark.data
@@ -72,7 +82,7 @@ def test_tiny_end_to_end_run(tmp_path):
             "64",
             "--max_eval_samples",
             "8",
-            "--max_test_samples",
+            "--max_predict_samples",
             "6",
             "--max_steps",
             "3",

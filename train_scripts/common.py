@@ -1,8 +1,9 @@
-"""Helpers shared by the training scripts: JSON recipes with command-line overrides, a wall-clock budget, results.
+"""Helpers shared by the training scripts: the data / tokenizer / model front door, a time budget, results, resume,
+the final save.
 
-Every script is ``python train_scripts/<task>.py configs/<recipe>.json [--field value ...]`` and runs unchanged under
-``accelerate launch`` / ``torchrun``: the recipe gives the defaults of the script's dataclasses
-(``HfArgumentParser``), the command line overrides any of them.
+Every script is ``python train_scripts/<task>.py [recipe.json] [--field value ...]`` (or ``hf-seq-train <task> ...``)
+and runs unchanged under ``accelerate launch`` / ``torchrun``; :mod:`train_scripts.arguments` parses and checks the
+arguments, the functions here turn them into data, a tokenizer and a model the same way for every script.
 """
 
 from __future__ import annotations
@@ -16,38 +17,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
-from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArguments
+from datasets import ClassLabel, Dataset, DatasetDict
+from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:  # run from a checkout without `pip install -e .`
-    sys.path.insert(0, str(REPO_ROOT))
+from hf_seq.data import DATASET_PRESETS, DataError, load_data, split_source
+from train_scripts.arguments import DataArguments, ModelArguments, RecipeError, Task, build_config, override_values
 
-
-def parse_recipe_args(dataclass_types: tuple, argv: list[str] | None = None) -> tuple:
-    """Parse ``[recipe.json] [--field value ...]`` into the given dataclasses.
-
-    The JSON recipe (first argument, optional) sets defaults; command-line flags override them. Unknown recipe keys
-    raise ``ValueError`` naming them.
-    """
-    parser = HfArgumentParser(dataclass_types)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0].endswith(".json"):
-        recipe_path = Path(argv.pop(0))
-        if not recipe_path.is_file():
-            raise FileNotFoundError(f"Recipe file {recipe_path} does not exist.")
-        recipe = json.loads(recipe_path.read_text())
-        recipe.pop("_comment", None)
-        known = {action.dest for action in parser._actions}
-        unknown = sorted(set(recipe) - known)
-        if unknown:
-            raise ValueError(f"Recipe {recipe_path} has unknown fields {unknown}.")
-        parser.set_defaults(**recipe)
-        for action in parser._actions:
-            if action.dest in recipe:
-                action.required = False
-    return parser.parse_args_into_dataclasses(args=argv)
+COMMAND_PREFIX: list[str] | None = None  # set by `hf-seq-train <task>`: the command to record instead of the script
 
 
 def command_line() -> str:
@@ -128,8 +108,10 @@ def use_cpu_processes_without_gpu() -> None:
 
 
 def training_command(script_file: str, argv: list[str] | None) -> str:
-    """The command line to record in the model card: the real one, or ``python <script> <argv>`` when ``main(argv)``
-    was called from Python (tests, notebooks)."""
+    """The command line to record in the model card: the real one, ``hf-seq-train <task> <argv>`` when started by the
+    entry point, or ``python <script> <argv>`` when ``main(argv)`` was called from Python (tests, notebooks)."""
+    if COMMAND_PREFIX is not None and argv is not None:
+        return shlex.join([*COMMAND_PREFIX, *argv])
     if argv is None:
         return command_line()
     script = Path(script_file).resolve()
@@ -209,3 +191,305 @@ def save_final_model(trainer: Trainer, output_dir: str | os.PathLike) -> None:
             os.replace(path, output_dir / path.name)
         shutil.rmtree(staging)
     trainer.accelerator.wait_for_everyone()
+
+
+def save_run(
+    trainer: Trainer,
+    output_dir: str | os.PathLike,
+    results: dict[str, Any],
+    command: str,
+    card: dict[str, Any] | None = None,
+    files: dict[str, str] | None = None,
+    results_name: str = "results.json",
+    save_model: bool = True,
+) -> None:
+    """The one place that writes a run's final folder: the model + tokenizer + modelling code + ``trainer_state.json``
+    (:func:`save_final_model`), ``results.json``, the model card ``README.md`` (``card``: the keyword arguments of
+    :func:`hf_seq.model_card.write_model_card` but the model and command) and extra text ``files``. Call it on every
+    process (the weights may be gathered collectively); only the main process writes."""
+    from hf_seq.model_card import write_model_card
+
+    if save_model:
+        save_final_model(trainer, output_dir)
+    if not trainer.is_world_process_zero():
+        return
+    write_results(output_dir, results, name=results_name, command=command)
+    for name, text in (files or {}).items():
+        path = Path(output_dir) / name
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    if card is not None:
+        write_model_card(output_dir, trainer.model, command=command, **card)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the data front door: load, check columns and labels, cap, describe
+# ---------------------------------------------------------------------------------------------------------------
+def load_task_data(task: Task, data_args: DataArguments, require_validation: bool = True) -> DatasetDict:
+    """The splits named by ``data_args`` (:func:`hf_seq.data.load_data`: a preset, a folder or ``datasets`` name, or
+    data files; a seeded validation hold-out when there is no validation split)."""
+    return load_data(
+        data_args.dataset_name,
+        data_args.dataset_config_name,
+        train_file=data_args.train_file,
+        validation_file=data_args.validation_file,
+        test_file=data_args.test_file,
+        validation_split_percentage=data_args.validation_split_percentage,
+        split_seed=data_args.split_seed,
+        allow_text_files=task.text_files,
+        require_validation=require_validation,
+    )
+
+
+def require_columns(splits: DatasetDict, columns: dict[str, str]) -> None:
+    """``DataError`` naming the file (or data set split), the flag and the columns it has if a column is missing or
+    holds empty (null) values. ``columns`` maps a flag (``text_column_name``) to the column it names."""
+    for dataset in splits.values():
+        for flag, column in columns.items():
+            if column not in dataset.column_names:
+                raise DataError(
+                    f"{split_source(dataset)} has no column {column!r} (`{flag}`); its columns are "
+                    f"{dataset.column_names}"
+                )
+            nulls = dataset.data.column(column).null_count
+            if nulls:
+                first = dataset.data.column(column).is_null().to_pylist().index(True)
+                raise DataError(
+                    f"{split_source(dataset)}: column {column!r} (`{flag}`) is empty in {nulls} row(s), the first "
+                    f"is row {first}"
+                )
+
+
+def require_text(splits: DatasetDict, column: str, flag: str, words: bool = False) -> None:
+    """``DataError`` naming the file and the column's type unless it holds strings (``words``: lists of strings)."""
+    for dataset in splits.values():
+        kind = dataset.data.column(column).type
+        if words:
+            ok = (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and (
+                pa.types.is_string(kind.value_type) or pa.types.is_large_string(kind.value_type)
+            )
+            expected = "one list of words per row"
+        else:
+            ok = pa.types.is_string(kind) or pa.types.is_large_string(kind)
+            expected = "text (strings)"
+        if not ok:
+            raise DataError(
+                f"{split_source(dataset)}: column {column!r} (`{flag}`) must hold {expected}, got {kind}; its "
+                f"columns are {dataset.column_names}"
+            )
+
+
+def cap_splits(splits: DatasetDict, data_args: DataArguments) -> DatasetDict:
+    """The first ``max_train_samples`` / ``max_eval_samples`` / ``max_predict_samples`` rows of each split."""
+    caps = {
+        "train": data_args.max_train_samples,
+        "validation": data_args.max_eval_samples,
+        "test": data_args.max_predict_samples,
+    }
+    out = DatasetDict(splits)
+    for split, cap in caps.items():
+        if split in out and cap is not None and cap < len(out[split]):
+            out[split] = out[split].select(range(cap))
+    return out
+
+
+def _label_strings(dataset: Dataset, column: str, nested: bool) -> list[str]:
+    """The distinct labels of a column as strings (ClassLabel ids as their names); flattened for lists."""
+    feature = dataset.features[column]
+    inner = getattr(feature, "feature", None) if nested else feature
+    values = dataset.data.column(column).combine_chunks()
+    if nested:
+        if not pa.types.is_list(values.type) and not pa.types.is_large_list(values.type):
+            raise DataError(
+                f"{split_source(dataset)}: column {column!r} must hold one list of tags per row, got {values.type}"
+            )
+        values = pc.list_flatten(values)
+    elif pa.types.is_list(values.type) or pa.types.is_large_list(values.type) or pa.types.is_struct(values.type):
+        raise DataError(
+            f"{split_source(dataset)}: column {column!r} must hold one label per row (a string or a number), got "
+            f"{values.type}"
+        )
+    unique = pc.unique(values).to_pylist()
+    if isinstance(inner, ClassLabel):
+        return [inner.names[i] for i in unique if i is not None]
+    return [_label_text(v) for v in unique if v is not None]
+
+
+def _label_text(value: Any) -> str:
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def label_names(splits: DatasetDict, column: str, flag: str, nested: bool = False) -> list[str]:
+    """The label set: a ``ClassLabel`` feature's names, else the training split's distinct values (numbers in
+    numeric order, strings sorted). ``DataError`` naming the file and the unseen labels if another split has labels the
+    training split does not."""
+    train = splits["train"]
+    feature = train.features[column]
+    inner = getattr(feature, "feature", None) if nested else feature
+    if isinstance(inner, ClassLabel):
+        names = list(inner.names)
+    else:
+        seen = _label_strings(train, column, nested)
+        try:
+            names = sorted(seen, key=float)  # numbers in numeric order
+        except ValueError:
+            names = sorted(seen)
+    known = set(names)
+    for name, dataset in splits.items():
+        if name == "train":
+            continue
+        unseen = sorted(set(_label_strings(dataset, column, nested)) - known)
+        if unseen:
+            raise DataError(
+                f"{split_source(dataset)}: column {column!r} (`{flag}`) has label(s) {unseen[:10]} that the training "
+                f"data does not have (training labels: {names[:30]}{' ...' if len(names) > 30 else ''})"
+            )
+    return names
+
+
+def label_lookup(dataset: Dataset, column: str, names: list[str], nested: bool = False):
+    """A function mapping one row's label (or list of tags) to ids of ``names``."""
+    feature = dataset.features[column]
+    inner = getattr(feature, "feature", None) if nested else feature
+    index = {name: i for i, name in enumerate(names)}
+    if isinstance(inner, ClassLabel):
+        to_id = [index[name] for name in inner.names]
+
+        def convert(value):
+            return to_id[value]
+    else:
+
+        def convert(value):
+            return index[_label_text(value)]
+
+    if nested:
+        return lambda row: [convert(v) for v in row]
+    return convert
+
+
+def describe_data(data_args: DataArguments, splits: DatasetDict, unit: str = "rows") -> str:
+    """The model card's words about the data: the preset, data set or files, the validation hold-out, the sizes."""
+    name = data_args.dataset_name
+    if name in DATASET_PRESETS:
+        text = DATASET_PRESETS[name].description.format(seed=data_args.split_seed)
+    elif name:
+        text = f"`{name}`" + (f" ({data_args.dataset_config_name})" if data_args.dataset_config_name else "")
+    else:
+        files = [
+            f"{split} `{getattr(data_args, f'{split}_file')}`"
+            for split in ("train", "validation", "test")
+            if getattr(data_args, f"{split}_file")
+        ]
+        text = "own data files: " + ", ".join(files)
+    if "validation" in splits and "held out" in split_source(splits["validation"]):
+        text += (
+            f"; validation: {data_args.validation_split_percentage:g}% of the training {unit} held out "
+            f"(seed {data_args.split_seed})"
+        )
+    sizes = " / ".join(str(len(splits[s])) for s in ("train", "validation", "test") if s in splits)
+    names = " / ".join(s for s in ("train", "validation", "test") if s in splits)
+    return f"{text}; used: {sizes} {names} {unit}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tokenizer and model: loaded (tokenizer_name / model_name_or_path) or built
+# ---------------------------------------------------------------------------------------------------------------
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
+
+
+def load_tokenizer(model_args: ModelArguments):
+    """The tokenizer of ``tokenizer_name`` or of ``model_name_or_path``; ``None`` when neither is given (the script
+    then builds one on the training split). A model folder without tokenizer files is an error, not a new tokenizer:
+    its embedding rows belong to the tokenizer it was trained with."""
+    from transformers import AutoTokenizer
+
+    name = model_args.tokenizer_name or model_args.model_name_or_path
+    if not name:
+        return None
+    if not model_args.tokenizer_name and Path(name).is_dir():
+        if not any((Path(name) / f).is_file() for f in TOKENIZER_FILES):
+            raise RecipeError(
+                f"`model_name_or_path` {name} holds no tokenizer files ({', '.join(TOKENIZER_FILES)}): pass the "
+                "tokenizer it was trained with as `tokenizer_name`"
+            )
+    return AutoTokenizer.from_pretrained(name)
+
+
+# hf_seq BERT class per Auto class, for transformers BERT checkpoints (converted on load)
+_HF_SEQ_BERT_HEADS = {
+    "AutoModelForSequenceClassification": "BertForSequenceClassification",
+    "AutoModelForTokenClassification": "BertForTokenClassification",
+    "AutoModelForPreTraining": "BertForPreTraining",
+    "AutoModelForMaskedLM": "BertForMaskedLM",
+}
+
+
+def load_or_build_model(
+    task: Task, model_args: ModelArguments, data_args: DataArguments, tokenizer, new_config: dict, **head_config
+):
+    """The model of ``task.model_head``: from ``model_name_or_path`` (an hf_seq folder, or a ``transformers`` BERT
+    checkpoint converted with ``from_transformers_bert``; ``config_overrides`` and ``head_config`` — labels — applied)
+    or new from ``model_type`` + ``model_config`` + ``new_config`` (values from the tokenizer and data) +
+    ``head_config``. Checks that the tokenizer's ids fit the embedding."""
+    import transformers
+    from transformers import AutoConfig
+
+    import hf_seq
+
+    auto = getattr(transformers, task.model_head)
+    path = model_args.model_name_or_path
+    if path:
+        config = AutoConfig.from_pretrained(path)
+        overrides = override_values(model_args.config_overrides, config) | head_config
+        if config.model_type == "bert":  # transformers' own BERT: converted into hf_seq's
+            if task.model_head not in _HF_SEQ_BERT_HEADS:
+                raise RecipeError(f"`model_name_or_path` {path} is a transformers BERT; {task.name} cannot use it")
+            cls = getattr(hf_seq, _HF_SEQ_BERT_HEADS[task.model_head])
+            model = cls.from_transformers_bert(path, **overrides)
+        else:
+            for key, value in overrides.items():
+                setattr(config, key, value)
+            model = auto.from_pretrained(
+                path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes
+            )
+    else:
+        config = build_config(task, model_args, data_args, **new_config, **head_config)
+        model = auto.from_config(config)
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise RecipeError(
+            f"the tokenizer has {len(tokenizer)} tokens but the model's embedding has {rows} rows"
+            + (f" (`model_name_or_path` {path}: use the tokenizer it was trained with)" if path else "")
+        )
+    return model
+
+
+def tokenizer_for(
+    model_args: ModelArguments, train_texts, max_length: int | None, pre_tokenizer: str = "whitespace_punct"
+):
+    """The loaded tokenizer (:func:`load_tokenizer`, ``model_max_length`` set to ``max_length``), or a new one of
+    ``tokenizer_kind`` built on ``train_texts()`` (a function: the texts are only read when a tokenizer is built):
+    ``"word"`` (the notes' top-V words, ``tokenizer_vocab_size``) or ``"wordpiece"`` (BERT)."""
+    from hf_seq.tokenization import DEFAULT_MODEL_MAX_LENGTH, build_word_level_tokenizer, build_wordpiece_tokenizer
+
+    tokenizer = load_tokenizer(model_args)
+    if tokenizer is not None:
+        if max_length:
+            tokenizer.model_max_length = max_length
+        return tokenizer
+    shared = {
+        "padding_side": model_args.padding_side,
+        "truncation_side": model_args.truncation_side,
+        "model_max_length": max_length or DEFAULT_MODEL_MAX_LENGTH,
+    }
+    for name, value in (("lowercase", model_args.lowercase), ("min_frequency", model_args.tokenizer_min_frequency)):
+        if value is not None:
+            shared[name] = value
+    if model_args.tokenizer_kind == "word":
+        return build_word_level_tokenizer(
+            train_texts(), max_vocab_size=model_args.tokenizer_vocab_size, pre_tokenizer=pre_tokenizer, **shared
+        )
+    if model_args.tokenizer_kind == "wordpiece":
+        return build_wordpiece_tokenizer(train_texts(), vocab_size=model_args.tokenizer_vocab_size or 8000, **shared)
+    raise RecipeError(f"`tokenizer_kind` {model_args.tokenizer_kind!r} cannot be built here (word or wordpiece)")

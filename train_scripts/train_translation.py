@@ -1,168 +1,135 @@
-"""Train a translation model (any registered seq2seq config) on the English–Spanish verse pairs with Seq2SeqTrainer.
+"""Train a translation model (any registered seq2seq ``model_type``) with ``Seq2SeqTrainer``.
 
     python train_scripts/train_translation.py configs/translation_rnn_additive.json [--flag value ...]
+    python train_scripts/train_translation.py configs/translation_transformer.json \
+        --train_file pairs.jsonl --source_lang en --target_lang fr --output_dir runs/en-fr
+    hf-seq-train translation configs/translation_transformer.json
     accelerate launch train_scripts/train_translation.py configs/translation_rnn_additive.json
 
-The first argument is a JSON recipe: its keys are the fields of ``ModelArguments``, ``DataArguments`` and
-``Seq2SeqTrainingArguments``; flags on the command line override the recipe. The model is built from
-``model_type`` + the ``model_config`` dict with ``AutoConfig.for_model`` and ``AutoModelForSeq2SeqLM.from_config``,
-so every seq2seq family registered by ``import hf_seq`` (``hf_seq_rnn_seq2seq``, ``hf_seq_transformer``) works
-unchanged; the special token ids of the shared tokenizer (``<pad>``/``<s>``/``</s>``) and its vocabulary size are
-filled in. Evaluation: sacreBLEU and chrF (local ``evaluate`` modules) on generated translations — on a capped
-validation subset during training, on the test split (greedy and beam search) at the end. Writes
-``<output_dir>/results.json``, the model + tokenizer, and with ``--plot_attention`` a heat map of one test sentence.
+Data (as ``run_translation.py``): rows with a ``translation`` column of ``{source_lang: ..., target_lang: ...}``
+dicts, or two columns named by ``--source_lang`` and ``--target_lang``, from ``--dataset_name`` (the preset
+``hf_seq/translation``: English-Spanish Bible verses; a folder; a ``datasets`` name) or json/jsonl/parquet/csv files.
+``max_words`` drops pairs whose longer side has more words (every split, before the ``max_*_samples`` caps).
+
+The model is built from ``model_type`` + ``model_config`` with ``AutoConfig.for_model`` and
+``AutoModelForSeq2SeqLM.from_config`` (every seq2seq family registered by ``import hf_seq``: ``hf_seq_rnn_seq2seq``,
+``hf_seq_transformer``), or loaded from ``--model_name_or_path``; the vocabulary size and the special token ids
+(``<pad>``/``<s>``/``</s>``) of the shared tokenizer are filled in. The tokenizer (one for both languages) is
+``--tokenizer_name``'s or the model folder's, or built on the training pairs (``tokenizer_kind`` bpe or word).
+Evaluation: sacreBLEU and chrF (local ``evaluate`` modules) on generated translations — on the validation split
+(capped by ``max_eval_samples``) during training, on the test split (greedy and beam search, ``test_num_beams``) at
+the end. Writes ``<output_dir>/results.json``, the model + tokenizer, a model card, and with ``--plot_attention`` a
+heat map of one test sentence.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import torch
-from transformers import (
-    AutoConfig,
-    AutoModelForSeq2SeqLM,
-    AutoTokenizer,
-    DataCollatorForSeq2Seq,
-    HfArgumentParser,
-    Seq2SeqTrainer,
-    Seq2SeqTrainingArguments,
-    set_seed,
-)
+from datasets import Dataset
+from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments, set_seed
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-import hf_seq  # noqa: E402,F401  (registers the hf_seq configs/models with the Auto classes)
-from hf_seq.data import load_translation  # noqa: E402
-from hf_seq.metrics import load_metric  # noqa: E402
-from hf_seq.model_card import write_model_card  # noqa: E402
-from hf_seq.tokenization import build_translation_tokenizer  # noqa: E402
-from hf_seq.visualization import plot_translation_attention  # noqa: E402
-from train_scripts.common import (  # noqa: E402
+import hf_seq  # noqa: F401  (registers the hf_seq configs/models with the Auto classes)
+from hf_seq.data import DataError, split_source
+from hf_seq.metrics import load_metric
+from hf_seq.tokenization import build_translation_tokenizer
+from hf_seq.visualization import plot_translation_attention
+from train_scripts.arguments import BudgetArguments, RecipeError, Task, parse_args
+from train_scripts.common import (
     TimeBudgetCallback,
+    cap_splits,
+    describe_data,
+    load_or_build_model,
+    load_task_data,
+    load_tokenizer,
     resolve_resume_checkpoint,
-    save_final_model,
+    save_run,
     training_command,
     use_cpu_processes_without_gpu,
-    write_results,
 )
 
 logger = logging.getLogger("train_translation")
 
 
 @dataclass
-class ModelArguments:
-    """Which model to build (or load) and which tokenizer to use."""
+class TranslationArguments(BudgetArguments):
+    """Length filter, test decoding and the attention plot."""
 
-    model_type: str = field(default="hf_seq_rnn_seq2seq", metadata={"help": "A registered seq2seq model_type."})
-    model_config: dict | str | None = field(
-        default=None, metadata={"help": "Config fields (dict in the recipe, or a JSON string on the command line)."}
-    )
-    config_overrides: str | None = field(
-        default=None,
-        metadata={"help": "Comma-separated overrides of model_config, e.g. 'attention=dot,hidden_size=128'."},
-    )
-    model_name_or_path: str | None = field(
-        default=None, metadata={"help": "Continue from a saved model folder instead of building a new one."}
-    )
-    tokenizer_name: str | None = field(default=None, metadata={"help": "Load this tokenizer instead of building one."})
-    tokenizer_kind: str = field(default="bpe", metadata={"help": "Shared tokenizer kind: 'bpe' or 'word'."})
-    tokenizer_vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of a newly built tokenizer."})
-
-
-@dataclass
-class DataArguments:
-    """Corpus, length filter, sample caps, time budget and the attention plot."""
-
-    source_lang: str = field(default="en", metadata={"help": "Source language key of `translation`."})
-    target_lang: str = field(default="es", metadata={"help": "Target language key of `translation`."})
-    split_seed: int = field(default=42, metadata={"help": "Seed of the fixed train/validation/test split."})
-    max_words: int | None = field(default=25, metadata={"help": "Drop pairs whose longer side has more words."})
-    max_source_length: int = field(default=64, metadata={"help": "Truncate sources to this many tokens."})
-    max_target_length: int = field(default=64, metadata={"help": "Truncate targets to this many tokens."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Cap on training pairs."})
-    max_eval_samples: int | None = field(default=200, metadata={"help": "Validation pairs used during training."})
-    max_test_samples: int | None = field(default=500, metadata={"help": "Test pairs of the final evaluation."})
+    max_words: int | None = field(default=None, metadata={"help": "Drop pairs whose longer side has more words."})
     test_num_beams: str = field(default="1,5", metadata={"help": "Comma-separated beam sizes for the final test."})
-    max_train_minutes: float | None = field(
-        default=None,
-        metadata={"help": "Stop training after this many minutes of training steps (evaluation excluded)."},
-    )
-    max_train_cpu_minutes: float | None = field(
-        default=None,
-        metadata={
-            "help": "Stop training after this many CPU-minutes of training steps (one thread: "
-            "core-minutes; fair budgets on a shared machine)."
-        },
-    )
     plot_attention: bool = field(default=False, metadata={"help": "Write a heat map PNG of one test translation."})
     plot_attention_index: int = field(default=0, metadata={"help": "Index (in the capped test set) of that sentence."})
     plot_attention_path: str | None = field(default=None, metadata={"help": "PNG path (default <output_dir>/...)."})
     results_file: str = field(default="results.json", metadata={"help": "Results JSON (relative to output_dir)."})
 
-
-def parse_args(argv: list[str]) -> tuple[ModelArguments, DataArguments, Seq2SeqTrainingArguments]:
-    """``script recipe.json [--flag value ...]``: recipe values become defaults, command-line flags override them."""
-    parser = HfArgumentParser((ModelArguments, DataArguments, Seq2SeqTrainingArguments))
-    if argv and argv[0].endswith(".json"):
-        recipe = json.loads(Path(argv[0]).read_text())
-        known = {f.dest for f in parser._actions}
-        unknown = sorted(set(recipe) - known)
-        if unknown:
-            raise ValueError(f"Unknown keys in recipe {argv[0]}: {unknown}")
-        parser.set_defaults(**recipe)
-        argv = argv[1:]
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    return model_args, data_args, training_args
+    def __post_init__(self):
+        try:
+            beams = [int(b) for b in self.test_num_beams.split(",") if b.strip()]
+        except ValueError:
+            beams = [0]
+        if any(b < 1 for b in beams):
+            raise ValueError(f"`test_num_beams` must be comma-separated positive integers, got {self.test_num_beams!r}")
+        if self.max_words is not None and self.max_words < 1:
+            raise ValueError(f"`max_words` must be a positive integer or null, got {self.max_words}")
 
 
-def build_config(model_args: ModelArguments, tokenizer):
-    """``AutoConfig.for_model(model_type, **fields)`` with the tokenizer's vocabulary size and special token ids."""
-    fields = model_args.model_config or {}
-    if isinstance(fields, str):
-        fields = json.loads(fields)
-    fields = dict(fields)
-    fields.setdefault("vocab_size", len(tokenizer))
-    for name, token_id in (
-        ("pad_token_id", tokenizer.pad_token_id),
-        ("bos_token_id", tokenizer.bos_token_id),
-        ("eos_token_id", tokenizer.eos_token_id),
-        ("decoder_start_token_id", tokenizer.bos_token_id),
-    ):
-        fields.setdefault(name, token_id)
-    config = AutoConfig.for_model(model_args.model_type, **fields)
-    if model_args.config_overrides:
-        config.update_from_string(model_args.config_overrides)
-        values = {k: v for k, v in config.to_diff_dict().items() if k not in ("model_type", "transformers_version")}
-        config = AutoConfig.for_model(model_args.model_type, **values)  # re-validate
-    return config
+TASK = Task(
+    name="train_translation",
+    arguments=TranslationArguments,
+    training_arguments=Seq2SeqTrainingArguments,
+    defaults={
+        "model_type": "hf_seq_rnn_seq2seq",
+        "tokenizer_kind": "bpe",
+        "tokenizer_vocab_size": 8000,
+        "max_source_length": 64,
+        "max_target_length": 64,
+        "max_eval_samples": 200,
+        "max_predict_samples": 500,
+    },
+    unused=frozenset(
+        {"text_column_name", "label_column_name", "tokens_column_name", "tags_column_name", "max_seq_length"}
+    ),
+    tokenizer_kinds=("bpe", "word"),
+    model_head="AutoModelForSeq2SeqLM",
+)
 
 
-def translation_dataset_description(
-    model_args: ModelArguments, data_args: DataArguments, sizes: dict, tokenizer
-) -> str:
-    """The model card's training-data line: corpus, split, filters, sizes and tokenizer."""
-    loaded_from = model_args.tokenizer_name or model_args.model_name_or_path
-    source = (
-        f"loaded from `{loaded_from}`" if loaded_from else f"{model_args.tokenizer_kind}, built on the training split"
-    )
-    return (
-        "English (KJV) - Spanish (Reina-Valera 1909) Bible verse pairs, `hf_seq.data.load_translation(seed="
-        f"{data_args.split_seed}, max_words={data_args.max_words})` (fixed 90/5/5 split by verse); used: "
-        f"{sizes['train_pairs']} training / {sizes['validation_pairs']} validation / {sizes['test_pairs']} test pairs "
-        f"({data_args.source_lang} -> {data_args.target_lang}); one tokenizer shared by both languages, "
-        f"{len(tokenizer)} tokens, {source}; sources truncated to {data_args.max_source_length}, "
-        f"targets to {data_args.max_target_length} tokens."
-    )
+def pairs_of(dataset, src: str, tgt: str) -> tuple[list[str], list[str]]:
+    """(sources, targets) of a split: from its ``translation`` dicts, or from columns named ``src`` and ``tgt``;
+    ``DataError`` naming the file, the columns (or dict keys) it has and the first empty row otherwise."""
+    where = split_source(dataset)
+    if "translation" in dataset.column_names:
+        kind = dataset.data.column("translation").type
+        keys = [kind.field(i).name for i in range(kind.num_fields)] if pa.types.is_struct(kind) else None
+        if keys is None:
+            raise DataError(f"{where}: column 'translation' must hold {{language: text}} dicts, got {kind}")
+        missing = [lang for lang in (src, tgt) if lang not in keys]
+        if missing:
+            raise DataError(
+                f"{where}: the `translation` dicts have no key(s) {missing} (`source_lang` / `target_lang`); their "
+                f"keys are {keys}"
+            )
+        pairs = dataset["translation"]
+        sources, targets = [p[src] for p in pairs], [p[tgt] for p in pairs]
+    elif src in dataset.column_names and tgt in dataset.column_names:
+        sources, targets = list(dataset[src]), list(dataset[tgt])
+    else:
+        raise DataError(
+            f"{where} has neither a 'translation' column nor columns {src!r} and {tgt!r} (`source_lang` / "
+            f"`target_lang`); its columns are {dataset.column_names}"
+        )
+    for side, texts in ((src, sources), (tgt, targets)):
+        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise DataError(f"{where}: row {bad} has no {side!r} text (got {texts[bad]!r})")
+    return sources, targets
 
 
 def translation_card_metrics(results: dict) -> dict:
@@ -185,63 +152,77 @@ def translation_card_metrics(results: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     use_cpu_processes_without_gpu()
-    model_args, data_args, training_args = parse_args(sys.argv[1:] if argv is None else argv)
+    model_args, data_args, args, training_args = parse_args(TASK, argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads:
         torch.set_num_threads(int(threads))
     set_seed(training_args.seed)
-
-    raw = load_translation(seed=data_args.split_seed, max_words=data_args.max_words)
+    command = training_command(__file__, argv)
     src, tgt = data_args.source_lang, data_args.target_lang
-    caps = {
-        "train": data_args.max_train_samples,
-        "validation": data_args.max_eval_samples,
-        "test": data_args.max_test_samples,
+    if not src or not tgt:
+        raise RecipeError("train_translation needs `source_lang` and `target_lang` (keys of the `translation` dicts)")
+
+    raw = load_task_data(TASK, data_args)
+    pairs = {
+        split: pairs_of(dataset, src, tgt) for split, dataset in raw.items() if split in ("train", "validation", "test")
     }
-    for split, cap in caps.items():
-        if cap is not None and cap < len(raw[split]):
-            raw[split] = raw[split].select(range(cap))
+    if args.max_words is not None:  # the same filter on every split, before the caps
+        for split, (sources, targets) in pairs.items():
+            keep = [
+                i
+                for i, (s, t) in enumerate(zip(sources, targets))
+                if max(len(s.split()), len(t.split())) <= args.max_words
+            ]
+            if not keep:
+                raise DataError(f"{split_source(raw[split])}: no pair has at most `max_words` {args.max_words} words")
+            raw[split] = raw[split].select(keep)
+            pairs[split] = ([sources[i] for i in keep], [targets[i] for i in keep])
+    raw = cap_splits(raw, data_args)
+    pairs = {split: (pairs[split][0][: len(raw[split])], pairs[split][1][: len(raw[split])]) for split in pairs}
 
     # one tokenizer for both languages, trained on the training split only
-    if model_args.tokenizer_name:
-        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name)
-    elif model_args.model_name_or_path:
-        tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)
-    else:
+    tokenizer = load_tokenizer(model_args)
+    if tokenizer is None:
+        options = {
+            key: value
+            for key, value in (
+                ("lowercase", model_args.lowercase),
+                ("min_frequency", model_args.tokenizer_min_frequency),
+            )
+            if value is not None
+        }
         tokenizer = build_translation_tokenizer(
-            raw["train"], kind=model_args.tokenizer_kind, vocab_size=model_args.tokenizer_vocab_size
+            [{src: s, tgt: t} for s, t in zip(*pairs["train"])],
+            kind=model_args.tokenizer_kind,
+            vocab_size=model_args.tokenizer_vocab_size,
+            **options,
         )
-
-    if model_args.model_name_or_path:
-        model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
-    else:
-        model = AutoModelForSeq2SeqLM.from_config(build_config(model_args, tokenizer))
+    model = load_or_build_model(
+        TASK,
+        model_args,
+        data_args,
+        tokenizer,
+        {
+            "vocab_size": len(tokenizer),
+            "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "decoder_start_token_id": tokenizer.bos_token_id,
+        },
+    )
     if training_args.generation_max_length:  # the saved model decodes as the evaluation did
         model.generation_config.max_length = training_args.generation_max_length
     n_params = sum(p.numel() for p in model.parameters())
     logger.info("model %s: %.2fM parameters", model.config.model_type, n_params / 1e6)
 
-    def preprocess(batch):
-        sources = [pair[src] for pair in batch["translation"]]
-        targets = [pair[tgt] for pair in batch["translation"]]
-        return tokenizer(
-            sources,
-            text_target=targets,
-            max_length=data_args.max_source_length,
-            truncation=True,
-        )
+    def tokenize(sources: list[str], targets: list[str]):
+        encoded = tokenizer(sources, text_target=targets, max_length=data_args.max_source_length, truncation=True)
+        # labels were truncated with the source limit; apply the target limit
+        encoded["labels"] = [labels[: data_args.max_target_length] for labels in encoded["labels"]]
+        return encoded
 
-    # labels are truncated with the source limit above; apply the target limit separately
-    def cut_labels(example):
-        example["labels"] = example["labels"][: data_args.max_target_length]
-        return example
-
-    columns = raw["train"].column_names
-    tokenized = {
-        split: raw[split].map(preprocess, batched=True, remove_columns=columns).map(cut_labels)
-        for split in ("train", "validation", "test")
-    }
+    tokenized = {split: Dataset.from_dict(dict(tokenize(*pairs[split]))) for split in pairs}
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
 
     bleu = load_metric("sacrebleu")
@@ -262,7 +243,7 @@ def main(argv: list[str] | None = None) -> dict:
             "gen_len": float(np.mean(lengths)),
         }
 
-    budget = TimeBudgetCallback(data_args.max_train_minutes, data_args.max_train_cpu_minutes)
+    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
     trainer = Seq2SeqTrainer(
         model=model,
         args=training_args,
@@ -274,23 +255,24 @@ def main(argv: list[str] | None = None) -> dict:
         callbacks=[budget],
     )
 
+    data_line = describe_data(data_args, raw, unit="pairs")
     results: dict = {
-        "command": training_command(__file__, argv),
+        "command": command,
         "model_type": model.config.model_type,
         "model_config": model.config.to_diff_dict(),
+        "model_name_or_path": model_args.model_name_or_path,
         "parameters": n_params,
         "data": {
-            "max_words": data_args.max_words,
+            "source": data_line,
+            "max_words": args.max_words,
             "train_pairs": len(tokenized["train"]),
             "validation_pairs": len(tokenized["validation"]),
-            "test_pairs": len(tokenized["test"]),
+            "test_pairs": len(tokenized["test"]) if "test" in tokenized else 0,
         },
         "torch_threads": torch.get_num_threads(),
     }
     if training_args.do_train:
         train_result = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
-        # model + tokenizer + code for trust_remote_code, atomic; every rank calls it
-        save_final_model(trainer, training_args.output_dir)
         target_tokens = sum(len(x) for x in tokenized["train"]["labels"])
         epochs = trainer.state.epoch or 0.0
         results["train"] = {
@@ -304,9 +286,11 @@ def main(argv: list[str] | None = None) -> dict:
         }
         results["validation_history"] = [h for h in trainer.state.log_history if "eval_bleu" in h]
 
-    if training_args.do_predict:
+    if training_args.do_predict and "test" not in tokenized:
+        logger.warning("no test split: nothing to predict")
+    if training_args.do_predict and "test" in tokenized:
         max_new = data_args.max_target_length + 16
-        for beams in (int(b) for b in data_args.test_num_beams.split(",") if b.strip()):
+        for beams in (int(b) for b in args.test_num_beams.split(",") if b.strip()):
             t0 = time.perf_counter()
             pred = trainer.predict(tokenized["test"], metric_key_prefix="test", num_beams=beams, max_new_tokens=max_new)
             metrics = dict(pred.metrics)
@@ -323,40 +307,55 @@ def main(argv: list[str] | None = None) -> dict:
                         examples.append(
                             {
                                 "test_index": i,
-                                "source": raw["test"][i]["translation"][src],
-                                "reference": raw["test"][i]["translation"][tgt],
+                                "source": pairs["test"][0][i],
+                                "reference": pairs["test"][1][i],
                                 "greedy": tokenizer.decode(preds[k], skip_special_tokens=True).strip(),
                             }
                         )
                 results["examples"] = examples
 
-    if data_args.plot_attention:
-        path = data_args.plot_attention_path or os.path.join(training_args.output_dir, "attention_heatmap.png")
-        index = data_args.plot_attention_index
-        sentence = raw["test"][index]["translation"][src]
+    if args.plot_attention:
+        split = "test" if "test" in pairs else "validation"
+        path = args.plot_attention_path or os.path.join(training_args.output_dir, "attention_heatmap.png")
+        index = args.plot_attention_index
+        sentence = pairs[split][0][index]
         written = plot_translation_attention(trainer.model, tokenizer, sentence, path)
         if written is None:
             logger.warning("The model returns no cross-attention maps (attention='none'?); no heat map written.")
-        results["attention_plot"] = {"path": written, "test_index": index, "source": sentence}
+        results["attention_plot"] = {"path": written, "split": split, "index": index, "source": sentence}
 
+    sizes = results["data"]
+    source = (
+        f"loaded from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
+        if (model_args.tokenizer_name or model_args.model_name_or_path)
+        else f"{model_args.tokenizer_kind}, built on the training pairs"
+    )
+    filtered = f"pairs of at most {args.max_words} words per side; " if args.max_words else ""
+    card = {
+        "dataset": f"{data_line}; {filtered}{sizes['train_pairs']} training / {sizes['validation_pairs']} validation / "
+        f"{sizes['test_pairs']} test pairs ({src} -> {tgt}); one tokenizer for both languages, {len(tokenizer)} tokens, "
+        f"{source}; sources truncated to {data_args.max_source_length}, targets to {data_args.max_target_length} "
+        "tokens.",
+        "metrics": translation_card_metrics(results) | {"processes": training_args.world_size},
+        "intended_use": f"Translation {src} -> {tgt} of short sentences like those of its training data; a small "
+        "teaching model for comparing seq2seq architectures / attention variants on one CPU, not a general-purpose "
+        "translator.",
+        "limitations": "Trained on one narrow data set"
+        + (f" (pairs of at most {args.max_words} words)" if args.max_words else "")
+        + ": out-of-domain text, names and long sentences are translated poorly; the vocabulary of the training "
+        "split limits rare words; BLEU/chrF are measured on the (capped) test split.",
+    }
+    # model + tokenizer + code for trust_remote_code + results + card; every rank calls it
+    save_run(
+        trainer,
+        training_args.output_dir,
+        results,
+        command,
+        card=card if training_args.do_train else None,  # a card only for a folder that holds a trained model
+        results_name=args.results_file,
+        save_model=training_args.do_train,
+    )
     if trainer.is_world_process_zero():
-        out_path = write_results(training_args.output_dir, results, name=data_args.results_file)
-        logger.info("results written to %s", out_path)
-        if training_args.do_train:  # a final model was saved: describe it
-            write_model_card(
-                training_args.output_dir,
-                trainer.model,
-                dataset=translation_dataset_description(model_args, data_args, results["data"], tokenizer),
-                metrics=translation_card_metrics(results) | {"processes": training_args.world_size},
-                command=results["command"],
-                intended_use=f"Translation {src} -> {tgt} of short Bible verses (early-modern English -> 1909 "
-                "Spanish style); a small teaching model for comparing seq2seq architectures / attention variants "
-                "on one CPU, not a general-purpose translator.",
-                limitations=f"Trained on one narrow domain (verses of at most {data_args.max_words} words, archaic "
-                "religious register, ~30k pairs): modern or out-of-domain text, names and long sentences are "
-                "translated poorly; the closed vocabulary of the training split limits rare words; BLEU/chrF are "
-                "measured on a capped test subset (see the data line).",
-            )
         for key in ("test_greedy", "test_beam5"):
             if key in results:
                 logger.info(

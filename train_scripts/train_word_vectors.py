@@ -1,47 +1,117 @@
-"""Pretrain word vectors (skip-gram with negative sampling, word2vec) on the installed unlabelled text.
+"""Pretrain word vectors (skip-gram with negative sampling, word2vec) on unlabelled text.
 
-    python train_scripts/train_word_vectors.py --output runs/word_vectors/vectors.txt --dim 64
+    python train_scripts/train_word_vectors.py configs/word_vectors_skipgram.json [--dim 64 ...]
+    python train_scripts/train_word_vectors.py configs/word_vectors_skipgram.json \
+        --train_file my_corpus.txt --output_dir runs/my_vectors
+    hf-seq-train word_vectors configs/word_vectors_skipgram.json
 
-The notes' "pretrain the embedding on more data, then keep it (frozen) for the small task": the vectors are learnt
-from Brown (all documents), the PTB training text and the sentiment TRAINING texts (labels unused; validation and test
-texts are never read). Words are normalised exactly like ``build_word_level_tokenizer`` (lowercase, ``\\w+|[^\\w\\s]+``
-pieces). Output: word2vec text format (``"<count> <dim>"`` header, then ``word v1 ... vd`` per line), which
-``train_classifier.py --pretrained_embeddings`` aligns to its tokenizer's vocabulary (GloVe files work too).
+The notes' "pretrain the embedding on more data, then keep it (frozen) for the small task". Data: one text per row
+of ``--text_column_name`` (default ``text``) from ``--dataset_name`` (the preset ``hf_seq/unlabelled_text``: every
+Brown sentence, the PTB training text and the sentiment TRAINING snippets — labels unused, validation and test texts
+never read; a folder; a ``datasets`` name) or ``--train_file`` (txt: one row per line; csv, json, jsonl, parquet).
+Only the training split is read. Words are normalised exactly like ``build_word_level_tokenizer`` (lowercase unless
+``--lowercase false``, ``\\w+|[^\\w\\s]+`` pieces). Output in ``output_dir``: ``vectors.txt`` in word2vec text format
+(``"<count> <dim>"`` header, then ``word v1 ... vd`` per line), which ``train_classifier.py --pretrained_embeddings``
+aligns to its tokenizer's vocabulary (GloVe files work too), and ``vectors.json`` (corpus size, loss, nearest
+neighbours of a few probe words, the command). ``learning_rate``, ``num_train_epochs``,
+``per_device_train_batch_size``, ``seed`` and ``max_train_minutes`` are the usual ``TrainingArguments`` /
+budget fields (SparseAdam, no ``Trainer``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tokenizers import normalizers, pre_tokenizers
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tokenizers import normalizers, pre_tokenizers  # noqa: E402
+from train_scripts.arguments import BudgetArguments, Task, parse_args
+from train_scripts.common import (
+    cap_splits,
+    describe_data,
+    load_task_data,
+    require_columns,
+    require_text,
+    training_command,
+    write_results,
+)
 
-from hf_seq.data import load_brown, load_ptb, load_sentiment  # noqa: E402
+
+@dataclass
+class WordVectorArguments(BudgetArguments):
+    """Skip-gram sizes and sampling."""
+
+    dim: int = field(default=64, metadata={"help": "vector size"})
+    window: int = field(default=5, metadata={"help": "largest distance of a context word (shrunk at random)"})
+    negatives: int = field(default=5, metadata={"help": "negative samples per (word, context) pair"})
+    min_count: int = field(default=3, metadata={"help": "drop words seen fewer times"})
+    subsample: float = field(default=1e-4, metadata={"help": "frequent-word subsampling threshold"})
+
+    def __post_init__(self):
+        for name in ("dim", "window", "negatives", "min_count"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be a positive integer, got {getattr(self, name)}")
 
 
-def corpus_sentences() -> list[list[str]]:
-    """Unlabelled sentences, normalised like the word-level tokenizer."""
+TASK = Task(
+    name="train_word_vectors",
+    arguments=WordVectorArguments,
+    defaults={
+        "text_column_name": "text",
+        "output_dir": "runs/word_vectors",
+        "learning_rate": 0.003,
+        "num_train_epochs": 3,
+        "per_device_train_batch_size": 4096,
+        "seed": 0,
+        "max_train_minutes": 10.0,
+    },
+    unused=frozenset(
+        {
+            "model_type",
+            "model_config",
+            "config_overrides",
+            "model_name_or_path",
+            "tokenizer_name",
+            "tokenizer_kind",
+            "tokenizer_vocab_size",
+            "tokenizer_min_frequency",
+            "padding_side",
+            "truncation_side",
+            "ignore_mismatched_sizes",
+            "label_column_name",
+            "tokens_column_name",
+            "tags_column_name",
+            "source_lang",
+            "target_lang",
+            "max_seq_length",
+            "max_source_length",
+            "max_target_length",
+            "validation_file",
+            "test_file",
+            "validation_split_percentage",
+            "max_eval_samples",
+            "max_predict_samples",
+            "max_train_cpu_minutes",
+        }
+    ),
+    text_files=True,
+)
+
+
+def corpus_sentences(texts, lowercase: bool = True) -> list[list[str]]:
+    """Sentences (rows with at least two words), normalised like the word-level tokenizer."""
     lower, split = normalizers.Lowercase(), pre_tokenizers.Whitespace()
 
     def words(text: str) -> list[str]:
-        return [w for w, _ in split.pre_tokenize_str(lower.normalize_str(text))]
+        return [w for w, _ in split.pre_tokenize_str(lower.normalize_str(text) if lowercase else text)]
 
-    sentences = []
-    brown = load_brown()
-    for name in brown:
-        sentences += [words(" ".join(tokens)) for tokens in brown[name]["tokens"]]
-    sentences += [words(t) for t in load_ptb()["train"]["text"]]
-    sentences += [words(t) for t in load_sentiment()["train"]["text"]]
+    sentences = [words(text) for text in texts]
     return [s for s in sentences if len(s) > 1]
 
 
@@ -82,27 +152,24 @@ def make_pairs(ids: list[np.ndarray], keep_prob: np.ndarray, window: int, rng: n
     return np.stack([np.concatenate(centers), np.concatenate(contexts)], axis=1)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", default="runs/word_vectors/vectors.txt")
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--window", type=int, default=5)
-    parser.add_argument("--negatives", type=int, default=5)
-    parser.add_argument("--min_count", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batch_size", type=int, default=4096)
-    parser.add_argument("--lr", type=float, default=0.003)
-    parser.add_argument("--subsample", type=float, default=1e-4)
-    parser.add_argument("--max_minutes", type=float, default=10.0)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    torch.manual_seed(args.seed)
-    rng = np.random.default_rng(args.seed)
+def main(argv: list[str] | None = None) -> dict:
+    model_args, data_args, args, training_args = parse_args(TASK, argv)
+    torch.manual_seed(training_args.seed)
+    rng = np.random.default_rng(training_args.seed)
     start = time.monotonic()
 
-    sentences = corpus_sentences()
+    raw = load_task_data(TASK, data_args, require_validation=False)
+    column = data_args.text_column_name
+    require_columns(raw, {"text_column_name": column})
+    require_text(raw, column, "text_column_name")
+    raw = cap_splits(raw, data_args)
+    sentences = corpus_sentences(raw["train"][column], lowercase=model_args.lowercase is not False)
     counts = Counter(w for s in sentences for w in s)
     vocab = [w for w, c in counts.most_common() if c >= args.min_count]
+    if len(vocab) < 2:
+        raise ValueError(
+            f"only {len(vocab)} word(s) occur at least `min_count` {args.min_count} times: too little text"
+        )
     index = {w: i for i, w in enumerate(vocab)}
     freq = np.array([counts[w] for w in vocab], dtype=np.float64)
     ids = [np.array([index[w] for w in s if w in index], dtype=np.int64) for s in sentences]
@@ -113,12 +180,14 @@ def main() -> None:
     print(f"{len(sentences)} sentences, {int(total)} tokens, vocabulary {len(vocab)}", flush=True)
 
     model = SkipGram(len(vocab), args.dim)
-    optimizer = torch.optim.SparseAdam(model.parameters(), lr=args.lr)
+    optimizer = torch.optim.SparseAdam(model.parameters(), lr=training_args.learning_rate)
+    batch_size = training_args.per_device_train_batch_size
+    budget = None if args.max_train_minutes is None else 60 * args.max_train_minutes
     steps, losses = 0, []
-    for epoch in range(args.epochs):
+    for epoch in range(int(training_args.num_train_epochs)):
         pairs = torch.from_numpy(make_pairs(ids, keep_prob, args.window, rng))
         pairs = pairs[torch.randperm(len(pairs))]
-        for batch in pairs.split(args.batch_size):
+        for batch in pairs.split(batch_size):
             negatives = torch.multinomial(noise, batch.shape[0] * args.negatives, replacement=True)
             loss = model(batch[:, 0], batch[:, 1], negatives.view(batch.shape[0], args.negatives))
             optimizer.zero_grad()
@@ -128,19 +197,21 @@ def main() -> None:
             losses.append(loss.item())
             if steps % 500 == 0:
                 print(f"epoch {epoch} step {steps} loss {np.mean(losses[-500:]):.4f}", flush=True)
-            if time.monotonic() - start > 60 * args.max_minutes:
+            if budget is not None and time.monotonic() - start > budget:
                 break
-        if time.monotonic() - start > 60 * args.max_minutes:
+        if budget is not None and time.monotonic() - start > budget:
             print("time budget reached", flush=True)
             break
 
     vectors = model.inp.weight.detach().numpy()
-    out = Path(args.output)
+    out = Path(training_args.output_dir) / "vectors.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w") as f:
+    tmp = out.with_suffix(".txt.tmp")
+    with tmp.open("w") as f:
         f.write(f"{len(vocab)} {args.dim}\n")
         for word, vec in zip(vocab, vectors):
             f.write(word + " " + " ".join(f"{v:.5f}" for v in vec) + "\n")
+    tmp.replace(out)
     probe = {}
     normed = vectors / (np.linalg.norm(vectors, axis=1, keepdims=True) + 1e-8)
     for word in ("good", "bad", "funny", "boring", "film"):
@@ -148,17 +219,19 @@ def main() -> None:
             sims = normed @ normed[index[word]]
             probe[word] = [vocab[i] for i in np.argsort(-sims)[1:6]]
     info = {
+        "data": describe_data(data_args, raw, unit="rows"),
         "sentences": len(sentences),
         "tokens": int(total),
         "vocab": len(vocab),
         "steps": steps,
-        "final_loss": float(np.mean(losses[-200:])),
+        "final_loss": float(np.mean(losses[-200:])) if losses else None,
         "minutes": (time.monotonic() - start) / 60,
         "nearest": probe,
-        "args": vars(args),
+        "vectors": str(out),
     }
-    out.with_suffix(".json").write_text(json.dumps(info, indent=2))
-    print(json.dumps(info, indent=2))
+    write_results(training_args.output_dir, info, name="vectors.json", command=training_command(__file__, argv))
+    print(info)
+    return info
 
 
 if __name__ == "__main__":

@@ -1,0 +1,677 @@
+"""The one argument parser of every train script: ``[recipe.json] [--field value ...]`` into dataclasses.
+
+A recipe is a JSON object whose keys are the fields of four dataclasses, the same for every script:
+
+* :class:`ModelArguments` — ``model_type`` + ``model_config`` (a new model), or ``model_name_or_path`` (a saved
+  folder to continue from); the tokenizer (``tokenizer_name``, or the kind of tokenizer built on the training split);
+* :class:`DataArguments` — where the data comes from (``dataset_name`` or ``train_file`` / ``validation_file`` /
+  ``test_file``), its columns and lengths, with the names of ``transformers``' example scripts;
+* the script's own dataclass (time budgets, sampling settings of the language model, ...);
+* ``TrainingArguments`` (``Seq2SeqTrainingArguments`` for translation).
+
+The recipe gives the defaults and command-line flags override them. Everything is checked before any data is read:
+invalid JSON (file, line and column), a recipe that is not a JSON object, unknown keys (with the closest known key,
+or the script they belong to), values of the wrong type (key, expected type, value), unknown data files or types,
+an unregistered ``model_type`` or a ``model_config`` its config class rejects. Errors are :class:`RecipeError`
+(a ``ValueError``) naming the recipe file or the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import enum
+import json
+import os
+import sys
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from transformers import HfArgumentParser, TrainingArguments
+
+from hf_seq.data import DATASET_PRESETS, DataError, check_data_file
+
+TOKENIZER_KINDS = ("word", "char", "wordpiece", "bpe")
+
+
+class RecipeError(ValueError):
+    """A recipe or command line that cannot run; the message names the file or flag, the key and what is allowed."""
+
+
+@dataclass
+class ModelArguments:
+    """Which model to build or load, and its tokenizer."""
+
+    model_type: str | None = field(
+        default=None,
+        metadata={
+            "help": "Registered model_type of a new model: hf_seq_rnn, hf_seq_rnn_seq2seq, hf_seq_transformer, "
+            "hf_seq_bert."
+        },
+    )
+    model_config: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Fields of the new model's config: a JSON object in the recipe, a JSON string on the command "
+            "line (it replaces the recipe's). Vocabulary size, special token ids and labels come from the tokenizer and the "
+            "data."
+        },
+    )
+    config_overrides: str | None = field(
+        default=None,
+        metadata={
+            "help": "Comma-separated field=value pairs applied on top of model_config (or of the config loaded "
+            "from model_name_or_path), e.g. 'hidden_size=128,dropout=0.1'."
+        },
+    )
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "A saved model folder to continue from or fine-tune (an hf_seq folder; for the BERT scripts "
+            "also a transformers BERT checkpoint, converted on load). Its model_type and config replace model_type and "
+            "model_config."
+        },
+    )
+    tokenizer_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "A saved tokenizer folder. Default: the tokenizer of model_name_or_path; with neither, a "
+            "tokenizer is built on the training split."
+        },
+    )
+    tokenizer_kind: str | None = field(
+        default=None,
+        metadata={"help": f"Kind of tokenizer built on the training split: one of {list(TOKENIZER_KINDS)}."},
+    )
+    tokenizer_vocab_size: int | None = field(
+        default=None,
+        metadata={"help": "Vocabulary size of a built tokenizer (word level: the top V words; None: all)."},
+    )
+    tokenizer_min_frequency: int | None = field(
+        default=None,
+        metadata={"help": "Drop words / merges seen fewer times in training (None: the builder's default)."},
+    )
+    lowercase: bool | None = field(
+        default=None, metadata={"help": "Lowercase before building / applying the tokenizer (None: its default)."}
+    )
+    padding_side: str = field(default="right", metadata={"help": '"right" | "left" (the notes pad in front).'})
+    truncation_side: str = field(default="right", metadata={"help": '"right" keeps the first tokens, "left" the last.'})
+    ignore_mismatched_sizes: bool = field(
+        default=False,
+        metadata={
+            "help": "Re-initialise weights of model_name_or_path whose shapes differ (e.g. a head with another "
+            "number of labels)."
+        },
+    )
+
+
+@dataclass
+class DataArguments:
+    """Where the data comes from and how it is read (the names of transformers' example scripts)."""
+
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": f"A preset ({', '.join(sorted(DATASET_PRESETS))}), a save_to_disk folder, a local folder of "
+            "data files named by split, or any datasets.load_dataset name (the Hub when online)."
+        },
+    )
+    dataset_config_name: str | None = field(
+        default=None, metadata={"help": "The configuration of dataset_name (datasets.load_dataset's second argument)."}
+    )
+    train_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Training data: csv, tsv, json, jsonl, parquet "
+            "(txt for the language-model and pretraining scripts)."
+        },
+    )
+    validation_file: str | None = field(default=None, metadata={"help": "Validation data (same formats)."})
+    test_file: str | None = field(default=None, metadata={"help": "Test data (same formats); evaluated at the end."})
+    validation_split_percentage: float | None = field(
+        default=5,
+        metadata={
+            "help": "Without a validation split: hold out this percentage of the training rows (seeded by split_seed)."
+        },
+    )
+    split_seed: int = field(
+        default=42, metadata={"help": "Seed of a preset's fixed split and of validation_split_percentage."}
+    )
+    text_column_name: str | None = field(default=None, metadata={"help": "Column with the text (default: text)."})
+    label_column_name: str | None = field(default=None, metadata={"help": "Column with the label (default: label)."})
+    tokens_column_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Tagger: column with the list of words (default: tokens; text_column_name "
+            "is taken as in run_ner.py)."
+        },
+    )
+    tags_column_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Tagger: column with one tag per word (default: tags; label_column_name is taken as in run_ner.py)."
+        },
+    )
+    source_lang: str | None = field(default=None, metadata={"help": "Translation: source key of `translation`."})
+    target_lang: str | None = field(default=None, metadata={"help": "Translation: target key of `translation`."})
+    max_seq_length: int | None = field(default=None, metadata={"help": "Truncate inputs to this many tokens."})
+    max_source_length: int | None = field(default=None, metadata={"help": "Truncate sources to this many tokens."})
+    max_target_length: int | None = field(default=None, metadata={"help": "Truncate targets to this many tokens."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation rows."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Use only the first N test rows."})
+
+
+@dataclass
+class BudgetArguments:
+    """Time budgets of the training steps (evaluation and saving excluded), for every script."""
+
+    max_train_minutes: float | None = field(
+        default=None, metadata={"help": "Stop training after this many minutes of training steps (wall clock)."}
+    )
+    max_train_cpu_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "Stop training after this many CPU-minutes of training steps (one thread: core-minutes; "
+            "fair budgets on a shared machine)."
+        },
+    )
+
+
+@dataclass(frozen=True)
+class Task:
+    """What one train script reads: its own dataclass, its ``TrainingArguments`` class, defaults of the shared fields
+    and the shared fields it does not use (giving one is an error, not silently ignored)."""
+
+    name: str
+    arguments: type
+    training_arguments: type = TrainingArguments
+    defaults: dict = field(default_factory=dict)
+    unused: frozenset = frozenset()
+    text_files: bool = False  # .txt data files allowed (language models, pretraining)
+    tokenizer_kinds: tuple = TOKENIZER_KINDS  # kinds of tokenizer it can build
+    # config fields a new model takes from its other fields, the vocabulary size and the data arguments
+    # (e.g. a one-hot LM: embedding_size = vocab_size; a flattening classifier: max_seq_length)
+    derived_config: Callable[[dict, int, DataArguments], dict] | None = None
+    model_head: str | None = None  # the Auto class the model is built with, e.g. "AutoModelForSequenceClassification"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# type checks of recipe values
+# ---------------------------------------------------------------------------------------------------------------
+def _enum_values(annotation) -> list | None:
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return [member.value for member in annotation]
+    return None
+
+
+def _union_args(annotation) -> tuple | None:
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        return typing.get_args(annotation)
+    return None
+
+
+def describe_type(annotation) -> str:
+    """``list[float] | None`` -> "a list of numbers or null"."""
+    args = _union_args(annotation)
+    if args is not None:
+        enums = [a for a in args if _enum_values(a)]
+        if enums and str in args:  # transformers' `IntervalStrategy | str`: the enum's values
+            rest = [a for a in args if a is not str and a not in enums]
+            return " or ".join([f"one of {_enum_values(enums[0])}", *(describe_type(a) for a in rest)])
+        return " or ".join(dict.fromkeys(describe_type(a) for a in args))
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return f"one of {list(typing.get_args(annotation))}"
+    if annotation is type(None):
+        return "null"
+    if annotation is bool:
+        return "true or false"
+    if annotation is int:
+        return "an integer"
+    if annotation is float:
+        return "a number"
+    if annotation is str:
+        return "a string"
+    if annotation is dict or origin is dict:
+        return "a JSON object"
+    if annotation is list or origin is list:
+        inner = typing.get_args(annotation)
+        return f"a list of {_plural(describe_type(inner[0]))}" if inner else "a list"
+    values = _enum_values(annotation)
+    if values is not None:
+        return f"one of {values}"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _plural(text: str) -> str:
+    return {"an integer": "integers", "a number": "numbers", "a string": "strings", "true or false": "booleans"}.get(
+        text, text
+    )
+
+
+def value_matches(value: Any, annotation) -> bool:
+    """Whether a JSON value fits a dataclass field annotation (types JSON cannot express are not checked)."""
+    args = _union_args(annotation)
+    if args is not None:
+        enums = [a for a in args if _enum_values(a)]
+        if enums and str in args and isinstance(value, str):
+            return any(value in _enum_values(a) for a in enums)
+        return any(value_matches(value, a) for a in args)
+    origin = typing.get_origin(annotation)
+    if annotation is Any:
+        return True
+    if origin is Literal:
+        return value in typing.get_args(annotation)
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    if annotation is dict or origin is dict:
+        return isinstance(value, dict)
+    if annotation is list or origin is list:
+        inner = typing.get_args(annotation)
+        return isinstance(value, list) and (not inner or all(value_matches(v, inner[0]) for v in value))
+    values = _enum_values(annotation)
+    if values is not None:
+        return value in values or isinstance(value, annotation)
+    if annotation in (Path, os.PathLike):
+        return isinstance(value, str)
+    return True  # a class JSON cannot hold (GenerationConfig, ParallelismConfig): its own checks apply
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "a JSON object"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# recipes
+# ---------------------------------------------------------------------------------------------------------------
+def read_recipe(path: str | os.PathLike) -> dict:
+    """The JSON object of a recipe file, comment keys (``_comment``, any key starting with ``_``) removed."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"recipe {path} does not exist")
+    text = path.read_text(encoding="utf-8")
+    try:
+        recipe = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise RecipeError(
+            f"recipe {path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"
+        ) from None
+    if not isinstance(recipe, dict):
+        raise RecipeError(
+            f'recipe {path} must be a JSON object {{"field": value, ...}}, got {_json_kind(recipe)} at the top level'
+        )
+    return {key: value for key, value in recipe.items() if not key.startswith("_")}
+
+
+def _field_types(dataclass_types) -> dict[str, Any]:
+    hints = {}
+    for dtype in dataclass_types:
+        resolved = typing.get_type_hints(dtype)
+        for f in fields(dtype):
+            if f.init:
+                hints[f.name] = resolved[f.name]
+    return hints
+
+
+def _owner_hint(key: str, task: Task) -> str:
+    """Which other script reads ``key``: a hint for an unknown key."""
+    from train_scripts.cli import TASKS  # lazily: every script module
+
+    for name, module_name in TASKS.items():
+        if name == task.name:
+            continue
+        other = _task_of(module_name)
+        if other is not None and key in _field_types((other.arguments,)) and key not in task.unused:
+            return f" (`{key}` is an option of {other.name})"
+    return ""
+
+
+def _task_of(module_name: str) -> Task | None:
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(module_name), "TASK", None)
+    except Exception:  # noqa: BLE001 - a hint only
+        return None
+
+
+def _config_field_hint(key: str, model_type: Any, task: Task) -> str:
+    model_type = model_type or task.defaults.get("model_type")
+    if not isinstance(model_type, str):
+        return ""
+    try:
+        from transformers import AutoConfig
+
+        import hf_seq  # noqa: F401 - registers the model types
+
+        config = AutoConfig.for_model(model_type)
+    except Exception:  # noqa: BLE001 - a hint only
+        return ""
+    if key in config.to_dict():
+        return f" (`{key}` is a field of the {model_type} config: put it under `model_config`, or pass --config_overrides {key}=VALUE)"
+    return ""
+
+
+def _unknown_key(key: str, task: Task, known: list[str], model_type: Any) -> str:
+    """Why ``key`` is unknown: a field of the model config, an option of another script, or a near miss."""
+    close = difflib.get_close_matches(key, known, n=1)
+    return (
+        _config_field_hint(key, model_type, task)
+        or _owner_hint(key, task)
+        or (f" (did you mean `{close[0]}`?)" if close else "")
+    )
+
+
+def check_recipe(recipe: dict, task: Task, dataclass_types: tuple, where: str) -> None:
+    """Unknown keys and values of the wrong type, each error naming ``where`` (the recipe file), the key and the
+    expected type."""
+    types_by_key = _field_types(dataclass_types)
+    known = sorted(k for k in types_by_key if k not in task.unused)
+    for key, value in recipe.items():
+        if key not in known:
+            hint = _unknown_key(key, task, known, recipe.get("model_type"))
+            raise RecipeError(f"{where}: unknown key `{key}` for {task.name}{hint}")
+        if key == "model_config" and isinstance(value, str):  # a JSON string is for the command line only
+            raise RecipeError(f"{where}: `model_config` must be a JSON object, got {json.dumps(value)}")
+        if not value_matches(value, types_by_key[key]):
+            raise RecipeError(
+                f"{where}: `{key}` must be {describe_type(types_by_key[key])}, got {json.dumps(value)} "
+                f"({_json_kind(value)})"
+            )
+
+
+def _flags_given(argv: list[str]) -> list[str]:
+    return [arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")]
+
+
+DATA_FILES = ("train_file", "validation_file", "test_file")
+COLUMN_NAMES = ("text_column_name", "label_column_name", "tokens_column_name", "tags_column_name")
+
+
+def _data_source_from_command_line(recipe: dict, flags: set[str]) -> dict:
+    """The command line's data source replaces the recipe's as a whole: data files given as flags drop the recipe's
+    ``dataset_name`` (and its config), a ``--dataset_name`` drops the recipe's data files, and either drops the
+    recipe's column names (they name the recipe's data; the script's defaults or the given flags apply)."""
+    recipe = dict(recipe)
+    files, name = bool(flags & set(DATA_FILES)), "dataset_name" in flags
+    if files:
+        recipe.pop("dataset_name", None)
+        recipe.pop("dataset_config_name", None)
+    if name:
+        for key in DATA_FILES:
+            recipe.pop(key, None)
+    if files or name:
+        for key in COLUMN_NAMES:
+            recipe.pop(key, None)
+    return recipe
+
+
+def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
+    """``[recipe.json] [--field value ...]`` -> ``(model_args, data_args, task_args, training_args)``, checked.
+
+    The recipe (an optional first argument) sets defaults, flags override them — the data source as a whole: data
+    files on the command line replace the recipe's ``dataset_name`` and the other way round. Every key and value is
+    checked (:func:`check_recipe`, :func:`check_arguments`) before the caller reads any data."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    dataclass_types = (ModelArguments, DataArguments, task.arguments, task.training_arguments)
+    parser = HfArgumentParser(dataclass_types)
+    parser.set_defaults(**task.defaults)
+    for action in parser._actions:
+        if action.dest in task.unused:
+            action.help = argparse.SUPPRESS  # --help lists only what this script reads
+    recipe: dict = {}
+    recipe_path = None
+    if argv and not argv[0].startswith("-"):
+        recipe_path = argv.pop(0)
+        recipe = read_recipe(recipe_path)
+        check_recipe(recipe, task, dataclass_types, f"recipe {recipe_path}")
+        recipe = _data_source_from_command_line(recipe, set(_flags_given(argv)))
+        parser.set_defaults(**recipe)
+        for action in parser._actions:
+            if action.dest in recipe:
+                action.required = False
+    flags = set(_flags_given(argv))
+    known = sorted(k for k in _field_types(dataclass_types) if k not in task.unused)
+    for flag in sorted(flags - set(known) - {"help"}):
+        hint = _unknown_key(flag, task, known, recipe.get("model_type"))
+        raise RecipeError(f"command line: --{flag} is not an option of {task.name}{hint}")
+    where = f"recipe {recipe_path} with the command line" if recipe_path else "command line"
+    try:
+        model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    except (ValueError, TypeError) as error:  # TrainingArguments / a task dataclass rejected a value
+        raise RecipeError(f"{where}: {error}") from error
+    sources = {key: f"recipe {recipe_path}" for key in recipe} | {key: "command line" for key in flags}
+    check_arguments(task, model_args, data_args, training_args, sources=sources)
+    return model_args, data_args, task_args, training_args
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# checks across fields (still before any data is read)
+# ---------------------------------------------------------------------------------------------------------------
+def model_config_dict(model_args: ModelArguments) -> dict:
+    """``model_config`` as a dict (a JSON string from the command line is parsed)."""
+    value = model_args.model_config
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise RecipeError(f"--model_config is not valid JSON: {error.msg} at column {error.colno}") from None
+    if not isinstance(value, dict):
+        raise RecipeError(f"`model_config` must be a JSON object, got {_json_kind(value)}")
+    return dict(value)
+
+
+def check_arguments(
+    task: Task, model_args: ModelArguments, data_args: DataArguments, training_args, sources: dict[str, str]
+) -> None:
+    """Data files exist and have a supported type; the data source is unambiguous; the model type is registered
+    with the script's head and ``model_config`` / ``config_overrides`` build a valid config; a ``model_name_or_path``
+    holds a config; the tokenizer settings are allowed. ``sources`` says where each key was set (for the errors)."""
+
+    def origin(key: str) -> str:
+        return sources.get(key, f"{task.name}'s default")
+
+    # ---- data
+    files = {name: getattr(data_args, name) for name in ("train_file", "validation_file", "test_file")}
+    if data_args.dataset_name and any(files.values()):
+        raise RecipeError(
+            f"{origin('dataset_name')}: pass either `dataset_name` ({data_args.dataset_name!r}) or data files "
+            f"({sorted(k for k, v in files.items() if v)}), not both"
+        )
+    if not data_args.dataset_name and not files["train_file"]:
+        raise RecipeError(
+            f"{task.name} needs data: `dataset_name` (a preset: {', '.join(sorted(DATASET_PRESETS))}; a local folder; "
+            "a datasets name) or `train_file`"
+        )
+    name = data_args.dataset_name
+    if name and name.startswith("hf_seq/") and name not in DATASET_PRESETS:
+        raise RecipeError(
+            f"{origin('dataset_name')}: unknown dataset preset {name!r}; the presets are {sorted(DATASET_PRESETS)}"
+        )
+    for name, path in files.items():
+        if path:
+            try:
+                check_data_file(path, name, allow_text=task.text_files)
+            except DataError as error:
+                raise RecipeError(f"{origin(name)}: {error}") from None
+    percentage = data_args.validation_split_percentage
+    if percentage is not None and not 0 <= percentage < 100:
+        raise RecipeError(
+            f"{origin('validation_split_percentage')}: `validation_split_percentage` must be in [0, 100), got "
+            f"{percentage}"
+        )
+    sizes = {
+        name: getattr(data_args, name)
+        for name in (
+            "max_seq_length",
+            "max_source_length",
+            "max_target_length",
+            "max_train_samples",
+            "max_eval_samples",
+            "max_predict_samples",
+        )
+    }
+    sizes["tokenizer_vocab_size"] = model_args.tokenizer_vocab_size
+    for name, value in sizes.items():
+        if value is not None and value < 1:
+            raise RecipeError(f"{origin(name)}: `{name}` must be a positive integer or null, got {value}")
+
+    # ---- tokenizer
+    if model_args.tokenizer_kind is not None and model_args.tokenizer_kind not in task.tokenizer_kinds:
+        raise RecipeError(
+            f"{origin('tokenizer_kind')}: `tokenizer_kind` must be one of {list(task.tokenizer_kinds)} for "
+            f"{task.name}, got {model_args.tokenizer_kind!r}"
+        )
+    for name in ("padding_side", "truncation_side"):
+        if getattr(model_args, name) not in ("left", "right"):
+            raise RecipeError(
+                f"{origin(name)}: `{name}` must be one of ['left', 'right'], got {getattr(model_args, name)!r}"
+            )
+
+    # ---- model
+    if task.model_head is None:
+        return
+    if model_args.model_name_or_path:
+        from transformers import AutoConfig
+
+        import hf_seq  # noqa: F401
+
+        try:
+            AutoConfig.from_pretrained(model_args.model_name_or_path)
+        except Exception as error:  # noqa: BLE001 - re-raised naming the flag
+            raise RecipeError(
+                f"{origin('model_name_or_path')}: `model_name_or_path` {model_args.model_name_or_path!r} is not a "
+                f"model folder with a config.json ({type(error).__name__}: {str(error)[:200]})"
+            ) from None
+        return
+    where = sources.get("model_config") or sources.get("model_type") or f"{task.name}'s defaults"
+    build_config(task, model_args, data_args, where=where, vocab_size=TRIAL_VOCAB_SIZE)
+
+
+TRIAL_VOCAB_SIZE = 1000  # the vocabulary size of the up-front check (the real one comes from the tokenizer)
+
+
+def config_fields(config) -> set[str]:
+    """The fields a config class takes: its attributes and its (and ``PretrainedConfig``'s) ``__init__`` arguments."""
+    import inspect
+
+    from transformers import PretrainedConfig
+
+    names = set(config.to_dict()) | {"num_labels"}
+    for cls in (type(config), PretrainedConfig):
+        names |= set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
+    return names
+
+
+def override_values(config_overrides: str | None, config) -> dict:
+    """``config_overrides`` (``"hidden_size=128,dropout=0.1"``) as typed values: each converted to the type of the
+    field in ``config`` (booleans from true/false; a field that is None now takes JSON or a string)."""
+    if not config_overrides:
+        return {}
+    values = {}
+    known = config_fields(config)
+    for item in config_overrides.split(","):
+        if not item.strip():
+            continue
+        if "=" not in item:
+            raise RecipeError(f"`config_overrides` {config_overrides!r}: {item!r} is not field=value")
+        key, text = (part.strip() for part in item.split("=", 1))
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean `{close[0]}`?)" if close else ""
+            raise RecipeError(f"`config_overrides`: {config.model_type} has no field `{key}`{hint}")
+        current = getattr(config, key, None)
+        try:
+            if isinstance(current, bool):
+                if text.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError("expected true or false")
+                value = text.lower() in ("true", "1")
+            elif isinstance(current, int):
+                value = int(text)
+            elif isinstance(current, float):
+                value = float(text)
+            elif isinstance(current, str):
+                value = text
+            else:
+                try:
+                    value = json.loads(text)
+                except json.JSONDecodeError:
+                    value = text
+        except ValueError as error:
+            raise RecipeError(f"`config_overrides`: `{key}={text}` is not {type(current).__name__} ({error})") from None
+        values[key] = value
+    return values
+
+
+def build_config(
+    task: Task, model_args: ModelArguments, data_args: DataArguments, where: str = "model_config", **fixed
+):
+    """The config of a new model: ``model_type`` + ``model_config`` + ``config_overrides`` + ``fixed`` (values from
+    the tokenizer and the data, e.g. ``vocab_size``; ``None`` values are left out) + the task's derived fields.
+    ``RecipeError`` naming ``where`` and the field for an unknown model type or field, a value its config class
+    rejects, or a model type without a head of the script's Auto class."""
+    import transformers
+    from transformers import AutoConfig
+
+    import hf_seq  # noqa: F401 - registers the hf_seq model types
+
+    model_type = model_args.model_type
+    if not model_type:
+        raise RecipeError(f"{where}: `model_type` is needed to build a new model (or pass `model_name_or_path`)")
+    try:
+        defaults = AutoConfig.for_model(model_type)
+    except ValueError as error:
+        raise RecipeError(f"{where}: unknown `model_type` {model_type!r} ({str(error)[:300]})") from None
+    values = model_config_dict(model_args)
+    known = config_fields(defaults)
+    for key in values:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean `{close[0]}`?)" if close else ""
+            raise RecipeError(f"{where}: `model_config` has a field `{key}` that {model_type} does not know{hint}")
+    values.update(override_values(model_args.config_overrides, defaults))
+    values.update({key: value for key, value in fixed.items() if value is not None})
+    if task.derived_config is not None:
+        values.update(task.derived_config(values, values.get("vocab_size", TRIAL_VOCAB_SIZE), data_args))
+    try:
+        config = AutoConfig.for_model(model_type, **values)
+    except (ValueError, TypeError) as error:
+        raise RecipeError(
+            f"{where}: not a valid {model_type} config (model_config / config_overrides): {error}"
+        ) from None
+    if task.model_head:
+        head = getattr(transformers, task.model_head)
+        if type(config) not in head._model_mapping:
+            supported = sorted(
+                c.model_type for c in head._model_mapping.keys() if getattr(c, "model_type", "").startswith("hf_seq")
+            )
+            raise RecipeError(
+                f"{where}: model_type {model_type!r} has no {task.model_head} head; {task.name} builds one of "
+                f"{supported}"
+            )
+    return config
