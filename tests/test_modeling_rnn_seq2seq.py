@@ -221,8 +221,10 @@ def test_context_and_next_state_follow_the_notes():
     s = out.decoder_hidden_states[1]
     h_tilde = torch.tanh(torch.cat([s, context], -1) @ dec_mod.attention_proj.weight.T)
     torch.testing.assert_close(out.logits, model.lm_head(h_tilde), atol=1e-5, rtol=1e-5)
-    # step 2 by hand with torch.nn.LSTM weights: input [x'_2; c_1], previous state s_1
-    lstm = dec_mod.rnn.layers[0]
+    # step 2 by hand with a torch.nn.LSTM holding the layer's weights (same names): input [x'_2; c_1], state s_1
+    layer = dec_mod.rnn.layers[0]
+    lstm = torch.nn.LSTM(layer.input_size, layer.hidden_size, batch_first=True)
+    lstm.load_state_dict(layer.state_dict())
     enc = model.model.encoder(input_ids=ids, attention_mask=mask)
     s0 = model.model.bridge(enc.final_hidden_state, enc.final_cell_state)
     _, (h1, c1) = lstm(
