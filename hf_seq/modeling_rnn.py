@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
@@ -465,6 +466,31 @@ class RNNCache:
         """Repeat every row ``repeats`` times (rows i*repeats ... (i+1)*repeats-1 copy row i)."""
         if self.state is not None:
             self.state = tuple(s.repeat_interleave(repeats, dim=1) for s in self.state)
+
+
+def _flatten_rnn_cache(cache: RNNCache) -> tuple[list[torch.Tensor], tuple]:
+    state = [] if cache.state is None else list(cache.state)
+    return state, (cache.num_layers, cache.seen_tokens, cache.state is None)
+
+
+def _flatten_rnn_cache_with_keys(cache: RNNCache) -> tuple[list, tuple]:
+    state, context = _flatten_rnn_cache(cache)
+    return [(pytree.SequenceKey(i), tensor) for i, tensor in enumerate(state)], context
+
+
+def _unflatten_rnn_cache(state: list[torch.Tensor], context: tuple) -> RNNCache:
+    num_layers, seen_tokens, no_state = context
+    return RNNCache(num_layers, None if no_state else tuple(state), seen_tokens)
+
+
+# torch.export / ONNX: the cache in the output is its state tensors (an exported LM returns logits and (h, c))
+pytree.register_pytree_node(
+    RNNCache,
+    _flatten_rnn_cache,
+    _unflatten_rnn_cache,
+    serialized_type_name=f"{RNNCache.__module__}.{RNNCache.__qualname__}",
+    flatten_with_keys_fn=_flatten_rnn_cache_with_keys,
+)
 
 
 class RNNForCausalLM(InputMajorDecodingMixin, RNNPreTrainedModel, GenerationMixin):

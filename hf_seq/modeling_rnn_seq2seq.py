@@ -22,6 +22,7 @@ import copy
 from dataclasses import dataclass
 
 import torch
+import torch.utils._pytree as pytree
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin, PreTrainedModel
@@ -121,6 +122,30 @@ class RNNDecoderCache:
         return (
             f"RNNDecoderCache(layers={self.state[0].shape[0]}, batch={self.state[0].shape[1]}, seen={self.seen_tokens})"
         )
+
+
+def _flatten_decoder_cache(cache: RNNDecoderCache) -> tuple[list, tuple]:
+    return [*cache.state, cache.feed, cache.keys], (len(cache.state), cache.seen_tokens)
+
+
+def _flatten_decoder_cache_with_keys(cache: RNNDecoderCache) -> tuple[list, tuple]:
+    children, context = _flatten_decoder_cache(cache)
+    return [(pytree.SequenceKey(i), child) for i, child in enumerate(children)], context
+
+
+def _unflatten_decoder_cache(children: list, context: tuple) -> RNNDecoderCache:
+    num_states, seen_tokens = context
+    return RNNDecoderCache(tuple(children[:num_states]), children[num_states], children[num_states + 1], seen_tokens)
+
+
+# torch.export / ONNX: the cache in the output is its tensors (state, feed vector, prepared encoder keys)
+pytree.register_pytree_node(
+    RNNDecoderCache,
+    _flatten_decoder_cache,
+    _unflatten_decoder_cache,
+    serialized_type_name=f"{RNNDecoderCache.__module__}.{RNNDecoderCache.__qualname__}",
+    flatten_with_keys_fn=_flatten_decoder_cache_with_keys,
+)
 
 
 # ---------------------------------------------------------------------------------------------------------------
