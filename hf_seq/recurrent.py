@@ -17,15 +17,16 @@ implementations over the SAME tensors:
 
 How padding reaches the fused kernel depends on where the code runs (see :func:`make_padding_plan`):
 
-* **eager on CPU** (reading tensor values is free): the mask is validated, a batch without padding skips all mask
-  handling, and padded batches are packed (``pack_padded_sequence``), the fastest CPU path. Packing needs the
-  lengths on the host and gives data-dependent shapes.
+* **eager on CPU** (reading tensor values is free): the mask is validated (a row with holes is an error), a batch
+  without padding skips all mask handling, and a padded batch takes the faster of two paths, by its fraction of
+  real tokens (:data:`ALIGNED_FILL`): packing (``pack_padded_sequence``: no work on padding, but lengths on the host
+  and data-dependent shapes), or the static path below (oneDNN runs the LSTM only on unpacked input).
 * **everywhere else** (``torch.compile``, ``torch.export`` / ONNX, CUDA or any accelerator): one static-shape path
   without host reads. Rows are shifted so that every sequence starts at position 0 (a gather), each direction runs
   the fused kernel over the whole padded length, the final ``h`` is gathered at each row's last real token, and an
   LSTM's cell state is carried unchanged through the trailing padding by one extra input column that saturates the
   forget gate to 1 and the input gate to 0 at padded steps (``c_t = 1·c_{t-1} + 0·g``, exactly, in value and
-  gradient). A batch passed without ``attention_mask`` is one kernel call per layer.
+  gradient). A batch passed without ``attention_mask`` is one kernel call per layer (cuDNN on CUDA).
 
 A new cell type plugs in through :func:`register_cell` (see :class:`CellType`); a cell without a fused kernel
 provides ``build_layer`` (its parameter holder) and either a ``step`` function or a whole ``scan`` over time, and
@@ -187,6 +188,13 @@ def get_cell_type(name: str) -> CellType:
 
 PACKED, ALIGNED, PADDED = "packed", "aligned", "padded"
 
+# Eager CPU: the fraction of real tokens from which a padded batch runs the kernel over the padding ("aligned")
+# instead of packing it. oneDNN runs the LSTM only on unpacked input, and packed input falls back to a slower
+# kernel: measured with one thread, the aligned LSTM step is 1.1-2.4x faster from half the positions real (fill 0.5
+# to 0.75; below 0.3 packing can win by up to 1.5x). The GRU and SimpleRNN kernels are the same either way, so
+# skipping the padding (packing) wins or ties there.
+ALIGNED_FILL = {"LSTM": 0.5}
+
 
 @dataclass
 class PaddingPlan:
@@ -235,14 +243,20 @@ class PaddingPlan:
 
 
 def make_padding_plan(
-    attention_mask: torch.Tensor | None, batch_size: int, seq_len: int, layout: str = PACKED
+    attention_mask: torch.Tensor | None,
+    batch_size: int,
+    seq_len: int,
+    layout: str = PACKED,
+    aligned_fill: float | None = None,
 ) -> PaddingPlan | None:
     """Describe the padding of ``attention_mask`` ``(B, T)`` for the layers; ``None`` when there is none.
 
     Eager on CPU (:func:`~.validation.eager_cpu`) the mask's values are read: a mask with holes raises
-    ``ValueError``, a mask without padding gives ``None`` and ``layout`` is kept ("packed" or "padded"). Anywhere
-    else nothing is read on the host: a fused-kernel layout becomes "aligned", the mask is trusted to be one
-    contiguous block per row (left or right padding, as tokenizers produce), and a mask of ones is still a plan.
+    ``ValueError``, a mask without padding gives ``None``, and a "packed" layout becomes "aligned" when at least
+    ``aligned_fill`` of the ``B*T`` positions are real tokens (running the kernel over the padding is then faster than
+    packing). Anywhere else nothing is read on the host: a fused-kernel layout becomes "aligned", the mask is trusted
+    to be one contiguous block per row (left or right padding, as tokenizers produce), and a mask of ones is still a
+    plan.
     """
     if attention_mask is None:
         return None
@@ -252,12 +266,13 @@ def make_padding_plan(
             f"got {tuple(attention_mask.shape)}"
         )
     mask = attention_mask if attention_mask.dtype == torch.bool else attention_mask != 0  # (B, T)
+    eager = eager_cpu(mask)
+    if eager and bool(mask.all()):
+        return None  # nothing padded, nothing to pack
     lengths = mask.sum(dim=1)  # (B,)
     starts = mask.to(torch.uint8).argmax(dim=1)  # (B,) first real token (0 for empty rows)
-    if not eager_cpu(mask):  # static path: no host reads, no data-dependent shapes
+    if not eager:  # static path: no host reads, no data-dependent shapes
         return PaddingPlan(ALIGNED if layout == PACKED else layout, mask, lengths, starts, empty=lengths == 0)
-    if bool(mask.all()):
-        return None  # nothing padded, nothing to pack
     pos = torch.arange(seq_len, device=mask.device).unsqueeze(0)  # (1, T)
     block = (pos >= starts.unsqueeze(1)) & (pos < (starts + lengths).unsqueeze(1))  # (B, T)
     if not torch.equal(block, mask):
@@ -266,13 +281,11 @@ def make_padding_plan(
             "got a row with holes"
         )
     empty = lengths == 0
+    left_aligned = not bool(starts.any())
+    if layout == PACKED and aligned_fill is not None and int(lengths.sum()) >= aligned_fill * mask.numel():
+        return PaddingPlan(ALIGNED, mask, lengths, starts, empty=empty, left_aligned=left_aligned)
     return PaddingPlan(
-        layout,
-        mask,
-        lengths,
-        starts,
-        empty=empty if bool(empty.any()) else None,
-        left_aligned=not bool(starts.any()),
+        layout, mask, lengths, starts, empty=empty if bool(empty.any()) else None, left_aligned=left_aligned
     )
 
 
@@ -364,8 +377,7 @@ class RecurrentLayer(GradientCheckpointingLayer, nn.RNNBase):
 
     def direction_weights(self, direction: int) -> list[torch.Tensor]:
         """``[weight_ih, weight_hh, bias_ih, bias_hh]`` of one direction (read by name, so replaced parameters count)."""
-        suffix = "_reverse" if direction == 1 else ""
-        return [getattr(self, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        return [getattr(self, name) for name in self._flat_weights_names[4 * direction : 4 * direction + 4]]
 
     def forward(self, inputs: torch.Tensor, *state: torch.Tensor, padding: PaddingPlan | None = None) -> State:
         layer_state = state if state else None
@@ -396,7 +408,7 @@ class RecurrentLayer(GradientCheckpointingLayer, nn.RNNBase):
         return tuple(_KERNELS[self.mode](x, hx[0], weights, True, 1, 0.0, self.training, bidirectional, True))
 
     def _kernel_weights(self) -> list[torch.Tensor]:
-        return [w for d in range(self.num_directions) for w in self.direction_weights(d)]
+        return [getattr(self, name) for name in self._flat_weights_names]  # both directions, torch.nn's order
 
     def _forward_full(self, x: torch.Tensor, state: State | None) -> State:
         """No padding: one kernel call for both directions (what ``torch.nn.LSTM`` does on a plain tensor)."""
@@ -626,7 +638,13 @@ class RecurrentStack(nn.Module):
         if seq_len == 0:
             raise ValueError("`inputs` must have at least one time step (seq_len >= 1)")
         self._check_state(state, batch_size)
-        plan = make_padding_plan(attention_mask, batch_size, seq_len, PACKED if self.uses_fused_path else PADDED)
+        plan = make_padding_plan(
+            attention_mask,
+            batch_size,
+            seq_len,
+            PACKED if self.uses_fused_path else PADDED,
+            ALIGNED_FILL.get(self.cell_type.mode) if self.uses_fused_path else None,
+        )
         x = self._to_layout(inputs, plan)
         finals: list[State] = []
         layer_outputs = []
@@ -644,7 +662,7 @@ class RecurrentStack(nn.Module):
             if output_hidden_states:
                 layer_outputs.append(self._from_layout(x, plan, seq_len))
         outputs = layer_outputs[-1] if output_hidden_states else self._from_layout(x, plan, seq_len)
-        final_state = tuple(torch.cat([f[i] for f in finals], dim=0) for i in range(len(finals[0])))
+        final_state = tuple(finals[0]) if len(finals) == 1 else tuple(map(torch.cat, zip(*finals)))  # (L*D, B, H)
         if plan is not None and plan.layout == PACKED and plan.empty is not None:
             final_state = self._restore_empty_rows(final_state, state, plan.empty)
         if output_hidden_states:
@@ -671,7 +689,7 @@ class RecurrentStack(nn.Module):
         if plan is None or plan.layout == PADDED:
             return inputs
         if plan.layout == ALIGNED:  # every row starts at 0; zeros after its real tokens (no garbage in the kernel)
-            aligned = roll_rows(inputs, plan.starts)
+            aligned = inputs if plan.left_aligned else roll_rows(inputs, plan.starts)
             return torch.where(plan.aligned_mask.unsqueeze(-1), aligned, torch.zeros_like(aligned))
         aligned = inputs if plan.left_aligned else roll_rows(inputs, plan.starts)  # real tokens first
         packed = pack_padded_sequence(aligned, plan.lengths.cpu().clamp(min=1), batch_first=True, enforce_sorted=False)
@@ -685,7 +703,7 @@ class RecurrentStack(nn.Module):
         if plan is None or plan.layout == PADDED:
             return x
         if plan.layout == ALIGNED:
-            return roll_rows(x, -plan.starts)  # back to where the real tokens were
+            return x if plan.left_aligned else roll_rows(x, -plan.starts)  # back to where the real tokens were
         packed = PackedSequence(x, plan.batch_sizes, plan.sorted_indices, plan.unsorted_indices)
         outputs, _ = pad_packed_sequence(packed, batch_first=True, total_length=seq_len)  # (B, T, F), left-aligned
         if not plan.left_aligned:

@@ -265,3 +265,17 @@ def test_layers_are_units_with_torch_nn_parameters():
         assert {n: t.shape for n, t in layer.state_dict().items()} == {
             n: t.shape for n, t in reference.state_dict().items()
         }
+
+
+def test_eager_cpu_padding_plan_packs_sparse_batches_and_aligns_dense_lstm_batches():
+    """Eager on CPU a padded LSTM batch with at least half real tokens runs the kernel over the padding (oneDNN's LSTM
+    needs unpacked input; measured faster), a sparser one is packed; GRU/SimpleRNN batches are always packed. The
+    results are the same either way (test_padding_invariance_and_cell_equals_fused covers both layouts)."""
+    from hf_seq.recurrent import ALIGNED, ALIGNED_FILL, PACKED, make_padding_plan
+
+    dense = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])  # 6 of 8 real
+    sparse = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 0]])  # 6 of 16 real
+    assert make_padding_plan(dense, 2, 4, PACKED, ALIGNED_FILL["LSTM"]).layout == ALIGNED
+    assert make_padding_plan(sparse, 4, 4, PACKED, ALIGNED_FILL["LSTM"]).layout == PACKED
+    assert make_padding_plan(dense, 2, 4, PACKED, ALIGNED_FILL.get("GRU")).layout == PACKED
+    assert make_padding_plan(torch.ones(2, 4, dtype=torch.long), 2, 4, PACKED, 0.5) is None
