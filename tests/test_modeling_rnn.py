@@ -365,16 +365,30 @@ def test_pipelines_show_real_labels(tmp_path):
 
 # ------------------------------------------------------------------ compiler, export, quantization, checkpointing
 
-# (head, cell, bidirectional): every head, every cell and both directions at least once, on a batch that mixes a
-# full row, a right-padded row and a left-padded row.
+
+def toolchain_case(head, cell, bidirectional, layers, slow=False):
+    marks = [pytest.mark.slow] if slow else []  # slow: the same checks for the remaining heads (make test-all)
+    name = f"{head.__name__}-{cell}-{'bi' if bidirectional else 'uni'}-{layers}"
+    return pytest.param(head, cell, bidirectional, layers, id=name, marks=marks)
+
+
+# (head, cell, bidirectional, layers): every head, every cell and both directions at least once, on a batch that
+# mixes a full row, a right-padded row and a left-padded row. Compiling and exporting cost seconds per model, so the
+# fast suite runs three of them and `make test-all` the rest.
 TOOLCHAIN_CASES = [
-    (RNNModel, "lstm", True),
-    (RNNForSequenceClassification, "gru", True),
-    (RNNForSequenceClassification, "self_attention_lstm", False),
-    (RNNForTokenClassification, "rnn", True),
-    (RNNForCausalLM, "lstm", False),
+    toolchain_case(RNNForCausalLM, "lstm", False, 1),
+    toolchain_case(RNNForSequenceClassification, "gru", True, 2),
+    toolchain_case(RNNForTokenClassification, "rnn", True, 1),
+    toolchain_case(RNNModel, "lstm", True, 2, slow=True),
+    toolchain_case(RNNForSequenceClassification, "self_attention_lstm", False, 1, slow=True),
 ]
-TOOLCHAIN_IDS = [f"{head.__name__}-{cell}-{'bi' if bi else 'uni'}" for head, cell, bi in TOOLCHAIN_CASES]
+EXPORT_CASES = [
+    toolchain_case(RNNForCausalLM, "lstm", False, 2),
+    toolchain_case(RNNForSequenceClassification, "gru", True, 1),
+    toolchain_case(RNNForTokenClassification, "rnn", True, 1, slow=True),
+    toolchain_case(RNNModel, "lstm", True, 2, slow=True),
+    toolchain_case(RNNForSequenceClassification, "self_attention_lstm", False, 1, slow=True),
+]
 MIXED_IDS = torch.tensor([[3, 4, 5, 6, 7], [8, 9, 0, 0, 0], [0, 0, 10, 11, 12]])
 MIXED_MASK = (MIXED_IDS != 0).long()
 
@@ -396,11 +410,11 @@ def toolchain_inputs(head, labels: bool) -> dict:
     return inputs
 
 
-@pytest.mark.parametrize("head,cell,bidirectional", TOOLCHAIN_CASES, ids=TOOLCHAIN_IDS)
-def test_compiled_training_step_equals_eager_and_inference_has_no_graph_break(head, cell, bidirectional):
+@pytest.mark.parametrize("head,cell,bidirectional,layers", TOOLCHAIN_CASES)
+def test_compiled_training_step_equals_eager_and_inference_has_no_graph_break(head, cell, bidirectional, layers):
     """fullgraph=True compiles the training forward (labels, padded batch): no graph break, same loss and gradients;
     TorchDynamo finds no graph break in the inference forward either."""
-    model = toolchain_model(head, cell, bidirectional)
+    model = toolchain_model(head, cell, bidirectional, num_layers=layers)
     assert_compiled_training_step_matches(model, toolchain_inputs(head, labels=True), backend="aot_eager")
     assert graph_breaks(model.eval(), toolchain_inputs(head, labels=False)) == 0
 
@@ -412,11 +426,11 @@ def test_inductor_compiled_lm_training_step_equals_eager():
     assert_compiled_training_step_matches(model, toolchain_inputs(RNNForCausalLM, labels=True), backend="inductor")
 
 
-@pytest.mark.parametrize("head,cell,bidirectional", TOOLCHAIN_CASES, ids=TOOLCHAIN_IDS)
-def test_export_and_onnx_match_eager(head, cell, bidirectional, tmp_path):
+@pytest.mark.parametrize("head,cell,bidirectional,layers", EXPORT_CASES)
+def test_export_and_onnx_match_eager(head, cell, bidirectional, layers, tmp_path):
     """torch.export and ONNX (onnxruntime) of the inference forward give every output of eager (≤ 1e-4): the
     causal LM's cache comes out as its state tensors."""
-    model = toolchain_model(head, cell, bidirectional)
+    model = toolchain_model(head, cell, bidirectional, num_layers=layers)
     names = assert_export_and_onnx_match(model, toolchain_inputs(head, labels=False), tmp_path)
     if head is RNNForCausalLM:
         assert len(names) == 3  # logits, h, c
