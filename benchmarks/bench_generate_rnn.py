@@ -109,6 +109,7 @@ def main() -> None:
         "prompt_length": PROMPT_LENGTH,
         "batch_size": 1,
         "decoding": "greedy, min_new_tokens = max_new_tokens, no eos",
+        "load_average_start": os.getloadavg(),  # the machine may be shared: compare ratios, not absolute figures
         "models": {},
     }
     cells = ["lstm"] + ([] if args.skip_self_attention else ["self_attention_lstm"])
@@ -171,6 +172,8 @@ def main() -> None:
             )
         results["models"][cell] = row
         print(json.dumps({cell: row}, indent=2), flush=True)
+    results["load_average_end"] = os.getloadavg()
+    print(f"load average: start {results['load_average_start']}, end {results['load_average_end']}")
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2) + "\n")

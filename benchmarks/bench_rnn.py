@@ -6,12 +6,19 @@ both alike; the reported ratio is hf_seq samples/s divided by bare samples/s (me
 is the process CPU time (``time.process_time``; run with one thread), which other jobs on a shared machine disturb far
 less than wall-clock time; ``--clock wall`` measures elapsed time instead.
 
+``--padded_shapes`` adds padded batches (right padding, lengths uniform in [T/2, T]): hf_seq against the bare model
+that packs them by hand (``pack_padded_sequence``), and against itself on the path other devices take: the static
+path an accelerator (or a traced forward) runs, measured on this CPU by answering "no" to hf_seq's eager-CPU test, and
+with ``--compiled`` the ``torch.compile`` (Inductor) training step (compilation excluded from the timing).
+
     OMP_NUM_THREADS=1 python benchmarks/bench_rnn.py            # writes benchmarks/results/bench_rnn.json + .md
+    OMP_NUM_THREADS=1 python benchmarks/bench_rnn.py --shapes '' --padded_shapes 64x40x1x0,64x40x2x1 --compiled
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -61,6 +68,117 @@ def copy_weights(ours: RNNForSequenceClassification, bare: BareLSTMClassifier) -
                 for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
                     getattr(bare.lstm, f"{name}_l{k}{suffix}").copy_(getattr(layer, f"{name}_l0{suffix}"))
         bare.classifier.load_state_dict(ours.classifier.state_dict())
+
+
+class BarePackedLSTMClassifier(BareLSTMClassifier):
+    """The peer for padded batches: the same model packing its input by hand (last real state of each row)."""
+
+    def forward(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        embedded = self.embedding(input_ids)  # (B, T, E)
+        packed = nn.utils.rnn.pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
+        _, (h, _) = self.lstm(packed)  # h: (L*D, B, H), rows in the input's order
+        last = h[-self.num_directions :].transpose(0, 1).reshape(input_ids.shape[0], -1)  # (B, D*H)
+        return self.classifier(last)
+
+
+@contextlib.contextmanager
+def accelerator_paths():
+    """hf_seq's eager-CPU test answers "no": CPU tensors take the static path of an accelerator / a traced forward."""
+    import hf_seq.losses
+    import hf_seq.modeling_rnn
+    import hf_seq.recurrent
+    import hf_seq.validation
+
+    saved = [
+        (module, name, getattr(module, name))
+        for module in (hf_seq.validation, hf_seq.losses, hf_seq.recurrent, hf_seq.modeling_rnn)
+        for name in ("eager_cpu", "checks_values")
+        if hasattr(module, name)
+    ]
+    try:
+        for module, name, _ in saved:
+            setattr(module, name, lambda tensor: False)
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+
+
+def bench_padded_shape(batch: int, seq_len: int, layers: int, bidirectional: bool, args) -> dict:
+    """A padded batch: hf_seq (its eager CPU path) vs the bare model packing by hand, and hf_seq on the static path
+    (what an accelerator runs) and compiled. Ratios are medians over interleaved repeats of samples/s ratios."""
+    torch.manual_seed(0)
+    config = HfSeqRNNConfig(
+        vocab_size=args.vocab_size,
+        embedding_size=args.embedding_size,
+        hidden_size=args.hidden_size,
+        num_layers=layers,
+        bidirectional=bidirectional,
+        cell="lstm",
+        num_labels=2,
+    )
+    ours = RNNForSequenceClassification(config).train()
+    bare = BarePackedLSTMClassifier(
+        args.vocab_size, args.embedding_size, args.hidden_size, layers, bidirectional, 2
+    ).train()
+    copy_weights(ours, bare)
+    lengths = torch.randint(seq_len // 2, seq_len + 1, (batch,))
+    mask = (torch.arange(seq_len)[None, :] < lengths[:, None]).long()  # right padding, as tokenizers pad
+    ids = torch.randint(1, args.vocab_size, (batch, seq_len)) * mask
+    labels = torch.randint(0, 2, (batch,))
+    with torch.no_grad():
+        diff = (ours(input_ids=ids, attention_mask=mask).logits - bare(ids, lengths)).abs().max().item()
+    opt_ours = torch.optim.AdamW(ours.parameters(), lr=1e-3)
+    opt_bare = torch.optim.AdamW(bare.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step_with(model):
+        def step():
+            opt_ours.zero_grad(set_to_none=True)
+            model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+            opt_ours.step()
+
+        return step
+
+    def step_bare():
+        opt_bare.zero_grad(set_to_none=True)
+        loss_fn(bare(ids, lengths), labels).backward()
+        opt_bare.step()
+
+    def step_static():
+        with accelerator_paths():
+            step_with(ours)()
+
+    steps = {"hf_seq": step_with(ours), "bare_packed": step_bare, "hf_seq_static_path": step_static}
+    compile_seconds = None
+    if args.compiled:
+        compiled = torch.compile(ours, fullgraph=True)
+        start = time.perf_counter()
+        step_with(compiled)()
+        compile_seconds = round(time.perf_counter() - start, 1)
+        steps["hf_seq_compiled"] = step_with(compiled)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    for fn in steps.values():  # warm-up
+        time_steps(fn, 2, clock)
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    names = list(steps)
+    for repeat in range(args.repeats):  # interleaved, the order reversed every other repeat
+        for name in names if repeat % 2 == 0 else names[::-1]:
+            times[name].append(time_steps(steps[name], args.steps, clock))
+    row = {
+        "batch": batch,
+        "seq_len": seq_len,
+        "num_layers": layers,
+        "bidirectional": bidirectional,
+        "real_token_fraction": round(mask.float().mean().item(), 3),
+        "max_abs_logit_diff_vs_bare": diff,
+        "compile_seconds": compile_seconds,
+    }
+    for name, values in times.items():
+        row[f"{name}_samples_per_s"] = statistics.median(batch * args.steps / t for t in values)
+        if name != "hf_seq":  # > 1: faster than hf_seq's eager CPU path
+            row[f"{name}_vs_hf_seq"] = statistics.median(a / b for a, b in zip(times["hf_seq"], values))
+    return row
 
 
 def time_steps(step, n_steps: int, clock) -> float:
@@ -152,12 +270,19 @@ def main() -> None:
         default="cpu",
         help="cpu: process CPU time (robust on a shared machine; use with 1 thread), wall: elapsed",
     )
+    parser.add_argument(
+        "--padded_shapes",
+        default="",
+        help="padded batches (lengths uniform in [T/2, T]), same format; e.g. 64x40x1x0,64x40x2x1",
+    )
+    parser.add_argument("--compiled", action="store_true", help="padded shapes: also a torch.compile'd step")
     parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "bench_rnn.json"))
     args = parser.parse_args()
     if "OMP_NUM_THREADS" in os.environ:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    load_start = os.getloadavg()  # the machine may be shared: compare ratios, not absolute figures
     rows = []
-    for shape in args.shapes.split(","):
+    for shape in filter(None, args.shapes.split(",")):
         b, t, layers, bi = (int(v) for v in shape.split("x"))
         row = bench_shape(b, t, layers, bool(bi), args)
         rows.append(row)
@@ -173,21 +298,55 @@ def main() -> None:
             f"{r['hf_seq_samples_per_s']:.0f} | {r['bare_samples_per_s']:.0f} | "
             f"{r['ratio_median']:.3f} ({r['ratio_min']:.2f}–{r['ratio_max']:.2f}) | {r['ratio_best']:.3f} |"
         )
+    padded_rows = []
+    for shape in filter(None, args.padded_shapes.split(",")):
+        b, t, layers, bi = (int(v) for v in shape.split("x"))
+        row = bench_padded_shape(b, t, layers, bool(bi), args)
+        padded_rows.append(row)
+        print(json.dumps(row), flush=True)
+    if padded_rows:
+        lines += [
+            "",
+            f"Padded batches (lengths uniform in [T/2, T]), samples/{args.clock}-s and ratio to hf_seq eager:",
+            "",
+            "| batch | seq_len | layers | bidirectional | real tokens | hf_seq eager | bare nn, packed | "
+            "hf_seq static path (accelerator, traced) | hf_seq compiled |",
+            "|---:|---:|---:|:---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in padded_rows:
+            compiled = (
+                f"{r['hf_seq_compiled_samples_per_s']:.0f} ({r['hf_seq_compiled_vs_hf_seq']:.2f}×)"
+                if "hf_seq_compiled_samples_per_s" in r
+                else "—"
+            )
+            lines.append(
+                f"| {r['batch']} | {r['seq_len']} | {r['num_layers']} | {r['bidirectional']} | "
+                f"{r['real_token_fraction']:.2f} | {r['hf_seq_samples_per_s']:.0f} | "
+                f"{r['bare_packed_samples_per_s']:.0f} ({r['bare_packed_vs_hf_seq']:.2f}×) | "
+                f"{r['hf_seq_static_path_samples_per_s']:.0f} ({r['hf_seq_static_path_vs_hf_seq']:.2f}×) | {compiled} |"
+            )
     table = "\n".join(lines)
     print(table)
+    load_end = os.getloadavg()
+    print(f"load average: start {load_start}, end {load_end}")
     result = {
         "benchmark": "RNNForSequenceClassification vs nn.Embedding+nn.LSTM+nn.Linear, train step (fwd+bwd+AdamW)",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "load_average_start": load_start,
+        "load_average_end": load_end,
         "dims": {"vocab_size": args.vocab_size, "embedding_size": args.embedding_size, "hidden_size": args.hidden_size},
         "steps_per_repeat": args.steps,
         "repeats": args.repeats,
         "clock": args.clock,
         "rows": rows,
-        "min_ratio_median": min(r["ratio_median"] for r in rows),
-        "geomean_ratio": statistics.geometric_mean([r["ratio_median"] for r in rows]),
-        "geomean_ratio_best": statistics.geometric_mean([r["ratio_best"] for r in rows]),
+        "padded_rows": padded_rows,
     }
+    if rows:
+        result["min_ratio_median"] = min(r["ratio_median"] for r in rows)
+        result["geomean_ratio"] = statistics.geometric_mean([r["ratio_median"] for r in rows])
+        result["geomean_ratio_best"] = statistics.geometric_mean([r["ratio_best"] for r in rows])
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))

@@ -34,7 +34,8 @@ class HfSeqRNNConfig(PretrainedConfig):
         vocab_size: rows of the embedding table.
         embedding_size: word vector size ``x``.
         hidden_size: recurrent state size ``h`` (per direction).
-        num_layers: stacked recurrent layers.
+        num_layers: stacked recurrent layers (also readable and settable as ``num_hidden_layers``, transformers'
+            generic name).
         cell: "none" (no recurrence: the embeddings are the features), "rnn", "lstm", "gru",
             "self_attention_lstm" (the notes' self-attention RNN, LSTMN of Cheng et al. 2016: each step's recurrent
             input is an attention-weighted summary of all previous states; cell path only), or a cell type added
@@ -71,6 +72,7 @@ class HfSeqRNNConfig(PretrainedConfig):
     """
 
     model_type = "hf_seq_rnn"
+    attribute_map = {"num_hidden_layers": "num_layers"}  # transformers' generic name for the layer count
 
     def __init__(
         self,
@@ -95,6 +97,7 @@ class HfSeqRNNConfig(PretrainedConfig):
         eos_token_id: int | None = None,
         **kwargs,
     ) -> None:
+        check_positive_int("vocab_size", vocab_size)  # before transformers compares the special token ids with it
         self.vocab_size = vocab_size
         self.embedding_size = embedding_size
         self.hidden_size = hidden_size

@@ -37,6 +37,7 @@ class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
         hidden_size: recurrent state size of encoder and decoder (per direction for the encoder).
         encoder_layers / decoder_layers: stacked recurrent layers. Decoder layer ``k`` (counted from the top) is
             initialised from encoder layer ``k`` from the top; extra lower decoder layers get the lowest used one.
+            ``num_hidden_layers`` is an alias of ``encoder_layers`` (as in transformers' Marian and BART configs).
         cell: "rnn" (SimpleRNN), "lstm" or "gru" (encoder and decoder).
         bidirectional_encoder: read the source in both directions; the two final states of each layer are
             concatenated and mapped to ``hidden_size`` by a learned bridge (``tanh`` for ``h``, linear for ``c``).
@@ -54,6 +55,7 @@ class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
     """
 
     model_type = "hf_seq_rnn_seq2seq"
+    attribute_map = {"num_hidden_layers": "encoder_layers"}  # as transformers' encoder-decoders (Marian, BART)
     keys_to_ignore_at_inference = ["cache"]
 
     def __init__(
@@ -81,6 +83,7 @@ class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
         is_encoder_decoder: bool = True,
         **kwargs,
     ) -> None:
+        check_positive_int("vocab_size", vocab_size)  # before transformers compares the special token ids with it
         self.vocab_size = vocab_size
         self.embedding_size = embedding_size
         self.hidden_size = hidden_size
@@ -116,7 +119,7 @@ class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
         check_choice("cell", self.cell, CELLS)
         check_choice("attention", self.attention, ATTENTION_TYPES)
         check_choice("recurrent_implementation", self.recurrent_implementation, IMPLEMENTATIONS)
-        for name in ("bidirectional_encoder", "input_feeding", "tie_word_embeddings"):
+        for name in ("bidirectional_encoder", "input_feeding", "tie_word_embeddings", "use_cache"):
             check_bool(name, getattr(self, name))
         if self.input_feeding and self.attention == "none":
             raise ValueError(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
@@ -23,13 +24,15 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+from transformers.utils import can_return_tuple
+from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_rnn import HfSeqRNNConfig
-from .linear import InputMajorDecodingMixin, Linear
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
-from .recurrent import RecurrentStack, State
-from .validation import IGNORE_INDEX, check_label_range, check_token_ids
+from .recurrent import RecurrentLayer, RecurrentStack, State
+from .validation import IGNORE_INDEX, check_label_range, check_token_ids, eager_cpu
 
 
 @dataclass
@@ -89,7 +92,7 @@ class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     config: HfSeqRNNConfig
     base_model_prefix = "rnn"
     main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True  # per recurrent layer: every RecurrentLayer is a GradientCheckpointingLayer
     accepts_loss_kwargs = False
 
     @torch.no_grad()
@@ -106,12 +109,12 @@ class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
             if module.bias is not None:
                 init.zeros_(module.bias)
         elif isinstance(module, nn.RNNBase):
-            for name, param in module.named_parameters():
+            for name, param in module.named_parameters(recurse=False):
                 if name.startswith("weight_ih"):
                     init.xavier_uniform_(param)
                 elif name.startswith("weight_hh"):
                     init.orthogonal_(param)
-                elif name.startswith("bias_ih") and isinstance(module, nn.LSTM):
+                elif name.startswith("bias_ih") and module.mode == "LSTM":
                     bias = torch.zeros_like(param)
                     bias[module.hidden_size : 2 * module.hidden_size] = 1.0  # forget gate (order i, f, g, o)
                     init.copy_(param, bias)
@@ -150,15 +153,20 @@ class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
 
 
 class OneHotEmbedding(nn.Module):
-    """The notes' one-hot encoding as a fixed identity embedding: token ``i`` → ``e_i`` (no parameters)."""
+    """The notes' one-hot encoding as a fixed identity embedding: token ``i`` → ``e_i`` (no parameters).
+
+    The vectors come out in the model's dtype (an empty buffer follows ``.to(dtype)``); ``token == arange(V)`` needs
+    no value check inside (``F.one_hot`` reads the ids on the host), the ids are validated by the model."""
 
     def __init__(self, num_embeddings: int) -> None:
         super().__init__()
         self.num_embeddings = num_embeddings
         self.embedding_dim = num_embeddings
+        self.register_buffer("dtype_anchor", torch.empty(0), persistent=False)  # holds no values, only a dtype
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return F.one_hot(input_ids, self.num_embeddings).to(torch.get_default_dtype())  # (B, T, V)
+        vocabulary = torch.arange(self.num_embeddings, device=input_ids.device)  # (V,)
+        return (input_ids.unsqueeze(-1) == vocabulary).to(self.dtype_anchor.dtype)  # (B, T, V)
 
     def extra_repr(self) -> str:
         return f"num_embeddings={self.num_embeddings}"
@@ -243,6 +251,9 @@ class RNNModel(RNNPreTrainedModel):
             )
         )
         self.pooler = RNNPooler(config) if add_pooling_layer else None
+        # FSDP auto-wrap / device_map units: the recurrent layers (accelerate refuses names absent from the model)
+        layers = [] if self.encoder is None else self.encoder.layers
+        self._no_split_modules = sorted({type(layer).__name__ for layer in layers if isinstance(layer, RecurrentLayer)})
         self.post_init()
 
     def _check_inputs(self, input_ids, attention_mask, inputs_embeds) -> tuple[int, int]:
@@ -277,6 +288,7 @@ class RNNModel(RNNPreTrainedModel):
             )
         return batch_size, seq_len
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -284,19 +296,16 @@ class RNNModel(RNNPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         state: State | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> RNNModelOutput | tuple:
         """input_ids: (B, T); attention_mask: (B, T) 1 = real token (left or right padding); state: initial
-        recurrent state (tuple of (L*D, B, H)); returns :class:`RNNModelOutput`."""
+        recurrent state (tuple of (L*D, B, H)); returns :class:`RNNModelOutput` (a tuple with ``return_dict=False``,
+        in the call or the config)."""
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         self._check_inputs(input_ids, attention_mask, inputs_embeds)
         embedded = self.embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # (B, T, E)
-        if inputs_embeds is None and isinstance(self.embeddings.word_embeddings, OneHotEmbedding):
-            embedded = embedded.to(self.dtype)  # the one-hot encoding comes out in the default dtype
         mask = None
         if attention_mask is not None:
             mask = attention_mask if attention_mask.dtype == torch.bool else attention_mask != 0  # (B, T)
@@ -311,11 +320,9 @@ class RNNModel(RNNPreTrainedModel):
             features, final_state = result[0], result[1]  # (B, T, D*H)
             if output_hidden_states:
                 hidden_states = (embedded, *result[2])
-        if mask is not None and bool(mask.all()):
-            mask = None
+        if mask is not None and eager_cpu(mask) and bool(mask.all()):
+            mask = None  # eager CPU shortcut; traced or on an accelerator the pooler takes the mask as it is
         pooled = self.pooler(features, mask, final_state) if self.pooler is not None else None
-        if not return_dict:
-            return tuple(v for v in (features, pooled, hidden_states, final_state) if v is not None)
         return RNNModelOutput(
             last_hidden_state=features, pooler_output=pooled, hidden_states=hidden_states, final_state=final_state
         )
@@ -334,13 +341,14 @@ class RNNForSequenceClassification(RNNPreTrainedModel):
         self.num_labels = config.num_labels
         self.rnn = RNNModel(config, add_pooling_layer=True)
         self.dropout = nn.Dropout(config.dropout)
-        self.classifier = Linear(RNNPooler.output_size(config), config.num_labels)
+        self.classifier = nn.Linear(RNNPooler.output_size(config), config.num_labels)
         self.post_init()
 
     def compute_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Loss of ``logits`` (B, num_labels) against ``labels`` after validating their shape and range."""
         return sequence_classification_loss(logits, labels, self.num_labels, self.config.problem_type)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -348,11 +356,9 @@ class RNNForSequenceClassification(RNNPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> SequenceClassifierOutput | tuple:
         """input_ids: (B, T); labels: (B,) class ids (or floats, see class doc); returns logits (B, num_labels)."""
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         outputs = self.rnn(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -362,9 +368,6 @@ class RNNForSequenceClassification(RNNPreTrainedModel):
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
         loss = self.compute_loss(logits, labels) if labels is not None else None
-        if not return_dict:
-            out = (logits,) + ((outputs.hidden_states,) if outputs.hidden_states is not None else ())
-            return ((loss,) + out) if loss is not None else out
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 
@@ -379,9 +382,10 @@ class RNNForTokenClassification(RNNPreTrainedModel):
         self.num_labels = config.num_labels
         self.rnn = RNNModel(config, add_pooling_layer=False)
         self.dropout = nn.Dropout(config.dropout)
-        self.classifier = Linear(config.feature_size, config.num_labels)
+        self.classifier = nn.Linear(config.feature_size, config.num_labels)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -389,11 +393,9 @@ class RNNForTokenClassification(RNNPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> TokenClassifierOutput | tuple:
         """input_ids: (B, T); labels: (B, T) with -100 = ignore; returns logits (B, T, num_labels)."""
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         outputs = self.rnn(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -410,14 +412,11 @@ class RNNForTokenClassification(RNNPreTrainedModel):
                 raise ValueError(f"`labels` must be integer class ids (or -100), got dtype {labels.dtype}")
             check_label_range("labels", labels, self.num_labels, "num_labels")
             loss = masked_cross_entropy(logits, labels)  # (all -100: zero, not the NaN of an empty mean)
-        if not return_dict:
-            out = (logits,) + ((outputs.hidden_states,) if outputs.hidden_states is not None else ())
-            return ((loss,) + out) if loss is not None else out
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Causal language model (issue 3): the notes' char-level text generator as a native generative model
+# Causal language model: the notes' char-level text generator as a native generative model
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -475,7 +474,32 @@ class RNNCache:
             self.state = tuple(s.repeat_interleave(repeats, dim=1) for s in self.state)
 
 
-class RNNForCausalLM(InputMajorDecodingMixin, GenerationLengthMixin, RNNPreTrainedModel, GenerationMixin):
+def _flatten_rnn_cache(cache: RNNCache) -> tuple[list[torch.Tensor], tuple]:
+    state = [] if cache.state is None else list(cache.state)
+    return state, (cache.num_layers, cache.seen_tokens, cache.state is None)
+
+
+def _flatten_rnn_cache_with_keys(cache: RNNCache) -> tuple[list, tuple]:
+    state, context = _flatten_rnn_cache(cache)
+    return [(pytree.SequenceKey(i), tensor) for i, tensor in enumerate(state)], context
+
+
+def _unflatten_rnn_cache(state: list[torch.Tensor], context: tuple) -> RNNCache:
+    num_layers, seen_tokens, no_state = context
+    return RNNCache(num_layers, None if no_state else tuple(state), seen_tokens)
+
+
+# torch.export / ONNX: the cache in the output is its state tensors (an exported LM returns logits and (h, c))
+pytree.register_pytree_node(
+    RNNCache,
+    _flatten_rnn_cache,
+    _unflatten_rnn_cache,
+    serialized_type_name=f"{RNNCache.__module__}.{RNNCache.__qualname__}",
+    flatten_with_keys_fn=_flatten_rnn_cache_with_keys,
+)
+
+
+class RNNForCausalLM(GenerationLengthMixin, RNNPreTrainedModel, GenerationMixin):
     """Recurrent language model: embedding (learned, or the notes' fixed one-hot) → unidirectional recurrent stack →
     dropout → linear → softmax over the vocabulary (``CausalLMOutputWithPast``).
 
@@ -488,6 +512,7 @@ class RNNForCausalLM(InputMajorDecodingMixin, GenerationLengthMixin, RNNPreTrain
     """
 
     _tied_weights_keys = {"lm_head.weight": "rnn.embeddings.word_embeddings.weight"}
+    _is_stateful = True  # the cache is a running state: it cannot be rolled back to a shorter prefix
 
     def __init__(self, config: HfSeqRNNConfig) -> None:
         super().__init__(config)
@@ -500,9 +525,9 @@ class RNNForCausalLM(InputMajorDecodingMixin, GenerationLengthMixin, RNNPreTrain
         head_size = config.hidden_size
         self.lm_proj = None
         if config.tie_word_embeddings and config.hidden_size != config.embedding_size:
-            self.lm_proj = Linear(config.hidden_size, config.embedding_size, bias=False)  # H -> E, then E -> V
+            self.lm_proj = nn.Linear(config.hidden_size, config.embedding_size, bias=False)  # H -> E, then E -> V
             head_size = config.embedding_size
-        self.lm_head = Linear(head_size, config.vocab_size)
+        self.lm_head = nn.Linear(head_size, config.vocab_size)
         self.post_init()
 
     @classmethod
@@ -537,6 +562,8 @@ class RNNForCausalLM(InputMajorDecodingMixin, GenerationLengthMixin, RNNPreTrain
             f"`cache` must be an RNNCache (the recurrent state returned as output.cache), got {type(cache).__name__}"
         )
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -546,15 +573,14 @@ class RNNForCausalLM(InputMajorDecodingMixin, GenerationLengthMixin, RNNPreTrain
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         logits_to_keep: int = 0,
         **kwargs,
     ) -> CausalLMOutputWithPast | tuple:
         """input_ids: (B, T) — the new tokens only when a ``cache`` is given; attention_mask: (B, T) or (B, past + T)
         (generate() passes the whole mask; only its last T columns matter: left padding of the prompt);
         labels: (B, T), usually ``input_ids`` (-100 = ignore). Returns logits (B, T, V) and ``cache``
-        (when ``use_cache``, the default outside training)."""
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        (when ``use_cache``, the default outside training). The old name ``past_key_values=`` of ``cache`` is
+        accepted with transformers' deprecation warning."""
         use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
         reference = input_ids if input_ids is not None else inputs_embeds
         if reference is None:
@@ -589,9 +615,6 @@ class RNNForCausalLM(InputMajorDecodingMixin, GenerationLengthMixin, RNNPreTrain
             state_cache.update(outputs.final_state, seq_len)
         if not use_cache:
             state_cache = None
-        if not return_dict:
-            out = tuple(v for v in (logits, state_cache, outputs.hidden_states) if v is not None)
-            return ((loss,) + out) if loss is not None else out
         return CausalLMOutputWithPast(loss=loss, logits=logits, cache=state_cache, hidden_states=outputs.hidden_states)
 
     def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
@@ -610,6 +633,14 @@ class RNNForCausalLM(InputMajorDecodingMixin, GenerationLengthMixin, RNNPreTrain
             kwargs.pop("attention_mask", None)
             inputs = prompt
         return super().generate(inputs, generation_config, **kwargs)
+
+
+# Trainer's label smoother shifts the labels (position t predicts token t+1) only for models whose class name is in
+# transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES (Trainer.compute_loss); AutoModelForCausalLM.register does not add a
+# custom model there, so `label_smoothing_factor` would otherwise train this LM on unshifted labels (to copy its
+# input). The entry is keyed by this family's model_type, which no transformers config uses, so no auto class ever
+# resolves it; it lives in this file so that remote-code loading (without hf_seq installed) adds it too.
+MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(HfSeqRNNConfig.model_type, RNNForCausalLM.__name__)
 
 
 __all__ = [

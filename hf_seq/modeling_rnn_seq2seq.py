@@ -22,20 +22,23 @@ import copy
 from dataclasses import dataclass
 
 import torch
+import torch.utils._pytree as pytree
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.utils import can_return_tuple
+from transformers.utils.deprecation import deprecate_kwarg
 
 from .attention import AttentionScore, attend
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
-from .linear import InputMajorDecodingMixin, Linear
 from .losses import lm_head_and_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
-from .recurrent import RecurrentStack
+from .recurrent import RecurrentLayer, RecurrentStack
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
-from .validation import check_token_ids
+from .validation import check_token_ids, eager_cpu
 
 State = tuple[torch.Tensor, ...]
 
@@ -120,6 +123,30 @@ class RNNDecoderCache:
         )
 
 
+def _flatten_decoder_cache(cache: RNNDecoderCache) -> tuple[list, tuple]:
+    return [*cache.state, cache.feed, cache.keys], (len(cache.state), cache.seen_tokens)
+
+
+def _flatten_decoder_cache_with_keys(cache: RNNDecoderCache) -> tuple[list, tuple]:
+    children, context = _flatten_decoder_cache(cache)
+    return [(pytree.SequenceKey(i), child) for i, child in enumerate(children)], context
+
+
+def _unflatten_decoder_cache(children: list, context: tuple) -> RNNDecoderCache:
+    num_states, seen_tokens = context
+    return RNNDecoderCache(tuple(children[:num_states]), children[num_states], children[num_states + 1], seen_tokens)
+
+
+# torch.export / ONNX: the cache in the output is its tensors (state, feed vector, prepared encoder keys)
+pytree.register_pytree_node(
+    RNNDecoderCache,
+    _flatten_decoder_cache,
+    _unflatten_decoder_cache,
+    serialized_type_name=f"{RNNDecoderCache.__module__}.{RNNDecoderCache.__qualname__}",
+    flatten_with_keys_fn=_flatten_decoder_cache_with_keys,
+)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Encoder
 # ---------------------------------------------------------------------------------------------------------------
@@ -150,13 +177,13 @@ class RNNSeq2SeqEncoder(nn.Module):
         """Width of the encoder states: ``num_directions * hidden_size``."""
         return self.rnn.output_size
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> RNNSeq2SeqEncoderOutput | tuple:
         """Encode ``input_ids`` ``(B, S)`` (or ``inputs_embeds`` ``(B, S, E)``); padding never changes a result."""
@@ -179,10 +206,9 @@ class RNNSeq2SeqEncoder(nn.Module):
             hidden_states = None
         final_h = state[0].transpose(0, 1)  # (B, L*D, H)
         final_c = state[1].transpose(0, 1) if len(state) > 1 else None  # (B, L*D, H)
-        out = RNNSeq2SeqEncoderOutput(
+        return RNNSeq2SeqEncoderOutput(
             last_hidden_state=outputs, final_hidden_state=final_h, final_cell_state=final_c, hidden_states=hidden_states
         )
-        return out if return_dict is not False else out.to_tuple()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -205,8 +231,8 @@ class RNNSeq2SeqBridge(nn.Module):
         self.decoder_layers = config.decoder_layers
         self.is_lstm = config.cell == "lstm"
         if self.num_directions == 2:
-            self.hidden_proj = Linear(2 * config.hidden_size, config.hidden_size)
-            self.cell_proj = Linear(2 * config.hidden_size, config.hidden_size) if self.is_lstm else None
+            self.hidden_proj = nn.Linear(2 * config.hidden_size, config.hidden_size)
+            self.cell_proj = nn.Linear(2 * config.hidden_size, config.hidden_size) if self.is_lstm else None
 
     def _layers(self, final: torch.Tensor) -> torch.Tensor:
         """(B, L_enc * D, H) → (L_dec, B, D * H): per decoder layer, its encoder layer's directions concatenated."""
@@ -230,7 +256,15 @@ class RNNSeq2SeqBridge(nn.Module):
 
 
 class RNNSeq2SeqDecoder(nn.Module):
-    """Decoder RNN; with attention, one step = RNN on ``[x'_j; feed_{j-1}]`` → attend over the source → ``h̃_j``."""
+    """Decoder RNN; with attention, one step = RNN on ``[x'_j; feed_{j-1}]`` → attend over the source → ``h̃_j``.
+
+    Activation checkpointing (``gradient_checkpointing_enable()``): without attention the recurrent layers checkpoint
+    themselves (each is a ``GradientCheckpointingLayer``); with attention each decoder step (:meth:`step`: recurrent
+    layers + attention + ``h̃``) is recomputed as one block, which drops the per-step attention activations
+    (``(B, S, A)`` scores of the additive score at every step), the largest activations of this model.
+    """
+
+    gradient_checkpointing = False  # set by PreTrainedModel.gradient_checkpointing_enable()
 
     def __init__(self, config: HfSeqRNNSeq2SeqConfig, encoder_size: int) -> None:
         super().__init__()
@@ -257,13 +291,13 @@ class RNNSeq2SeqDecoder(nn.Module):
             key_size = encoder_size
             self.key_proj = None
             if config.attention in ("dot", "scaled_dot", "cosine") and encoder_size != hidden:
-                self.key_proj = Linear(encoder_size, hidden, bias=False)  # W_K: bidirectional states → query space
+                self.key_proj = nn.Linear(encoder_size, hidden, bias=False)  # W_K: bidirectional states → query space
                 key_size = hidden
             self.score = AttentionScore(config.attention, hidden, key_size, config.attention_hidden_size or hidden)
-            self.attention_proj = Linear(hidden + encoder_size, emb, bias=False)  # W_c: h̃ = tanh(W_c [s; c])
+            self.attention_proj = nn.Linear(hidden + encoder_size, emb, bias=False)  # W_c: h̃ = tanh(W_c [s; c])
             self.output_proj = None
         else:
-            self.output_proj = Linear(hidden, emb, bias=False) if hidden != emb else None
+            self.output_proj = nn.Linear(hidden, emb, bias=False) if hidden != emb else None
 
     def prepare_keys(self, encoder_states: torch.Tensor) -> torch.Tensor:
         """Encoder states ``(B, S, D)`` → keys the score function compares against (``W_K h``, ``W₁ h``, ...)."""
@@ -273,6 +307,20 @@ class RNNSeq2SeqDecoder(nn.Module):
     def _attend(self, query, keys, values, mask) -> tuple[torch.Tensor, torch.Tensor]:
         """``query`` (B, 1, H) → context (B, 1, D), weights (B, 1, S) by the shared attention core."""
         return attend(query, keys, values, mask, score=self.score.score)
+
+    def step(self, x_t, feed, keys, values, mask, real, *state: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One attention-decoder step: ``s_j`` from ``[x'_j; feed_{j-1}]`` and ``s_{j-1}``, the context ``c_j`` over the
+        source, ``h̃_j = tanh(W_c [s_j; c_j])``. Rows where ``real`` (B,) is False (target padding) keep their state
+        and feed. Returns ``(h̃_j (B, 1, E), s_j (B, 1, H), α_j (B, 1, S), feed_j (B, F), *state_j)``."""
+        step_in = torch.cat([x_t, feed], dim=-1).unsqueeze(1)  # (B, 1, E+F): [x'_j; c_{j-1}]
+        step_out, new_state = self.rnn(step_in, None, state)  # (B, 1, H); s_j from [x'_j; s_{j-1}; c_{j-1}]
+        context, alpha = self._attend(step_out, keys, values, mask)  # (B, 1, D), (B, 1, S)
+        h_tilde = torch.tanh(self.attention_proj(torch.cat([step_out, context], dim=-1)))  # (B, 1, E)
+        new_feed = h_tilde.squeeze(1) if self.input_feeding else context.squeeze(1)
+        if real is not None:  # padded target positions keep the previous state and feed
+            new_state = tuple(torch.where(real[None, :, None], n, o) for n, o in zip(new_state, state))
+            new_feed = torch.where(real[:, None], new_feed, feed)
+        return (h_tilde, step_out, alpha, new_feed, *new_state)
 
     def initial_feed(self, state: State, keys, values, mask) -> torch.Tensor:
         """The vector fed with the first target word: ``c_0`` (or ``h̃_0``) computed from the initial state ``s_0``."""
@@ -309,22 +357,20 @@ class RNNSeq2SeqDecoder(nn.Module):
             mask = encoder_mask.bool()[:, None, :]  # (B, 1, S): True = real source token
         if feed is None:
             feed = self.initial_feed(state, keys, encoder_states, mask)
+        checkpointed = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         outputs, rnn_outs, weights = [], [], []
         for t in range(x.shape[1]):
-            step_in = torch.cat([x[:, t], feed], dim=-1).unsqueeze(1)  # (B, 1, E+F): [x'_j; c_{j-1}]
-            step_out, new_state = self.rnn(step_in, None, state)  # (B, 1, H); s_j from [x'_j; s_{j-1}; c_{j-1}]
-            context, alpha = self._attend(step_out, keys, encoder_states, mask)  # (B, 1, D), (B, 1, S)
-            h_tilde = torch.tanh(self.attention_proj(torch.cat([step_out, context], dim=-1)))  # (B, 1, E)
-            new_feed = h_tilde.squeeze(1) if self.input_feeding else context.squeeze(1)
-            if decoder_mask is not None:  # padded target positions keep the previous state and feed
-                real = decoder_mask[:, t].bool()
-                new_state = tuple(torch.where(real[None, :, None], n, o) for n, o in zip(new_state, state))
-                new_feed = torch.where(real[:, None], new_feed, feed)
-            state, feed = new_state, new_feed
+            real = None if decoder_mask is None else decoder_mask[:, t].bool()  # (B,)
+            args = (x[:, t], feed, keys, encoder_states, mask, real, *state)
+            if checkpointed:
+                h_tilde, step_out, alpha, feed, *state = self._gradient_checkpointing_func(self.step, *args)
+            else:
+                h_tilde, step_out, alpha, feed, *state = self.step(*args)
             outputs.append(h_tilde)
             rnn_outs.append(step_out)
             if output_attentions:
                 weights.append(alpha)
+        state = tuple(state)
         out = torch.cat(outputs, dim=1)  # (B, T, E)
         rnn_out = torch.cat(rnn_outs, dim=1)  # (B, T, H)
         attn = torch.cat(weights, dim=1) if output_attentions else None  # (B, T, S)
@@ -348,7 +394,9 @@ class RNNSeq2SeqPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     config: HfSeqRNNSeq2SeqConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True  # per recurrent layer, and per decoder step with attention
+    # FSDP / device_map units: the encoder and the decoder. Finer units (each RecurrentLayer) would be gathered and
+    # released once per target step, since the attention decoder runs its layers once per step.
     _no_split_modules = ["RNNSeq2SeqEncoder", "RNNSeq2SeqDecoder"]
     accepts_loss_kwargs = False
 
@@ -369,6 +417,27 @@ class RNNSeq2SeqPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     def _supports_default_dynamic_cache(cls) -> bool:
         """The decoder keeps its own recurrent cache (:class:`RNNDecoderCache`), not a key/value cache."""
         return False
+
+    def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint, **kwargs):
+        """transformers' mechanism (every module with a ``gradient_checkpointing`` attribute), except that the layers
+        of an attention decoder run inside its checkpointed steps and are not checkpointed a second time."""
+        super()._set_gradient_checkpointing(enable, gradient_checkpointing_func, **kwargs)
+        for module in self.modules():
+            if isinstance(module, RNNSeq2SeqDecoder) and module.use_attention:
+                for layer in module.rnn.layers:
+                    if isinstance(layer, RecurrentLayer):
+                        layer.gradient_checkpointing = False
+
+    @property
+    def dummy_inputs(self) -> dict[str, torch.Tensor]:
+        """A tiny right-padded batch with everything a forward needs: ``model(**model.dummy_inputs)``."""
+        vocab_size, pad = self.config.vocab_size, self.config.pad_token_id or 0
+        attention_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+        input_ids = torch.tensor([[7, 6, 5, 4, 3], [1, 2, 3, 4, 5]]) % vocab_size
+        input_ids = input_ids.masked_fill(attention_mask == 0, pad)
+        start = self.config.decoder_start_token_id
+        decoder_input_ids = input_ids.clone() if start is None else shift_tokens_right(input_ids, pad, start)
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "decoder_input_ids": decoder_input_ids}
 
 
 class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
@@ -411,6 +480,8 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
             raise ValueError("`encoder_outputs` must contain `final_hidden_state` (batch-first encoder final states).")
         return out
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -424,20 +495,21 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput | tuple:
         """Encode the source (unless ``encoder_outputs`` are given) and decode ``decoder_input_ids`` ``(B, T)``.
 
-        With a ``cache`` the decoder continues from the cached state (only the new target tokens are passed).
-        ``output_attentions=True`` returns the cross-attention maps ``(B, T, S)`` in ``cross_attentions``.
+        With a ``cache`` the decoder continues from the cached state (only the new target tokens are passed; a
+        ``decoder_attention_mask`` may cover the tokens read before too, as ``generate()`` passes it: its last
+        ``T`` columns are used). ``output_attentions=True`` returns the cross-attention maps ``(B, T, S)`` in
+        ``cross_attentions``. The old name ``past_key_values=`` of ``cache`` is accepted with transformers'
+        deprecation warning.
         """
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         use_cache = use_cache if use_cache is not None else self.config.use_cache
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         if cache is not None and not isinstance(cache, RNNDecoderCache):
             raise ValueError(f"`cache` must be an RNNDecoderCache (the decoder's recurrent state), got {type(cache)}")
 
@@ -467,13 +539,16 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
                 f"`decoder_input_ids` has batch size {decoder_inputs_embeds.shape[0]} but the source has {batch_size}"
             )
         if decoder_attention_mask is not None:
+            target_len = decoder_inputs_embeds.shape[1]
+            if cache is not None and decoder_attention_mask.dim() == 2 and decoder_attention_mask.shape[1] > target_len:
+                decoder_attention_mask = decoder_attention_mask[:, -target_len:]  # the columns of the new tokens
             if tuple(decoder_attention_mask.shape) != tuple(decoder_inputs_embeds.shape[:2]):
                 raise ValueError(
                     f"`decoder_attention_mask` must have shape {tuple(decoder_inputs_embeds.shape[:2])}, "
                     f"got {tuple(decoder_attention_mask.shape)}"
                 )
-            if bool(decoder_attention_mask.bool().all()):
-                decoder_attention_mask = None
+            if eager_cpu(decoder_attention_mask) and bool(decoder_attention_mask.bool().all()):
+                decoder_attention_mask = None  # eager CPU shortcut: nothing padded
 
         decoder = self.decoder
         if cache is not None:
@@ -501,7 +576,7 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
 
         decoder_hidden_states = (decoder_inputs_embeds, rnn_out, outputs) if output_hidden_states else None
         cross_attentions = (weights,) if output_attentions and weights is not None else None
-        out = Seq2SeqModelOutput(
+        return Seq2SeqModelOutput(
             last_hidden_state=outputs,
             cache=new_cache,
             decoder_hidden_states=decoder_hidden_states,
@@ -509,20 +584,18 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
             encoder_last_hidden_state=encoder_states,
             encoder_hidden_states=encoder_outputs.hidden_states,
         )
-        return out if return_dict else out.to_tuple()
 
 
-class RNNSeq2SeqForConditionalGeneration(
-    InputMajorDecodingMixin, GenerationLengthMixin, RNNSeq2SeqPreTrainedModel, GenerationMixin
-):
+class RNNSeq2SeqForConditionalGeneration(GenerationLengthMixin, RNNSeq2SeqPreTrainedModel, GenerationMixin):
     """RNN seq2seq translator: :class:`RNNSeq2SeqModel` + output projection to the vocabulary; ``generate()`` ready."""
 
     _tied_weights_keys = {"lm_head.weight": "model.encoder.embed_tokens.weight"}
+    _is_stateful = True  # the decoder cache is a running state: it cannot be rolled back to a shorter prefix
 
     def __init__(self, config: HfSeqRNNSeq2SeqConfig) -> None:
         super().__init__(config)
         self.model = RNNSeq2SeqModel(config)
-        self.lm_head = Linear(config.embedding_size, config.vocab_size, bias=True)
+        self.lm_head = nn.Linear(config.embedding_size, config.vocab_size, bias=True)
         self.post_init()
         if not getattr(config, "custom_pipelines", None):  # pipeline("translation") (see seq2seq_pipelines.py)
             config.custom_pipelines = copy.deepcopy(SEQ2SEQ_CUSTOM_PIPELINES)
@@ -548,6 +621,8 @@ class RNNSeq2SeqForConditionalGeneration(
         """Shift labels right with ``decoder_start_token_id`` (used by ``DataCollatorForSeq2Seq``)."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -562,11 +637,10 @@ class RNNSeq2SeqForConditionalGeneration(
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput | tuple:
-        """Translate with teacher forcing; ``labels`` ``(B, T)`` (-100 = ignored) give the cross-entropy ``loss``."""
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        """Translate with teacher forcing; ``labels`` ``(B, T)`` (-100 = ignored) give the cross-entropy ``loss``.
+        The old name ``past_key_values=`` of ``cache`` is accepted with transformers' deprecation warning."""
         if labels is not None:
             decoder_input_ids = decoder_input_ids_for_labels(
                 self.config, labels, decoder_input_ids, decoder_inputs_embeds
@@ -587,7 +661,7 @@ class RNNSeq2SeqForConditionalGeneration(
             return_dict=True,
         )
         logits, loss = lm_head_and_loss(self.lm_head, outputs.last_hidden_state, labels)  # (B, T, V), loss or None
-        out = Seq2SeqLMOutput(
+        return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
             cache=outputs.cache,
@@ -596,7 +670,6 @@ class RNNSeq2SeqForConditionalGeneration(
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             encoder_hidden_states=outputs.encoder_hidden_states,
         )
-        return out if return_dict else out.to_tuple()
 
 
 __all__ = [

@@ -1,21 +1,37 @@
 """The one recurrent core of hf_seq: SimpleRNN / LSTM / GRU layers, stacked, uni- or bidirectional, over padded batches.
 
 ``RecurrentStack`` runs ``num_layers`` recurrent layers over a batch-first input and guarantees that **padding never
-changes a sequence's result**: left- or right-padded rows give exactly the outputs and final state of the same
-sequence run alone, padded output positions are zero, and the final state is the state at each sequence's last real
-token (for the backward direction: after reading the first real token).
+changes a sequence's result**: left- or right-padded rows give the outputs and final state of the same sequence run
+alone, padded output positions are zero, and the final state is the state at each sequence's last real token (for
+the backward direction: after reading the first real token).
 
-Two implementations share the SAME parameters (one ``torch.nn.RNN/LSTM/GRU`` module per layer, so every parameter
-has PyTorch's name and shape, e.g. ``layers.0.weight_ih_l0``, ``layers.0.bias_hh_l0_reverse``):
+Each layer is a :class:`RecurrentLayer` (both directions of one level): the unit that activation checkpointing
+recomputes and that FSDP / ``device_map`` can place on its own. It holds PyTorch's parameters under PyTorch's names
+and shapes (``layers.0.weight_ih_l0``, ``layers.0.bias_hh_l0_reverse``, as a one-layer ``torch.nn.LSTM``) and has two
+implementations over the SAME tensors:
 
-* ``implementation="fused"`` calls the ``torch.nn`` module (cuDNN / oneDNN kernels) with ``pack_padded_sequence``;
+* ``implementation="fused"`` calls the fused kernels of ``torch.nn.RNN/LSTM/GRU`` (``torch._VF.rnn_tanh/lstm/gru``:
+  oneDNN on CPU, cuDNN on CUDA);
 * ``implementation="cell"`` runs the lecture notes' equations step by step (``rnn_step``, ``lstm_step``,
-  ``gru_step``) on the very same tensors; it is tested equal to the fused path.
+  ``gru_step``); it is tested equal to the fused path.
 
-A new cell type plugs in through :func:`register_cell` (see :class:`CellType`); a cell without a ``torch.nn``
-counterpart provides ``build_layer`` (its parameter holder) and either a ``step`` function or a whole ``scan`` over
-time, and always runs on the cell path. The self-attention LSTM (``"self_attention_lstm"``, LSTMN; end of this file)
-is such a cell: its scan attends over all previous states through the shared attention core.
+How padding reaches the fused kernel depends on where the code runs (see :func:`make_padding_plan`):
+
+* **eager on CPU** (reading tensor values is free): the mask is validated (a row with holes is an error), a batch
+  without padding skips all mask handling, and a padded batch takes the faster of two paths, by its fraction of
+  real tokens (:data:`ALIGNED_FILL`): packing (``pack_padded_sequence``: no work on padding, but lengths on the host
+  and data-dependent shapes), or the static path below (oneDNN runs the LSTM only on unpacked input).
+* **everywhere else** (``torch.compile``, ``torch.export`` / ONNX, CUDA or any accelerator): one static-shape path
+  without host reads. Rows are shifted so that every sequence starts at position 0 (a gather), each direction runs
+  the fused kernel over the whole padded length, the final ``h`` is gathered at each row's last real token, and an
+  LSTM's cell state is carried unchanged through the trailing padding by one extra input column that saturates the
+  forget gate to 1 and the input gate to 0 at padded steps (``c_t = 1·c_{t-1} + 0·g``, exactly, in value and
+  gradient). A batch passed without ``attention_mask`` is one kernel call per layer (cuDNN on CUDA).
+
+A new cell type plugs in through :func:`register_cell` (see :class:`CellType`); a cell without a fused kernel
+provides ``build_layer`` (its parameter holder) and either a ``step`` function or a whole ``scan`` over time, and
+always runs on the cell path. The self-attention LSTM (``"self_attention_lstm"``, LSTMN; end of this file) is such a
+cell: its scan attends over all previous states through the shared attention core.
 
 State layout (like ``torch.nn``): a tuple of tensors shaped ``(num_layers * num_directions, B, H)``, ordered layer 0
 forward, layer 0 backward, layer 1 forward, ... — ``(h,)`` for rnn/gru, ``(h, c)`` for lstm, ``(h, c, h̃, tape_h,
@@ -30,10 +46,12 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import _VF, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from .attention import AttentionScore, attend
+from .validation import eager_cpu
 
 State = tuple[torch.Tensor, ...]
 
@@ -92,6 +110,9 @@ StepFn = Callable[[torch.Tensor, State, torch.Tensor, "torch.Tensor | None"], St
 # scan(layer, suffix, inputs (B,T,I), mask (B,T) bool | None, state tuple of (B, ...) | None) -> (outputs (B,T,H), state)
 ScanFn = Callable[[nn.Module, str, torch.Tensor, "torch.Tensor | None", "State | None"], "tuple[torch.Tensor, State]"]
 
+# torch.nn.RNNBase mode -> the fused kernel torch.nn.RNN/LSTM/GRU call
+_KERNELS = {"RNN_TANH": _VF.rnn_tanh, "LSTM": _VF.lstm, "GRU": _VF.gru}
+
 
 @dataclass(frozen=True)
 class CellType:
@@ -102,10 +123,11 @@ class CellType:
         num_gates: rows of ``weight_ih`` per hidden unit (1 rnn, 4 lstm, 3 gru); used for parameter shapes.
         num_states: tensors in the state tuple (1 = ``(h,)``, 2 = ``(h, c)``).
         step: per-step equations for the cell path (``step(gates_x_t, state, weight_hh, bias_hh) -> state``).
-        torch_module: ``torch.nn`` class of the fused path (``None``: the cell path is always used).
+        mode: ``torch.nn.RNNBase`` mode of the fused kernel ("RNN_TANH", "LSTM", "GRU"); ``None``: the cell path is
+            always used. Without ``build_layer`` the layer is a :class:`RecurrentLayer` of this mode.
         build_layer: ``build_layer(input_size, hidden_size, bidirectional) -> nn.Module`` holding one layer's
             parameters under PyTorch's names (``weight_ih_l0``, ``weight_hh_l0``, ``bias_ih_l0``, ``bias_hh_l0`` and
-            ``*_reverse``) plus anything extra. Defaults to a one-layer ``torch_module``.
+            ``*_reverse``) plus anything extra. Defaults to a :class:`RecurrentLayer`.
         scan: optional replacement of the step loop for one direction of one layer (cells whose step needs more
             than the previous state, e.g. attention over all previous states). It receives the direction's input
             already reversed for the backward direction, a bool mask (``True`` = real token, one contiguous block
@@ -117,17 +139,22 @@ class CellType:
     num_gates: int
     num_states: int
     step: StepFn | None = None
-    torch_module: type[nn.RNNBase] | None = None
+    mode: str | None = None
     build_layer: Callable[[int, int, bool], nn.Module] | None = None
     scan: ScanFn | None = None
 
-    def make_layer(self, input_size: int, hidden_size: int, bidirectional: bool) -> nn.Module:
+    @property
+    def has_kernel(self) -> bool:
+        """True when a fused ``torch.nn`` kernel runs this cell (no custom layer, no custom scan)."""
+        return self.mode is not None and self.build_layer is None and self.scan is None
+
+    def make_layer(self, input_size: int, hidden_size: int, bidirectional: bool, implementation: str) -> nn.Module:
         """Create the parameter holder of one layer (both directions)."""
         if self.build_layer is not None:
             return self.build_layer(input_size, hidden_size, bidirectional)
-        if self.torch_module is None:
-            raise ValueError(f"cell type {self.name!r} needs either `torch_module` or `build_layer`")
-        return self.torch_module(input_size, hidden_size, num_layers=1, batch_first=True, bidirectional=bidirectional)
+        if self.mode is None:
+            raise ValueError(f"cell type {self.name!r} needs either `mode` or `build_layer`")
+        return RecurrentLayer(self.name, input_size, hidden_size, bidirectional, implementation)
 
 
 CELL_TYPES: dict[str, CellType] = {}
@@ -137,13 +164,15 @@ def register_cell(cell_type: CellType) -> CellType:
     """Make ``cell_type`` available as ``RecurrentStack(cell=cell_type.name, ...)`` (and thus as a config value)."""
     if cell_type.step is None and cell_type.scan is None:
         raise ValueError(f"cell type {cell_type.name!r} needs a `step` or a `scan` function")
+    if cell_type.mode is not None and cell_type.mode not in _KERNELS:
+        raise ValueError(f"`mode` of cell type {cell_type.name!r} must be one of {sorted(_KERNELS)} or None")
     CELL_TYPES[cell_type.name] = cell_type
     return cell_type
 
 
-register_cell(CellType("rnn", num_gates=1, num_states=1, step=rnn_step, torch_module=nn.RNN))
-register_cell(CellType("lstm", num_gates=4, num_states=2, step=lstm_step, torch_module=nn.LSTM))
-register_cell(CellType("gru", num_gates=3, num_states=1, step=gru_step, torch_module=nn.GRU))
+register_cell(CellType("rnn", num_gates=1, num_states=1, step=rnn_step, mode="RNN_TANH"))
+register_cell(CellType("lstm", num_gates=4, num_states=2, step=lstm_step, mode="LSTM"))
+register_cell(CellType("gru", num_gates=3, num_states=1, step=gru_step, mode="GRU"))
 
 
 def get_cell_type(name: str) -> CellType:
@@ -157,30 +186,78 @@ def get_cell_type(name: str) -> CellType:
 # Padding
 # ----------------------------------------------------------------------------------------------------------------
 
+PACKED, ALIGNED, PADDED = "packed", "aligned", "padded"
+
+# Eager CPU: the fraction of real tokens from which a padded batch runs the kernel over the padding ("aligned")
+# instead of packing it. oneDNN runs the LSTM only on unpacked input, and packed input falls back to a slower
+# kernel: measured with one thread, the aligned LSTM step is 1.1-2.4x faster from half the positions real (fill 0.5
+# to 0.75; below 0.3 packing can win by up to 1.5x). The GRU and SimpleRNN kernels are the same either way, so
+# skipping the padding (packing) wins or ties there.
+ALIGNED_FILL = {"LSTM": 0.5}
+
 
 @dataclass
 class PaddingPlan:
-    """Where the real tokens of a padded batch are: one contiguous block ``[starts, starts + lengths)`` per row."""
+    """Where the real tokens of a padded batch are (one contiguous block ``[starts, starts + lengths)`` per row) and
+    how the layers receive the batch (``layout``):
 
-    mask: torch.Tensor  # (B, T) bool, True = real token
-    lengths: torch.Tensor  # (B,) int64 on CPU (what pack_padded_sequence wants)
-    starts: torch.Tensor  # (B,) int64 on the input's device
-    left_aligned: bool  # every row starts at 0 (right padding only)
-    empty: torch.Tensor | None  # (B,) bool rows without any real token, or None if there are none
+    * ``"packed"`` (eager CPU, fused kernel): a ``PackedSequence``'s data ``(N, F)``; ``batch_sizes``,
+      ``sorted_indices``, ``unsorted_indices`` are set by the stack when it packs.
+    * ``"aligned"`` (static path, fused kernel): ``(B, T, F)`` with every row shifted to start at 0 and zeros after
+      its ``lengths`` real tokens (``aligned_mask``).
+    * ``"padded"`` (cell path): ``(B, T, F)`` at the caller's positions (``mask``).
+    """
+
+    layout: str
+    mask: torch.Tensor  # (B, T) bool, True = real token, at the caller's positions
+    lengths: torch.Tensor  # (B,) int64 on the input's device
+    starts: torch.Tensor  # (B,) int64 first real position (0 for empty rows)
+    empty: torch.Tensor | None  # (B,) bool rows without real tokens; None when known to be none (eager only)
+    left_aligned: bool | None = None  # every row starts at 0 (eager only; None = unknown)
+    batch_sizes: torch.Tensor | None = None
+    sorted_indices: torch.Tensor | None = None
+    unsorted_indices: torch.Tensor | None = None
+    _aligned_mask: torch.Tensor | None = None
     _reverse_index: torch.Tensor | None = None
 
     @property
+    def aligned_mask(self) -> torch.Tensor:
+        """(B, T) bool: position ``t < lengths`` (the real tokens after shifting every row to start at 0)."""
+        if self._aligned_mask is None:
+            pos = torch.arange(self.mask.shape[1], device=self.mask.device).unsqueeze(0)  # (1, T)
+            self._aligned_mask = pos < self.lengths.unsqueeze(1)
+        return self._aligned_mask
+
+    @property
     def reverse_index(self) -> torch.Tensor:
-        """(B, T) gather index that reverses each row's real block in place and leaves padding where it is."""
+        """(B, T) gather index that reverses each row's real block in place and leaves padding where it is (for the
+        layout's positions: aligned rows start at 0)."""
         if self._reverse_index is None:
             pos = torch.arange(self.mask.shape[1], device=self.mask.device).unsqueeze(0)  # (1, T)
-            mirrored = 2 * self.starts.unsqueeze(1) + self.lengths.to(self.mask.device).unsqueeze(1) - 1 - pos
-            self._reverse_index = torch.where(self.mask, mirrored, pos)  # (B, T)
+            if self.layout == ALIGNED:
+                self._reverse_index = torch.where(self.aligned_mask, self.lengths.unsqueeze(1) - 1 - pos, pos)
+            else:
+                mirrored = 2 * self.starts.unsqueeze(1) + self.lengths.unsqueeze(1) - 1 - pos
+                self._reverse_index = torch.where(self.mask, mirrored, pos)  # (B, T)
         return self._reverse_index
 
 
-def make_padding_plan(attention_mask: torch.Tensor | None, batch_size: int, seq_len: int) -> PaddingPlan | None:
-    """Validate ``attention_mask`` and describe its padding; ``None`` when there is no padding at all."""
+def make_padding_plan(
+    attention_mask: torch.Tensor | None,
+    batch_size: int,
+    seq_len: int,
+    layout: str = PACKED,
+    aligned_fill: float | None = None,
+) -> PaddingPlan | None:
+    """Describe the padding of ``attention_mask`` ``(B, T)`` for the layers; ``None`` when there is none.
+
+    Eager on CPU (:func:`~.validation.eager_cpu`) the mask's values are read: a mask with holes raises
+    ``ValueError``, a mask without padding gives ``None``, and a "packed" layout becomes "aligned" when at least
+    ``aligned_fill`` of the ``B*T`` positions are real tokens (running the kernel over the padding is then faster than
+    packing). Anywhere else nothing is read on the host: a fused-kernel layout becomes "aligned", the mask is trusted
+    to be one contiguous block per row (left or right padding, as tokenizers produce), and a mask of ones is still a
+    plan.
+    """
     if attention_mask is None:
         return None
     if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (batch_size, seq_len):
@@ -189,10 +266,13 @@ def make_padding_plan(attention_mask: torch.Tensor | None, batch_size: int, seq_
             f"got {tuple(attention_mask.shape)}"
         )
     mask = attention_mask if attention_mask.dtype == torch.bool else attention_mask != 0  # (B, T)
-    if bool(mask.all()):
-        return None  # fast path: nothing padded, nothing to pack
+    eager = eager_cpu(mask)
+    if eager and bool(mask.all()):
+        return None  # nothing padded, nothing to pack
     lengths = mask.sum(dim=1)  # (B,)
-    starts = mask.to(torch.int8).argmax(dim=1)  # (B,) first real token (0 for empty rows)
+    starts = mask.to(torch.uint8).argmax(dim=1)  # (B,) first real token (0 for empty rows)
+    if not eager:  # static path: no host reads, no data-dependent shapes
+        return PaddingPlan(ALIGNED if layout == PACKED else layout, mask, lengths, starts, empty=lengths == 0)
     pos = torch.arange(seq_len, device=mask.device).unsqueeze(0)  # (1, T)
     block = (pos >= starts.unsqueeze(1)) & (pos < (starts + lengths).unsqueeze(1))  # (B, T)
     if not torch.equal(block, mask):
@@ -201,12 +281,11 @@ def make_padding_plan(attention_mask: torch.Tensor | None, batch_size: int, seq_
             "got a row with holes"
         )
     empty = lengths == 0
+    left_aligned = not bool(starts.any())
+    if layout == PACKED and aligned_fill is not None and int(lengths.sum()) >= aligned_fill * mask.numel():
+        return PaddingPlan(ALIGNED, mask, lengths, starts, empty=empty, left_aligned=left_aligned)
     return PaddingPlan(
-        mask=mask,
-        lengths=lengths.cpu(),
-        starts=starts,
-        left_aligned=not bool(starts.any()),
-        empty=empty if bool(empty.any()) else None,
+        layout, mask, lengths, starts, empty=empty if bool(empty.any()) else None, left_aligned=left_aligned
     )
 
 
@@ -216,6 +295,247 @@ def roll_rows(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     pos = torch.arange(seq_len, device=x.device).unsqueeze(0)  # (1, T)
     index = (pos + shift.unsqueeze(1)) % seq_len  # (B, T)
     return x.gather(1, index.unsqueeze(-1).expand_as(x))
+
+
+def _gather_time(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``out[b, t] = x[b, index[b, t]]`` for x (B, T, F) and index (B, T)."""
+    return x.gather(1, index.unsqueeze(-1).expand_as(x))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One layer
+# ----------------------------------------------------------------------------------------------------------------
+
+# Pre-activation added to the input / forget gate rows at padded steps of the static path: sigmoid(-1e4) == 0 and
+# sigmoid(1e4) == 1 exactly in float32/16 and bfloat16 (and their derivatives are exactly 0), so c passes unchanged.
+_CARRY = 1.0e4
+
+
+def _lstm_needs_unrolled_kernel(x: torch.Tensor) -> bool:
+    """The fused LSTM kernel cannot be compiled for training on CPU: AOTAutograd fails on the oneDNN ``mkldnn_rnn_layer``
+    op it dispatches to ("expected all tensors_saved_with_vc_check to be Tensors", torch 2.13). There the same
+    computation runs as an explicit loop of :func:`lstm_step` (Inductor fuses it). Export and inference are unaffected."""
+    return x.device.type == "cpu" and torch.compiler.is_dynamo_compiling() and torch.is_grad_enabled()
+
+
+def _lstm_unrolled(x: torch.Tensor, hx: State, weights: list[torch.Tensor], bidirectional: bool) -> State:
+    """``torch._VF.lstm(x, hx, weights, ..., batch_first=True)`` as a loop of :func:`lstm_step`: (out, h_n, c_n)."""
+    outs, hs, cs = [], [], []
+    for d in range(2 if bidirectional else 1):
+        weight_ih, weight_hh, bias_ih, bias_hh = weights[4 * d : 4 * d + 4]
+        x_dir = x.flip(1) if d == 1 else x
+        gates_x = F.linear(x_dir, weight_ih, bias_ih)  # (B, T, 4H)
+        h, c = hx[0][d], hx[1][d]  # (B, H)
+        steps = []
+        for t in range(x.shape[1]):
+            h, c = lstm_step(gates_x[:, t], (h, c), weight_hh, bias_hh)
+            steps.append(h)
+        out = torch.stack(steps, dim=1)  # (B, T, H)
+        outs.append(out.flip(1) if d == 1 else out)
+        hs.append(h)
+        cs.append(c)
+    return torch.cat(outs, dim=-1), torch.stack(hs), torch.stack(cs)
+
+
+class RecurrentLayer(GradientCheckpointingLayer, nn.RNNBase):
+    """One level of the recurrent stack, both directions: the unit of activation checkpointing and of FSDP wrapping.
+
+    Parameters are exactly a one-layer ``torch.nn.RNN/LSTM/GRU``'s (``weight_ih_l0`` ``(G*H, I)``, ``weight_hh_l0``,
+    ``bias_ih_l0``, ``bias_hh_l0`` and ``*_reverse``; flattened for cuDNN like theirs). It is an ``nn.RNNBase`` but
+    not an ``nn.LSTM``: TorchDynamo refuses to trace any ``nn.RNN/GRU/LSTM`` instance (even reading its weights)
+    unless ``torch._dynamo.config.allow_rnn`` is set, so this layer calls the same fused kernels itself.
+
+    ``forward(inputs, *state, padding=None) -> (outputs, *final_state)``: ``inputs`` in the layout of ``padding``
+    (see :class:`PaddingPlan`; ``None`` = no padding, ``(B, T, I)``), ``state`` the layer's initial state tensors
+    ``(D, B, H)`` (none = zeros); ``outputs`` in the same layout, zero at padding.
+    """
+
+    def __init__(
+        self, cell: str, input_size: int, hidden_size: int, bidirectional: bool = False, implementation: str = "fused"
+    ) -> None:
+        cell_type = get_cell_type(cell)
+        super().__init__(
+            cell_type.mode or "LSTM",
+            input_size,
+            hidden_size,
+            num_layers=1,
+            batch_first=True,
+            bidirectional=bidirectional,
+        )
+        self.cell = cell
+        self.cell_type = cell_type
+        self.implementation = implementation
+        self.num_directions = 2 if bidirectional else 1
+
+    @property
+    def uses_kernel(self) -> bool:
+        """True when this layer runs the fused ``torch.nn`` kernel (implementation "fused" and the cell has one)."""
+        return self.implementation == "fused" and self.cell_type.has_kernel
+
+    def extra_repr(self) -> str:
+        return f"cell={self.cell!r}, {super().extra_repr()}, implementation={self.implementation!r}"
+
+    def direction_weights(self, direction: int) -> list[torch.Tensor]:
+        """``[weight_ih, weight_hh, bias_ih, bias_hh]`` of one direction (read by name, so replaced parameters count)."""
+        return [getattr(self, name) for name in self._flat_weights_names[4 * direction : 4 * direction + 4]]
+
+    def forward(self, inputs: torch.Tensor, *state: torch.Tensor, padding: PaddingPlan | None = None) -> State:
+        layer_state = state if state else None
+        if padding is not None and padding.layout == PACKED:
+            return self._forward_packed(inputs, layer_state, padding)
+        if not self.uses_kernel or (padding is not None and padding.layout == PADDED):
+            return cell_forward(
+                self, self.cell_type, self.hidden_size, self.num_directions, inputs, layer_state, padding
+            )
+        if padding is None:
+            return self._forward_full(inputs, layer_state)
+        if inputs.shape[1] == 1:  # one step (a decoding step): run it, keep the old state where it was padding
+            return self._forward_one_step(inputs, layer_state, padding)
+        return self._forward_aligned(inputs, layer_state, padding)
+
+    # -- fused kernel calls --------------------------------------------------------------------------------------
+
+    def _zero_state(self, batch_size: int, x: torch.Tensor, num_directions: int) -> State:
+        zeros = x.new_zeros(num_directions, batch_size, self.hidden_size)
+        return (zeros, zeros) if self.mode == "LSTM" else (zeros,)
+
+    def _kernel(self, x: torch.Tensor, hx: State, weights: list[torch.Tensor], bidirectional: bool) -> State:
+        """One fused-kernel call over ``x`` (B, T, I): ``(outputs, h_n[, c_n])``."""
+        if self.mode == "LSTM":
+            if _lstm_needs_unrolled_kernel(x):
+                return _lstm_unrolled(x, hx, weights, bidirectional)
+            return tuple(_VF.lstm(x, hx, weights, True, 1, 0.0, self.training, bidirectional, True))
+        return tuple(_KERNELS[self.mode](x, hx[0], weights, True, 1, 0.0, self.training, bidirectional, True))
+
+    def _kernel_weights(self) -> list[torch.Tensor]:
+        return [getattr(self, name) for name in self._flat_weights_names]  # both directions, torch.nn's order
+
+    def _forward_full(self, x: torch.Tensor, state: State | None) -> State:
+        """No padding: one kernel call for both directions (what ``torch.nn.LSTM`` does on a plain tensor)."""
+        hx = state if state is not None else self._zero_state(x.shape[0], x, self.num_directions)
+        return self._kernel(x, hx, self._kernel_weights(), self.bidirectional)
+
+    def _forward_packed(self, data: torch.Tensor, state: State | None, plan: PaddingPlan) -> State:
+        """Eager CPU: the packed kernel call of ``torch.nn.LSTM(PackedSequence)`` (same kernel, same speed)."""
+        batch_size = plan.mask.shape[0]
+        if state is None:
+            hx = self._zero_state(batch_size, data, self.num_directions)
+        else:
+            hx = tuple(s.index_select(1, plan.sorted_indices) for s in state)  # rows in packing order
+        weights = self._kernel_weights()
+        if self.mode == "LSTM":
+            result = _VF.lstm(data, plan.batch_sizes, hx, weights, True, 1, 0.0, self.training, self.bidirectional)
+        else:
+            kernel = _KERNELS[self.mode]
+            result = kernel(data, plan.batch_sizes, hx[0], weights, True, 1, 0.0, self.training, self.bidirectional)
+        out, *final = result
+        return (out, *(s.index_select(1, plan.unsorted_indices) for s in final))
+
+    def _forward_one_step(self, x: torch.Tensor, state: State | None, plan: PaddingPlan) -> State:
+        """T == 1: the plain kernel step, then padded rows keep their previous state and output zero."""
+        hx = state if state is not None else self._zero_state(x.shape[0], x, self.num_directions)
+        out, *final = self._kernel(x, hx, self._kernel_weights(), self.bidirectional)
+        real = plan.mask  # (B, 1)
+        final = [torch.where(real.view(1, -1, 1), new, old) for new, old in zip(final, hx)]
+        return (torch.where(real.unsqueeze(-1), out, torch.zeros_like(out)), *final)
+
+    def _forward_aligned(self, x: torch.Tensor, state: State | None, plan: PaddingPlan) -> State:
+        """Static path over left-aligned rows (zero after each row's real tokens), one kernel call per direction."""
+        batch_size = x.shape[0]
+        hx = state if state is not None else self._zero_state(batch_size, x, self.num_directions)
+        real = plan.aligned_mask  # (B, T)
+        last = (plan.lengths - 1).clamp(min=0).view(batch_size, 1, 1)  # (B, 1, 1) each row's last real step
+        empty = plan.empty.view(batch_size, 1)  # (B, 1)
+        outs, finals = [], []
+        for d in range(self.num_directions):
+            x_dir = _gather_time(x, plan.reverse_index) if d == 1 else x  # backward: each real block reversed
+            weights = self.direction_weights(d)
+            hx_dir = tuple(s[d : d + 1] for s in hx)  # (1, B, H)
+            if self.mode == "LSTM":  # one more input column: at padded steps forget gate 1, input gate 0 -> c kept
+                x_dir = torch.cat([x_dir, (~real).unsqueeze(-1).to(x_dir.dtype)], dim=-1)  # (B, T, I+1)
+                weights = [torch.cat([weights[0], self._carry_column(weights[0])], dim=1), *weights[1:]]
+            out, *final = self._kernel(x_dir, hx_dir, weights, False)  # (B, T, H), (1, B, H)...
+            h_last = out.gather(1, last.expand(-1, -1, out.shape[-1])).squeeze(1)  # (B, H) after the last real token
+            h_last = torch.where(empty, hx_dir[0][0], h_last)  # a row without tokens keeps its initial state
+            final = [h_last.unsqueeze(0), *final[1:]]  # an LSTM's c_n is already the state at the last real token
+            out = torch.where(real.unsqueeze(-1), out, torch.zeros_like(out))
+            outs.append(_gather_time(out, plan.reverse_index) if d == 1 else out)
+            finals.append(final)
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)  # (B, T, D*H)
+        return (out, *(torch.cat([f[i] for f in finals], dim=0) for i in range(len(finals[0]))))
+
+    def _carry_column(self, weight_ih: torch.Tensor) -> torch.Tensor:
+        """(4H, 1) input weights of the padding indicator: -C on the input gate rows, +C on the forget gate rows."""
+        hidden = self.hidden_size
+        column = weight_ih.new_zeros(4 * hidden, 1)
+        column[:hidden] = -_CARRY
+        column[hidden : 2 * hidden] = _CARRY
+        return column
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The cell path (explicit equations, any layout with a mask at the caller's positions)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def cell_forward(
+    layer: nn.Module,
+    cell_type: CellType,
+    hidden_size: int,
+    num_directions: int,
+    x: torch.Tensor,
+    state: State | None,
+    plan: PaddingPlan | None,
+) -> State:
+    """One layer (both directions) on the cell path: ``(outputs (B, T, D*H), *final_state (D, B, ...))``."""
+    mask = plan.mask if plan is not None else None
+    outs, dir_finals = [], []
+    for d in range(num_directions):
+        reverse = d == 1
+        suffix = "_reverse" if reverse else ""
+        x_dir = _reverse_time(x, plan) if reverse else x
+        init = None if state is None else tuple(s[d] for s in state)  # each (B, ...)
+        if cell_type.scan is not None:
+            out, final = cell_type.scan(layer, suffix, x_dir, mask, init)
+        else:
+            out, final = _step_scan(cell_type, hidden_size, layer, suffix, x_dir, mask, init)
+        outs.append(_reverse_time(out, plan) if reverse else out)
+        dir_finals.append(final)
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)  # (B, T, D*H)
+    return (out, *(torch.stack([f[i] for f in dir_finals], dim=0) for i in range(len(dir_finals[0]))))
+
+
+def _reverse_time(x: torch.Tensor, plan: PaddingPlan | None) -> torch.Tensor:
+    """Reverse each row's real tokens in place (padding stays where it is). x: (B, T, F)."""
+    if plan is None:
+        return x.flip(1)
+    return _gather_time(x, plan.reverse_index)
+
+
+def _step_scan(cell_type: CellType, hidden_size: int, layer, suffix, x, mask, init):
+    """Run one direction of one layer over time; padded steps keep the state and output zeros."""
+    step = cell_type.step
+    weight_ih = getattr(layer, f"weight_ih_l0{suffix}")
+    weight_hh = getattr(layer, f"weight_hh_l0{suffix}")
+    bias_ih = getattr(layer, f"bias_ih_l0{suffix}", None)
+    bias_hh = getattr(layer, f"bias_hh_l0{suffix}", None)
+    batch_size, seq_len, _ = x.shape
+    if init is None:
+        zeros = x.new_zeros(batch_size, hidden_size)
+        init = tuple(zeros for _ in range(cell_type.num_states))
+    state = init
+    gates_x = F.linear(x, weight_ih, bias_ih)  # (B, T, G*H): the W_ih·x_t half of A·[h_{t-1}; x_t] for all t
+    outputs = []
+    for t in range(seq_len):
+        new_state = step(gates_x[:, t], state, weight_hh, bias_hh)
+        if mask is not None:
+            real = mask[:, t].unsqueeze(-1)  # (B, 1)
+            new_state = tuple(torch.where(real, new, old) for new, old in zip(new_state, state))
+            outputs.append(torch.where(real, new_state[0], torch.zeros_like(new_state[0])))
+        else:
+            outputs.append(new_state[0])
+        state = new_state
+    return torch.stack(outputs, dim=1), state  # (B, T, H)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -233,7 +553,7 @@ class RecurrentStack(nn.Module):
         num_layers: stacked layers; layer ``k+1`` reads the (concatenated) outputs of layer ``k`` ("return sequences").
         bidirectional: run a second, independent layer right-to-left and concatenate (outputs ``2H`` wide).
         dropout: dropout on the outputs of every layer except the last (as ``torch.nn.LSTM``).
-        implementation: "fused" (``torch.nn`` kernels + packing) or "cell" (explicit per-step equations).
+        implementation: "fused" (``torch.nn`` kernels) or "cell" (explicit per-step equations).
 
     ``forward(inputs (B, T, I), attention_mask (B, T) or None, state=None) -> (outputs (B, T, D*H), state)``.
     """
@@ -267,7 +587,10 @@ class RecurrentStack(nn.Module):
         self.implementation = implementation
         self.layers = nn.ModuleList(
             self.cell_type.make_layer(
-                input_size if k == 0 else hidden_size * self.num_directions, hidden_size, self.bidirectional
+                input_size if k == 0 else hidden_size * self.num_directions,
+                hidden_size,
+                self.bidirectional,
+                implementation,
             )
             for k in range(num_layers)
         )
@@ -279,8 +602,8 @@ class RecurrentStack(nn.Module):
 
     @property
     def uses_fused_path(self) -> bool:
-        """True when forward calls the ``torch.nn`` kernels (implementation "fused" and the cell has them)."""
-        return self.implementation == "fused" and self.cell_type.torch_module is not None
+        """True when forward calls the fused ``torch.nn`` kernels (implementation "fused" and the cell has them)."""
+        return self.implementation == "fused" and self.cell_type.has_kernel
 
     def extra_repr(self) -> str:
         return (
@@ -315,16 +638,36 @@ class RecurrentStack(nn.Module):
         if seq_len == 0:
             raise ValueError("`inputs` must have at least one time step (seq_len >= 1)")
         self._check_state(state, batch_size)
-        plan = make_padding_plan(attention_mask, batch_size, seq_len)
-        if self.uses_fused_path:
-            outputs, final, layer_outputs = self._forward_fused(inputs, plan, state, output_hidden_states)
-        else:
-            outputs, final, layer_outputs = self._forward_cell(inputs, plan, state, output_hidden_states)
-        if plan is not None and plan.empty is not None:
-            final = self._restore_empty_rows(final, state, plan.empty)
+        plan = make_padding_plan(
+            attention_mask,
+            batch_size,
+            seq_len,
+            PACKED if self.uses_fused_path else PADDED,
+            ALIGNED_FILL.get(self.cell_type.mode) if self.uses_fused_path else None,
+        )
+        x = self._to_layout(inputs, plan)
+        finals: list[State] = []
+        layer_outputs = []
+        for k, layer in enumerate(self.layers):
+            if k > 0:
+                x = self._dropout_between_layers(x)
+            layer_state = self._layer_state(state, k)
+            if isinstance(layer, RecurrentLayer):
+                x, *final = layer(x, *layer_state, padding=plan)
+            else:  # a registered cell's own parameter holder: the cell path
+                x, *final = cell_forward(
+                    layer, self.cell_type, self.hidden_size, self.num_directions, x, layer_state or None, plan
+                )
+            finals.append(final)
+            if output_hidden_states:
+                layer_outputs.append(self._from_layout(x, plan, seq_len))
+        outputs = layer_outputs[-1] if output_hidden_states else self._from_layout(x, plan, seq_len)
+        final_state = tuple(finals[0]) if len(finals) == 1 else tuple(map(torch.cat, zip(*finals)))  # (L*D, B, H)
+        if plan is not None and plan.layout == PACKED and plan.empty is not None:
+            final_state = self._restore_empty_rows(final_state, state, plan.empty)
         if output_hidden_states:
-            return outputs, final, layer_outputs
-        return outputs, final
+            return outputs, final_state, tuple(layer_outputs)
+        return outputs, final_state
 
     def zero_state(self, batch_size: int, device=None, dtype=None) -> State:
         """The all-zero initial state, tuple of ``(num_layers * num_directions, B, H)``."""
@@ -340,6 +683,34 @@ class RecurrentStack(nn.Module):
         )
 
     # -- helpers -------------------------------------------------------------------------------------------------
+
+    def _to_layout(self, inputs: torch.Tensor, plan: PaddingPlan | None) -> torch.Tensor:
+        """The first layer's input in the plan's layout (packing records its metadata in ``plan``)."""
+        if plan is None or plan.layout == PADDED:
+            return inputs
+        if plan.layout == ALIGNED:  # every row starts at 0; zeros after its real tokens (no garbage in the kernel)
+            aligned = inputs if plan.left_aligned else roll_rows(inputs, plan.starts)
+            return torch.where(plan.aligned_mask.unsqueeze(-1), aligned, torch.zeros_like(aligned))
+        aligned = inputs if plan.left_aligned else roll_rows(inputs, plan.starts)  # real tokens first
+        packed = pack_padded_sequence(aligned, plan.lengths.cpu().clamp(min=1), batch_first=True, enforce_sorted=False)
+        plan.batch_sizes, plan.sorted_indices = packed.batch_sizes, packed.sorted_indices
+        plan.unsorted_indices = packed.unsorted_indices
+        return packed.data  # (N, I)
+
+    @staticmethod
+    def _from_layout(x: torch.Tensor, plan: PaddingPlan | None, seq_len: int) -> torch.Tensor:
+        """Layer outputs in the layout of ``plan`` -> (B, T, F) at the caller's positions, zero at padding."""
+        if plan is None or plan.layout == PADDED:
+            return x
+        if plan.layout == ALIGNED:
+            return x if plan.left_aligned else roll_rows(x, -plan.starts)  # back to where the real tokens were
+        packed = PackedSequence(x, plan.batch_sizes, plan.sorted_indices, plan.unsorted_indices)
+        outputs, _ = pad_packed_sequence(packed, batch_first=True, total_length=seq_len)  # (B, T, F), left-aligned
+        if not plan.left_aligned:
+            outputs = roll_rows(outputs, -plan.starts)
+        if plan.empty is not None:
+            outputs = outputs * plan.mask.unsqueeze(-1).to(outputs.dtype)
+        return outputs
 
     def _check_state(self, state: State | None, batch_size: int) -> None:
         if state is None:
@@ -358,128 +729,27 @@ class RecurrentStack(nn.Module):
                     f"got {tuple(tensor.shape)}"
                 )
 
-    def _layer_state(self, state: State | None, layer: int) -> State | None:
+    def _layer_state(self, state: State | None, layer: int) -> State:
+        """The state tensors of one layer, each (D, B, ...); empty when there is no initial state."""
         if state is None:
-            return None
+            return ()
         if not isinstance(state, (tuple, list)):
             state = (state,)
         d = self.num_directions
-        return tuple(s[layer * d : (layer + 1) * d] for s in state)  # each (D, B, ...)
+        return tuple(s[layer * d : (layer + 1) * d] for s in state)
 
     def _dropout_between_layers(self, x: torch.Tensor) -> torch.Tensor:
         return F.dropout(x, p=self.dropout, training=self.training) if self.dropout > 0 else x
 
     @staticmethod
     def _restore_empty_rows(final: State, state: State | None, empty: torch.Tensor) -> State:
-        """Rows without a single real token keep their initial state (nothing was read)."""
+        """Packed path: rows without a single real token keep their initial state (nothing was read)."""
         restored = []
         for i, tensor in enumerate(final):
             initial = torch.zeros_like(tensor) if state is None else state[i]
-            if initial.shape != tensor.shape:  # a growing tape (self_attention_lstm): its scan already masked the row
-                restored.append(tensor)
-                continue
             keep = empty.view(1, -1, *([1] * (tensor.dim() - 2)))  # (1, B, 1...)
             restored.append(torch.where(keep, initial, tensor))
         return tuple(restored)
-
-    # -- fused path: torch.nn kernels, packed ------------------------------------------------------------------
-
-    def _forward_fused(self, inputs, plan, state, collect):
-        seq_len = inputs.shape[1]
-        data: torch.Tensor | PackedSequence = inputs
-        if plan is not None:
-            aligned = inputs if plan.left_aligned else roll_rows(inputs, plan.starts)  # real tokens first
-            data = pack_padded_sequence(aligned, plan.lengths.clamp(min=1), batch_first=True, enforce_sorted=False)
-        finals: list[State] = []
-        layer_outputs = []
-        for k, layer in enumerate(self.layers):
-            if k > 0 and self.dropout > 0:
-                if isinstance(data, PackedSequence):
-                    data = data._replace(data=self._dropout_between_layers(data.data))
-                else:
-                    data = self._dropout_between_layers(data)
-            layer_state = self._layer_state(state, k)
-            if layer_state is not None and self.cell_type.num_states == 1:
-                layer_state = layer_state[0]
-            data, final = layer(data, layer_state)
-            finals.append(final if isinstance(final, tuple) else (final,))
-            if collect:
-                layer_outputs.append(self._unpack(data, plan, seq_len))
-        outputs = layer_outputs[-1] if collect else self._unpack(data, plan, seq_len)
-        final_state = tuple(torch.cat([f[i] for f in finals], dim=0) for i in range(len(finals[0])))
-        return outputs, final_state, tuple(layer_outputs)
-
-    @staticmethod
-    def _unpack(data, plan: PaddingPlan | None, seq_len: int) -> torch.Tensor:
-        if plan is None:
-            return data
-        outputs, _ = pad_packed_sequence(data, batch_first=True, total_length=seq_len)  # (B, T, D*H), left-aligned
-        if not plan.left_aligned:
-            outputs = roll_rows(outputs, -plan.starts)  # back to where the real tokens were
-        if plan.empty is not None:
-            outputs = outputs * plan.mask.unsqueeze(-1).to(outputs.dtype)
-        return outputs
-
-    # -- cell path: explicit per-step equations ---------------------------------------------------------------
-
-    def _forward_cell(self, inputs, plan, state, collect):
-        mask = plan.mask if plan is not None else None
-        x = inputs
-        finals: list[State] = []
-        layer_outputs = []
-        for k, layer in enumerate(self.layers):
-            if k > 0:
-                x = self._dropout_between_layers(x)
-            layer_state = self._layer_state(state, k)
-            outs, dir_finals = [], []
-            for d in range(self.num_directions):
-                reverse = d == 1
-                suffix = "_reverse" if reverse else ""
-                x_dir = self._reverse_time(x, plan) if reverse else x
-                init = None if layer_state is None else tuple(s[d] for s in layer_state)  # each (B, ...)
-                out, final = self._scan(layer, suffix, x_dir, mask, init)
-                outs.append(self._reverse_time(out, plan) if reverse else out)
-                dir_finals.append(final)
-            x = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)  # (B, T, D*H)
-            finals.append(tuple(torch.stack([f[i] for f in dir_finals], dim=0) for i in range(len(dir_finals[0]))))
-            if collect:
-                layer_outputs.append(x)
-        final_state = tuple(torch.cat([f[i] for f in finals], dim=0) for i in range(len(finals[0])))
-        return x, final_state, tuple(layer_outputs)
-
-    @staticmethod
-    def _reverse_time(x: torch.Tensor, plan: PaddingPlan | None) -> torch.Tensor:
-        """Reverse each row's real tokens in place (padding stays where it is). x: (B, T, F)."""
-        if plan is None:
-            return x.flip(1)
-        return x.gather(1, plan.reverse_index.unsqueeze(-1).expand_as(x))
-
-    def _scan(self, layer: nn.Module, suffix: str, x: torch.Tensor, mask: torch.Tensor | None, init: State | None):
-        """Run one direction of one layer over time; padded steps keep the state and output zeros."""
-        if self.cell_type.scan is not None:
-            return self.cell_type.scan(layer, suffix, x, mask, init)
-        step = self.cell_type.step
-        weight_ih = getattr(layer, f"weight_ih_l0{suffix}")
-        weight_hh = getattr(layer, f"weight_hh_l0{suffix}")
-        bias_ih = getattr(layer, f"bias_ih_l0{suffix}", None)
-        bias_hh = getattr(layer, f"bias_hh_l0{suffix}", None)
-        batch_size, seq_len, _ = x.shape
-        if init is None:
-            zeros = x.new_zeros(batch_size, self.hidden_size)
-            init = tuple(zeros for _ in range(self.cell_type.num_states))
-        state = init
-        gates_x = F.linear(x, weight_ih, bias_ih)  # (B, T, G*H): the W_ih·x_t half of A·[h_{t-1}; x_t] for all t
-        outputs = []
-        for t in range(seq_len):
-            new_state = step(gates_x[:, t], state, weight_hh, bias_hh)
-            if mask is not None:
-                real = mask[:, t].unsqueeze(-1)  # (B, 1)
-                new_state = tuple(torch.where(real, new, old) for new, old in zip(new_state, state))
-                outputs.append(torch.where(real, new_state[0], torch.zeros_like(new_state[0])))
-            else:
-                outputs.append(new_state[0])
-            state = new_state
-        return torch.stack(outputs, dim=1), state  # (B, T, H)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -503,21 +773,17 @@ class RecurrentStack(nn.Module):
 SELF_ATTENTION_LSTM_STATES = ("h", "c", "h_tilde", "tape_h", "tape_c", "tape_mask")
 
 
-class SelfAttentionLSTMLayer(nn.LSTM):
-    """Parameter holder of one self-attention LSTM layer: the LSTM gates under ``torch.nn.LSTM``'s names (so the
-    weights initialise and load like an LSTM's) plus one additive :class:`AttentionScore` per direction
-    (``attention_l0``, ``attention_l0_reverse``). Run it with :func:`self_attention_lstm_scan` (``RecurrentStack`` does);
-    calling it directly is an error."""
+class SelfAttentionLSTMLayer(RecurrentLayer):
+    """One self-attention LSTM layer: the LSTM gates under ``torch.nn.LSTM``'s names (so the weights initialise and
+    load like an LSTM's) plus one additive :class:`AttentionScore` per direction (``attention_l0``,
+    ``attention_l0_reverse``). It always runs :func:`self_attention_lstm_scan` (the cell path)."""
 
     def __init__(self, input_size: int, hidden_size: int, bidirectional: bool = False) -> None:
-        super().__init__(input_size, hidden_size, num_layers=1, batch_first=True, bidirectional=bidirectional)
+        super().__init__("self_attention_lstm", input_size, hidden_size, bidirectional, implementation="cell")
         # query = [x_t; h̃_{t-1}] (W_x, W_h̃ and a bias in query_proj), keys = previous h_i (W_h in key_proj), v = energy
         self.attention_l0 = AttentionScore("additive", input_size + hidden_size, hidden_size, hidden_size)
         if bidirectional:
             self.attention_l0_reverse = AttentionScore("additive", input_size + hidden_size, hidden_size, hidden_size)
-
-    def forward(self, *args, **kwargs):  # noqa: D102 - not a torch.nn.LSTM at run time
-        raise RuntimeError("SelfAttentionLSTMLayer holds parameters only; run it through RecurrentStack")
 
 
 def self_attention_lstm_scan(
@@ -576,6 +842,7 @@ register_cell(
         "self_attention_lstm",
         num_gates=4,
         num_states=len(SELF_ATTENTION_LSTM_STATES),
+        mode="LSTM",
         build_layer=SelfAttentionLSTMLayer,
         scan=self_attention_lstm_scan,
     )

@@ -499,3 +499,32 @@ def test_self_attention_lstm_continues_from_a_state_with_an_empty_row():
     assert new_state[3].shape == (2, 2, 5, 4) and not bool(new_state[5][:, 1, 3:].any())
     full, _ = stack(torch.cat([first[:1], second[:1]], dim=1))
     torch.testing.assert_close(out[0], full[0, 3:], atol=1e-5, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# transformers 5: the old cache name, stateful models
+# ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cell", ["lstm", "self_attention_lstm"])
+def test_past_key_values_is_the_deprecated_name_of_cache(cell):
+    """Continuing from a cache passed as past_key_values= warns as transformers' models do and gives the logits of
+    cache= (never silently ignored)."""
+    model = tiny_lm(cell)
+    ids = prompts(length=6)
+    expected = model(ids[:, 3:], cache=model(ids[:, :3]).cache).logits
+    first = model(ids[:, :3]).cache
+    with pytest.warns(FutureWarning, match="`past_key_values` is deprecated .* Use `cache` instead"):
+        old = model(ids[:, 3:], past_key_values=first).logits
+    assert torch.equal(old, expected)
+    assert_same_outputs(old, model(ids).logits[:, 3:])
+
+
+@pytest.mark.parametrize("kwargs", [dict(prompt_lookup_num_tokens=2), dict(assistant_model="self")])
+def test_assisted_decoding_is_refused_for_the_stateful_model(kwargs):
+    """A recurrent state cannot be rolled back to a shorter prefix: transformers' clear error, not a crash."""
+    model = tiny_lm()
+    assert model._is_stateful
+    kwargs = {k: (model if v == "self" else v) for k, v in kwargs.items()}
+    with pytest.raises(ValueError, match="assisted generation is not supported with stateful models"):
+        model.generate(prompts(), max_new_tokens=3, pad_token_id=0, **kwargs)

@@ -9,7 +9,17 @@ import textwrap
 
 import pytest
 import torch
+import torch.utils._pytree as pytree
 from conftest import BLOCK_HF_SEQ, assert_same_outputs
+from recurrent_toolchain import (
+    assert_checkpointing_saves_memory,
+    assert_compiled_training_step_matches,
+    assert_export_and_onnx_match,
+    assert_quantizes,
+    graph_breaks,
+    on_accelerator_paths,
+    to_meta,
+)
 from torch import nn
 from transformers import (
     AutoConfig,
@@ -21,7 +31,7 @@ from transformers import (
 
 import hf_seq  # noqa: F401  (registers the Auto classes)
 from hf_seq.configuration_rnn import HfSeqRNNConfig
-from hf_seq.modeling_rnn import RNNForSequenceClassification, RNNForTokenClassification, RNNModel
+from hf_seq.modeling_rnn import RNNForCausalLM, RNNForSequenceClassification, RNNForTokenClassification, RNNModel
 
 V = 30
 
@@ -351,3 +361,243 @@ def test_pipelines_show_real_labels(tmp_path):
     entities = tagger("a good film")
     assert [e["word"] for e in entities] == ["a", "good", "film"]
     assert {e["entity"] for e in entities} <= set(tags.values())
+
+
+# ------------------------------------------------------------------ compiler, export, quantization, checkpointing
+
+
+def toolchain_case(head, cell, bidirectional, layers, slow=False):
+    marks = [pytest.mark.slow] if slow else []  # slow: the same checks for the remaining heads (make test-all)
+    name = f"{head.__name__}-{cell}-{'bi' if bidirectional else 'uni'}-{layers}"
+    return pytest.param(head, cell, bidirectional, layers, id=name, marks=marks)
+
+
+# (head, cell, bidirectional, layers): every head, every cell and both directions at least once, on a batch that
+# mixes a full row, a right-padded row and a left-padded row. Compiling and exporting cost seconds per model, so the
+# fast suite runs three of them and `make test-all` the rest.
+TOOLCHAIN_CASES = [
+    toolchain_case(RNNForCausalLM, "lstm", False, 1),
+    toolchain_case(RNNForSequenceClassification, "gru", True, 2),
+    toolchain_case(RNNForTokenClassification, "rnn", True, 1),
+    toolchain_case(RNNModel, "lstm", True, 2, slow=True),
+    toolchain_case(RNNForSequenceClassification, "self_attention_lstm", False, 1, slow=True),
+]
+EXPORT_CASES = [
+    toolchain_case(RNNForCausalLM, "lstm", False, 2),
+    toolchain_case(RNNForSequenceClassification, "gru", True, 1),
+    toolchain_case(RNNForTokenClassification, "rnn", True, 1, slow=True),
+    toolchain_case(RNNModel, "lstm", True, 2, slow=True),
+    toolchain_case(RNNForSequenceClassification, "self_attention_lstm", False, 1, slow=True),
+]
+MIXED_IDS = torch.tensor([[3, 4, 5, 6, 7], [8, 9, 0, 0, 0], [0, 0, 10, 11, 12]])
+MIXED_MASK = (MIXED_IDS != 0).long()
+
+
+def toolchain_model(head, cell, bidirectional, **overrides):
+    torch.manual_seed(0)
+    config = tiny(**{"cell": cell, "bidirectional": bidirectional, "num_layers": 2, "num_labels": 3, **overrides})
+    return head(config)
+
+
+def toolchain_inputs(head, labels: bool) -> dict:
+    inputs = {"input_ids": MIXED_IDS, "attention_mask": MIXED_MASK}
+    if labels and head is RNNForSequenceClassification:
+        inputs["labels"] = torch.tensor([0, 2, 1])
+    elif labels and head is RNNForTokenClassification:
+        inputs["labels"] = torch.where(MIXED_MASK.bool(), MIXED_IDS % 3, -100)
+    elif labels and head is RNNForCausalLM:
+        inputs["labels"] = torch.where(MIXED_MASK.bool(), MIXED_IDS, -100)
+    return inputs
+
+
+@pytest.mark.parametrize("head,cell,bidirectional,layers", TOOLCHAIN_CASES)
+def test_compiled_training_step_equals_eager_and_inference_has_no_graph_break(head, cell, bidirectional, layers):
+    """fullgraph=True compiles the training forward (labels, padded batch): no graph break, same loss and gradients;
+    TorchDynamo finds no graph break in the inference forward either."""
+    model = toolchain_model(head, cell, bidirectional, num_layers=layers)
+    assert_compiled_training_step_matches(model, toolchain_inputs(head, labels=True), backend="aot_eager")
+    assert graph_breaks(model.eval(), toolchain_inputs(head, labels=False)) == 0
+
+
+@pytest.mark.slow  # the first Inductor compile of a process builds C++ kernels (~10 s warm, ~60 s cold here)
+def test_inductor_compiled_lm_training_step_equals_eager():
+    """The default backend once for the family: an LSTM language model on a padded batch."""
+    model = toolchain_model(RNNForCausalLM, "lstm", False, num_layers=1)
+    assert_compiled_training_step_matches(model, toolchain_inputs(RNNForCausalLM, labels=True), backend="inductor")
+
+
+@pytest.mark.parametrize("head,cell,bidirectional,layers", EXPORT_CASES)
+def test_export_and_onnx_match_eager(head, cell, bidirectional, layers, tmp_path):
+    """torch.export and ONNX (onnxruntime) of the inference forward give every output of eager (≤ 1e-4): the
+    causal LM's cache comes out as its state tensors."""
+    model = toolchain_model(head, cell, bidirectional, num_layers=layers)
+    names = assert_export_and_onnx_match(model, toolchain_inputs(head, labels=False), tmp_path)
+    if head is RNNForCausalLM:
+        assert len(names) == 3  # logits, h, c
+
+
+@pytest.mark.parametrize("head", [RNNForSequenceClassification, RNNForTokenClassification, RNNForCausalLM])
+def test_quantize_dynamic_quantizes_every_linear(head):
+    """quantize_dynamic({Linear, LSTM, GRU}) replaces every such module and the eager path runs the quantized ones.
+    The recurrent layers are RecurrentLayer (nn.RNNBase), not nn.LSTM/nn.GRU, so they stay in float."""
+    overrides = {"tie_word_embeddings": True, "embedding_size": 6, "hidden_size": 4} if head is RNNForCausalLM else {}
+    model = toolchain_model(head, "lstm", head is not RNNForCausalLM, **overrides)
+    quantized = assert_quantizes(model, toolchain_inputs(head, labels=False))
+    if head is RNNForCausalLM:
+        assert quantized.lm_proj is not None and "quantized" in type(quantized.lm_proj).__module__
+        assert quantized.generate(MIXED_IDS[:1], max_new_tokens=3, do_sample=False).shape == (1, 8)
+
+
+@pytest.mark.parametrize(
+    "head,cell,bidirectional,max_ratio",
+    [(RNNForSequenceClassification, "lstm", True, 0.6), (RNNForCausalLM, "gru", False, 0.6)],
+)
+def test_gradient_checkpointing_same_gradients_less_memory(head, cell, bidirectional, max_ratio):
+    """Per-layer activation checkpointing: the same gradients, and well under the saved activation bytes (the
+    recurrent layers' saved tensors are dropped; their inputs are kept)."""
+    model = toolchain_model(head, cell, bidirectional, num_layers=3, hidden_size=16, embedding_size=8)
+    layers = model.rnn.encoder.layers
+    plain, checkpointed = assert_checkpointing_saves_memory(model, toolchain_inputs(head, labels=True), max_ratio)
+    assert plain > 0 and not any(layer.gradient_checkpointing for layer in layers)  # disabled again
+
+
+def test_gradient_checkpointing_through_trainer(tmp_path):
+    """TrainingArguments(gradient_checkpointing=True) trains to the same weights as without it."""
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    rows = [{"input_ids": [3 + (i * 7 + j) % 20 for j in range(6)], "labels": i % 3} for i in range(8)]
+    data = Dataset.from_list(rows)
+    weights = []
+    for flag in (False, True):
+        model = toolchain_model(RNNForSequenceClassification, "lstm", True)
+        args = TrainingArguments(
+            output_dir=str(tmp_path / str(flag)),
+            per_device_train_batch_size=4,
+            max_steps=2,
+            learning_rate=0.1,
+            gradient_checkpointing=flag,
+            use_cpu=True,
+            report_to=[],
+            save_strategy="no",
+            logging_strategy="no",
+            seed=0,
+        )
+        Trainer(model=model, args=args, train_dataset=data).train()
+        assert all(layer.gradient_checkpointing == flag for layer in model.rnn.encoder.layers)
+        weights.append({k: v.clone() for k, v in model.state_dict().items()})
+    for key, value in weights[0].items():
+        torch.testing.assert_close(weights[1][key], value, rtol=1e-5, atol=1e-6, msg=key)
+
+
+def test_training_and_decode_steps_read_no_tensor_values_on_the_host():
+    """Off CPU (here: the meta device, where reading a value raises) a training step and a cached decoding step run
+    the static path: no .item()/bool()/nonzero/packing, i.e. no host-device synchronisation on an accelerator."""
+    for cell in ("lstm", "gru", "rnn", "self_attention_lstm"):
+        lm = toolchain_model(RNNForCausalLM, cell, False).to("meta").train()
+        inputs = to_meta(toolchain_inputs(RNNForCausalLM, labels=True))
+        lm(**inputs).loss.backward()
+        lm.eval()
+        out = lm(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+        mask = torch.ones(3, 6, dtype=torch.long, device="meta")
+        step = lm(input_ids=inputs["input_ids"][:, -1:], attention_mask=mask, cache=out.cache)
+        assert step.logits.shape == (3, 1, V) and step.cache.seen_tokens == 6
+        classifier = toolchain_model(RNNForSequenceClassification, cell, cell != "self_attention_lstm").to("meta")
+        inputs = to_meta(toolchain_inputs(RNNForSequenceClassification, labels=True))
+        classifier.train()(**inputs).loss.backward()
+    with pytest.raises(RuntimeError, match="meta"):
+        bool(torch.ones(2, device="meta").all())  # the check above would catch a host read
+
+
+def test_lm_batch_without_mask_runs_one_fused_kernel_call_per_layer():
+    """An LM batch without attention_mask calls torch.nn's fused LSTM kernel once per layer (cuDNN on CUDA), on the
+    eager and on the static path; with padding the static path calls it once per layer and direction."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def lstm_calls(model, **inputs):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            model(**inputs)
+        return sum(e.count for e in prof.key_averages() if e.key == "aten::lstm")
+
+    lm = toolchain_model(RNNForCausalLM, "lstm", False, num_layers=3).train()
+    assert lstm_calls(lm, input_ids=MIXED_IDS) == 3
+    with on_accelerator_paths():
+        assert lstm_calls(lm, input_ids=MIXED_IDS) == 3
+        assert lstm_calls(lm, input_ids=MIXED_IDS, attention_mask=MIXED_MASK) == 3
+        bi = toolchain_model(RNNModel, "lstm", True, num_layers=2)
+        assert lstm_calls(bi, input_ids=MIXED_IDS, attention_mask=MIXED_MASK) == 4
+
+
+def test_no_split_modules_name_each_recurrent_layer():
+    """FSDP auto-wrap / device_map units: every recurrent layer, found by accelerate by class name."""
+    from accelerate.utils.dataclasses import get_module_class_from_name
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    from hf_seq.recurrent import RecurrentLayer
+
+    for cell, expected in (("lstm", {"RecurrentLayer"}), ("self_attention_lstm", {"SelfAttentionLSTMLayer"})):
+        model = toolchain_model(RNNForCausalLM, cell, False, num_layers=3)
+        assert set(model._no_split_modules) == expected
+        classes = {get_module_class_from_name(model, name) for name in model._no_split_modules}
+        units = [m for m in model.modules() if isinstance(m, tuple(classes))]
+        assert len(units) == 3 and all(isinstance(u, (RecurrentLayer, GradientCheckpointingLayer)) for u in units)
+    assert toolchain_model(RNNForSequenceClassification, "none", False, pooling="mean")._no_split_modules == set()
+
+
+def test_checkpoints_of_torch_nn_layers_still_load(tmp_path):
+    """Parameter names are torch.nn's, as before: a folder whose recurrent weights were written from torch.nn.LSTM
+    modules (one per layer) loads with every tensor in place."""
+    from safetensors.torch import save_file
+
+    config = tiny(bidirectional=True, num_layers=2, num_labels=3)
+    torch.manual_seed(1)
+    lstms = [nn.LSTM(6 if k == 0 else 10, 5, batch_first=True, bidirectional=True) for k in range(2)]
+    weights = {f"rnn.encoder.layers.{k}.{n}": t for k, m in enumerate(lstms) for n, t in m.state_dict().items()}
+    weights["rnn.embeddings.word_embeddings.weight"] = torch.randn(V, 6)
+    weights["classifier.weight"], weights["classifier.bias"] = torch.randn(3, 10), torch.randn(3)
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp_path / "model.safetensors"))
+    config.save_pretrained(tmp_path)
+    model = RNNForSequenceClassification.from_pretrained(tmp_path)
+    state = model.state_dict()
+    assert state.keys() == weights.keys()
+    assert all(torch.equal(state[k], v) for k, v in weights.items())
+    ids, mask = pad(ROWS, "right")
+    reference_h = lstms[1](lstms[0](model.get_input_embeddings()(ids[:1, :5]))[0])[1][0]  # (2, 1, 5)
+    pooled = model.rnn(input_ids=ids[:1], attention_mask=mask[:1]).pooler_output
+    torch.testing.assert_close(pooled, reference_h.transpose(0, 1).reshape(1, -1), atol=1e-6, rtol=0)
+
+
+# ------------------------------------------------------------------ transformers 5 plumbing
+
+
+@pytest.mark.parametrize("head", [RNNModel, RNNForSequenceClassification, RNNForTokenClassification, RNNForCausalLM])
+def test_config_level_and_call_level_output_flags_agree(head):
+    """output_hidden_states and return_dict set in the config act as when passed to the call."""
+    model = toolchain_model(head, "lstm", head is not RNNForCausalLM).eval()
+    inputs = toolchain_inputs(head, labels=True)
+    called = model(**inputs, output_hidden_states=True)
+    as_tuple = model(**inputs, output_hidden_states=True, return_dict=False)
+    assert called.hidden_states is not None and len(called.hidden_states) == 3  # embeddings + 2 layers
+    model.config.output_hidden_states = True
+    configured = model(**inputs)
+    model.config.return_dict = False
+    configured_tuple = model(**inputs)
+    assert isinstance(as_tuple, tuple) and isinstance(configured_tuple, tuple)
+    assert len(configured_tuple) == len(as_tuple) == len(called.to_tuple())
+    for a, b, c, d in zip(called.to_tuple(), configured.to_tuple(), as_tuple, configured_tuple):
+        for x, y in zip(pytree.tree_leaves((a, b)), pytree.tree_leaves((c, d))):
+            assert torch.equal(x, y)
+    model.config.output_hidden_states = False
+    model.config.return_dict = True
+    assert model(**inputs, return_dict=True).hidden_states is None
+
+
+def test_num_hidden_layers_is_the_layer_count(tmp_path):
+    config = tiny(num_layers=2)
+    assert config.num_hidden_layers == 2
+    config.num_hidden_layers = 3
+    assert config.num_layers == 3
+    config.save_pretrained(tmp_path)
+    assert HfSeqRNNConfig.from_pretrained(tmp_path).num_hidden_layers == 3
+    assert HfSeqRNNConfig(num_hidden_layers=4).num_layers == 4
+    assert len(RNNModel(tiny(num_hidden_layers=2)).encoder.layers) == 2

@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from conftest import assert_same_outputs, run_clean
+from recurrent_toolchain import (
+    assert_checkpointing_saves_memory,
+    assert_compiled_training_step_matches,
+    assert_export_and_onnx_match,
+    assert_quantizes,
+    graph_breaks,
+    on_accelerator_paths,
+    to_meta,
+)
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, pipeline
 
 import hf_seq  # noqa: F401  (registers the Auto classes)
@@ -89,6 +100,8 @@ def variant_id(v: dict) -> str:
         (dict(decoder_start_token_id=VOCAB), "decoder_start_token_id"),
         (dict(bidirectional_encoder="yes"), "bidirectional_encoder"),
         (dict(recurrent_implementation="cudnn"), "recurrent_implementation"),
+        (dict(use_cache="yes"), "use_cache"),
+        (dict(vocab_size="20"), "vocab_size"),
     ],
 )
 def test_config_rejects_bad_values_naming_the_field(bad, field):
@@ -221,8 +234,10 @@ def test_context_and_next_state_follow_the_notes():
     s = out.decoder_hidden_states[1]
     h_tilde = torch.tanh(torch.cat([s, context], -1) @ dec_mod.attention_proj.weight.T)
     torch.testing.assert_close(out.logits, model.lm_head(h_tilde), atol=1e-5, rtol=1e-5)
-    # step 2 by hand with torch.nn.LSTM weights: input [x'_2; c_1], previous state s_1
-    lstm = dec_mod.rnn.layers[0]
+    # step 2 by hand with a torch.nn.LSTM holding the layer's weights (same names): input [x'_2; c_1], state s_1
+    layer = dec_mod.rnn.layers[0]
+    lstm = torch.nn.LSTM(layer.input_size, layer.hidden_size, batch_first=True)
+    lstm.load_state_dict(layer.state_dict())
     enc = model.model.encoder(input_ids=ids, attention_mask=mask)
     s0 = model.model.bridge(enc.final_hidden_state, enc.final_cell_state)
     _, (h1, c1) = lstm(
@@ -539,3 +554,221 @@ def test_remote_code_load_without_hf_seq(saved_translator, clean_python, tmp_pat
     assert module.startswith("transformers_modules"), proc.stdout[-2000:]
     enc = tok(["let there be light"], return_tensors="pt")
     assert json.loads(generated) == model.generate(**enc, max_new_tokens=5, num_beams=3).tolist()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# compiler, export, quantization, checkpointing, transformers 5 plumbing
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def toolchain_case(head, overrides, slow=False):
+    marks = [pytest.mark.slow] if slow else []  # slow: the same checks for the remaining variants (make test-all)
+    return pytest.param(head, overrides, id=f"{head.__name__}-" + variant_id(overrides), marks=marks)
+
+
+# (head, config overrides): both heads, attention and plain, uni- and bidirectional encoders, all three cells
+TOOLCHAIN_CASES = [
+    toolchain_case(RNNSeq2SeqForConditionalGeneration, dict(attention="additive", bidirectional_encoder=True)),
+    toolchain_case(RNNSeq2SeqForConditionalGeneration, dict(attention="none", cell="gru", decoder_layers=2)),
+    toolchain_case(RNNSeq2SeqModel, dict(attention="dot", cell="rnn", input_feeding=True), slow=True),
+]
+EXPORT_CASES = [
+    toolchain_case(RNNSeq2SeqForConditionalGeneration, dict(attention="additive", bidirectional_encoder=True)),
+    toolchain_case(RNNSeq2SeqForConditionalGeneration, dict(attention="none", cell="gru", decoder_layers=2), True),
+    toolchain_case(RNNSeq2SeqModel, dict(attention="dot", cell="rnn", input_feeding=True), slow=True),
+]
+TARGET = torch.tensor([[BOS, 5, 6], [BOS, 8, PAD], [BOS, PAD, PAD]])
+SOURCE = torch.tensor([[4, 5, 6, EOS], [7, 8, EOS, PAD], [PAD, 9, 10, EOS]])  # full, right- and left-padded rows
+
+
+def toolchain_inputs(head, labels: bool) -> dict:
+    ids, mask = SOURCE, (SOURCE != PAD).long()
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if labels and head is RNNSeq2SeqForConditionalGeneration:
+        inputs["labels"] = torch.where(TARGET == PAD, -100, TARGET)
+    else:
+        inputs["decoder_input_ids"] = TARGET
+    inputs["decoder_attention_mask"] = (TARGET != PAD).long()
+    return inputs
+
+
+def toolchain_model(head, **overrides):
+    torch.manual_seed(0)
+    return head(tiny(init_range=0.3, **overrides))
+
+
+@pytest.mark.parametrize("head,overrides", TOOLCHAIN_CASES)
+def test_compiled_training_step_equals_eager_and_inference_has_no_graph_break(head, overrides):
+    model = toolchain_model(head, **overrides)
+    assert_compiled_training_step_matches(model, toolchain_inputs(head, labels=True), backend="aot_eager")
+    assert graph_breaks(model.eval(), toolchain_inputs(head, labels=False)) == 0
+
+
+@pytest.mark.slow  # the first Inductor compile of a process builds C++ kernels (~10 s warm, ~60 s cold here)
+def test_inductor_compiled_training_step_equals_eager():
+    """The default backend once for the family: LSTM encoder-decoder with additive attention, padded batch."""
+    head = RNNSeq2SeqForConditionalGeneration
+    model = toolchain_model(head)
+    assert_compiled_training_step_matches(model, toolchain_inputs(head, labels=True), backend="inductor")
+
+
+@pytest.mark.parametrize("head,overrides", EXPORT_CASES)
+def test_export_and_onnx_match_eager(head, overrides, tmp_path):
+    """Inference forward through torch.export and ONNX (onnxruntime, ≤ 1e-4); the decoder cache comes out as its
+    tensors (state, fed vector, prepared keys)."""
+    model = toolchain_model(head, **overrides)
+    assert_export_and_onnx_match(model, toolchain_inputs(head, labels=False), tmp_path)
+
+
+def test_quantize_dynamic_quantizes_every_linear():
+    """Bridge, key projection, W_c and the output layer (tied to the embedding) are quantized; generate() runs."""
+    head = RNNSeq2SeqForConditionalGeneration
+    model = toolchain_model(head, attention="dot", bidirectional_encoder=True)
+    quantized = assert_quantizes(model, toolchain_inputs(head, labels=False))
+    names = {n for n, m in quantized.named_modules() if "quantized" in type(m).__module__ and "." in n}
+    assert {"model.bridge.hidden_proj", "model.decoder.key_proj", "model.decoder.attention_proj"} <= names
+    ids, mask = source_batch()
+    assert quantized.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, do_sample=False).shape[0] == 3
+
+
+@pytest.mark.parametrize("attention,max_ratio", [("additive", 0.5), ("none", 0.6)])
+def test_gradient_checkpointing_same_gradients_less_memory(attention, max_ratio):
+    """With attention each decoder step is one checkpointed block (its layers are not checkpointed again); without,
+    the recurrent layers checkpoint themselves. Same gradients, far fewer saved activation bytes."""
+    head = RNNSeq2SeqForConditionalGeneration
+    model = toolchain_model(head, attention=attention, hidden_size=16, embedding_size=16, decoder_layers=2)
+    model.activation_checkpointing_enable()
+    decoder_layers = model.model.decoder.rnn.layers
+    assert model.model.decoder.gradient_checkpointing  # used by the attention decoder's step loop
+    assert all(layer.gradient_checkpointing == (attention == "none") for layer in decoder_layers)
+    assert all(layer.gradient_checkpointing for layer in model.model.encoder.rnn.layers)
+    model.activation_checkpointing_disable()
+    assert_checkpointing_saves_memory(model, toolchain_inputs(head, labels=True), max_ratio)
+
+
+def test_training_and_decode_steps_read_no_tensor_values_on_the_host():
+    """On the meta device (a value read raises) training and cached decoding take the static path: no host reads."""
+    head = RNNSeq2SeqForConditionalGeneration
+    for overrides in (dict(bidirectional_encoder=True), dict(attention="none", cell="gru")):
+        model = toolchain_model(head, **overrides).to("meta").train()
+        inputs = to_meta(toolchain_inputs(head, labels=True))
+        model(**inputs).loss.backward()
+        model.eval()
+        encoded = model.get_encoder()(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+        source = dict(encoder_outputs=encoded, attention_mask=inputs["attention_mask"])
+        first = model(**source, decoder_input_ids=TARGET[:, :2].to("meta"))
+        step = model(
+            **source,
+            decoder_input_ids=TARGET[:, 2:3].to("meta"),
+            decoder_attention_mask=torch.ones(3, 3, dtype=torch.long, device="meta"),
+            cache=first.cache,
+        )
+        assert step.logits.shape == (3, 1, VOCAB) and step.cache.seen_tokens == 3
+
+
+def test_static_path_gives_the_eager_outputs():
+    """What an accelerator runs (no packing, no shortcuts) gives the eager CPU outputs and gradients."""
+    head = RNNSeq2SeqForConditionalGeneration
+    model = toolchain_model(head, bidirectional_encoder=True, encoder_layers=2).train()
+    inputs = toolchain_inputs(head, labels=True)
+    results = []
+    for accelerator in (False, True):
+        with on_accelerator_paths() if accelerator else warnings.catch_warnings():
+            model.zero_grad()
+            out = model(**inputs)
+            out.loss.backward()
+            results.append((out.logits, {n: p.grad.clone() for n, p in model.named_parameters()}))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-5, atol=1e-6)
+    for name, grad in results[0][1].items():
+        torch.testing.assert_close(results[1][1][name], grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_dummy_inputs_run_the_model():
+    for head in (RNNSeq2SeqForConditionalGeneration, RNNSeq2SeqModel):
+        model = toolchain_model(head)
+        assert "decoder_input_ids" in model.dummy_inputs
+        out = model(**model.dummy_inputs)
+        assert out[0].shape[:2] == model.dummy_inputs["decoder_input_ids"].shape
+
+
+def test_generate_with_a_decoder_prompt_and_its_mask():
+    """generate(decoder_input_ids=p, decoder_attention_mask=m): a left-padded decoder prompt continues exactly like the
+    same prompt without padding."""
+    model = model_for()
+    ids, mask = source_batch()
+    prompt = torch.tensor([[BOS, 5, 6], [PAD, BOS, 7], [PAD, PAD, BOS]])
+    prompt_mask = (prompt != PAD).long()
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        decoder_input_ids=prompt,
+        decoder_attention_mask=prompt_mask,
+        max_new_tokens=4,
+        do_sample=False,
+        eos_token_id=None,
+    )
+    assert out.shape == (3, 7)
+    for row in range(3):
+        start = int((prompt[row] == PAD).sum())
+        alone = model.generate(
+            input_ids=ids[row : row + 1],
+            attention_mask=mask[row : row + 1],
+            decoder_input_ids=prompt[row : row + 1, start:],
+            max_new_tokens=4,
+            do_sample=False,
+            eos_token_id=None,
+        )
+        assert torch.equal(out[row, start:], alone[0])
+
+
+def test_past_key_values_is_the_deprecated_name_of_cache():
+    model = model_for()
+    ids, mask = source_batch()
+    first = model(input_ids=ids, attention_mask=mask, decoder_input_ids=TARGET[:, :2])
+    expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=TARGET[:, 2:3], cache=first.cache).logits
+    first = model(input_ids=ids, attention_mask=mask, decoder_input_ids=TARGET[:, :2])
+    with pytest.warns(FutureWarning, match="past_key_values"):
+        old = model(input_ids=ids, attention_mask=mask, decoder_input_ids=TARGET[:, 2:3], past_key_values=first.cache)
+    assert torch.equal(old.logits, expected)
+    full = model(input_ids=ids, attention_mask=mask, decoder_input_ids=TARGET[:, :3]).logits
+    assert_same_outputs(old.logits[:, 0], full[:, 2])
+
+
+@pytest.mark.parametrize("kwargs", [dict(prompt_lookup_num_tokens=2), dict(assistant_model="self")])
+def test_assisted_decoding_is_refused_for_the_stateful_model(kwargs):
+    model = model_for()
+    assert model._is_stateful
+    kwargs = {k: (model if v == "self" else v) for k, v in kwargs.items()}
+    ids, mask = source_batch()
+    with pytest.raises(ValueError, match="not supported with stateful models"):
+        model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, **kwargs)
+
+
+@pytest.mark.parametrize("head", [RNNSeq2SeqForConditionalGeneration, RNNSeq2SeqModel])
+def test_config_level_and_call_level_output_flags_agree(head):
+    model = toolchain_model(head).eval()
+    inputs = toolchain_inputs(head, labels=False)
+    called = model(**inputs, output_hidden_states=True, output_attentions=True)
+    as_tuple = model(**inputs, output_hidden_states=True, output_attentions=True, return_dict=False)
+    assert called.decoder_hidden_states is not None and called.cross_attentions is not None
+    model.config.output_hidden_states = model.config.output_attentions = True
+    configured = model(**inputs)
+    model.config.return_dict = False
+    configured_tuple = model(**inputs)
+    assert isinstance(as_tuple, tuple) and isinstance(configured_tuple, tuple)
+    assert len(as_tuple) == len(configured_tuple) == len(called.to_tuple())
+    leaves = [pytree.tree_leaves(x) for x in (called.to_tuple(), configured.to_tuple(), as_tuple, configured_tuple)]
+    assert all(len(leaf) == len(leaves[0]) for leaf in leaves)
+    for group in zip(*leaves):
+        if isinstance(group[0], torch.Tensor):
+            assert all(torch.equal(group[0], other) for other in group[1:])
+
+
+def test_num_hidden_layers_is_the_encoder_layer_count(tmp_path):
+    config = tiny(encoder_layers=2, decoder_layers=3)
+    assert config.num_hidden_layers == 2
+    config.num_hidden_layers = 4
+    assert config.encoder_layers == 4
+    config.save_pretrained(tmp_path)
+    assert HfSeqRNNSeq2SeqConfig.from_pretrained(tmp_path).num_hidden_layers == 4
+    assert tiny(num_hidden_layers=3).encoder_layers == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import pytest
@@ -184,3 +185,97 @@ def test_register_a_new_cell_type():
         assert get_cell_type("test_plain_rnn").num_states == 1
     finally:
         CELL_TYPES.pop("test_plain_rnn")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The static path (what torch.compile / torch.export / an accelerator run) and the layer as a unit
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cell,bidirectional", list(itertools.product(CELLS, [False, True])))
+def test_static_path_equals_packed_path(cell, bidirectional):
+    """Without host reads (no packing, no shortcuts) the outputs, final state and every gradient equal the eager CPU
+    path's: left and right padding, an empty row, a given initial state, several steps and a single step."""
+    from recurrent_toolchain import on_accelerator_paths
+
+    torch.manual_seed(0)
+    stack = RecurrentStack(cell, IN, H, num_layers=2, bidirectional=bidirectional).train()
+    num_states = 2 if cell == "lstm" else 1
+    for seq_len, side, with_state in itertools.product([1, 5], ["left", "right"], [False, True]):
+        lengths = [seq_len, max(seq_len - 2, 1), 0, 1]
+        x = torch.randn(4, seq_len, IN, requires_grad=True)
+        mask = torch.zeros(4, seq_len, dtype=torch.long)
+        for b, n in enumerate(lengths):
+            mask[b, :n] = 1
+            if side == "left":
+                mask[b] = mask[b].flip(0)
+        state = None
+        if with_state:
+            shape = (2 * stack.num_directions, 4, H)
+            state = tuple(torch.randn(shape, requires_grad=True) for _ in range(num_states))
+        results = []
+        for accelerator in (False, True):
+            with on_accelerator_paths() if accelerator else contextlib.nullcontext():
+                out, final = stack(x, attention_mask=mask, state=state)
+            loss = out.pow(2).sum() + sum(s.pow(2).sum() for s in final)
+            inputs = [x, *stack.parameters(), *(state or ())]
+            results.append((out, final, torch.autograd.grad(loss, inputs)))
+        (out, final, grads), (s_out, s_final, s_grads) = results
+        torch.testing.assert_close(s_out, out, atol=1e-5, rtol=0)
+        for a, b in zip(s_final, final):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+        for a, b in zip(s_grads, grads):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+        assert torch.equal(s_out[2], torch.zeros_like(s_out[2]))  # the empty row outputs zeros
+
+
+def test_static_path_carries_the_lstm_cell_state_exactly_through_padding():
+    """The extra input column saturates the gates at padded steps: after four padded steps with large garbage
+    inputs the kernel's c_n is still the state after the last real token (to float rounding; an unsaturated forget
+    gate would shrink it every step), and the padding gets exactly no gradient."""
+    from recurrent_toolchain import on_accelerator_paths
+
+    torch.manual_seed(0)
+    stack = RecurrentStack("lstm", IN, H)
+    x = torch.randn(2, 6, IN)
+    x[1, 2:] = 1e3  # large garbage in the padding of row 1
+    x.requires_grad_(True)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0]])
+    with on_accelerator_paths():
+        out, (h, c) = stack(x, attention_mask=mask)
+        _, (h_short, c_short) = stack(x[1:, :2].detach())
+    torch.testing.assert_close(c[:, 1], c_short[:, 0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(h[:, 1], h_short[:, 0], atol=1e-6, rtol=0)
+    (grad,) = torch.autograd.grad(c[:, 1].sum() + out[1].sum(), x)
+    assert torch.equal(grad[1, 2:], torch.zeros_like(grad[1, 2:])) and grad[1, :2].abs().sum() > 0
+
+
+def test_layers_are_units_with_torch_nn_parameters():
+    """Each level is one RecurrentLayer: a GradientCheckpointingLayer (the unit of checkpointing and FSDP wrapping)
+    whose parameters have torch.nn.LSTM's names and shapes, and not an nn.LSTM (TorchDynamo refuses those)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    from hf_seq.recurrent import RecurrentLayer
+
+    stack = RecurrentStack("lstm", IN, H, num_layers=2, bidirectional=True)
+    for k, layer in enumerate(stack.layers):
+        assert isinstance(layer, RecurrentLayer) and isinstance(layer, GradientCheckpointingLayer)
+        assert not isinstance(layer, (nn.RNN, nn.LSTM, nn.GRU))
+        reference = nn.LSTM(IN if k == 0 else 2 * H, H, batch_first=True, bidirectional=True)
+        assert {n: t.shape for n, t in layer.state_dict().items()} == {
+            n: t.shape for n, t in reference.state_dict().items()
+        }
+
+
+def test_eager_cpu_padding_plan_packs_sparse_batches_and_aligns_dense_lstm_batches():
+    """Eager on CPU a padded LSTM batch with at least half real tokens runs the kernel over the padding (oneDNN's LSTM
+    needs unpacked input; measured faster), a sparser one is packed; GRU/SimpleRNN batches are always packed. The
+    results are the same either way (test_padding_invariance_and_cell_equals_fused covers both layouts)."""
+    from hf_seq.recurrent import ALIGNED, ALIGNED_FILL, PACKED, make_padding_plan
+
+    dense = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])  # 6 of 8 real
+    sparse = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 0]])  # 6 of 16 real
+    assert make_padding_plan(dense, 2, 4, PACKED, ALIGNED_FILL["LSTM"]).layout == ALIGNED
+    assert make_padding_plan(sparse, 4, 4, PACKED, ALIGNED_FILL["LSTM"]).layout == PACKED
+    assert make_padding_plan(dense, 2, 4, PACKED, ALIGNED_FILL.get("GRU")).layout == PACKED
+    assert make_padding_plan(torch.ones(2, 4, dtype=torch.long), 2, 4, PACKED, 0.5) is None

@@ -182,3 +182,32 @@ def test_recipes_parse_and_build_their_model(recipe):
     config = build_config(train_lm.TASK, model_args, data, vocab_size=50, pad_token_id=0)  # a valid model config
     if config.input_encoding == "one_hot":
         assert config.embedding_size == config.vocab_size == 50
+
+
+def test_trainer_label_smoothing_trains_on_the_next_token(tmp_path):
+    """Trainer(label_smoothing_factor=0.1).compute_loss shifts the labels for RNNForCausalLM (as for GPT-2): the
+    smoothed loss equals the hand-computed smoothed NEXT-token loss, not the unshifted (copy-the-input) one."""
+    import torch.nn.functional as F
+    from transformers import Trainer, TrainingArguments
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from hf_seq import HfSeqRNNConfig
+    from hf_seq.modeling_rnn import RNNForCausalLM
+
+    assert MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[HfSeqRNNConfig.model_type] == RNNForCausalLM.__name__
+    torch.manual_seed(0)
+    model = RNNForCausalLM(HfSeqRNNConfig(vocab_size=11, embedding_size=6, hidden_size=8, initializer_range=0.5))
+    args = TrainingArguments(output_dir=str(tmp_path), label_smoothing_factor=0.1, use_cpu=True, report_to=[])
+    trainer = Trainer(model=model, args=args)
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 0, 0]])
+    mask = (ids != 0).long()
+    labels = torch.where(mask.bool(), ids, -100)
+    loss = trainer.compute_loss(model, {"input_ids": ids, "attention_mask": mask, "labels": labels})
+    logits = model(input_ids=ids, attention_mask=mask).logits  # (B, T, V)
+
+    def smoothed(logits, targets):
+        return F.cross_entropy(logits.reshape(-1, 11), targets.reshape(-1), ignore_index=-100, label_smoothing=0.1)
+
+    next_token = smoothed(logits[:, :-1], labels[:, 1:])
+    torch.testing.assert_close(loss, next_token, rtol=1e-5, atol=1e-6)
+    assert (loss - smoothed(logits, labels)).abs() > 1e-2  # the unshifted loss is a different number
