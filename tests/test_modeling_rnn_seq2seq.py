@@ -764,11 +764,17 @@ def test_config_level_and_call_level_output_flags_agree(head):
             assert all(torch.equal(group[0], other) for other in group[1:])
 
 
-def test_num_hidden_layers_is_the_encoder_layer_count(tmp_path):
+def test_num_hidden_layers_is_the_decoder_layer_count(tmp_path):
+    """``num_hidden_layers`` is the decoder's layer count (the layers of the generation cache), as in the Transformer
+    config; setting it sets ``decoder_layers``, and a save/load round trip keeps both counts."""
     config = tiny(encoder_layers=2, decoder_layers=3)
-    assert config.num_hidden_layers == 2
+    assert config.num_hidden_layers == 3
+    model = RNNSeq2SeqForConditionalGeneration(config)
+    assert len(model.model.decoder.rnn.layers) == config.num_hidden_layers
     config.num_hidden_layers = 4
-    assert config.encoder_layers == 4
+    assert (config.encoder_layers, config.decoder_layers) == (2, 4)
     config.save_pretrained(tmp_path)
-    assert HfSeqRNNSeq2SeqConfig.from_pretrained(tmp_path).num_hidden_layers == 4
-    assert tiny(num_hidden_layers=3).encoder_layers == 3
+    assert "num_hidden_layers" not in (tmp_path / "config.json").read_text()  # saved under its own name only
+    loaded = HfSeqRNNSeq2SeqConfig.from_pretrained(tmp_path)
+    assert (loaded.num_hidden_layers, loaded.encoder_layers, loaded.decoder_layers) == (4, 2, 4)
+    assert (tiny(num_hidden_layers=3).encoder_layers, tiny(num_hidden_layers=3).decoder_layers) == (1, 3)
