@@ -363,6 +363,33 @@ def test_loss_is_shifted_next_token_cross_entropy_ignoring_minus_100():
     torch.testing.assert_close(out.loss, F.cross_entropy(logits[keep], targets[keep]))
 
 
+def test_shift_labels_are_the_targets_as_transformers_causal_lm_loss_takes_them():
+    """``shift_labels`` (already aligned, as transformers' ``ForCausalLMLoss`` and sequence parallelism pass them)
+    replace the inside shift of ``labels``; the loss equals transformers' own ``ForCausalLMLoss`` on the logits."""
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    model, ids = tiny_lm("lstm"), prompts(length=6)
+    shifted = F.pad(ids[:, 1:], (0, 1), value=-100)
+    shifted[1, 2] = -100
+    other = prompts(length=6, seed=5)
+    with torch.no_grad():
+        logits = model(ids).logits
+        by_labels = model(ids, labels=ids).loss
+        by_shift = model(ids, labels=other, shift_labels=shifted).loss  # labels not used
+        alone = model(ids, shift_labels=shifted).loss
+    expected = ForCausalLMLoss(logits, None, V, shift_labels=shifted)
+    torch.testing.assert_close(by_shift, expected)
+    assert torch.equal(alone, by_shift)
+    torch.testing.assert_close(by_labels, ForCausalLMLoss(logits, ids, V))
+    with torch.no_grad():  # the last position has a target of its own (the next shard's first token)
+        last = model(ids, shift_labels=torch.cat([shifted[:, :-1], ids[:, :1]], dim=1)).loss
+    assert not torch.equal(last, by_shift)
+    with pytest.raises(ValueError, match="shift_labels"):
+        model(ids, shift_labels=shifted[:, :-1])
+    with pytest.raises(ValueError, match="shift_labels"):
+        model(ids, shift_labels=torch.full_like(ids, V))
+
+
 def test_tied_embeddings_share_storage_and_survive_save_load(tmp_path):
     for hidden in (8, 12):  # equal sizes: direct tie; different sizes: projection H -> E then the tied matrix
         model = tiny_lm("lstm", hidden_size=hidden, tie_word_embeddings=True)
