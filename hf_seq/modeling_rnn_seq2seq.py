@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
@@ -35,7 +36,7 @@ from .attention import AttentionScore, attend
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
 from .losses import lm_head_and_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
-from .recurrent import RecurrentLayer, RecurrentStack
+from .recurrent import RecurrentStack
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
 from .validation import check_token_ids, eager_cpu
@@ -255,13 +256,22 @@ class RNNSeq2SeqBridge(nn.Module):
         return (h, c)
 
 
+def _recomputed_by_enclosing_step(function, *args):
+    """The checkpoint function of a layer that runs only inside a checkpointed block (a step of the attention
+    decoder): the block keeps its inputs and recomputes all of it, this layer included, in the backward pass, so the
+    layer runs as is (checkpointing it again would recompute it a second time)."""
+    return function(*args)
+
+
 class RNNSeq2SeqDecoder(nn.Module):
     """Decoder RNN; with attention, one step = RNN on ``[x'_j; feed_{j-1}]`` → attend over the source → ``h̃_j``.
 
     Activation checkpointing (``gradient_checkpointing_enable()``): without attention the recurrent layers checkpoint
     themselves (each is a ``GradientCheckpointingLayer``); with attention each decoder step (:meth:`step`: recurrent
     layers + attention + ``h̃``) is recomputed as one block, which drops the per-step attention activations
-    (``(B, S, A)`` scores of the additive score at every step), the largest activations of this model.
+    (``(B, S, A)`` scores of the additive score at every step), the largest activations of this model. Its layers
+    report ``gradient_checkpointing=True`` too (transformers' contract) and are recomputed once, with their step
+    (see ``RNNSeq2SeqPreTrainedModel._set_gradient_checkpointing``).
     """
 
     gradient_checkpointing = False  # set by PreTrainedModel.gradient_checkpointing_enable()
@@ -419,14 +429,16 @@ class RNNSeq2SeqPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
         return False
 
     def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint, **kwargs):
-        """transformers' mechanism (every module with a ``gradient_checkpointing`` attribute), except that the layers
-        of an attention decoder run inside its checkpointed steps and are not checkpointed a second time."""
+        """transformers' mechanism: every module with a ``gradient_checkpointing`` attribute reports ``enable``. The
+        recurrent layers of an attention decoder run only inside its checkpointed steps, which already recompute
+        them; they get :func:`_recomputed_by_enclosing_step` as their checkpoint function, so the backward pass
+        recomputes them once (with their step), not a second time inside it."""
         super()._set_gradient_checkpointing(enable, gradient_checkpointing_func, **kwargs)
         for module in self.modules():
             if isinstance(module, RNNSeq2SeqDecoder) and module.use_attention:
                 for layer in module.rnn.layers:
-                    if isinstance(layer, RecurrentLayer):
-                        layer.gradient_checkpointing = False
+                    if isinstance(layer, GradientCheckpointingLayer):
+                        layer._gradient_checkpointing_func = _recomputed_by_enclosing_step
 
     @property
     def dummy_inputs(self) -> dict[str, torch.Tensor]:

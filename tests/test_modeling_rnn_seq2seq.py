@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from unittest import mock
 
 import pytest
 import torch
@@ -26,6 +27,7 @@ import hf_seq  # noqa: F401  (registers the Auto classes)
 from hf_seq.configuration_rnn_seq2seq import ATTENTION_TYPES, HfSeqRNNSeq2SeqConfig
 from hf_seq.modeling_rnn_seq2seq import (
     RNNDecoderCache,
+    RNNSeq2SeqDecoder,
     RNNSeq2SeqForConditionalGeneration,
     RNNSeq2SeqModel,
     shift_tokens_right,
@@ -633,17 +635,42 @@ def test_quantize_dynamic_quantizes_every_linear():
 
 @pytest.mark.parametrize("attention,max_ratio", [("additive", 0.5), ("none", 0.6)])
 def test_gradient_checkpointing_same_gradients_less_memory(attention, max_ratio):
-    """With attention each decoder step is one checkpointed block (its layers are not checkpointed again); without,
-    the recurrent layers checkpoint themselves. Same gradients, far fewer saved activation bytes."""
+    """With attention each decoder step is one checkpointed block and its layers are recomputed once, with the step
+    (not checkpointed a second time inside it); without, the recurrent layers checkpoint themselves. Every module
+    with the flag reports it (transformers' contract). Same gradients, far fewer saved activation bytes."""
+    import transformers.modeling_utils
+
     head = RNNSeq2SeqForConditionalGeneration
     model = toolchain_model(head, attention=attention, hidden_size=16, embedding_size=16, decoder_layers=2)
-    model.activation_checkpointing_enable()
-    decoder_layers = model.model.decoder.rnn.layers
-    assert model.model.decoder.gradient_checkpointing  # used by the attention decoder's step loop
-    assert all(layer.gradient_checkpointing == (attention == "none") for layer in decoder_layers)
-    assert all(layer.gradient_checkpointing for layer in model.model.encoder.rnn.layers)
+    inputs = toolchain_inputs(head, labels=True)
+    checkpointed = []
+
+    def counting_checkpoint(function, *args, **kwargs):
+        checkpointed.append(function)
+        return torch.utils.checkpoint.checkpoint(function, *args, **kwargs)
+
+    with mock.patch.object(transformers.modeling_utils, "checkpoint", counting_checkpoint):
+        model.activation_checkpointing_enable()
+    flags = {n: m.gradient_checkpointing for n, m in model.named_modules() if hasattr(m, "gradient_checkpointing")}
+    assert "model.decoder" in flags and "model.decoder.rnn.layers.1" in flags and all(flags.values()), flags
+    steps, original_step = [], RNNSeq2SeqDecoder.step
+
+    def counting_step(decoder, *args):
+        steps.append(decoder)
+        return original_step(decoder, *args)
+
+    with mock.patch.object(RNNSeq2SeqDecoder, "step", counting_step):
+        model.train()
+        model(**inputs).loss.backward()
+    encoder_layers, target_len = model.config.encoder_layers, TARGET.shape[1]
+    if attention == "none":  # each recurrent layer is one checkpoint
+        assert len(checkpointed) == encoder_layers + model.config.decoder_layers and not steps
+    else:  # one checkpoint per encoder layer and per decoder step, none inside a step; each step run twice
+        assert len(checkpointed) == encoder_layers + target_len
+        assert len(steps) == 2 * target_len
     model.activation_checkpointing_disable()
-    assert_checkpointing_saves_memory(model, toolchain_inputs(head, labels=True), max_ratio)
+    assert not any(m.gradient_checkpointing for m in model.modules() if hasattr(m, "gradient_checkpointing"))
+    assert_checkpointing_saves_memory(model, inputs, max_ratio)
 
 
 def test_training_and_decode_steps_read_no_tensor_values_on_the_host():
