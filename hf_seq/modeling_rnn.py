@@ -30,7 +30,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_rnn import HfSeqRNNConfig
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
-from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
+from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
 from .recurrent import RecurrentLayer, RecurrentStack, State
 from .validation import IGNORE_INDEX, check_label_range, check_token_ids, eager_cpu
 
@@ -499,7 +499,7 @@ pytree.register_pytree_node(
 )
 
 
-class RNNForCausalLM(GenerationLengthMixin, RNNPreTrainedModel, GenerationMixin):
+class RNNForCausalLM(RecurrentStateGenerationMixin, GenerationLengthMixin, RNNPreTrainedModel, GenerationMixin):
     """Recurrent language model: embedding (learned, or the notes' fixed one-hot) → unidirectional recurrent stack →
     dropout → linear → softmax over the vocabulary (``CausalLMOutputWithPast``).
 

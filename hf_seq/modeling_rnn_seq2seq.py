@@ -35,7 +35,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from .attention import AttentionScore, attend
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
 from .losses import lm_head_and_loss
-from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
+from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
 from .recurrent import RecurrentStack
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
@@ -564,6 +564,12 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
 
         decoder = self.decoder
         if cache is not None:
+            if cache.state[0].shape[1] != batch_size:
+                raise ValueError(
+                    f"`cache` holds a decoder state for batch size {cache.state[0].shape[1]}, but the input has "
+                    f"{batch_size} rows (to continue with num_beams=k from a cache of other rows, expand it first: "
+                    "cache.batch_repeat_interleave(k))"
+                )
             state, feed, keys = cache.state, cache.feed, cache.keys
             seen = cache.seen_tokens
         else:
@@ -598,7 +604,9 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         )
 
 
-class RNNSeq2SeqForConditionalGeneration(GenerationLengthMixin, RNNSeq2SeqPreTrainedModel, GenerationMixin):
+class RNNSeq2SeqForConditionalGeneration(
+    RecurrentStateGenerationMixin, GenerationLengthMixin, RNNSeq2SeqPreTrainedModel, GenerationMixin
+):
     """RNN seq2seq translator: :class:`RNNSeq2SeqModel` + output projection to the vocabulary; ``generate()`` ready."""
 
     _tied_weights_keys = {"lm_head.weight": "model.encoder.embed_tokens.weight"}

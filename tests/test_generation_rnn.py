@@ -3,6 +3,7 @@ the self-attention LSTM (LSTMN) against a direct loop of its equations, tying / 
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -90,6 +91,40 @@ def test_forward_returns_cache_and_one_token_steps_reproduce_full_forward():
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=0)
     assert cache.get_seq_length() == 6
     assert model(ids, use_cache=False).cache is None
+
+
+@pytest.mark.parametrize("cell", ["lstm", "self_attention_lstm"])
+def test_generate_continues_from_a_returned_cache_as_one_uninterrupted_generate(cell):
+    """``generate(cache=<returned cache>)`` reads only the tokens the state has not read, whether it gets the whole
+    sequence (transformers' convention for every cache), only the new tokens with the whole attention mask (Mamba's)
+    or the embeddings of the whole sequence; it continues exactly as one uninterrupted generate. An input that cannot
+    be placed against the cache is a clear error."""
+    model, ids = tiny_lm(cell), prompts(length=5)
+    ids[0, :2], mask = 0, torch.ones_like(ids)
+    mask[0, :2] = 0  # a left-padded prompt
+    kw = dict(do_sample=False, pad_token_id=0)
+    whole = model.generate(ids, attention_mask=mask, max_new_tokens=5, **kw)
+    first = model.generate(ids, attention_mask=mask, max_new_tokens=2, return_dict_in_generate=True, **kw)
+    seen = first.cache.get_seq_length()
+    assert seen == 6 and torch.equal(first.sequences, whole[:, :7])  # the last token is not read yet
+    full_mask = torch.cat([mask, torch.ones_like(mask[:, :2])], dim=1)
+    for tokens in (first.sequences, first.sequences[:, seen:]):
+        rest = model.generate(
+            tokens, attention_mask=full_mask, cache=copy.deepcopy(first.cache), max_new_tokens=3, **kw
+        )
+        assert torch.equal(rest[:, -3:], whole[:, -3:])
+    embeds = model.get_input_embeddings()(first.sequences)
+    rest = model.generate(
+        inputs_embeds=embeds, attention_mask=full_mask, cache=copy.deepcopy(first.cache), max_new_tokens=3, **kw
+    )
+    assert torch.equal(rest[:, -3:], whole[:, -3:])
+    # without padding: the whole sequence needs no mask (generate() makes an all-ones one)
+    unpadded = model.generate(ids[1:], max_new_tokens=2, return_dict_in_generate=True, **kw)
+    rest = model.generate(unpadded.sequences, cache=unpadded.cache, max_new_tokens=3, **kw)
+    assert torch.equal(rest, model.generate(ids[1:], max_new_tokens=5, **kw))
+    for tokens, tokens_mask in ((first.sequences[:, -1:], None), (first.sequences[:, -2:], full_mask)):
+        with pytest.raises(ValueError, match="`cache` has read 6"):
+            model.generate(tokens, attention_mask=tokens_mask, cache=copy.deepcopy(first.cache), max_new_tokens=1, **kw)
 
 
 @pytest.mark.parametrize("cell", ["lstm", "self_attention_lstm"])

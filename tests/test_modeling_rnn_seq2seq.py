@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import warnings
@@ -789,6 +790,35 @@ def test_config_level_and_call_level_output_flags_agree(head):
     for group in zip(*leaves):
         if isinstance(group[0], torch.Tensor):
             assert all(torch.equal(group[0], other) for other in group[1:])
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_generate_continues_from_a_returned_cache_as_one_uninterrupted_generate(num_beams):
+    """``generate(decoder_input_ids=<whole decoder sequence>, cache=<returned cache>)`` reads only the decoder tokens
+    the cache has not read (generate() does not cut them for a recurrent cache): the same tokens as one uninterrupted
+    generate. A decoder prefix the cache has read entirely (nothing to continue from) is a clear error."""
+    model = model_for(bidirectional_encoder=True)
+    ids, mask = source_batch()
+    kw = dict(input_ids=ids, attention_mask=mask, do_sample=False)
+    whole = model.generate(**kw, max_new_tokens=5, min_new_tokens=5)
+    first = model.generate(**kw, max_new_tokens=2, min_new_tokens=2, return_dict_in_generate=True)
+    assert first.cache.get_seq_length() == 2 and torch.equal(first.sequences, whole[:, :3])
+    rest = model.generate(
+        **kw, decoder_input_ids=first.sequences, cache=copy.deepcopy(first.cache), max_new_tokens=3, min_new_tokens=3
+    )
+    assert torch.equal(rest, whole)
+    if num_beams > 1:  # beam search over the continued state, expanded per beam: as from the prefix without a cache
+        beams = dict(num_beams=num_beams, max_new_tokens=3, min_new_tokens=3, decoder_input_ids=first.sequences)
+        with pytest.raises(ValueError, match="batch_repeat_interleave"):  # generate() does not expand a given cache
+            model.generate(**kw, cache=copy.deepcopy(first.cache), **beams)
+        expanded = copy.deepcopy(first.cache)
+        expanded.batch_repeat_interleave(num_beams)
+        continued = model.generate(**kw, cache=expanded, **beams)
+        assert torch.equal(continued, model.generate(**kw, use_cache=False, **beams))
+    with pytest.raises(ValueError, match="`decoder_input_ids` has 2 tokens .* `cache` has read 2"):
+        model.generate(
+            **kw, decoder_input_ids=first.sequences[:, :2], cache=copy.deepcopy(first.cache), max_new_tokens=1
+        )
 
 
 def test_num_hidden_layers_is_the_decoder_layer_count(tmp_path):
