@@ -31,7 +31,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from .configuration_rnn import HfSeqRNNConfig
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
-from .recurrent import RecurrentLayer, RecurrentStack, State
+from .recurrent import RecurrentLayer, RecurrentStack, State, to_torch_rnn_modules_
 from .validation import IGNORE_INDEX, check_label_range, check_token_ids, eager_cpu
 
 
@@ -120,6 +120,19 @@ class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
                     init.copy_(param, bias)
                 elif name.startswith("bias"):
                     init.zeros_(param)
+
+    def prepare_for_quantization_(self) -> RNNPreTrainedModel:
+        """Swap every recurrent layer for the ``torch.nn.RNN/LSTM/GRU`` holding the same parameter tensors, in place,
+        so that ``torch.ao.quantization.quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU}, dtype=torch.qint8)``
+        quantizes the LSTM/GRU layers too: it matches module classes exactly, and hf_seq's recurrent layers are not
+        ``nn.LSTM``/``nn.GRU`` (TorchDynamo refuses to trace those). Parameter names, state dict and outputs do not
+        change. Afterwards the model runs in eager mode only: compiling or exporting a prepared (or quantized) model
+        is not supported (see :func:`~.recurrent.to_torch_rnn_modules_`). Returns the model."""
+        to_torch_rnn_modules_(self)
+        for module in self.modules():
+            if isinstance(module, RNNModel) and module.encoder is not None:  # device_map / FSDP units: the new layers
+                module._no_split_modules = sorted({type(layer).__name__ for layer in module.encoder.layers})
+        return self
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.base_model.embeddings.word_embeddings

@@ -36,7 +36,7 @@ from .attention import AttentionScore, attend
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
 from .losses import lm_head_and_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
-from .recurrent import RecurrentStack
+from .recurrent import RecurrentStack, to_torch_rnn_modules_
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
 from .validation import check_token_ids, eager_cpu
@@ -427,6 +427,16 @@ class RNNSeq2SeqPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     def _supports_default_dynamic_cache(cls) -> bool:
         """The decoder keeps its own recurrent cache (:class:`RNNDecoderCache`), not a key/value cache."""
         return False
+
+    def prepare_for_quantization_(self) -> RNNSeq2SeqPreTrainedModel:
+        """Swap every recurrent layer (encoder and decoder) for the ``torch.nn.RNN/LSTM/GRU`` holding the same
+        parameter tensors, in place, so that ``torch.ao.quantization.quantize_dynamic(model, {nn.Linear, nn.LSTM,
+        nn.GRU}, dtype=torch.qint8)`` quantizes the LSTM/GRU layers too: it matches module classes exactly, and
+        hf_seq's recurrent layers are not ``nn.LSTM``/``nn.GRU`` (TorchDynamo refuses to trace those). Parameter
+        names, state dict and outputs do not change. Afterwards the model runs in eager mode only: compiling or
+        exporting a prepared (or quantized) model is not supported (see :func:`~.recurrent.to_torch_rnn_modules_`).
+        Returns the model."""
+        return to_torch_rnn_modules_(self)
 
     def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint, **kwargs):
         """transformers' mechanism: every module with a ``gradient_checkpointing`` attribute reports ``enable``. The

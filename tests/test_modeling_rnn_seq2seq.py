@@ -623,15 +623,34 @@ def test_export_and_onnx_match_eager(head, overrides, tmp_path):
     assert_export_and_onnx_match(model, toolchain_inputs(head, labels=False), tmp_path)
 
 
-def test_quantize_dynamic_quantizes_every_linear():
-    """Bridge, key projection, W_c and the output layer (tied to the embedding) are quantized; generate() runs."""
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(attention="dot", bidirectional_encoder=True, encoder_layers=2, decoder_layers=2),
+        dict(attention="none", cell="gru", decoder_layers=2),
+    ],
+)
+def test_quantize_dynamic_quantizes_every_linear_and_recurrent_layer(overrides):
+    """After prepare_for_quantization_() (outputs unchanged): the bridge, key projection, W_c, the output layer (tied to
+    the embedding) and every encoder and decoder LSTM/GRU layer are quantized, the logits stay close to the float
+    model's, and generate() runs (greedy and beam search)."""
     head = RNNSeq2SeqForConditionalGeneration
-    model = toolchain_model(head, attention="dot", bidirectional_encoder=True)
-    quantized = assert_quantizes(model, toolchain_inputs(head, labels=False))
+    model = toolchain_model(head, **overrides).eval()
+    inputs = toolchain_inputs(head, labels=False)
+    with torch.no_grad():
+        expected = model(**inputs).logits
+        assert_same_outputs(model.prepare_for_quantization_()(**inputs).logits, expected)
+    quantized = assert_quantizes(model, inputs)
     names = {n for n, m in quantized.named_modules() if "quantized" in type(m).__module__ and "." in n}
-    assert {"model.bridge.hidden_proj", "model.decoder.key_proj", "model.decoder.attention_proj"} <= names
+    layers = {f"model.{part}.rnn.layers.{k}" for part in ("encoder", "decoder") for k in range(2)}
+    layers &= {n for n, _ in model.named_modules()}
+    assert len(layers) == model.config.encoder_layers + model.config.decoder_layers and layers <= names
+    if overrides["attention"] != "none":
+        assert {"model.bridge.hidden_proj", "model.decoder.key_proj", "model.decoder.attention_proj"} <= names
     ids, mask = source_batch()
-    assert quantized.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, do_sample=False).shape[0] == 3
+    for num_beams in (1, 3):
+        out = quantized.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, num_beams=num_beams)
+        assert out.shape[0] == 3 and bool((out[:, 0] == BOS).all())
 
 
 @pytest.mark.parametrize("attention,max_ratio", [("additive", 0.5), ("none", 0.6)])
