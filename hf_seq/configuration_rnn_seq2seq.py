@@ -37,7 +37,8 @@ class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
         hidden_size: recurrent state size of encoder and decoder (per direction for the encoder).
         encoder_layers / decoder_layers: stacked recurrent layers. Decoder layer ``k`` (counted from the top) is
             initialised from encoder layer ``k`` from the top; extra lower decoder layers get the lowest used one.
-            ``num_hidden_layers`` is an alias of ``encoder_layers`` (as in transformers' Marian and BART configs).
+            ``num_hidden_layers`` is an alias of ``decoder_layers``: the layers whose state a generation cache holds
+            (as ``HfSeqTransformerConfig.num_hidden_layers``; reading and setting it reads and sets ``decoder_layers``).
         cell: "rnn" (SimpleRNN), "lstm" or "gru" (encoder and decoder).
         bidirectional_encoder: read the source in both directions; the two final states of each layer are
             concatenated and mapped to ``hidden_size`` by a learned bridge (``tanh`` for ``h``, linear for ``c``).
@@ -55,7 +56,8 @@ class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
     """
 
     model_type = "hf_seq_rnn_seq2seq"
-    attribute_map = {"num_hidden_layers": "encoder_layers"}  # as transformers' encoder-decoders (Marian, BART)
+    # the decoder's layer count, as in HfSeqTransformerConfig: the layers a generation cache holds
+    attribute_map = {"num_hidden_layers": "decoder_layers"}
     keys_to_ignore_at_inference = ["cache"]
 
     def __init__(

@@ -30,8 +30,8 @@ from transformers.utils.deprecation import deprecate_kwarg
 
 from .configuration_rnn import HfSeqRNNConfig
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
-from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
-from .recurrent import RecurrentLayer, RecurrentStack, State
+from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
+from .recurrent import RecurrentLayer, RecurrentStack, State, to_torch_rnn_modules_
 from .validation import IGNORE_INDEX, check_label_range, check_token_ids, eager_cpu
 
 
@@ -120,6 +120,19 @@ class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
                     init.copy_(param, bias)
                 elif name.startswith("bias"):
                     init.zeros_(param)
+
+    def prepare_for_quantization_(self) -> RNNPreTrainedModel:
+        """Swap every recurrent layer for the ``torch.nn.RNN/LSTM/GRU`` holding the same parameter tensors, in place,
+        so that ``torch.ao.quantization.quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU}, dtype=torch.qint8)``
+        quantizes the LSTM/GRU layers too: it matches module classes exactly, and hf_seq's recurrent layers are not
+        ``nn.LSTM``/``nn.GRU`` (TorchDynamo refuses to trace those). Parameter names, state dict and outputs do not
+        change. Afterwards the model runs in eager mode only: compiling or exporting a prepared (or quantized) model
+        is not supported (see :func:`~.recurrent.to_torch_rnn_modules_`). Returns the model."""
+        to_torch_rnn_modules_(self)
+        for module in self.modules():
+            if isinstance(module, RNNModel) and module.encoder is not None:  # device_map / FSDP units: the new layers
+                module._no_split_modules = sorted({type(layer).__name__ for layer in module.encoder.layers})
+        return self
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.base_model.embeddings.word_embeddings
@@ -499,12 +512,13 @@ pytree.register_pytree_node(
 )
 
 
-class RNNForCausalLM(GenerationLengthMixin, RNNPreTrainedModel, GenerationMixin):
+class RNNForCausalLM(RecurrentStateGenerationMixin, GenerationLengthMixin, RNNPreTrainedModel, GenerationMixin):
     """Recurrent language model: embedding (learned, or the notes' fixed one-hot) → unidirectional recurrent stack →
     dropout → linear → softmax over the vocabulary (``CausalLMOutputWithPast``).
 
     * ``labels`` are the ``input_ids`` themselves (shifted inside, as in every ``transformers`` causal LM): the loss
-      is next-token cross-entropy at every position, ``-100`` ignored.
+      is next-token cross-entropy at every position, ``-100`` ignored. Targets already shifted (``shift_labels``,
+      as transformers' ``ForCausalLMLoss`` takes them) replace the inside shift.
     * ``config.tie_word_embeddings=True`` shares the output matrix with the embedding table
       (``_tied_weights_keys``); when ``hidden_size != embedding_size`` a projection ``H → E`` (``lm_proj``) is added.
     * ``generate()``: the recurrent state is the cache (:class:`RNNCache`) — greedy, sampling (temperature, top-k,
@@ -541,12 +555,12 @@ class RNNForCausalLM(GenerationLengthMixin, RNNPreTrainedModel, GenerationMixin)
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
 
-    def _check_labels(self, labels: torch.Tensor, input_shape: tuple[int, int]) -> None:
+    def _check_labels(self, labels: torch.Tensor, input_shape: tuple[int, int], name: str = "labels") -> None:
         if tuple(labels.shape) != tuple(input_shape):
-            raise ValueError(f"`labels` must have the input's shape {tuple(input_shape)}, got {tuple(labels.shape)}")
+            raise ValueError(f"`{name}` must have the input's shape {tuple(input_shape)}, got {tuple(labels.shape)}")
         if labels.is_floating_point() or labels.dtype == torch.bool:
-            raise ValueError(f"`labels` must be integer token ids (or -100), got dtype {labels.dtype}")
-        check_label_range("labels", labels, self.config.vocab_size, "vocab_size")
+            raise ValueError(f"`{name}` must be integer token ids (or -100), got dtype {labels.dtype}")
+        check_label_range(name, labels, self.config.vocab_size, "vocab_size")
 
     def _cache_state(self, cache, batch_size: int) -> RNNCache:
         """The :class:`RNNCache` to continue from (a fresh one for None or an empty transformers ``Cache``)."""
@@ -574,13 +588,17 @@ class RNNForCausalLM(GenerationLengthMixin, RNNPreTrainedModel, GenerationMixin)
         use_cache: bool | None = None,
         output_hidden_states: bool | None = None,
         logits_to_keep: int = 0,
+        shift_labels: torch.LongTensor | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast | tuple:
         """input_ids: (B, T) — the new tokens only when a ``cache`` is given; attention_mask: (B, T) or (B, past + T)
         (generate() passes the whole mask; only its last T columns matter: left padding of the prompt);
-        labels: (B, T), usually ``input_ids`` (-100 = ignore). Returns logits (B, T, V) and ``cache``
-        (when ``use_cache``, the default outside training). The old name ``past_key_values=`` of ``cache`` is
-        accepted with transformers' deprecation warning."""
+        labels: (B, T), usually ``input_ids`` (-100 = ignore), shifted inside; shift_labels: (B, T) targets already
+        aligned with the logits (position t's target), as transformers' causal LMs take them (``ForCausalLMLoss``:
+        Trainer and accelerate pass them under sequence/context parallelism) — when given, the loss is taken against
+        them and ``labels`` is not used. Returns logits (B, T, V) and ``cache`` (when ``use_cache``, the default
+        outside training). The old name ``past_key_values=`` of ``cache`` is accepted with transformers' deprecation
+        warning."""
         use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
         reference = input_ids if input_ids is not None else inputs_embeds
         if reference is None:
@@ -604,12 +622,16 @@ class RNNForCausalLM(GenerationLengthMixin, RNNPreTrainedModel, GenerationMixin)
         if self.lm_proj is not None:
             features = self.lm_proj(features)  # (B, T, E)
         next_labels = None
-        if labels is not None:
+        if labels is not None or shift_labels is not None:
             if logits_to_keep:
                 raise ValueError("`labels` cannot be combined with `logits_to_keep` (the loss needs every position)")
-            self._check_labels(labels, (batch_size, seq_len))
-            # position t predicts token t+1; the last position has nothing to predict (-100)
-            next_labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T)
+            if labels is not None:
+                self._check_labels(labels, (batch_size, seq_len))
+            if shift_labels is not None:  # already aligned: the target of position t is shift_labels[:, t]
+                self._check_labels(shift_labels, (batch_size, seq_len), name="shift_labels")
+                next_labels = shift_labels
+            else:  # position t predicts token t+1; the last position has nothing to predict (-100)
+                next_labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T)
         logits, loss = lm_head_and_loss(self.lm_head, features, next_labels)  # (B, T, V), loss or None
         if state_cache is not None:
             state_cache.update(outputs.final_state, seq_len)

@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.utils import can_return_tuple
 from transformers.utils.deprecation import deprecate_kwarg
@@ -34,8 +35,8 @@ from transformers.utils.deprecation import deprecate_kwarg
 from .attention import AttentionScore, attend
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
 from .losses import lm_head_and_loss
-from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
-from .recurrent import RecurrentLayer, RecurrentStack
+from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
+from .recurrent import RecurrentStack, to_torch_rnn_modules_
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
 from .validation import check_token_ids, eager_cpu
@@ -255,13 +256,22 @@ class RNNSeq2SeqBridge(nn.Module):
         return (h, c)
 
 
+def _recomputed_by_enclosing_step(function, *args):
+    """The checkpoint function of a layer that runs only inside a checkpointed block (a step of the attention
+    decoder): the block keeps its inputs and recomputes all of it, this layer included, in the backward pass, so the
+    layer runs as is (checkpointing it again would recompute it a second time)."""
+    return function(*args)
+
+
 class RNNSeq2SeqDecoder(nn.Module):
     """Decoder RNN; with attention, one step = RNN on ``[x'_j; feed_{j-1}]`` → attend over the source → ``h̃_j``.
 
     Activation checkpointing (``gradient_checkpointing_enable()``): without attention the recurrent layers checkpoint
     themselves (each is a ``GradientCheckpointingLayer``); with attention each decoder step (:meth:`step`: recurrent
     layers + attention + ``h̃``) is recomputed as one block, which drops the per-step attention activations
-    (``(B, S, A)`` scores of the additive score at every step), the largest activations of this model.
+    (``(B, S, A)`` scores of the additive score at every step), the largest activations of this model. Its layers
+    report ``gradient_checkpointing=True`` too (transformers' contract) and are recomputed once, with their step
+    (see ``RNNSeq2SeqPreTrainedModel._set_gradient_checkpointing``).
     """
 
     gradient_checkpointing = False  # set by PreTrainedModel.gradient_checkpointing_enable()
@@ -418,15 +428,27 @@ class RNNSeq2SeqPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
         """The decoder keeps its own recurrent cache (:class:`RNNDecoderCache`), not a key/value cache."""
         return False
 
+    def prepare_for_quantization_(self) -> RNNSeq2SeqPreTrainedModel:
+        """Swap every recurrent layer (encoder and decoder) for the ``torch.nn.RNN/LSTM/GRU`` holding the same
+        parameter tensors, in place, so that ``torch.ao.quantization.quantize_dynamic(model, {nn.Linear, nn.LSTM,
+        nn.GRU}, dtype=torch.qint8)`` quantizes the LSTM/GRU layers too: it matches module classes exactly, and
+        hf_seq's recurrent layers are not ``nn.LSTM``/``nn.GRU`` (TorchDynamo refuses to trace those). Parameter
+        names, state dict and outputs do not change. Afterwards the model runs in eager mode only: compiling or
+        exporting a prepared (or quantized) model is not supported (see :func:`~.recurrent.to_torch_rnn_modules_`).
+        Returns the model."""
+        return to_torch_rnn_modules_(self)
+
     def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint, **kwargs):
-        """transformers' mechanism (every module with a ``gradient_checkpointing`` attribute), except that the layers
-        of an attention decoder run inside its checkpointed steps and are not checkpointed a second time."""
+        """transformers' mechanism: every module with a ``gradient_checkpointing`` attribute reports ``enable``. The
+        recurrent layers of an attention decoder run only inside its checkpointed steps, which already recompute
+        them; they get :func:`_recomputed_by_enclosing_step` as their checkpoint function, so the backward pass
+        recomputes them once (with their step), not a second time inside it."""
         super()._set_gradient_checkpointing(enable, gradient_checkpointing_func, **kwargs)
         for module in self.modules():
             if isinstance(module, RNNSeq2SeqDecoder) and module.use_attention:
                 for layer in module.rnn.layers:
-                    if isinstance(layer, RecurrentLayer):
-                        layer.gradient_checkpointing = False
+                    if isinstance(layer, GradientCheckpointingLayer):
+                        layer._gradient_checkpointing_func = _recomputed_by_enclosing_step
 
     @property
     def dummy_inputs(self) -> dict[str, torch.Tensor]:
@@ -552,6 +574,12 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
 
         decoder = self.decoder
         if cache is not None:
+            if cache.state[0].shape[1] != batch_size:
+                raise ValueError(
+                    f"`cache` holds a decoder state for batch size {cache.state[0].shape[1]}, but the input has "
+                    f"{batch_size} rows (to continue with num_beams=k from a cache of other rows, expand it first: "
+                    "cache.batch_repeat_interleave(k))"
+                )
             state, feed, keys = cache.state, cache.feed, cache.keys
             seen = cache.seen_tokens
         else:
@@ -586,7 +614,9 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         )
 
 
-class RNNSeq2SeqForConditionalGeneration(GenerationLengthMixin, RNNSeq2SeqPreTrainedModel, GenerationMixin):
+class RNNSeq2SeqForConditionalGeneration(
+    RecurrentStateGenerationMixin, GenerationLengthMixin, RNNSeq2SeqPreTrainedModel, GenerationMixin
+):
     """RNN seq2seq translator: :class:`RNNSeq2SeqModel` + output projection to the vocabulary; ``generate()`` ready."""
 
     _tied_weights_keys = {"lm_head.weight": "model.encoder.embed_tokens.weight"}

@@ -9,11 +9,12 @@ Saving: ``save_pretrained`` lists EVERY head of the family in ``config.json``'s 
 the class that saved), so a folder pretrained with one head loads with any other through ``trust_remote_code=True``.
 
 Generation: ``generation_config.max_length`` is a model's default length; a ``max_new_tokens`` given to ``generate()``
-replaces it without transformers' "Both `max_new_tokens` and `max_length` seem to have been set" warning.
+replaces it without transformers' "Both `max_new_tokens` and `max_length` seem to have been set" warning. A recurrent
+model continuing from a returned cache reads only the tokens its state has not read (:class:`RecurrentStateGenerationMixin`).
 
 Wiring (one line per family): ``class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):`` with
 ``from .modeling_utils import CheckedLoadingMixin`` and the family's heads in ``_auto_heads``; generative heads add
-:class:`GenerationLengthMixin`. The file is a flat sibling imported relatively, so ``save_pretrained`` copies it next
+:class:`GenerationLengthMixin`, and those whose cache is a recurrent state :class:`RecurrentStateGenerationMixin`. The file is a flat sibling imported relatively, so ``save_pretrained`` copies it next
 to the modelling file and ``trust_remote_code`` loading keeps all of this.
 """
 
@@ -233,3 +234,63 @@ class GenerationLengthMixin:
         elif length and not new_tokens:
             generation_config.max_new_tokens = None
         return generation_config, model_kwargs
+
+
+class RecurrentStateGenerationMixin:
+    """For generative heads whose cache is a recurrent state (``cache.is_linear`` all True, ``get_seq_length()`` = the
+    tokens read so far): ``generate(..., cache=<a cache returned by an earlier call>)`` reads only the tokens the
+    state has not read.
+
+    ``generate()`` gets the whole sequence (for an encoder-decoder: the whole decoder sequence, which it starts with
+    the decoder start token), or, decoder-only, only the new tokens with the attention mask of the whole sequence.
+    transformers cuts the part a cache has read only for key/value caches (and, for an encoder-decoder, only when a
+    decoder attention mask is given); for a recurrent state it passes everything, and the model would read the
+    prefix a second time from the state that has already read it. The rule here is transformers' own (its
+    ``_prefill``): an input as long as its attention mask is the whole sequence and loses its first
+    ``cache.get_seq_length()`` tokens; an input shorter than its mask by exactly that count is the new tokens;
+    anything else is a ``ValueError`` that says what to pass.
+    """
+
+    def _prefill(self, input_ids: Any, generation_config: Any, model_kwargs: dict, *args: Any, **kwargs: Any):
+        cache = model_kwargs.get("cache")
+        seen = cache.get_seq_length() if cache is not None and all(getattr(cache, "is_linear", [False])) else 0
+        if seen > 0:
+            input_ids, model_kwargs = self._unread_inputs(input_ids, generation_config, model_kwargs, seen)
+        return super()._prefill(input_ids, generation_config, model_kwargs, *args, **kwargs)
+
+    def _unread_inputs(self, input_ids: Any, generation_config: Any, model_kwargs: dict, seen: int) -> tuple:
+        """``(input_ids, model_kwargs)`` reduced to what a state that has read ``seen`` tokens has not read."""
+        encoder_decoder = self.config.is_encoder_decoder
+        embeds = None if encoder_decoder else model_kwargs.get("inputs_embeds")
+        if embeds is not None:  # an embedded prompt is always the whole sequence (as in transformers)
+            if embeds.shape[1] <= seen:
+                raise ValueError(
+                    f"`inputs_embeds` has {embeds.shape[1]} positions but `cache` has read {seen}: to continue from "
+                    f"the cache pass the embeddings of the whole sequence (the {seen} positions it has read, then the "
+                    "new ones)"
+                )
+            return input_ids, {**model_kwargs, "inputs_embeds": embeds[:, seen:]}
+        name = "decoder_input_ids" if encoder_decoder else "input_ids"
+        mask = model_kwargs.get("decoder_attention_mask" if encoder_decoder else "attention_mask")
+        length = input_ids.shape[1]
+        # generate() drops an all-ones attention mask of a decoder-only model and records its length
+        mask_length = mask.shape[1] if mask is not None else getattr(generation_config, "_mask_length", None)
+        mask_length = length if mask_length is None or mask_length < 0 else mask_length
+        if mask_length == length and length > seen:  # the whole sequence: read only its end
+            return input_ids[:, seen:], model_kwargs
+        if mask_length == seen + length and not encoder_decoder:  # the new tokens, with the whole mask
+            return input_ids, model_kwargs
+        if encoder_decoder:
+            expected = (
+                f"the whole decoder sequence (starting with the decoder start token: the {seen} tokens the cache has "
+                "read, then at least one more)"
+            )
+        else:
+            expected = (
+                f"the whole sequence (the {seen} tokens the cache has read, then at least one more; an attention mask "
+                f"as long), or only the new tokens with the attention mask of the whole sequence ({seen} + new columns)"
+            )
+        raise ValueError(
+            f"`{name}` has {length} tokens (attention mask: {mask_length} columns) but `cache` has read {seen}: to "
+            f"continue from the cache pass {expected}"
+        )

@@ -28,6 +28,11 @@ How padding reaches the fused kernel depends on where the code runs (see :func:`
   forget gate to 1 and the input gate to 0 at padded steps (``c_t = 1·c_{t-1} + 0·g``, exactly, in value and
   gradient). A batch passed without ``attention_mask`` is one kernel call per layer (cuDNN on CUDA).
 
+Dynamic int8 quantization: ``torch.ao.quantization.quantize_dynamic`` replaces modules by their exact class
+(``nn.LSTM``, ``nn.GRU``), and TorchDynamo refuses to trace any ``nn.RNN/LSTM/GRU`` instance, so a
+:class:`RecurrentLayer` is neither. :func:`to_torch_rnn_modules_` (``model.prepare_for_quantization_()``) swaps each
+for the ``torch.nn`` module holding the same parameter tensors, an explicit eager-only step before quantizing.
+
 A new cell type plugs in through :func:`register_cell` (see :class:`CellType`); a cell without a fused kernel
 provides ``build_layer`` (its parameter holder) and either a ``step`` function or a whole ``scan`` over time, and
 always runs on the cell path. The self-attention LSTM (``"self_attention_lstm"``, LSTMN; end of this file) is such a
@@ -110,8 +115,9 @@ StepFn = Callable[[torch.Tensor, State, torch.Tensor, "torch.Tensor | None"], St
 # scan(layer, suffix, inputs (B,T,I), mask (B,T) bool | None, state tuple of (B, ...) | None) -> (outputs (B,T,H), state)
 ScanFn = Callable[[nn.Module, str, torch.Tensor, "torch.Tensor | None", "State | None"], "tuple[torch.Tensor, State]"]
 
-# torch.nn.RNNBase mode -> the fused kernel torch.nn.RNN/LSTM/GRU call
+# torch.nn.RNNBase mode -> the fused kernel torch.nn.RNN/LSTM/GRU call, and that torch.nn module
 _KERNELS = {"RNN_TANH": _VF.rnn_tanh, "LSTM": _VF.lstm, "GRU": _VF.gru}
+_TORCH_MODULES = {"RNN_TANH": nn.RNN, "LSTM": nn.LSTM, "GRU": nn.GRU}
 
 
 @dataclass(frozen=True)
@@ -379,6 +385,24 @@ class RecurrentLayer(GradientCheckpointingLayer, nn.RNNBase):
         """``[weight_ih, weight_hh, bias_ih, bias_hh]`` of one direction (read by name, so replaced parameters count)."""
         return [getattr(self, name) for name in self._flat_weights_names[4 * direction : 4 * direction + 4]]
 
+    def to_torch_module(self) -> nn.RNNBase:
+        """The ``torch.nn.RNN/LSTM/GRU`` (one layer, batch-first) that computes what this layer computes, holding the
+        SAME parameter tensors under the same names (no copy); see :func:`to_torch_rnn_modules_`."""
+        if not self.cell_type.has_kernel:
+            raise ValueError(f"cell {self.cell!r} has no torch.nn module (only rnn, lstm and gru have one)")
+        module = _TORCH_MODULES[self.mode](
+            self.input_size,
+            self.hidden_size,
+            num_layers=1,
+            bias=self.bias,
+            batch_first=True,
+            bidirectional=self.bidirectional,
+            device="meta",  # placeholders, replaced by this layer's parameters below
+        )
+        for name in self._flat_weights_names:
+            setattr(module, name, getattr(self, name))  # nn.RNNBase keeps its flat weight list in step
+        return module.train(self.training)
+
     def forward(self, inputs: torch.Tensor, *state: torch.Tensor, padding: PaddingPlan | None = None) -> State:
         layer_state = state if state else None
         if padding is not None and padding.layout == PACKED:
@@ -585,6 +609,7 @@ class RecurrentStack(nn.Module):
         self.num_directions = 2 if bidirectional else 1
         self.dropout = float(dropout)
         self.implementation = implementation
+        self.torch_modules = False  # the layers are torch.nn modules (to_torch_rnn_modules_), run by torch.nn's rules
         self.layers = nn.ModuleList(
             self.cell_type.make_layer(
                 input_size if k == 0 else hidden_size * self.num_directions,
@@ -638,6 +663,8 @@ class RecurrentStack(nn.Module):
         if seq_len == 0:
             raise ValueError("`inputs` must have at least one time step (seq_len >= 1)")
         self._check_state(state, batch_size)
+        if self.torch_modules:
+            return self._forward_torch_modules(inputs, attention_mask, state, output_hidden_states)
         plan = make_padding_plan(
             attention_mask,
             batch_size,
@@ -681,6 +708,66 @@ class RecurrentStack(nn.Module):
         return tuple(
             getattr(module, f"{name}_l0{suffix}", None) for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
         )
+
+    def to_torch_modules_(self) -> RecurrentStack:
+        """In place: every layer becomes the ``torch.nn.RNN/LSTM/GRU`` holding its parameter tensors (same names, same
+        state dict), run as ``torch.nn`` runs it (a padded batch as a ``PackedSequence``). Eager only: TorchDynamo does
+        not trace ``torch.nn`` recurrent modules. ``ValueError`` for a cell without a ``torch.nn`` module."""
+        if not self.cell_type.has_kernel:
+            raise ValueError(
+                f"cell {self.cell!r} has no torch.nn module to swap in (only rnn, lstm and gru have one); its "
+                "nn.Linear layers can still be quantized as they are"
+            )
+        for k, layer in enumerate(self.layers):
+            if isinstance(layer, RecurrentLayer):
+                self.layers[k] = layer.to_torch_module()
+        self.torch_modules = True
+        return self
+
+    def _forward_torch_modules(
+        self, inputs: torch.Tensor, attention_mask: torch.Tensor | None, state: State | None, output_hidden_states: bool
+    ):
+        """Forward over ``torch.nn`` modules (after :meth:`to_torch_modules_`; also their int8 versions that
+        ``quantize_dynamic`` puts in their place): each layer gets a batch-first tensor, or a ``PackedSequence`` of
+        the real tokens of a padded batch, and its initial state as ``hx``. Same results as the other paths."""
+        batch_size, seq_len, _ = inputs.shape
+        plan = make_padding_plan(attention_mask, batch_size, seq_len, PACKED)  # eager CPU: validated, None if unpadded
+        x = inputs
+        if plan is not None:
+            aligned = inputs if plan.left_aligned else roll_rows(inputs, plan.starts)  # real tokens first
+            lengths = plan.lengths.cpu().clamp(min=1)
+            x = pack_padded_sequence(aligned, lengths, batch_first=True, enforce_sorted=False)
+        finals, layer_outputs = [], []
+        for k, layer in enumerate(self.layers):
+            if k > 0 and self.dropout > 0:
+                x = (
+                    self._dropout_between_layers(x)
+                    if plan is None
+                    else x._replace(data=self._dropout_between_layers(x.data))
+                )
+            layer_state = self._layer_state(state, k)  # each (D, B, H); rows in the caller's order, as torch.nn takes
+            hx = (layer_state if self.cell_type.num_states == 2 else layer_state[0]) if layer_state else None
+            x, final = layer(x, hx)
+            finals.append(final if isinstance(final, tuple) else (final,))
+            if output_hidden_states:
+                layer_outputs.append(self._unpack(x, plan, seq_len))
+        outputs = layer_outputs[-1] if output_hidden_states else self._unpack(x, plan, seq_len)
+        final_state = tuple(map(torch.cat, zip(*finals)))  # (L*D, B, H)
+        if plan is not None and plan.empty is not None:
+            final_state = self._restore_empty_rows(final_state, state, plan.empty)
+        if output_hidden_states:
+            return outputs, final_state, tuple(layer_outputs)
+        return outputs, final_state
+
+    @staticmethod
+    def _unpack(x, plan: PaddingPlan | None, seq_len: int) -> torch.Tensor:
+        """A torch.nn layer's output -> (B, T, F) at the caller's positions, zero at padding."""
+        if plan is None:
+            return x
+        outputs, _ = pad_packed_sequence(x, batch_first=True, total_length=seq_len)  # (B, T, F), left-aligned
+        if not plan.left_aligned:
+            outputs = roll_rows(outputs, -plan.starts)
+        return outputs * plan.mask.unsqueeze(-1).to(outputs.dtype)  # rows without tokens read one step: zeroed
 
     # -- helpers -------------------------------------------------------------------------------------------------
 
@@ -750,6 +837,21 @@ class RecurrentStack(nn.Module):
             keep = empty.view(1, -1, *([1] * (tensor.dim() - 2)))  # (1, B, 1...)
             restored.append(torch.where(keep, initial, tensor))
         return tuple(restored)
+
+
+def to_torch_rnn_modules_(module: nn.Module) -> nn.Module:
+    """Prepare ``module`` for ``torch.ao.quantization.quantize_dynamic``, in place (fairseq-style explicit step):
+    every :class:`RecurrentLayer` of every :class:`RecurrentStack` in it becomes the ``torch.nn.RNN/LSTM/GRU`` holding
+    the same parameter tensors, so that ``quantize_dynamic(module, {nn.Linear, nn.LSTM, nn.GRU})`` replaces the LSTM
+    and GRU layers with ``torch.ao.nn.quantized.dynamic.LSTM/GRU`` (a SimpleRNN layer stays float: torch has no
+    dynamic int8 ``nn.RNN``). Parameter names, the state dict and the outputs do not change.
+
+    A prepared model runs in eager mode only: TorchDynamo does not trace ``torch.nn`` recurrent modules, so compiling
+    or exporting it is not supported (compile and export the model as loaded). Returns ``module``.
+    """
+    for stack in [m for m in module.modules() if isinstance(m, RecurrentStack)]:
+        stack.to_torch_modules_()
+    return module
 
 
 # ----------------------------------------------------------------------------------------------------------------

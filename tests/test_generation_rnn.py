@@ -3,6 +3,7 @@ the self-attention LSTM (LSTMN) against a direct loop of its equations, tying / 
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -90,6 +91,40 @@ def test_forward_returns_cache_and_one_token_steps_reproduce_full_forward():
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=0)
     assert cache.get_seq_length() == 6
     assert model(ids, use_cache=False).cache is None
+
+
+@pytest.mark.parametrize("cell", ["lstm", "self_attention_lstm"])
+def test_generate_continues_from_a_returned_cache_as_one_uninterrupted_generate(cell):
+    """``generate(cache=<returned cache>)`` reads only the tokens the state has not read, whether it gets the whole
+    sequence (transformers' convention for every cache), only the new tokens with the whole attention mask (Mamba's)
+    or the embeddings of the whole sequence; it continues exactly as one uninterrupted generate. An input that cannot
+    be placed against the cache is a clear error."""
+    model, ids = tiny_lm(cell), prompts(length=5)
+    ids[0, :2], mask = 0, torch.ones_like(ids)
+    mask[0, :2] = 0  # a left-padded prompt
+    kw = dict(do_sample=False, pad_token_id=0)
+    whole = model.generate(ids, attention_mask=mask, max_new_tokens=5, **kw)
+    first = model.generate(ids, attention_mask=mask, max_new_tokens=2, return_dict_in_generate=True, **kw)
+    seen = first.cache.get_seq_length()
+    assert seen == 6 and torch.equal(first.sequences, whole[:, :7])  # the last token is not read yet
+    full_mask = torch.cat([mask, torch.ones_like(mask[:, :2])], dim=1)
+    for tokens in (first.sequences, first.sequences[:, seen:]):
+        rest = model.generate(
+            tokens, attention_mask=full_mask, cache=copy.deepcopy(first.cache), max_new_tokens=3, **kw
+        )
+        assert torch.equal(rest[:, -3:], whole[:, -3:])
+    embeds = model.get_input_embeddings()(first.sequences)
+    rest = model.generate(
+        inputs_embeds=embeds, attention_mask=full_mask, cache=copy.deepcopy(first.cache), max_new_tokens=3, **kw
+    )
+    assert torch.equal(rest[:, -3:], whole[:, -3:])
+    # without padding: the whole sequence needs no mask (generate() makes an all-ones one)
+    unpadded = model.generate(ids[1:], max_new_tokens=2, return_dict_in_generate=True, **kw)
+    rest = model.generate(unpadded.sequences, cache=unpadded.cache, max_new_tokens=3, **kw)
+    assert torch.equal(rest, model.generate(ids[1:], max_new_tokens=5, **kw))
+    for tokens, tokens_mask in ((first.sequences[:, -1:], None), (first.sequences[:, -2:], full_mask)):
+        with pytest.raises(ValueError, match="`cache` has read 6"):
+            model.generate(tokens, attention_mask=tokens_mask, cache=copy.deepcopy(first.cache), max_new_tokens=1, **kw)
 
 
 @pytest.mark.parametrize("cell", ["lstm", "self_attention_lstm"])
@@ -361,6 +396,33 @@ def test_loss_is_shifted_next_token_cross_entropy_ignoring_minus_100():
     targets = labels[:, 1:].reshape(-1)
     keep = targets != -100
     torch.testing.assert_close(out.loss, F.cross_entropy(logits[keep], targets[keep]))
+
+
+def test_shift_labels_are_the_targets_as_transformers_causal_lm_loss_takes_them():
+    """``shift_labels`` (already aligned, as transformers' ``ForCausalLMLoss`` and sequence parallelism pass them)
+    replace the inside shift of ``labels``; the loss equals transformers' own ``ForCausalLMLoss`` on the logits."""
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    model, ids = tiny_lm("lstm"), prompts(length=6)
+    shifted = F.pad(ids[:, 1:], (0, 1), value=-100)
+    shifted[1, 2] = -100
+    other = prompts(length=6, seed=5)
+    with torch.no_grad():
+        logits = model(ids).logits
+        by_labels = model(ids, labels=ids).loss
+        by_shift = model(ids, labels=other, shift_labels=shifted).loss  # labels not used
+        alone = model(ids, shift_labels=shifted).loss
+    expected = ForCausalLMLoss(logits, None, V, shift_labels=shifted)
+    torch.testing.assert_close(by_shift, expected)
+    assert torch.equal(alone, by_shift)
+    torch.testing.assert_close(by_labels, ForCausalLMLoss(logits, ids, V))
+    with torch.no_grad():  # the last position has a target of its own (the next shard's first token)
+        last = model(ids, shift_labels=torch.cat([shifted[:, :-1], ids[:, :1]], dim=1)).loss
+    assert not torch.equal(last, by_shift)
+    with pytest.raises(ValueError, match="shift_labels"):
+        model(ids, shift_labels=shifted[:, :-1])
+    with pytest.raises(ValueError, match="shift_labels"):
+        model(ids, shift_labels=torch.full_like(ids, V))
 
 
 def test_tied_embeddings_share_storage_and_survive_save_load(tmp_path):

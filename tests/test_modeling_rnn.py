@@ -436,16 +436,75 @@ def test_export_and_onnx_match_eager(head, cell, bidirectional, layers, tmp_path
         assert len(names) == 3  # logits, h, c
 
 
-@pytest.mark.parametrize("head", [RNNForSequenceClassification, RNNForTokenClassification, RNNForCausalLM])
-def test_quantize_dynamic_quantizes_every_linear(head):
-    """quantize_dynamic({Linear, LSTM, GRU}) replaces every such module and the eager path runs the quantized ones.
-    The recurrent layers are RecurrentLayer (nn.RNNBase), not nn.LSTM/nn.GRU, so they stay in float."""
+PREPARE_CASES = [
+    (RNNForSequenceClassification, "lstm", True, {}),
+    (RNNForTokenClassification, "gru", True, {"implementation": "cell"}),
+    (RNNForCausalLM, "rnn", False, {}),
+    (RNNModel, "lstm", True, {"num_layers": 3, "dropout": 0.3}),
+]
+
+
+@pytest.mark.parametrize("head,cell,bidirectional,overrides", PREPARE_CASES)
+def test_prepare_for_quantization_swaps_in_torch_modules_with_the_same_tensors(
+    head, cell, bidirectional, overrides, tmp_path
+):
+    """The recurrent layers become torch.nn.RNN/LSTM/GRU holding the very same parameter tensors: parameter names and
+    state dict unchanged (a saved prepared model loads as a plain one), and every output of a batch with left-,
+    right-padded and empty rows (hidden states, final state / cache) equal to the unprepared model's."""
+    model = toolchain_model(head, cell, bidirectional, **overrides).eval()
+    ids = torch.cat([MIXED_IDS, torch.zeros_like(MIXED_IDS[:1])])  # + a row without tokens
+    inputs = {"input_ids": ids, "attention_mask": (ids != 0).long(), "output_hidden_states": True}
+    before = model.state_dict()
+    with torch.no_grad():
+        expected = pytree.tree_leaves(model(**inputs))
+    assert model.prepare_for_quantization_() is model
+    layers = model.base_model.encoder.layers
+    assert [type(layer) for layer in layers] == [{"lstm": nn.LSTM, "gru": nn.GRU, "rnn": nn.RNN}[cell]] * len(layers)
+    after = model.state_dict()
+    assert list(after) == list(before)
+    assert all(after[k].data_ptr() == before[k].data_ptr() for k in before)  # the same tensors, not copies
+    with torch.no_grad():
+        got = pytree.tree_leaves(model(**inputs))
+        with on_accelerator_paths():  # the mask unread on the host (an accelerator's eager run): the same packing
+            unread = pytree.tree_leaves(model(**inputs))
+    assert len(got) == len(unread) == len(expected)
+    for actual, on_accelerator, reference in zip(got, unread, expected):
+        assert_same_outputs(actual, reference)
+        assert_same_outputs(on_accelerator, reference)
+    model.save_pretrained(tmp_path)
+    with torch.no_grad():
+        reloaded = pytree.tree_leaves(head.from_pretrained(tmp_path).eval()(**inputs))
+    for actual, reference in zip(reloaded, expected):
+        assert_same_outputs(actual, reference)
+
+
+def test_prepare_for_quantization_refuses_a_cell_without_a_torch_module():
+    model = toolchain_model(RNNForSequenceClassification, "self_attention_lstm", False)
+    with pytest.raises(ValueError, match="'self_attention_lstm' has no torch.nn module"):
+        model.prepare_for_quantization_()
+
+
+@pytest.mark.parametrize(
+    "head,cell", [(RNNForSequenceClassification, "lstm"), (RNNForTokenClassification, "gru"), (RNNForCausalLM, "lstm")]
+)
+def test_quantize_dynamic_quantizes_every_linear_and_recurrent_layer(head, cell):
+    """After prepare_for_quantization_(), quantize_dynamic({Linear, LSTM, GRU}) replaces every such module (the
+    recurrent layers by torch's dynamic int8 LSTM/GRU, which read the packed padded batch) with logits close to the
+    float model's; the quantized causal LM generates (greedy and beam search) from a left-padded batch."""
     overrides = {"tie_word_embeddings": True, "embedding_size": 6, "hidden_size": 4} if head is RNNForCausalLM else {}
-    model = toolchain_model(head, "lstm", head is not RNNForCausalLM, **overrides)
+    model = toolchain_model(head, cell, head is not RNNForCausalLM, **overrides).prepare_for_quantization_()
     quantized = assert_quantizes(model, toolchain_inputs(head, labels=False))
+    dynamic = torch.ao.nn.quantized.dynamic
+    layers = quantized.base_model.encoder.layers
+    assert [type(layer) for layer in layers] == [{"lstm": dynamic.LSTM, "gru": dynamic.GRU}[cell]] * 2
     if head is RNNForCausalLM:
         assert quantized.lm_proj is not None and "quantized" in type(quantized.lm_proj).__module__
-        assert quantized.generate(MIXED_IDS[:1], max_new_tokens=3, do_sample=False).shape == (1, 8)
+        prompts, mask = MIXED_IDS[[0, 2]], MIXED_MASK[[0, 2]]
+        for num_beams in (1, 3):
+            out = quantized.generate(
+                prompts, attention_mask=mask, max_new_tokens=3, num_beams=num_beams, do_sample=False
+            )
+            assert out.shape == (2, 8) and torch.equal(out[:, :5], prompts)
 
 
 @pytest.mark.parametrize(

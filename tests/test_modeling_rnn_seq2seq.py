@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import warnings
+from unittest import mock
 
 import pytest
 import torch
@@ -26,6 +28,7 @@ import hf_seq  # noqa: F401  (registers the Auto classes)
 from hf_seq.configuration_rnn_seq2seq import ATTENTION_TYPES, HfSeqRNNSeq2SeqConfig
 from hf_seq.modeling_rnn_seq2seq import (
     RNNDecoderCache,
+    RNNSeq2SeqDecoder,
     RNNSeq2SeqForConditionalGeneration,
     RNNSeq2SeqModel,
     shift_tokens_right,
@@ -620,30 +623,74 @@ def test_export_and_onnx_match_eager(head, overrides, tmp_path):
     assert_export_and_onnx_match(model, toolchain_inputs(head, labels=False), tmp_path)
 
 
-def test_quantize_dynamic_quantizes_every_linear():
-    """Bridge, key projection, W_c and the output layer (tied to the embedding) are quantized; generate() runs."""
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(attention="dot", bidirectional_encoder=True, encoder_layers=2, decoder_layers=2),
+        dict(attention="none", cell="gru", decoder_layers=2),
+    ],
+)
+def test_quantize_dynamic_quantizes_every_linear_and_recurrent_layer(overrides):
+    """After prepare_for_quantization_() (outputs unchanged): the bridge, key projection, W_c, the output layer (tied to
+    the embedding) and every encoder and decoder LSTM/GRU layer are quantized, the logits stay close to the float
+    model's, and generate() runs (greedy and beam search)."""
     head = RNNSeq2SeqForConditionalGeneration
-    model = toolchain_model(head, attention="dot", bidirectional_encoder=True)
-    quantized = assert_quantizes(model, toolchain_inputs(head, labels=False))
+    model = toolchain_model(head, **overrides).eval()
+    inputs = toolchain_inputs(head, labels=False)
+    with torch.no_grad():
+        expected = model(**inputs).logits
+        assert_same_outputs(model.prepare_for_quantization_()(**inputs).logits, expected)
+    quantized = assert_quantizes(model, inputs)
     names = {n for n, m in quantized.named_modules() if "quantized" in type(m).__module__ and "." in n}
-    assert {"model.bridge.hidden_proj", "model.decoder.key_proj", "model.decoder.attention_proj"} <= names
+    layers = {f"model.{part}.rnn.layers.{k}" for part in ("encoder", "decoder") for k in range(2)}
+    layers &= {n for n, _ in model.named_modules()}
+    assert len(layers) == model.config.encoder_layers + model.config.decoder_layers and layers <= names
+    if overrides["attention"] != "none":
+        assert {"model.bridge.hidden_proj", "model.decoder.key_proj", "model.decoder.attention_proj"} <= names
     ids, mask = source_batch()
-    assert quantized.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, do_sample=False).shape[0] == 3
+    for num_beams in (1, 3):
+        out = quantized.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, num_beams=num_beams)
+        assert out.shape[0] == 3 and bool((out[:, 0] == BOS).all())
 
 
 @pytest.mark.parametrize("attention,max_ratio", [("additive", 0.5), ("none", 0.6)])
 def test_gradient_checkpointing_same_gradients_less_memory(attention, max_ratio):
-    """With attention each decoder step is one checkpointed block (its layers are not checkpointed again); without,
-    the recurrent layers checkpoint themselves. Same gradients, far fewer saved activation bytes."""
+    """With attention each decoder step is one checkpointed block and its layers are recomputed once, with the step
+    (not checkpointed a second time inside it); without, the recurrent layers checkpoint themselves. Every module
+    with the flag reports it (transformers' contract). Same gradients, far fewer saved activation bytes."""
+    import transformers.modeling_utils
+
     head = RNNSeq2SeqForConditionalGeneration
     model = toolchain_model(head, attention=attention, hidden_size=16, embedding_size=16, decoder_layers=2)
-    model.activation_checkpointing_enable()
-    decoder_layers = model.model.decoder.rnn.layers
-    assert model.model.decoder.gradient_checkpointing  # used by the attention decoder's step loop
-    assert all(layer.gradient_checkpointing == (attention == "none") for layer in decoder_layers)
-    assert all(layer.gradient_checkpointing for layer in model.model.encoder.rnn.layers)
+    inputs = toolchain_inputs(head, labels=True)
+    checkpointed = []
+
+    def counting_checkpoint(function, *args, **kwargs):
+        checkpointed.append(function)
+        return torch.utils.checkpoint.checkpoint(function, *args, **kwargs)
+
+    with mock.patch.object(transformers.modeling_utils, "checkpoint", counting_checkpoint):
+        model.activation_checkpointing_enable()
+    flags = {n: m.gradient_checkpointing for n, m in model.named_modules() if hasattr(m, "gradient_checkpointing")}
+    assert "model.decoder" in flags and "model.decoder.rnn.layers.1" in flags and all(flags.values()), flags
+    steps, original_step = [], RNNSeq2SeqDecoder.step
+
+    def counting_step(decoder, *args):
+        steps.append(decoder)
+        return original_step(decoder, *args)
+
+    with mock.patch.object(RNNSeq2SeqDecoder, "step", counting_step):
+        model.train()
+        model(**inputs).loss.backward()
+    encoder_layers, target_len = model.config.encoder_layers, TARGET.shape[1]
+    if attention == "none":  # each recurrent layer is one checkpoint
+        assert len(checkpointed) == encoder_layers + model.config.decoder_layers and not steps
+    else:  # one checkpoint per encoder layer and per decoder step, none inside a step; each step run twice
+        assert len(checkpointed) == encoder_layers + target_len
+        assert len(steps) == 2 * target_len
     model.activation_checkpointing_disable()
-    assert_checkpointing_saves_memory(model, toolchain_inputs(head, labels=True), max_ratio)
+    assert not any(m.gradient_checkpointing for m in model.modules() if hasattr(m, "gradient_checkpointing"))
+    assert_checkpointing_saves_memory(model, inputs, max_ratio)
 
 
 def test_training_and_decode_steps_read_no_tensor_values_on_the_host():
@@ -764,11 +811,46 @@ def test_config_level_and_call_level_output_flags_agree(head):
             assert all(torch.equal(group[0], other) for other in group[1:])
 
 
-def test_num_hidden_layers_is_the_encoder_layer_count(tmp_path):
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_generate_continues_from_a_returned_cache_as_one_uninterrupted_generate(num_beams):
+    """``generate(decoder_input_ids=<whole decoder sequence>, cache=<returned cache>)`` reads only the decoder tokens
+    the cache has not read (generate() does not cut them for a recurrent cache): the same tokens as one uninterrupted
+    generate. A decoder prefix the cache has read entirely (nothing to continue from) is a clear error."""
+    model = model_for(bidirectional_encoder=True)
+    ids, mask = source_batch()
+    kw = dict(input_ids=ids, attention_mask=mask, do_sample=False)
+    whole = model.generate(**kw, max_new_tokens=5, min_new_tokens=5)
+    first = model.generate(**kw, max_new_tokens=2, min_new_tokens=2, return_dict_in_generate=True)
+    assert first.cache.get_seq_length() == 2 and torch.equal(first.sequences, whole[:, :3])
+    rest = model.generate(
+        **kw, decoder_input_ids=first.sequences, cache=copy.deepcopy(first.cache), max_new_tokens=3, min_new_tokens=3
+    )
+    assert torch.equal(rest, whole)
+    if num_beams > 1:  # beam search over the continued state, expanded per beam: as from the prefix without a cache
+        beams = dict(num_beams=num_beams, max_new_tokens=3, min_new_tokens=3, decoder_input_ids=first.sequences)
+        with pytest.raises(ValueError, match="batch_repeat_interleave"):  # generate() does not expand a given cache
+            model.generate(**kw, cache=copy.deepcopy(first.cache), **beams)
+        expanded = copy.deepcopy(first.cache)
+        expanded.batch_repeat_interleave(num_beams)
+        continued = model.generate(**kw, cache=expanded, **beams)
+        assert torch.equal(continued, model.generate(**kw, use_cache=False, **beams))
+    with pytest.raises(ValueError, match="`decoder_input_ids` has 2 tokens .* `cache` has read 2"):
+        model.generate(
+            **kw, decoder_input_ids=first.sequences[:, :2], cache=copy.deepcopy(first.cache), max_new_tokens=1
+        )
+
+
+def test_num_hidden_layers_is_the_decoder_layer_count(tmp_path):
+    """``num_hidden_layers`` is the decoder's layer count (the layers of the generation cache), as in the Transformer
+    config; setting it sets ``decoder_layers``, and a save/load round trip keeps both counts."""
     config = tiny(encoder_layers=2, decoder_layers=3)
-    assert config.num_hidden_layers == 2
+    assert config.num_hidden_layers == 3
+    model = RNNSeq2SeqForConditionalGeneration(config)
+    assert len(model.model.decoder.rnn.layers) == config.num_hidden_layers
     config.num_hidden_layers = 4
-    assert config.encoder_layers == 4
+    assert (config.encoder_layers, config.decoder_layers) == (2, 4)
     config.save_pretrained(tmp_path)
-    assert HfSeqRNNSeq2SeqConfig.from_pretrained(tmp_path).num_hidden_layers == 4
-    assert tiny(num_hidden_layers=3).encoder_layers == 3
+    assert "num_hidden_layers" not in (tmp_path / "config.json").read_text()  # saved under its own name only
+    loaded = HfSeqRNNSeq2SeqConfig.from_pretrained(tmp_path)
+    assert (loaded.num_hidden_layers, loaded.encoder_layers, loaded.decoder_layers) == (4, 2, 4)
+    assert (tiny(num_hidden_layers=3).encoder_layers, tiny(num_hidden_layers=3).decoder_layers) == (1, 3)
