@@ -347,13 +347,18 @@ def read_recipe(path: str | os.PathLike) -> dict:
     return {key: value for key, value in recipe.items() if not key.startswith("_")}
 
 
+# fields whose annotation is narrower than what TrainingArguments accepts (`fsdp: str | None`, but `--fsdp` / `true`
+# turns FSDP on)
+_ACCEPTED_TYPES = {"fsdp": bool | str | None}
+
+
 def _field_types(dataclass_types) -> dict[str, Any]:
     hints = {}
     for dtype in dataclass_types:
         resolved = typing.get_type_hints(dtype)
         for f in fields(dtype):
             if f.init:
-                hints[f.name] = resolved[f.name]
+                hints[f.name] = _ACCEPTED_TYPES.get(f.name, resolved[f.name])
     return hints
 
 

@@ -8,6 +8,7 @@ arguments, the functions here turn them into data, a tokenizer and a model the s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -21,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
+from accelerate.utils.constants import FSDP_MODEL_NAME
 from datasets import ClassLabel, Dataset, DatasetDict
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
@@ -125,8 +127,9 @@ def training_command(script_file: str, argv: list[str] | None) -> str:
 
 
 def checkpoint_is_complete(path: str | os.PathLike) -> bool:
-    """True if ``path`` is a Trainer checkpoint whose writing finished: weights, config and a readable
-    ``trainer_state.json`` (Trainer writes that file last, after model, optimizer, scheduler and RNG states).
+    """True if ``path`` is a Trainer checkpoint whose writing finished: weights (with their config; or FSDP's /
+    DeepSpeed's own files) and a readable ``trainer_state.json`` (Trainer writes that file last, after model,
+    optimizer, scheduler and RNG states).
     Checkpoints of the train scripts appear complete or not at all (:mod:`train_scripts.trainer`); this also
     recognises one cut off by a kill in a script that writes checkpoints in place."""
     path = Path(path)
@@ -134,8 +137,14 @@ def checkpoint_is_complete(path: str | os.PathLike) -> bool:
         json.loads((path / "trainer_state.json").read_text())
     except (OSError, ValueError):
         return False
-    has_weights = any((path / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json"))
-    return has_weights and (path / "config.json").is_file()
+    if any((path / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
+        return (path / "config.json").is_file()
+    # FSDP: the model's shards (SHARDED_STATE_DICT) or its gathered weights (FULL_STATE_DICT); DeepSpeed's own folders
+    return (
+        (path / f"{FSDP_MODEL_NAME}_0").is_dir()
+        or (path / f"{FSDP_MODEL_NAME}.bin").is_file()
+        or (path / "latest").is_file()
+    )
 
 
 def _checkpoints(root: Path) -> list[Path]:
@@ -282,6 +291,23 @@ def run_training(trainer: Trainer, training_args: TrainingArguments) -> TrainOut
     return TrainOutput(output.global_step, loss, metrics)
 
 
+@contextlib.contextmanager
+def full_state_dict(trainer: Trainer):
+    """Under FSDP with sharded state dicts (what checkpoints use: each process writes its shard), make
+    ``trainer.save_model`` gather the full weights and write one ordinary ``save_pretrained`` folder (accelerate's
+    documented "train sharded, save the final model full"); the checkpoint setting is restored afterwards."""
+    plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None) if trainer.is_fsdp_enabled else None
+    previous = getattr(plugin, "state_dict_type", None)
+    if plugin is None or "FULL_STATE_DICT" in str(previous):
+        yield
+        return
+    plugin.set_state_dict_type("FULL_STATE_DICT")
+    try:
+        yield
+    finally:
+        plugin.set_state_dict_type(previous)
+
+
 def save_final_model(trainer: Trainer, output_dir: str | os.PathLike) -> None:
     """Save only the model + tokenizer (+ modelling code, ``auto_map``) + ``trainer_state.json`` as the final folder
     ``output_dir`` (:func:`save_run` without results or card)."""
@@ -317,7 +343,8 @@ def save_run(
     try:
         with outputs.disk_space_errors(outputs.resolve(output_dir), "the final model"):
             if save_model:
-                trainer.save_model(str(staging))
+                with full_state_dict(trainer):  # FSDP: gathered into one ordinary save_pretrained folder
+                    trainer.save_model(str(staging))
                 trainer.accelerator.wait_for_everyone()
             if main:
                 if save_model:
