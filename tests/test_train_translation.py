@@ -123,7 +123,7 @@ def test_tiny_end_to_end_run(tmp_path):
     assert "load_translation" in card and "64 training / 8 validation / 6 test pairs" in card
     assert saved["command"] in card
     assert "test_bleu_greedy" in card and "test_chrf_beam2" in card
-    assert not (out / ".save-tmp").exists()
+    assert not (out.parent / f".{out.name}.saving").exists()
 
 
 @pytest.mark.data

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import HfArgumentParser, Seq2SeqTrainingArguments, TrainingArguments
 
 from hf_seq.data import DATASET_PRESETS, DataError, check_data_file
 
@@ -182,6 +182,27 @@ class BudgetArguments:
     )
 
 
+_OVERWRITE_HELP = (
+    "Train from scratch into an output_dir that holds a run already: its checkpoint-N folders are removed first, and "
+    "--resume_from_checkpoint is ignored (without it, re-running a finished run with --resume_from_checkpoint last "
+    "does nothing)."
+)
+
+
+@dataclass
+class HfSeqTrainingArguments(TrainingArguments):
+    """``TrainingArguments`` plus ``overwrite_output_dir`` (the field of transformers 4's ``TrainingArguments``)."""
+
+    overwrite_output_dir: bool = field(default=False, metadata={"help": _OVERWRITE_HELP})
+
+
+@dataclass
+class HfSeqSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
+    """``Seq2SeqTrainingArguments`` plus ``overwrite_output_dir``."""
+
+    overwrite_output_dir: bool = field(default=False, metadata={"help": _OVERWRITE_HELP})
+
+
 @dataclass(frozen=True)
 class Task:
     """What one train script reads: its own dataclass, its ``TrainingArguments`` class, defaults of the shared fields
@@ -189,7 +210,7 @@ class Task:
 
     name: str
     arguments: type
-    training_arguments: type = TrainingArguments
+    training_arguments: type = HfSeqTrainingArguments
     defaults: dict = field(default_factory=dict)
     unused: frozenset = frozenset()
     text_files: bool = False  # .txt data files allowed (language models, pretraining)
@@ -326,13 +347,18 @@ def read_recipe(path: str | os.PathLike) -> dict:
     return {key: value for key, value in recipe.items() if not key.startswith("_")}
 
 
+# fields whose annotation is narrower than what TrainingArguments accepts (`fsdp: str | None`, but `--fsdp` / `true`
+# turns FSDP on)
+_ACCEPTED_TYPES = {"fsdp": bool | str | None}
+
+
 def _field_types(dataclass_types) -> dict[str, Any]:
     hints = {}
     for dtype in dataclass_types:
         resolved = typing.get_type_hints(dtype)
         for f in fields(dtype):
             if f.init:
-                hints[f.name] = resolved[f.name]
+                hints[f.name] = _ACCEPTED_TYPES.get(f.name, resolved[f.name])
     return hints
 
 

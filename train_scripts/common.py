@@ -8,7 +8,9 @@ arguments, the functions here turn them into data, a tokenizer and a model the s
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import shlex
 import shutil
@@ -20,11 +22,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
+from accelerate.utils.constants import FSDP_MODEL_NAME
 from datasets import ClassLabel, Dataset, DatasetDict
 from transformers import Trainer, TrainerCallback, TrainingArguments
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
 
 from hf_seq.data import DATASET_PRESETS, DataError, load_data, split_source
+from train_scripts import outputs
 from train_scripts.arguments import DataArguments, ModelArguments, RecipeError, Task, build_config, override_values
 
 COMMAND_PREFIX: list[str] | None = None  # set by `hf-seq-train <task>`: the command to record instead of the script
@@ -123,15 +127,39 @@ def training_command(script_file: str, argv: list[str] | None) -> str:
 
 
 def checkpoint_is_complete(path: str | os.PathLike) -> bool:
-    """True if ``path`` is a Trainer checkpoint whose writing finished: weights, config and a readable
-    ``trainer_state.json`` (Trainer writes that file last, after model, optimizer, scheduler and RNG states)."""
+    """True if ``path`` is a Trainer checkpoint whose writing finished: weights (with their config; or FSDP's /
+    DeepSpeed's own files) and a readable ``trainer_state.json`` (Trainer writes that file last, after model,
+    optimizer, scheduler and RNG states).
+    Checkpoints of the train scripts appear complete or not at all (:mod:`train_scripts.trainer`); this also
+    recognises one cut off by a kill in a script that writes checkpoints in place."""
     path = Path(path)
     try:
         json.loads((path / "trainer_state.json").read_text())
     except (OSError, ValueError):
         return False
-    has_weights = any((path / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json"))
-    return has_weights and (path / "config.json").is_file()
+    if any((path / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
+        return (path / "config.json").is_file()
+    # FSDP: the model's shards (SHARDED_STATE_DICT) or its gathered weights (FULL_STATE_DICT); DeepSpeed's own folders
+    return (
+        (path / f"{FSDP_MODEL_NAME}_0").is_dir()
+        or (path / f"{FSDP_MODEL_NAME}.bin").is_file()
+        or (path / "latest").is_file()
+    )
+
+
+def _checkpoints(root: Path) -> list[Path]:
+    """The ``checkpoint-N`` folders of ``root``, newest step first."""
+    if not root.is_dir():
+        return []
+    return sorted(
+        (p for p in root.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if p.is_dir() and p.name.split("-")[-1].isdigit()),
+        key=lambda p: int(p.name.split("-")[-1]),
+        reverse=True,
+    )
+
+
+def _wants_last(value) -> bool:
+    return value is not None and str(value).lower() in ("last", "true")
 
 
 def resolve_resume_checkpoint(training_args: TrainingArguments) -> str | None:
@@ -144,14 +172,9 @@ def resolve_resume_checkpoint(training_args: TrainingArguments) -> str | None:
     value = training_args.resume_from_checkpoint
     if value is None or str(value).lower() in ("", "false", "none"):
         return None
-    if str(value).lower() in ("last", "true"):
+    if _wants_last(value):
         root = Path(training_args.output_dir)
-        candidates = sorted(
-            (p for p in root.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if p.name.split("-")[-1].isdigit()),
-            key=lambda p: int(p.name.split("-")[-1]),
-            reverse=True,
-        )
-        for candidate in candidates:
+        for candidate in _checkpoints(root):
             if checkpoint_is_complete(candidate):
                 return str(candidate)
         print(f"resume_from_checkpoint={value}: no complete checkpoint in {root}, starting from scratch")
@@ -166,61 +189,183 @@ def resolve_resume_checkpoint(training_args: TrainingArguments) -> str | None:
     return str(value)
 
 
-def save_final_model(trainer: Trainer, output_dir: str | os.PathLike) -> None:
-    """Save model + tokenizer (+ modelling code, ``auto_map``) + ``trainer_state.json`` into ``output_dir`` so that
-    a kill at any moment never leaves a half-written file there.
+def finished_run(output_dir: str | os.PathLike) -> int | None:
+    """The last step of the finished run whose final folder ``output_dir`` is, or None.
 
-    Everything is written into ``output_dir/.save-tmp`` first (``Trainer.save_model`` writes in place), then each file
-    is moved over with ``os.replace`` (atomic on one file system), ``config.json`` last: a file in ``output_dir`` is
-    always either the complete old or the complete new version, and checkpoints are never touched. Call it on every
-    process (FSDP / DeepSpeed gather the weights collectively); only the main process writes.
-    """
-    output_dir = Path(output_dir)
-    staging = output_dir / ".save-tmp"
-    main = trainer.is_world_process_zero()
-    if main and staging.exists():
-        shutil.rmtree(staging)  # left over from a run killed while saving
-    trainer.accelerator.wait_for_everyone()
-    trainer.save_model(str(staging))
-    if main:
-        trainer.state.save_to_json(str(staging / "trainer_state.json"))  # the loss history (log_history)
-        files = sorted((p for p in staging.iterdir() if p.is_file()), key=lambda p: p.name == "config.json")
-        for path in files:
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(path, output_dir / path.name)
-        shutil.rmtree(staging)
-    trainer.accelerator.wait_for_everyone()
+    A run is finished when its final save completed (``output_dir/trainer_state.json``, written only by
+    :func:`save_run`, swapped in with the model) and no complete checkpoint was written after it (a newer one belongs
+    to a run started later in the same folder, and is resumed)."""
+    root = Path(output_dir)
+    try:
+        final = root / "trainer_state.json"
+        step = int(json.loads(final.read_text())["global_step"])
+        written = final.stat().st_mtime_ns
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    newest = next((c for c in _checkpoints(root) if checkpoint_is_complete(c)), None)
+    if newest is not None and (newest / "trainer_state.json").stat().st_mtime_ns > written:
+        return None
+    return step
+
+
+def start_run(training_args: TrainingArguments, results_name: str = "results.json") -> dict | None:
+    """Prepare ``output_dir`` before anything is loaded; call it first in a script (every process).
+
+    Finishes or rolls back a final save that a kill interrupted (:func:`train_scripts.outputs.recover_output_dir`).
+    ``--overwrite_output_dir true``: removes the folder's ``checkpoint-N`` folders and ignores
+    ``--resume_from_checkpoint``. ``--resume_from_checkpoint last`` on a finished run (:func:`finished_run`): nothing
+    to do — prints why and returns the recorded results (``results_name``; ``{}`` if there are none), which the script
+    returns unchanged; otherwise None."""
+    output_dir = outputs.resolve(training_args.output_dir)
+    overwrite = getattr(training_args, "overwrite_output_dir", False)
+    main = training_args.process_index == 0
+    with training_args.main_process_first(local=False, desc="preparing output_dir"):
+        if main:
+            outputs.recover_output_dir(output_dir)
+            if overwrite:
+                for checkpoint in _checkpoints(output_dir):
+                    shutil.rmtree(checkpoint)
+    if overwrite:
+        training_args.resume_from_checkpoint = None
+        return None
+    if _wants_last(training_args.resume_from_checkpoint):
+        step = finished_run(output_dir)
+        if step is None:
+            return None
+        if main:
+            print(
+                f"{output_dir} holds the final model of a run that finished at step {step}: nothing to resume, "
+                "nothing written. Pass --overwrite_output_dir true to train again from scratch, or "
+                "--resume_from_checkpoint <output_dir>/checkpoint-N with a larger max_steps / num_train_epochs to "
+                "train on."
+            )
+        try:
+            return json.loads((output_dir / results_name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+    stale = [c.name for c in _checkpoints(output_dir)]
+    if stale and training_args.resume_from_checkpoint is None and main:
+        print(
+            f"warning: {output_dir} holds checkpoints of an earlier run ({', '.join(stale[:5])}); this run starts from "
+            "scratch and writes its own beside them (one of the same step replaces the old one), and "
+            "--resume_from_checkpoint last resumes the newest. Pass --overwrite_output_dir true to remove them first."
+        )
+    return None
+
+
+def whole_run_loss(log_history: list[dict], start_step: int, end_step: int, call_loss: float) -> tuple[float, int]:
+    """(mean training loss, steps it covers) over the whole run after a resume from ``start_step``.
+
+    ``Trainer``'s ``train_loss`` averages only the steps of the current ``train()`` call (``start_step`` to
+    ``end_step``); the steps before come from the ``loss`` records of the checkpoint's ``log_history`` (each the mean
+    over the steps since the previous record). Steps after the checkpoint's last record and before ``start_step``
+    were never logged and are not counted (none when ``logging_steps`` divides ``save_steps``)."""
+    steps = end_step - start_step
+    total = call_loss * steps if steps else 0.0
+    previous = 0
+    for record in log_history:
+        if "loss" in record and record.get("step", 0) <= start_step:
+            total += record["loss"] * (record["step"] - previous)
+            steps += record["step"] - previous
+            previous = record["step"]
+    return (total / steps if steps else math.nan), steps
+
+
+def run_training(trainer: Trainer, training_args: TrainingArguments) -> TrainOutput:
+    """``trainer.train()`` from the checkpoint ``--resume_from_checkpoint`` names (:func:`resolve_resume_checkpoint`);
+    the returned ``training_loss`` (and ``metrics["train_loss"]``, and the final ``log_history`` record) is the mean
+    over the WHOLE run (:func:`whole_run_loss`), with ``metrics["train_loss_steps"]`` the steps it covers."""
+    checkpoint = resolve_resume_checkpoint(training_args)
+    start = 0
+    if checkpoint is not None:
+        start = int(json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"])
+    output = trainer.train(resume_from_checkpoint=checkpoint)
+    if start == 0:
+        loss, steps = output.training_loss, output.global_step
+    else:
+        loss, steps = whole_run_loss(trainer.state.log_history, start, output.global_step, output.training_loss)
+    metrics = {**output.metrics, "train_loss": loss, "train_loss_steps": steps}
+    final = trainer.state.log_history[-1] if trainer.state.log_history else {}
+    if "train_loss" in final:
+        final["train_loss"] = loss
+    return TrainOutput(output.global_step, loss, metrics)
+
+
+@contextlib.contextmanager
+def full_state_dict(trainer: Trainer):
+    """Under FSDP with sharded state dicts (what checkpoints use: each process writes its shard), make
+    ``trainer.save_model`` gather the full weights and write one ordinary ``save_pretrained`` folder (accelerate's
+    documented "train sharded, save the final model full"); the checkpoint setting is restored afterwards."""
+    plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None) if trainer.is_fsdp_enabled else None
+    previous = getattr(plugin, "state_dict_type", None)
+    if plugin is None or "FULL_STATE_DICT" in str(previous):
+        yield
+        return
+    plugin.set_state_dict_type("FULL_STATE_DICT")
+    try:
+        yield
+    finally:
+        plugin.set_state_dict_type(previous)
+
+
+def save_final_model(trainer: Trainer, output_dir: str | os.PathLike) -> None:
+    """Save only the model + tokenizer (+ modelling code, ``auto_map``) + ``trainer_state.json`` as the final folder
+    ``output_dir`` (:func:`save_run` without results or card)."""
+    save_run(trainer, output_dir, results=None, command="")
 
 
 def save_run(
     trainer: Trainer,
     output_dir: str | os.PathLike,
-    results: dict[str, Any],
+    results: dict[str, Any] | None,
     command: str,
     card: dict[str, Any] | None = None,
-    files: dict[str, str] | None = None,
+    files: dict[str, str | bytes | os.PathLike] | None = None,
     results_name: str = "results.json",
     save_model: bool = True,
 ) -> None:
-    """The one place that writes a run's final folder: the model + tokenizer + modelling code + ``trainer_state.json``
-    (:func:`save_final_model`), ``results.json``, the model card ``README.md`` (``card``: the keyword arguments of
-    :func:`hf_seq.model_card.write_model_card` but the model and command) and extra text ``files``. Call it on every
-    process (the weights may be gathered collectively); only the main process writes."""
+    """The one place that writes a run's final folder, whole: the model + tokenizer + modelling code +
+    ``trainer_state.json``, ``results.json`` (``results``; None: none), the model card ``README.md`` (``card``: the
+    keyword arguments of :func:`hf_seq.model_card.write_model_card` but the model and command) and extra ``files``
+    (name -> text, bytes, or a path to move in).
+
+    Everything is written into a sibling staging folder and swapped in as ``output_dir`` with directory renames
+    (:mod:`train_scripts.outputs`): a reader — and a kill at any moment — sees the previous folder or the new one,
+    never a mix. The previous run's own files go; checkpoints, logs and anything else the folder held are carried
+    into the new one. ``save_model=False`` (an evaluation) adds its results and files beside the folder's model
+    instead of replacing it. Call it on every process (FSDP / DeepSpeed gather the weights collectively); only the
+    main process writes the other files and swaps."""
     from hf_seq.model_card import write_model_card
 
-    if save_model:
-        save_final_model(trainer, output_dir)
-    if not trainer.is_world_process_zero():
-        return
-    write_results(output_dir, results, name=results_name, command=command)
-    for name, text in (files or {}).items():
-        path = Path(output_dir) / name
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    if card is not None:
-        write_model_card(output_dir, trainer.model, command=command, **card)
+    main = trainer.is_world_process_zero()
+    staging = outputs.prepare_staging(output_dir) if main else outputs.staging_path(output_dir)
+    trainer.accelerator.wait_for_everyone()
+    try:
+        with outputs.disk_space_errors(outputs.resolve(output_dir), "the final model"):
+            if save_model:
+                with full_state_dict(trainer):  # FSDP: gathered into one ordinary save_pretrained folder
+                    trainer.save_model(str(staging))
+                trainer.accelerator.wait_for_everyone()
+            if main:
+                if save_model:
+                    trainer.state.save_to_json(str(staging / "trainer_state.json"))  # the loss history
+                if results is not None:
+                    write_results(staging, results, name=results_name, command=command)
+                for name, content in (files or {}).items():
+                    if isinstance(content, str):
+                        (staging / name).write_text(content, encoding="utf-8")
+                    elif isinstance(content, bytes):
+                        (staging / name).write_bytes(content)
+                    else:
+                        shutil.move(os.fspath(content), staging / name)
+                if card is not None:
+                    write_model_card(staging, trainer.model, command=command, **card)
+                outputs.publish(staging, outputs.resolve(output_dir), replace_run=save_model)
+    except BaseException:
+        if main:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+    trainer.accelerator.wait_for_everyone()
 
 
 # ---------------------------------------------------------------------------------------------------------------

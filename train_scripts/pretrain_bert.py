@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 from datasets import Dataset, DatasetDict
-from transformers import Trainer, set_seed
+from transformers import set_seed
 
 from hf_seq.collators import DataCollatorForBertPretraining, bert_pretraining_anchors, tokenize_documents
 from hf_seq.data import DataError, hold_out_validation, split_source
@@ -49,12 +49,14 @@ from train_scripts.common import (
     load_or_build_model,
     load_task_data,
     require_columns,
-    resolve_resume_checkpoint,
+    run_training,
     save_run,
+    start_run,
     tokenizer_for,
     training_command,
     use_cpu_processes_without_gpu,
 )
+from train_scripts.trainer import HfSeqTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -215,6 +217,9 @@ def compute_metrics(eval_pred) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> dict:
     use_cpu_processes_without_gpu()
     model_args, data_args, args, training_args = parse_args(TASK, argv)
+    previous = start_run(training_args)
+    if previous is not None:  # a finished run asked to resume: nothing to do
+        return previous
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     threads = args.num_threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
     if threads:
@@ -285,7 +290,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     collator = _SplitCollator()
 
-    class _EvalSplitTrainer(Trainer):
+    class _EvalSplitTrainer(HfSeqTrainer):
         def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"):
             collator.active = collator.by_split["test" if metric_key_prefix == "test" else "validation"]
             try:
@@ -308,7 +313,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.eval_only:
         train_metrics = {}
     else:
-        train_result = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
+        train_result = run_training(trainer, training_args)
         train_metrics = train_result.metrics
     validation = trainer.evaluate()
     test = trainer.evaluate(test_ds, metric_key_prefix="test") if test_ds is not None else {}

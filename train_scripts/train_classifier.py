@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from transformers import AutoConfig, DataCollatorWithPadding, Trainer, TrainerCallback, set_seed
+from transformers import AutoConfig, DataCollatorWithPadding, TrainerCallback, set_seed
 
 from hf_seq.data import DataError
 from hf_seq.metrics import load_metric
@@ -48,12 +48,14 @@ from train_scripts.common import (
     load_task_data,
     require_columns,
     require_text,
-    resolve_resume_checkpoint,
+    run_training,
     save_run,
+    start_run,
     tokenizer_for,
     training_command,
     use_cpu_processes_without_gpu,
 )
+from train_scripts.trainer import HfSeqTrainer
 
 
 @dataclass
@@ -153,8 +155,8 @@ def word_dropout_collator(base, tokenizer, train_dataset, alpha: float, seed: in
     return WordDropoutCollator(base, drop_prob.float(), tokenizer.unk_token_id, seed=seed)
 
 
-class TrainCollatorTrainer(Trainer):
-    """``Trainer`` whose training batches (only) go through ``train_collator`` (evaluation uses ``data_collator``)."""
+class TrainCollatorTrainer(HfSeqTrainer):
+    """``Trainer`` (:class:`~train_scripts.trainer.HfSeqTrainer`) whose training batches (only) go through ``train_collator`` (evaluation uses ``data_collator``)."""
 
     def __init__(self, *args, train_collator=None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -244,6 +246,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 def run(model_args, data_args, args, training_args, command: str, task: Task = TASK) -> dict:
     """Load the data, tokenizer and model, train, evaluate, save; returns the results (also ``results.json``)."""
+    previous = start_run(training_args)
+    if previous is not None:  # a finished run asked to resume: nothing to do
+        return previous
     set_seed(training_args.seed)
     text, label = data_args.text_column_name, data_args.label_column_name
 
@@ -326,7 +331,7 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         callbacks=[budget],
     )
     start = time.monotonic()
-    train_output = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
+    train_output = run_training(trainer, training_args)
     train_minutes = (time.monotonic() - start) / 60.0
     val = trainer.evaluate(encoded["validation"], metric_key_prefix="validation")
     test = trainer.evaluate(encoded["test"], metric_key_prefix="test") if "test" in encoded else {}

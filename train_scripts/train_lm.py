@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Subset
-from transformers import Trainer, set_seed
+from transformers import set_seed
 
 from hf_seq.collators import LMWindowDataset
 from hf_seq.modeling_rnn import RNNForCausalLM
@@ -53,11 +53,13 @@ from train_scripts.common import (
     load_tokenizer,
     require_columns,
     require_text,
-    resolve_resume_checkpoint,
+    run_training,
     save_run,
+    start_run,
     training_command,
     use_cpu_processes_without_gpu,
 )
+from train_scripts.trainer import HfSeqTrainer
 
 LEVELS = ("char", "word")
 
@@ -260,6 +262,9 @@ def sample_texts(model: RNNForCausalLM, tokenizer, data: LMArguments) -> tuple[s
 def main(argv: list[str] | None = None) -> dict:
     use_cpu_processes_without_gpu()
     model_args, data_args, args, training_args = parse_args(TASK, argv)
+    previous = start_run(training_args)
+    if previous is not None:  # a finished run asked to resume: nothing to do
+        return previous
     if os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     set_seed(training_args.seed)
@@ -295,7 +300,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
 
     budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
-    trainer = Trainer(
+    trainer = HfSeqTrainer(
         model=model,
         args=training_args,
         train_dataset=train_set,
@@ -304,7 +309,7 @@ def main(argv: list[str] | None = None) -> dict:
         callbacks=[budget],
     )
     start, cpu_start = time.monotonic(), time.process_time()
-    train_output = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
+    train_output = run_training(trainer, training_args)
     train_minutes = (time.monotonic() - start) / 60.0
     train_cpu_minutes = (time.process_time() - cpu_start) / 60.0
 

@@ -41,8 +41,9 @@ from train_scripts.common import (
     load_task_data,
     require_columns,
     require_text,
-    resolve_resume_checkpoint,
+    run_training,
     save_run,
+    start_run,
     tokenizer_for,
     training_command,
     use_cpu_processes_without_gpu,
@@ -114,6 +115,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 def run(model_args, data_args, args, training_args, command: str, task: Task = TASK) -> dict:
     """Load the data, tokenizer and model, train, evaluate, save; returns the results (also ``results.json``)."""
+    previous = start_run(training_args)
+    if previous is not None:  # a finished run asked to resume: nothing to do
+        return previous
     set_seed(training_args.seed)
     words, tags = tagger_columns(data_args)
     raw = load_task_data(task, data_args)
@@ -200,7 +204,7 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         callbacks=[budget],
     )
     start = time.monotonic()
-    train_output = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
+    train_output = run_training(trainer, training_args)
     train_minutes = (time.monotonic() - start) / 60.0
     val = trainer.evaluate(encoded["validation"], metric_key_prefix="validation")
     test = {}

@@ -27,21 +27,23 @@ from __future__ import annotations
 import logging
 import math
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import torch
 from datasets import Dataset
-from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments, set_seed
+from transformers import DataCollatorForSeq2Seq, set_seed
 
 import hf_seq  # noqa: F401  (registers the hf_seq configs/models with the Auto classes)
 from hf_seq.data import DataError, split_source
 from hf_seq.metrics import load_metric
 from hf_seq.tokenization import build_translation_tokenizer
 from hf_seq.visualization import plot_translation_attention
-from train_scripts.arguments import BudgetArguments, RecipeError, Task, parse_args
+from train_scripts.arguments import BudgetArguments, HfSeqSeq2SeqTrainingArguments, RecipeError, Task, parse_args
 from train_scripts.common import (
     TimeBudgetCallback,
     cap_splits,
@@ -49,11 +51,13 @@ from train_scripts.common import (
     load_or_build_model,
     load_task_data,
     load_tokenizer,
-    resolve_resume_checkpoint,
+    run_training,
     save_run,
+    start_run,
     training_command,
     use_cpu_processes_without_gpu,
 )
+from train_scripts.trainer import HfSeqSeq2SeqTrainer
 
 logger = logging.getLogger("train_translation")
 
@@ -83,7 +87,7 @@ class TranslationArguments(BudgetArguments):
 TASK = Task(
     name="train_translation",
     arguments=TranslationArguments,
-    training_arguments=Seq2SeqTrainingArguments,
+    training_arguments=HfSeqSeq2SeqTrainingArguments,
     defaults={
         "model_type": "hf_seq_rnn_seq2seq",
         "tokenizer_kind": "bpe",
@@ -153,6 +157,9 @@ def translation_card_metrics(results: dict) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     use_cpu_processes_without_gpu()
     model_args, data_args, args, training_args = parse_args(TASK, argv)
+    previous = start_run(training_args, results_name=args.results_file)
+    if previous is not None:  # a finished run asked to resume: nothing to do
+        return previous
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads:
@@ -244,7 +251,7 @@ def main(argv: list[str] | None = None) -> dict:
         }
 
     budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
-    trainer = Seq2SeqTrainer(
+    trainer = HfSeqSeq2SeqTrainer(
         model=model,
         args=training_args,
         train_dataset=tokenized["train"],
@@ -272,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
         "torch_threads": torch.get_num_threads(),
     }
     if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=resolve_resume_checkpoint(training_args))
+        train_result = run_training(trainer, training_args)
         target_tokens = sum(len(x) for x in tokenized["train"]["labels"])
         epochs = trainer.state.epoch or 0.0
         results["train"] = {
@@ -314,14 +321,19 @@ def main(argv: list[str] | None = None) -> dict:
                         )
                 results["examples"] = examples
 
-    if args.plot_attention:
+    extra_files = {}
+    if args.plot_attention:  # every process (a sharded model runs its forward collectively)
         split = "test" if "test" in pairs else "validation"
-        path = args.plot_attention_path or os.path.join(training_args.output_dir, "attention_heatmap.png")
+        # the default goes into the final folder with the model (save_run moves it in)
+        path = args.plot_attention_path or os.path.join(tempfile.mkdtemp(), "attention_heatmap.png")
         index = args.plot_attention_index
         sentence = pairs[split][0][index]
         written = plot_translation_attention(trainer.model, tokenizer, sentence, path)
         if written is None:
             logger.warning("The model returns no cross-attention maps (attention='none'?); no heat map written.")
+        elif args.plot_attention_path is None:
+            extra_files["attention_heatmap.png"] = Path(written)
+            written = os.path.join(training_args.output_dir, "attention_heatmap.png")
         results["attention_plot"] = {"path": written, "split": split, "index": index, "source": sentence}
 
     sizes = results["data"]
@@ -352,6 +364,7 @@ def main(argv: list[str] | None = None) -> dict:
         results,
         command,
         card=card if training_args.do_train else None,  # a card only for a folder that holds a trained model
+        files=extra_files,
         results_name=args.results_file,
         save_model=training_args.do_train,
     )

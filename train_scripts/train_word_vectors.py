@@ -41,6 +41,7 @@ from train_scripts.common import (
     training_command,
     write_results,
 )
+from train_scripts.outputs import staged_output
 
 
 @dataclass
@@ -205,13 +206,6 @@ def main(argv: list[str] | None = None) -> dict:
 
     vectors = model.inp.weight.detach().numpy()
     out = Path(training_args.output_dir) / "vectors.txt"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".txt.tmp")
-    with tmp.open("w") as f:
-        f.write(f"{len(vocab)} {args.dim}\n")
-        for word, vec in zip(vocab, vectors):
-            f.write(word + " " + " ".join(f"{v:.5f}" for v in vec) + "\n")
-    tmp.replace(out)
     probe = {}
     normed = vectors / (np.linalg.norm(vectors, axis=1, keepdims=True) + 1e-8)
     for word in ("good", "bad", "funny", "boring", "film"):
@@ -229,7 +223,12 @@ def main(argv: list[str] | None = None) -> dict:
         "nearest": probe,
         "vectors": str(out),
     }
-    write_results(training_args.output_dir, info, name="vectors.json", command=training_command(__file__, argv))
+    with staged_output(training_args.output_dir) as folder:  # vectors.txt + vectors.json appear together
+        with (folder / "vectors.txt").open("w") as f:
+            f.write(f"{len(vocab)} {args.dim}\n")
+            for word, vec in zip(vocab, vectors):
+                f.write(word + " " + " ".join(f"{v:.5f}" for v in vec) + "\n")
+        write_results(folder, info, name="vectors.json", command=training_command(__file__, argv))
     print(info)
     return info
 

@@ -1,0 +1,196 @@
+"""``Trainer`` / ``Seq2SeqTrainer`` of the train scripts: transformers' own, with checkpoints that appear whole, a clear
+error on a full disk, and no step past the end when resumed from the final checkpoint.
+
+* Each checkpoint is written into ``output_dir/.checkpoint-staging/checkpoint-N`` and renamed to ``checkpoint-N``
+  once complete (``Trainer`` itself writes in place: a kill leaves a half-written ``checkpoint-N``, and one that
+  overwrites an older run's ``checkpoint-N`` mixes the two). ``best_model_checkpoint`` and the rotation by
+  ``save_total_limit`` refer to the final names.
+* A write that fails for lack of space is an ``OSError`` naming the folder and its free space
+  (:func:`train_scripts.outputs.disk_space_errors`), not ``RuntimeError: [enforce fail at inline_container.cc]``.
+* Resumed from a checkpoint at ``max_steps``, ``Trainer`` (5.24) trains one more step before it checks the end (when
+  the checkpoint is mid-epoch); here such a resume trains nothing and goes straight to the end of training.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from transformers import Seq2SeqTrainer, Trainer
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+from train_scripts.outputs import CHECKPOINT_STAGING, disk_space_errors, replace_folder
+
+
+class HfSeqTrainerMixin:
+    """The additions above, for any ``Trainer`` subclass (``class MyTrainer(HfSeqTrainerMixin, Trainer)``)."""
+
+    _checkpoint_staging: str | None = None
+
+    def _get_output_dir(self, trial) -> str:
+        # while a checkpoint is written (only then), Trainer's run directory is the staging folder
+        return self._checkpoint_staging or super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        run_dir = Path(super()._get_output_dir(trial))
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staging = run_dir / CHECKPOINT_STAGING
+        main = self.args.should_save
+        if main:
+            if staging.exists():
+                shutil.rmtree(staging)  # a checkpoint cut off by a kill
+            staging.mkdir(parents=True)
+        self.accelerator.wait_for_everyone()
+        self._checkpoint_staging = str(staging)
+        try:
+            with disk_space_errors(run_dir, f"checkpoint {name}"):
+                super()._save_checkpoint(model, trial)
+        finally:
+            self._checkpoint_staging = None
+        self.accelerator.wait_for_everyone()
+        if main:
+            with disk_space_errors(run_dir, f"checkpoint {name}"):
+                best = self.state.best_model_checkpoint
+                if best is not None and Path(best).parent == staging:  # the best is the checkpoint just written
+                    self.state.best_model_checkpoint = str(run_dir / Path(best).name)
+                    self.state.save_to_json(os.path.join(staging, name, "trainer_state.json"))
+                replace_folder(staging / name, run_dir / name)
+                shutil.rmtree(staging)
+                rotate_checkpoints(
+                    output_dir=str(run_dir),
+                    save_total_limit=self.args.save_total_limit,
+                    best_model_checkpoint=self.state.best_model_checkpoint,
+                    use_mtime=True,
+                )
+        self.accelerator.wait_for_everyone()
+
+    def create_accelerator_and_postprocess(self) -> None:
+        super().create_accelerator_and_postprocess()
+        enable_fsdp_on_cpu(self)
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        # FSDP2 turns the model's class into a generated `FSDP<Class>` and its parameters into DTensors: saved as it
+        # is, the folder gets torch's FSDP source files instead of the modelling code (and transformers' tied-weight
+        # check runs a collective on one process only). The main process saves a plain copy of the model instead.
+        model = self.model
+        if not is_fsdp2_module(model):
+            return super()._save(output_dir, state_dict=state_dict)
+        if not self.args.should_save:
+            return None
+        self.model = unsharded_copy(model, state_dict)
+        try:
+            return super()._save(output_dir, state_dict=None)
+        finally:
+            self.model = model
+
+    def _run_epoch(self, *args, **kwargs):
+        if self.state.global_step >= self.state.max_steps > 0:  # resumed from the last checkpoint: nothing to train
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
+
+class HfSeqTrainer(HfSeqTrainerMixin, Trainer):
+    """``transformers.Trainer`` with :class:`HfSeqTrainerMixin`."""
+
+
+class HfSeqSeq2SeqTrainer(HfSeqTrainerMixin, Seq2SeqTrainer):
+    """``transformers.Seq2SeqTrainer`` with :class:`HfSeqTrainerMixin`."""
+
+
+def fsdp_requested(args) -> bool:
+    """FSDP asked for by ``TrainingArguments`` (``--fsdp``) or by ``accelerate launch`` (an FSDP config file /
+    ``--use_fsdp``: ``ACCELERATE_USE_FSDP``)."""
+    return args.fsdp_plugin_args is not None or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+
+
+def enable_fsdp_on_cpu(trainer) -> None:
+    """Turn a multi-process CPU (gloo) run that asked for FSDP into an FSDP2 run; refuse what cannot shard.
+
+    accelerate 1.15's ``AcceleratorState`` selects ``DistributedType.FSDP`` only for GPU-like process groups (NCCL,
+    XCCL, ...): on CPU processes (``MULTI_CPU``, gloo) it keeps ``MULTI_CPU`` and drops the FSDP plugin, so the model is
+    wrapped in DDP — every rank holds all parameters — with no word said. FSDP2 (``fully_shard``) itself works on CPU
+    with gloo. So, right after ``Trainer`` created its ``Accelerator`` and before anything is prepared, the accelerator
+    and process states get what ``AcceleratorState.__init__`` sets on GPUs: distributed type ``FSDP`` (in both shared
+    states, as its last line does) and the plugin of the request (``--fsdp`` / ``fsdp_config``, or accelerate's
+    ``FSDP_*`` variables); ``Trainer.is_fsdp_enabled`` is set; the rest is
+    accelerate's and Trainer's own FSDP2 code path (``fully_shard`` per ``_no_split_modules`` unit, sharded
+    checkpoints, a gathered final save). FSDP in a single process is refused with a ``ValueError`` (FSDP1 on CPU is
+    refused by accelerate itself: its plugin raises "no available devices").
+    """
+    if not fsdp_requested(trainer.args):
+        return
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    state = trainer.accelerator.state
+    if state.distributed_type == DistributedType.FSDP:
+        return  # GPUs: accelerate selected it
+    if state.distributed_type == DistributedType.NO:
+        raise ValueError(
+            "FSDP was requested (--fsdp or an accelerate FSDP config) but this is a single process: FSDP shards "
+            "the model across processes; launch several, e.g. `torchrun --nproc_per_node 2 ...` or "
+            "`accelerate launch --config_file configs/accelerate/fsdp.yaml ...`"
+        )
+    if state.distributed_type != DistributedType.MULTI_CPU:
+        raise ValueError(
+            f"FSDP was requested but accelerate set up {state.distributed_type}; refusing to train without it"
+        )
+    plugin_args = trainer.args.fsdp_plugin_args
+    plugin = (
+        FullyShardedDataParallelPlugin(**plugin_args) if plugin_args is not None else FullyShardedDataParallelPlugin()
+    )
+    if state.mixed_precision != "no":
+        plugin.set_mixed_precision(state.mixed_precision)
+    state.distributed_type = DistributedType.FSDP
+    state.fsdp_plugin = plugin
+    # as AcceleratorState's own initialisation ends: the process state gets the same type (every later
+    # `AcceleratorState()` copies it back)
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    trainer.is_fsdp_enabled = True
+    if plugin.activation_checkpointing and trainer.args.activation_checkpointing:
+        raise ValueError(
+            "`fsdp_config['activation_checkpointing']` and the `activation_checkpointing` training argument can't both "
+            "be set to True"
+        )
+    if trainer.args.save_only_model and trainer.args.load_best_model_at_end:
+        raise ValueError("FSDP can't be used with `save_only_model` along with `load_best_model_at_end`.")
+    if trainer.args.save_only_model and "SHARDED_STATE_DICT" in str(plugin.state_dict_type):
+        raise ValueError("save_only_model option is not compatible with FSDP state dict type 'SHARDED_STATE_DICT'")
+
+
+def is_fsdp2_module(model) -> bool:
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return False
+    return isinstance(model, FSDPModule)
+
+
+def unsharded_copy(model, state_dict: dict):
+    """A plain (unsharded) model of ``model``'s own class and config holding ``state_dict`` — the full weights that
+    ``accelerator.get_state_dict`` gathered on the main process — for ``save_pretrained``: built on the meta device,
+    the weights assigned (no copy), ties restored, buffers that are not in the state dict taken from ``model``
+    (FSDP does not shard buffers)."""
+    import copy
+
+    import torch
+    from torch.distributed.fsdp import FSDPModule
+
+    cls = next(base for base in type(model).__bases__ if not issubclass(base, FSDPModule))
+    with torch.device("meta"):
+        plain = cls(model.config)
+    plain.load_state_dict(state_dict, assign=True, strict=False)
+    buffers = dict(model.named_buffers())
+    for name, buffer in list(plain.named_buffers()):
+        if buffer.is_meta:
+            owner, _, leaf = name.rpartition(".")
+            plain.get_submodule(owner).register_buffer(leaf, buffers[name].detach().clone(), persistent=False)
+    plain.tie_weights()
+    missing = [name for name, param in plain.named_parameters() if param.is_meta]
+    if missing:
+        raise ValueError(f"the gathered FSDP state dict lacks {missing[:5]}; cannot save the final model")
+    if getattr(model, "generation_config", None) is not None:
+        plain.generation_config = copy.deepcopy(model.generation_config)
+    return plain
