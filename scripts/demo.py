@@ -33,6 +33,10 @@ NUM_EXAMPLES = 4
 NUM_BEAMS = 5
 
 
+def threads_text(count: int) -> str:
+    return "one thread" if count == 1 else f"{count} threads"
+
+
 def run_folder(extra_args: list[str]) -> Path:
     """``--output_dir`` among the extra arguments, else ``RUN_DIR``."""
     if "--output_dir" in extra_args:
@@ -50,7 +54,7 @@ def train_if_needed(run_dir: Path, extra_args: list[str]) -> dict:
     else:
         steps = int(extra_args[extra_args.index("--max_steps") + 1]) if "--max_steps" in extra_args else DEMO_STEPS
         print(
-            f"Training {RECIPE.relative_to(ROOT)} -> {run_dir} ({steps:,} steps, {DEMO_THREADS} threads) ...",
+            f"Training {RECIPE.relative_to(ROOT)} -> {run_dir} ({steps:,} steps, {threads_text(DEMO_THREADS)}) ...",
             flush=True,
         )
         cmd = [
@@ -92,7 +96,7 @@ def main(argv: list[str]) -> None:
     wall = results.get("demo_wall_seconds")
     print(
         f"\nTrained {train.get('global_steps', '?')} steps ({train.get('train_minutes', 0):.1f} min of training, "
-        f"{results['torch_threads']} threads, {results['parameters'] / 1e6:.2f}M parameters) on "
+        f"{threads_text(results['torch_threads'])}, {results['parameters'] / 1e6:.2f}M parameters) on "
         f"{results['data']['train_pairs']:,} verse pairs"
         + (f"; {wall / 60:.1f} min in all with the test decodes." if wall else ".")
     )
