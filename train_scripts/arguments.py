@@ -189,18 +189,47 @@ _OVERWRITE_HELP = (
 )
 
 
+_SAMPLING_STRATEGIES = ["random", "sequential", "group_by_length", "batch_rebalance", "length_buckets"]
+_SAMPLING_HELP = (
+    "Sampler for training: transformers' 'random' (default), 'sequential', 'group_by_length', 'batch_rebalance', or "
+    "'length_buckets' (hf_seq.samplers.LengthBucketSampler: each epoch, batches of examples of similar length in "
+    "random order, as fairseq and OpenNMT-py batch)."
+)
+
+
+def _check_sampling_strategy(value) -> None:
+    # a recipe value reaches the dataclass as a parser default, which argparse does not check against the choices
+    if value not in _SAMPLING_STRATEGIES:
+        raise ValueError(f"`train_sampling_strategy` must be one of {_SAMPLING_STRATEGIES}, got {value!r}")
+
+
 @dataclass
 class HfSeqTrainingArguments(TrainingArguments):
-    """``TrainingArguments`` plus ``overwrite_output_dir`` (the field of transformers 4's ``TrainingArguments``)."""
+    """``TrainingArguments`` plus ``overwrite_output_dir`` (the field of transformers 4's ``TrainingArguments``) and
+    ``train_sampling_strategy="length_buckets"`` (read by :class:`train_scripts.trainer.HfSeqTrainer`)."""
 
     overwrite_output_dir: bool = field(default=False, metadata={"help": _OVERWRITE_HELP})
+    train_sampling_strategy: str = field(
+        default="random", metadata={"help": _SAMPLING_HELP, "choices": _SAMPLING_STRATEGIES}
+    )
+
+    def __post_init__(self):
+        _check_sampling_strategy(self.train_sampling_strategy)
+        super().__post_init__()
 
 
 @dataclass
 class HfSeqSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
-    """``Seq2SeqTrainingArguments`` plus ``overwrite_output_dir``."""
+    """``Seq2SeqTrainingArguments`` plus ``overwrite_output_dir`` and ``train_sampling_strategy="length_buckets"``."""
 
     overwrite_output_dir: bool = field(default=False, metadata={"help": _OVERWRITE_HELP})
+    train_sampling_strategy: str = field(
+        default="random", metadata={"help": _SAMPLING_HELP, "choices": _SAMPLING_STRATEGIES}
+    )
+
+    def __post_init__(self):
+        _check_sampling_strategy(self.train_sampling_strategy)
+        super().__post_init__()
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,9 @@ error on a full disk, and no step past the end when resumed from the final check
   (:func:`train_scripts.outputs.disk_space_errors`), not ``RuntimeError: [enforce fail at inline_container.cc]``.
 * Resumed from a checkpoint at ``max_steps``, ``Trainer`` (5.24) trains one more step before it checks the end (when
   the checkpoint is mid-epoch); here such a resume trains nothing and goes straight to the end of training.
+* ``train_sampling_strategy="length_buckets"`` (:class:`~train_scripts.arguments.HfSeqTrainingArguments`): training
+  batches from :class:`hf_seq.samplers.LengthBucketSampler` — examples of similar length in each batch, the batches
+  in random order — seeded by ``data_seed`` (else ``seed``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ from pathlib import Path
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from hf_seq.samplers import LengthBucketSampler
 from train_scripts.outputs import CHECKPOINT_STAGING, disk_space_errors, replace_folder
+
+LENGTH_BUCKETS = "length_buckets"  # the train_sampling_strategy added here
 
 
 class HfSeqTrainerMixin:
@@ -83,6 +89,21 @@ class HfSeqTrainerMixin:
             return super()._save(output_dir, state_dict=None)
         finally:
             self.model = model
+
+    def _get_train_sampler(self, train_dataset=None):
+        if self.args.train_sampling_strategy != LENGTH_BUCKETS:
+            return super()._get_train_sampler(train_dataset)
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        names = getattr(self.processing_class, "model_input_names", None) or ["input_ids"]
+        args = self.args
+        return LengthBucketSampler.from_dataset(
+            dataset,
+            self._train_batch_size,
+            seed=args.data_seed if args.data_seed is not None else args.seed,
+            drop_last=args.dataloader_drop_last,
+            length_column_name=args.length_column_name,
+            model_input_name=names[0],
+        )
 
     def _run_epoch(self, *args, **kwargs):
         if self.state.global_step >= self.state.max_steps > 0:  # resumed from the last checkpoint: nothing to train

@@ -1,0 +1,134 @@
+"""Training samplers that ``transformers`` does not ship.
+
+* :class:`LengthBucketSampler` — batches of examples of similar length, in random order: each epoch the whole
+  training set is shuffled, sorted by length (ties stay in random order), cut into batches, and the batches are
+  shuffled (the batching of fairseq and OpenNMT-py). Little padding, as with ``Trainer``'s
+  ``train_sampling_strategy="group_by_length"``, but no order within an epoch: ``LengthGroupedSampler`` sorts
+  mega-batches of 50 batches by decreasing length and yields each in that order, so that every 50 steps the batches
+  sweep from the longest sentences to the shortest. The train scripts select it with
+  ``--train_sampling_strategy length_buckets``; with a plain ``Trainer``, return it from ``_get_train_sampler``::
+
+      class BucketTrainer(Seq2SeqTrainer):
+          def _get_train_sampler(self, train_dataset=None):
+              dataset = train_dataset if train_dataset is not None else self.train_dataset
+              return LengthBucketSampler.from_dataset(dataset, self._train_batch_size, seed=self.args.seed)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch.utils.data import Sampler
+
+__all__ = ["LengthBucketSampler", "example_lengths"]
+
+
+def example_lengths(dataset, length_column_name: str = "length", model_input_name: str = "input_ids") -> list[int]:
+    """One length per example: the ``length_column_name`` column when the dataset has one, else the longer of
+    ``len(example[model_input_name])`` and ``len(example["labels"])`` (labels count only when they are a sequence:
+    the target of a seq2seq pair, the tags of a tagger; a class label does not).
+
+    ``dataset`` is a ``datasets.Dataset`` (columns read at once) or any map-style dataset of dicts."""
+    columns = getattr(dataset, "column_names", None)
+    if columns is not None:
+        if length_column_name in columns:
+            return [int(n) for n in dataset[length_column_name]]
+        if model_input_name not in columns:
+            raise ValueError(
+                f"length buckets need a {length_column_name!r} column or a {model_input_name!r} column to measure "
+                f"the examples; the dataset's columns are {columns}"
+            )
+        lengths = [len(ids) for ids in dataset[model_input_name]]
+        if "labels" in columns:
+            labels = dataset["labels"]
+            if labels and isinstance(labels[0], (list, tuple)):
+                lengths = [max(n, len(target)) for n, target in zip(lengths, labels)]
+        return lengths
+    lengths = []
+    for i in range(len(dataset)):
+        example = dataset[i]
+        if not isinstance(example, dict) or (length_column_name not in example and model_input_name not in example):
+            raise ValueError(
+                f"length buckets need examples that are dicts with a {length_column_name!r} or {model_input_name!r} "
+                f"key; example {i} is {type(example).__name__}"
+                + (f" with keys {sorted(example)}" if isinstance(example, dict) else "")
+            )
+        if length_column_name in example:
+            lengths.append(int(example[length_column_name]))
+            continue
+        n = len(example[model_input_name])
+        labels = example.get("labels")
+        if labels is not None and not isinstance(labels, (int, float)) and getattr(labels, "ndim", 1) > 0:
+            n = max(n, len(labels))
+        lengths.append(n)
+    return lengths
+
+
+class LengthBucketSampler(Sampler[int]):
+    """Indices whose consecutive slices of ``batch_size`` are batches of similar lengths, the batches in random order.
+
+    For epoch ``e`` (:meth:`set_epoch`, which ``Trainer`` calls) the order depends only on ``(seed, e)``: every process
+    of a data-parallel run yields the same stream (the data loader hands out its batches in turn), and a resumed run
+    sees the same batches as an uninterrupted one. The incomplete batch, if any, comes last, so that every other slice
+    is a whole bucket; ``drop_last=True`` leaves it out.
+
+    Args:
+        lengths: one length per example (e.g. ``max(source tokens, target tokens)``; :func:`example_lengths`).
+        batch_size: examples per batch — the batch size of the data loader that reads the sampler.
+        seed: seed of the per-epoch shuffles.
+        drop_last: leave out the incomplete batch.
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, drop_last: bool = False) -> None:
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise ValueError(f"`seed` must be an int, got {seed!r}")
+        if len(lengths) == 0:
+            raise ValueError("`lengths` must not be empty")
+        self.lengths = torch.as_tensor(list(lengths))
+        if self.lengths.dim() != 1 or self.lengths.is_floating_point() or bool((self.lengths < 0).any()):
+            raise ValueError("`lengths` must be a flat sequence of non-negative ints (one per example)")
+        self.lengths = self.lengths.long()
+        self.batch_size = batch_size
+        self.seed = seed
+        self.drop_last = bool(drop_last)
+        self.epoch = 0
+
+    @classmethod
+    def from_dataset(
+        cls,
+        dataset,
+        batch_size: int,
+        seed: int = 0,
+        drop_last: bool = False,
+        length_column_name: str = "length",
+        model_input_name: str = "input_ids",
+    ) -> LengthBucketSampler:
+        """A sampler over ``dataset`` with the lengths of :func:`example_lengths`."""
+        return cls(example_lengths(dataset, length_column_name, model_input_name), batch_size, seed, drop_last)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        n = len(self.lengths)
+        return n - n % self.batch_size if self.drop_last else n
+
+    def batches(self) -> list[torch.Tensor]:
+        """This epoch's batches (tensors of indices), in the order they are yielded."""
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        shuffled = torch.randperm(len(self.lengths), generator=generator)
+        by_length = shuffled[torch.sort(self.lengths[shuffled], stable=True).indices]  # ties in random order
+        batches = list(by_length.split(self.batch_size))
+        last = batches.pop() if len(batches[-1]) < self.batch_size else None
+        order = torch.randperm(len(batches), generator=generator).tolist()
+        batches = [batches[i] for i in order]
+        if last is not None and not self.drop_last:
+            batches.append(last)
+        return batches
+
+    def __iter__(self) -> Iterator[int]:
+        for batch in self.batches():
+            yield from batch.tolist()

@@ -1,0 +1,252 @@
+"""hf_seq.samplers.LengthBucketSampler: every example once per epoch, batches of similar length in random order, the
+order a function of (seed, epoch); ``--train_sampling_strategy length_buckets`` in the train scripts' Trainer, and a
+run resumed mid-epoch from a checkpoint trains on the same batches as an uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import REPO_ROOT
+from datasets import Dataset
+from safetensors.torch import load_file
+from transformers import TrainerCallback
+
+from hf_seq import TransformerConfig, TransformerForConditionalGeneration
+from hf_seq.samplers import LengthBucketSampler, example_lengths
+from train_scripts import train_translation
+from train_scripts.arguments import (
+    HfSeqSeq2SeqTrainingArguments,
+    HfSeqTrainingArguments,
+    RecipeError,
+    parse_args,
+)
+from train_scripts.trainer import HfSeqSeq2SeqTrainer
+
+LENGTHS = [(7 * i) % 61 + 1 for i in range(103)]  # 103 examples, lengths 1..61 in scrambled order
+
+
+def _stream(sampler: LengthBucketSampler, epoch: int) -> list[int]:
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def _batches(stream: list[int], size: int) -> list[list[int]]:
+    return [stream[i : i + size] for i in range(0, len(stream), size)]
+
+
+@pytest.mark.parametrize("epoch", [0, 1, 7])
+def test_every_example_once_per_epoch_in_batches_cut_from_the_length_order(epoch):
+    sampler = LengthBucketSampler(LENGTHS, batch_size=8, seed=3)
+    stream = _stream(sampler, epoch)
+    assert sorted(stream) == list(range(len(LENGTHS))) and len(sampler) == len(LENGTHS)
+    batches = _batches(stream, 8)
+    assert [len(b) for b in batches] == [8] * 12 + [7]  # the incomplete batch comes last
+    # sorted by their shortest example, each batch ends at or below where the next begins: the batches are
+    # consecutive slices of the length order (similar lengths), not a random mix
+    by_start = sorted(batches, key=lambda b: (min(LENGTHS[i] for i in b), max(LENGTHS[i] for i in b)))
+    for a, b in zip(by_start, by_start[1:]):
+        assert max(LENGTHS[i] for i in a) <= min(LENGTHS[i] for i in b)
+    spread = sum(max(LENGTHS[i] for i in b) - min(LENGTHS[i] for i in b) for b in batches)
+    assert spread <= 61  # the slices tile 1..61: random batches of 8 would spread ~45 each
+    # ... and the full batches are not yielded in length order (12 batches: sorted by chance has probability 2/12!)
+    means = [sum(LENGTHS[i] for i in b) / len(b) for b in batches[:-1]]
+    assert means != sorted(means) and means != sorted(means, reverse=True)
+
+
+def test_order_is_a_function_of_seed_and_epoch():
+    a = LengthBucketSampler(LENGTHS, batch_size=8, seed=3)
+    b = LengthBucketSampler(LENGTHS, batch_size=8, seed=3)
+    assert _stream(a, 0) == _stream(b, 0)
+    epoch_1 = _stream(a, 1)
+    assert epoch_1 == _stream(b, 1) != _stream(b, 0)  # a new order each epoch, the same in every process
+    assert list(a) == epoch_1  # iterating again in the same epoch repeats it (what a resumed run relies on)
+    assert _stream(a, 5) == _stream(LengthBucketSampler(LENGTHS, batch_size=8, seed=3), 5)  # no history needed
+    assert _stream(LengthBucketSampler(LENGTHS, batch_size=8, seed=4), 0) != _stream(a, 0)
+    # equal lengths: the order within a bucket is random too (ties are not broken by index)
+    ties = _stream(LengthBucketSampler([5] * 40, batch_size=8, seed=0), 0)
+    assert sorted(ties) == list(range(40)) and ties != list(range(40))
+
+
+def test_drop_last_leaves_out_only_the_incomplete_batch():
+    sampler = LengthBucketSampler(LENGTHS, batch_size=8, seed=0, drop_last=True)
+    stream = list(sampler)
+    assert len(stream) == len(sampler) == 96 and len(set(stream)) == 96
+    assert all(len(b) == 8 for b in _batches(stream, 8))
+    kept_out = set(range(103)) - set(stream)
+    assert len(kept_out) == 7  # ... which is one bucket: the 7 longest after the shuffle-then-stable-sort
+    assert min(LENGTHS[i] for i in kept_out) >= max(LENGTHS[i] for i in stream)
+    assert sorted(list(LengthBucketSampler([3] * 16, batch_size=8, drop_last=True))) == list(range(16))
+
+
+def test_bad_arguments_are_named():
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="batch_size"):
+            LengthBucketSampler(LENGTHS, batch_size=bad)
+    with pytest.raises(ValueError, match="seed"):
+        LengthBucketSampler(LENGTHS, batch_size=4, seed="1")
+    with pytest.raises(ValueError, match="lengths.*empty"):
+        LengthBucketSampler([], batch_size=4)
+    for bad in ([3, -1], [1.5, 2.0], [[1, 2], [3, 4]]):
+        with pytest.raises(ValueError, match="lengths"):
+            LengthBucketSampler(bad, batch_size=4)
+
+
+def test_example_lengths_from_columns_and_the_error_without_them():
+    pairs = Dataset.from_dict({"input_ids": [[1, 2, 3], [1], [1, 2]], "labels": [[1], [1, 2, 3, 4], [1, 2]]})
+    assert example_lengths(pairs) == [3, 4, 2]  # the longer of source and target
+    classes = Dataset.from_dict({"input_ids": [[1, 2, 3], [1]], "labels": [0, 1]})
+    assert example_lengths(classes) == [3, 1]  # a class label is not a sequence
+    given = Dataset.from_dict({"input_ids": [[1, 2, 3], [1]], "length": [9, 8]})
+    assert example_lengths(given) == [9, 8]
+    assert example_lengths([{"input_ids": [1, 2], "labels": torch.tensor([1, 2, 3])}, {"input_ids": [1]}]) == [3, 1]
+    text = Dataset.from_dict({"text": ["a b", "c"], "label": [0, 1]})
+    with pytest.raises(ValueError, match=r"'length' column or a 'input_ids' column.*\['text', 'label'\]"):
+        example_lengths(text)
+    with pytest.raises(ValueError, match=r"'src_ids'.*\['text', 'label'\]"):
+        LengthBucketSampler.from_dataset(text, batch_size=2, model_input_name="src_ids")
+    with pytest.raises(ValueError, match=r"'length' or 'input_ids' key; example 0 is dict with keys \['text'\]"):
+        example_lengths([{"text": "a"}])
+    with pytest.raises(ValueError, match="example 0 is str"):
+        example_lengths(["a b"])
+
+
+def test_sampling_strategy_is_checked_in_the_arguments_and_the_recipe(tmp_path):
+    for arguments in (HfSeqTrainingArguments, HfSeqSeq2SeqTrainingArguments):
+        assert arguments(output_dir=str(tmp_path), train_sampling_strategy="length_buckets").train_sampling_strategy
+        with pytest.raises(ValueError, match=r"`train_sampling_strategy` must be one of \[.*'length_buckets'\]"):
+            arguments(output_dir=str(tmp_path), train_sampling_strategy="buckets")
+    recipe = json.loads((REPO_ROOT / "configs" / "translation_transformer.json").read_text())
+    recipe["train_sampling_strategy"] = "by_length"
+    path = tmp_path / "recipe.json"
+    path.write_text(json.dumps(recipe))
+    with pytest.raises(RecipeError, match="train_sampling_strategy.*by_length"):
+        parse_args(train_translation.TASK, [str(path), "--output_dir", str(tmp_path)])
+    with pytest.raises(SystemExit):  # argparse rejects a bad choice on the command line
+        parse_args(train_translation.TASK, [str(path), "--train_sampling_strategy", "by_length"])
+    *_, args = parse_args(
+        train_translation.TASK,
+        [str(path), "--output_dir", str(tmp_path), "--train_sampling_strategy", "length_buckets"],
+    )
+    assert args.train_sampling_strategy == "length_buckets"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the Trainer: batches come from the sampler, a new order each epoch, and a resumed run continues the same order
+# ---------------------------------------------------------------------------------------------------------------
+def _pairs() -> Dataset:
+    # 24 pairs, source length n = 1..24 (token n + 4 repeated, so that each batch can be told apart), target 25 - n:
+    # the bucket key max(n, 25 - n) pairs n with 25 - n, so a batch of 4 is two such pairs with consecutive keys
+    rows = [{"input_ids": [n + 4] * (n - 1) + [2], "labels": [n + 4] * (24 - n) + [2]} for n in range(1, 25)]
+    return Dataset.from_list(rows)
+
+
+def _pad(rows: list[dict]) -> dict:
+    width = max(len(r["input_ids"]) for r in rows)
+    target = max(len(r["labels"]) for r in rows)
+    return {
+        "input_ids": torch.tensor([r["input_ids"] + [0] * (width - len(r["input_ids"])) for r in rows]),
+        "attention_mask": torch.tensor([[1] * len(r["input_ids"]) + [0] * (width - len(r["input_ids"])) for r in rows]),
+        "labels": torch.tensor([r["labels"] + [-100] * (target - len(r["labels"])) for r in rows]),
+    }
+
+
+class _StopAt(TrainerCallback):
+    """Ends training after step ``step`` (after its checkpoint is written), as a killed run would have."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = True
+
+
+class _RecordingTrainer(HfSeqSeq2SeqTrainer):
+    """Records the source lengths of every training batch, in order (each n identifies one example)."""
+
+    def training_step(self, model, inputs, *args, **kwargs):
+        self.seen.append(inputs["attention_mask"].sum(1).tolist())
+        return super().training_step(model, inputs, *args, **kwargs)
+
+
+def _train(out, resume=None, stop_at=None) -> _RecordingTrainer:
+    config = TransformerConfig(
+        vocab_size=32, d_model=8, encoder_layers=1, decoder_layers=1, attention_heads=2, ffn_dim=16, dropout=0.3
+    )
+    torch.manual_seed(0)
+    model = TransformerForConditionalGeneration(config)
+    settings = {
+        "output_dir": str(out),
+        "per_device_train_batch_size": 4,
+        "max_steps": 16,  # 6 batches per epoch: epochs 0, 1 and four batches of epoch 2
+        "learning_rate": 1e-2,  # linear decay over the 16 steps
+        "use_cpu": True,
+        "report_to": "none",
+        "save_strategy": "steps",
+        "save_steps": 9,  # a checkpoint in the middle of epoch 1
+        "logging_steps": 100,
+        "disable_tqdm": True,
+        "seed": 1,
+        "train_sampling_strategy": "length_buckets",
+    }
+    trainer = _RecordingTrainer(
+        model=model,
+        args=HfSeqSeq2SeqTrainingArguments(**settings),
+        train_dataset=_pairs(),
+        data_collator=_pad,
+        callbacks=[_StopAt(stop_at)] if stop_at else None,
+    )
+    trainer.seen = []
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("uninterrupted")
+    trainer = _train(out)
+    return trainer.seen, load_file(str(out / "checkpoint-16" / "model.safetensors"))
+
+
+def test_trainer_trains_on_length_buckets_in_a_new_order_each_epoch(uninterrupted):
+    seen, _ = uninterrupted
+    assert len(seen) == 16
+    epochs = [seen[:6], seen[6:12]]
+    for batches in epochs:
+        assert sorted(n for batch in batches for n in batch) == list(range(1, 25))
+        for batch in batches:  # one bucket: keys max(n, 25 - n) of two consecutive pairs {n, 25 - n}
+            keys = sorted(max(n, 25 - n) for n in batch)
+            assert keys[0] == keys[1] and keys[2] == keys[3] and keys[2] == keys[0] + 1
+    assert epochs[0] != epochs[1] and seen[12:] != epochs[0][:4] and seen[12:] != epochs[1][:4]
+    # the sampler's own order for seed 1, epochs 0 and 1 (lengths = max(source, target) tokens)
+    sampler = LengthBucketSampler([max(n, 25 - n) for n in range(1, 25)], batch_size=4, seed=1)
+    for epoch, batches in enumerate(epochs):
+        assert [[i + 1 for i in b] for b in _batches(_stream(sampler, epoch), 4)] == batches
+
+
+def test_other_strategies_are_transformers_own(tmp_path):
+    trainer = _RecordingTrainer(
+        model=TransformerForConditionalGeneration(
+            TransformerConfig(vocab_size=32, d_model=8, encoder_layers=1, decoder_layers=1, attention_heads=2)
+        ),
+        args=HfSeqSeq2SeqTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none"),
+        train_dataset=_pairs(),
+        data_collator=_pad,
+    )
+    assert type(trainer._get_train_sampler()).__name__ == "RandomSampler"
+    trainer.args.train_sampling_strategy = "length_buckets"
+    assert isinstance(trainer._get_train_sampler(), LengthBucketSampler)
+
+
+def test_resumed_mid_epoch_continues_the_same_batches_and_ends_with_the_same_weights(uninterrupted, tmp_path):
+    seen, weights = uninterrupted
+    first = _train(tmp_path / "run", stop_at=9)  # stops at the checkpoint in epoch 1 (3 batches in)
+    assert first.seen == seen[:9]
+    resumed = _train(tmp_path / "run", resume=str(tmp_path / "run" / "checkpoint-9"))
+    assert resumed.seen == seen[9:]  # Trainer skips the 3 batches of epoch 1 in the order of epoch 1, not epoch 0
+    final = load_file(str(tmp_path / "run" / "checkpoint-16" / "model.safetensors"))
+    assert final.keys() == weights.keys()
+    for name in weights:  # dropout on: the RNG state is restored too, so the weights are equal
+        assert torch.equal(final[name], weights[name]), name
