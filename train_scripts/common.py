@@ -442,7 +442,7 @@ def load_or_build_model(
     if path:
         config = AutoConfig.from_pretrained(path)
         overrides = override_values(model_args.config_overrides, config) | head_config
-        if config.model_type == "bert":  # transformers' own BERT: converted into hf_seq's
+        if config.model_type == "bert" and task.convert_transformers_bert:  # transformers' BERT: into hf_seq's
             if task.model_head not in _HF_SEQ_BERT_HEADS:
                 raise RecipeError(f"`model_name_or_path` {path} is a transformers BERT; {task.name} cannot use it")
             cls = getattr(hf_seq, _HF_SEQ_BERT_HEADS[task.model_head])
