@@ -20,7 +20,7 @@ from transformers import AutoModelForSequenceClassification, AutoModelForTokenCl
 
 import hf_seq
 from train_scripts import finetune_bert
-from train_scripts.arguments import parse_args
+from train_scripts.arguments import RecipeError, parse_args
 from train_scripts.common import load_or_build_model, tokenizer_for
 
 WORDS = ["the", "a", "film", "plot", "actor", "was", "is", "and", "very", "too", "good", "bad", "dull", "fun", "."]
@@ -128,6 +128,33 @@ def test_the_scripts_conversion_starts_from_the_checkpoint(checkpoint, task, our
     if task == "token-classification":
         logits, expected_logits = logits[keep], expected_logits[keep]
     assert_same_outputs(logits, expected_logits)
+
+
+def test_config_overrides_set_mean_pooling_on_the_converted_model(checkpoint):
+    """``--config_overrides classifier_pooling=mean`` reaches the converted model (a field of hf_seq's config, not of
+    the checkpoint's), whose logits are the classifier on tanh(pooler.dense(mean of transformers' last hidden states
+    over the real tokens)); transformers' own model has no such field, so the reference switch refuses it."""
+    argv = ["--model_name_or_path", str(checkpoint), "--dataset_name", "hf_seq/sentiment", "--output_dir", "unused"]
+    model_args, data_args, _, _ = parse_args(
+        finetune_bert.TASK, [*argv, "--config_overrides", "classifier_pooling=mean"]
+    )
+    tokenizer = tokenizer_for(model_args, lambda: pytest.fail("the checkpoint's tokenizer must be used"), 32)
+    model = load_or_build_model(finetune_bert.TASK, model_args, data_args, tokenizer, {}, num_labels=2).eval()
+    assert type(model) is hf_seq.BertForSequenceClassification and model.config.classifier_pooling == "mean"
+
+    encoder = transformers.BertModel.from_pretrained(checkpoint).eval()
+    batch = tokenizer(["the film was unbelievable", "a dull overlong plot and a very unfunny actor ."], padding=True)
+    batch = {k: torch.tensor(v) for k, v in batch.items()}
+    assert (batch["attention_mask"] == 0).any()  # padded
+    with torch.no_grad():
+        states = encoder(**batch).last_hidden_state  # (B, T, H)
+        means = torch.stack([row[mask.bool()].mean(0) for row, mask in zip(states, batch["attention_mask"])])
+        expected = model.classifier(torch.tanh(encoder.pooler.dense(means)))
+        assert_same_outputs(model(**batch).logits, expected)
+
+    task = dataclasses.replace(finetune_bert.TASK, convert_transformers_bert=False)
+    with pytest.raises(RecipeError, match="`config_overrides`: bert has no field `classifier_pooling`"):
+        load_or_build_model(task, model_args, data_args, tokenizer, {}, num_labels=2)
 
 
 def test_finetune_from_a_checkpoint_folder_sentiment(tmp_path, checkpoint):
