@@ -4,7 +4,7 @@ VENV    ?= .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test test-all data bench bench-gpu lint venv clean-venv
+.PHONY: demo test test-all data pretrained bench bench-gpu lint venv clean-venv
 
 venv: $(STAMP)
 
@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml
 
 data: $(STAMP)
 	PYTHON=$(VPY) bash scripts/fetch_data.sh
+
+# Pretrained transformers checkpoints for finetune_bert.py (all-MiniLM-L6-v2 into data/pretrained/; idempotent)
+pretrained: $(STAMP)
+	PYTHON=$(VPY) bash scripts/fetch_pretrained.sh
 
 demo: $(STAMP) data
 	$(VPY) scripts/demo.py $(DEMO_ARGS)

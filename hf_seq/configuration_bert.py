@@ -16,6 +16,8 @@ from .validation import (
     check_token_id_fields,
 )
 
+CLASSIFIER_POOLINGS = ("cls", "mean")
+
 
 class HfSeqBertConfig(PretrainedConfig):
     r"""Configuration of the hf_seq BERT models (``BertModel``, ``BertForPreTraining``, ``BertForMaskedLM``,
@@ -40,6 +42,12 @@ class HfSeqBertConfig(PretrainedConfig):
         initializer_range: std of the normal initialisation of all weight matrices.
         pad_token_id: id of [PAD] (its word embedding row starts at zero).
         classifier_dropout: dropout before the classification heads (None: ``hidden_dropout_prob``).
+        classifier_pooling: the vector :class:`~.modeling_bert.BertForSequenceClassification` classifies, as in
+            ``transformers``' ModernBERT: "cls" (default, BERT's own: the ``[CLS]`` state) or "mean" (the mean of the
+            last hidden states over the real tokens of ``attention_mask``). Either goes through the pooler
+            (dense + tanh), dropout and the classifier. "mean" suits checkpoints trained as sentence encoders with
+            mean pooling (sentence-transformers models such as all-MiniLM-L6-v2), whose ``[CLS]`` state was not
+            trained to summarise the sentence.
         sparse_prediction: when masked-LM ``labels`` are given, compute the vocabulary logits only at the labelled
             positions (as ``transformers``' ModernBERT does): ``logits`` is then ``(num_labelled, vocab_size)``
             instead of ``(B, T, vocab_size)``. Saves most of the decoder's compute during pretraining; default False
@@ -66,6 +74,7 @@ class HfSeqBertConfig(PretrainedConfig):
         initializer_range: float = 0.02,
         pad_token_id: int | None = 0,
         classifier_dropout: float | None = None,
+        classifier_pooling: str = "cls",
         sparse_prediction: bool = False,
         tie_word_embeddings: bool = True,
         **kwargs,
@@ -84,6 +93,7 @@ class HfSeqBertConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.pad_token_id = pad_token_id
         self.classifier_dropout = classifier_dropout
+        self.classifier_pooling = classifier_pooling
         self.sparse_prediction = sparse_prediction
         self.tie_word_embeddings = tie_word_embeddings
         self._validate_bert_fields()  # before transformers' own checks, which would trip over e.g. vocab_size="20"
@@ -119,6 +129,7 @@ class HfSeqBertConfig(PretrainedConfig):
         check_probability("attention_probs_dropout_prob", self.attention_probs_dropout_prob)
         if self.classifier_dropout is not None:
             check_probability("classifier_dropout", self.classifier_dropout)
+        check_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLINGS)
         check_positive_float("layer_norm_eps", self.layer_norm_eps)
         check_positive_float("initializer_range", self.initializer_range)
         check_token_id("pad_token_id", self.pad_token_id, self.vocab_size)

@@ -2,7 +2,8 @@
 
 ``[CLS] A [SEP] B [SEP]`` → token + position + segment embeddings → LayerNorm → N post-LN
 :class:`~.blocks.TransformerEncoderBlock` (the one attention core of :mod:`.attention`) → per-token states and a
-``tanh`` pooler on ``[CLS]``. Heads: masked-LM (decoder tied to the word embeddings) + next-sentence prediction
+``tanh`` pooler on ``[CLS]`` (sequence classification can pool the mean of the tokens instead,
+``classifier_pooling="mean"``). Heads: masked-LM (decoder tied to the word embeddings) + next-sentence prediction
 (pretraining, loss = sum of both cross-entropies), masked-LM only, sequence classification, token classification.
 
 Every class has :meth:`BertPreTrainedModel.from_transformers_bert`, which loads a ``transformers`` BERT checkpoint
@@ -144,7 +145,23 @@ class BertPooler(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(hidden_states[:, 0]))  # (B, H)
+        return self.transform(hidden_states[:, 0])  # (B, H)
+
+    def transform(self, vectors: torch.Tensor) -> torch.Tensor:
+        """``tanh(W v + b)`` of one vector per sequence ``(B, H)``: the pooler applied to any summary vector."""
+        return torch.tanh(self.dense(vectors))  # (B, H)
+
+
+def masked_mean(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean of ``hidden_states`` ``(B, T, H)`` over the positions where ``attention_mask`` ``(B, T)`` is 1 → ``(B, H)``.
+
+    The mean pooling of sentence-transformers and of ``transformers``' ModernBERT ``classifier_pooling="mean"``.
+    No mask: the mean over all ``T`` positions. (A row without any token gives zeros; the model rejects it first.)
+    """
+    if attention_mask is None:
+        return hidden_states.mean(dim=1)
+    weights = attention_mask.to(hidden_states.dtype).unsqueeze(-1)  # (B, T, 1)
+    return (hidden_states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)  # (B, H)
 
 
 class BertPredictionHeadTransform(nn.Module):
@@ -642,7 +659,12 @@ class BertForMaskedLM(BertPreTrainedModel):
 
 
 class BertForSequenceClassification(BertPreTrainedModel):
-    """BERT with dropout + a linear classifier on the pooled ``[CLS]`` vector."""
+    """BERT with dropout + a linear classifier on the pooled sentence vector.
+
+    ``config.classifier_pooling`` chooses the vector the pooler (dense + tanh) reads, as ModernBERT's does before its
+    head: "cls" (BERT's own, the ``[CLS]`` state) or "mean" (:func:`masked_mean` of the last hidden states over the
+    real tokens). The weights are the same in both modes, so a checkpoint loads into either.
+    """
 
     def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__(config)
@@ -666,6 +688,13 @@ class BertForSequenceClassification(BertPreTrainedModel):
         output_hidden_states: bool | None = None,
     ) -> SequenceClassifierOutput | tuple:
         """``labels`` ``(B,)`` class ids (or floats for regression / multi-label) → ``loss``; ``logits`` ``(B, C)``."""
+        mean_pooling = self.config.classifier_pooling == "mean"
+        if mean_pooling and attention_mask is not None and eager_cpu(attention_mask):
+            if not bool(attention_mask.any(dim=-1).all()):
+                raise ValueError(
+                    "`attention_mask` has a row without any token; classifier_pooling='mean' averages over the "
+                    "tokens of each row, so every row needs at least one."
+                )
         outputs = self.bert(
             input_ids,
             attention_mask=attention_mask,
@@ -676,7 +705,11 @@ class BertForSequenceClassification(BertPreTrainedModel):
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
-        logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, C)
+        if mean_pooling:
+            pooled = self.bert.pooler.transform(masked_mean(outputs.last_hidden_state, attention_mask))  # (B, H)
+        else:
+            pooled = outputs.pooler_output  # (B, H) the [CLS] state through the pooler
+        logits = self.classifier(self.dropout(pooled))  # (B, C)
         loss = (
             sequence_classification_loss(logits, labels, self.num_labels, self.config.problem_type)
             if labels is not None

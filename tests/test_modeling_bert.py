@@ -390,6 +390,8 @@ def test_bad_inputs_raise_value_errors_naming_the_argument():
         ("pad_token_id", 500),
         ("layer_norm_eps", -1.0),
         ("sparse_prediction", "yes"),
+        ("classifier_pooling", "max"),
+        ("classifier_pooling", None),
     ],
 )
 def test_config_validation_names_the_field(field, value):
@@ -415,6 +417,63 @@ def test_trains_one_step_and_loss_decreases():
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
 
 
+def test_classifier_pooling_names_the_allowed_values():
+    with pytest.raises(ValueError, match=r"`classifier_pooling` must be one of \['cls', 'mean'\], got 'CLS'"):
+        tiny_config(classifier_pooling="CLS")
+    config = tiny_config()
+    config.classifier_pooling = "first"  # set after construction: caught by the check the model runs on load
+    with pytest.raises(ValueError, match="classifier_pooling"):
+        config.validate_bert_config()
+
+
+def test_mean_pooling_classifier_equals_the_mean_computed_by_hand_on_transformers_bert(tmp_path):
+    """classifier_pooling="mean": the logits are classifier(tanh(pooler.dense(mean of the last hidden states over the
+    real tokens))), computed here row by row from transformers' own BertModel with the same weights."""
+    torch.manual_seed(0)
+    ref = transformers.BertForSequenceClassification(hf_config()).eval()
+    ref.save_pretrained(tmp_path)
+    ours = BertForSequenceClassification.from_transformers_bert(str(tmp_path), classifier_pooling="mean")
+    assert ours.config.classifier_pooling == "mean"
+    batch = padded_batch()
+    with torch.no_grad():
+        states = ref.bert(**batch).last_hidden_state  # (B, T, H)
+        lengths = batch["attention_mask"].sum(-1).tolist()
+        assert len(set(lengths)) == 3  # three different lengths
+        means = torch.stack([states[row, :n].sum(0) / n for row, n in enumerate(lengths)])  # right padding
+        expected = ref.classifier(torch.tanh(ref.bert.pooler.dense(means)))
+        got = ours(**batch).logits
+        cls_logits = ref(**batch).logits
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    assert (got - cls_logits).abs().max() > 1e-2  # the [CLS] head computes something else on this batch
+
+
+def test_mean_pooling_without_a_mask_averages_every_position_and_rejects_rows_without_tokens():
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(tiny_config(classifier_pooling="mean")).eval()
+    ids = padded_batch()["input_ids"]
+    with torch.no_grad():
+        unmasked = model(input_ids=ids).logits
+        all_ones = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+    torch.testing.assert_close(unmasked, all_ones)
+    mask = torch.ones_like(ids)
+    mask[1] = 0
+    with pytest.raises(ValueError, match="`attention_mask` has a row without any token.*classifier_pooling"):
+        model(input_ids=ids, attention_mask=mask)
+
+
+def test_classifier_pooling_keeps_the_weights_and_survives_save_and_reload(tmp_path):
+    """The two modes have the same parameters (a checkpoint loads into either); the saved config keeps the mode."""
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(tiny_config(classifier_pooling="mean")).eval()
+    assert model.state_dict().keys() == BertForSequenceClassification(tiny_config()).state_dict().keys()
+    model.save_pretrained(tmp_path)
+    reloaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    assert reloaded.config.classifier_pooling == "mean"
+    batch = padded_batch()
+    with torch.no_grad():
+        assert_same_outputs(reloaded(**batch).logits, model(**batch).logits)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # compiler stack, quantization, the accelerator path
 # ---------------------------------------------------------------------------------------------------------------
@@ -434,24 +493,30 @@ def with_labels(head: type, batch: dict) -> dict:
     return {**batch, **extra}
 
 
-@pytest.mark.parametrize("head", HEADS, ids=lambda h: h.__name__)
-def test_fullgraph_compiled_training_step_equals_eager(head):
+# every head, and the sequence classifier with classifier_pooling="mean" too
+COMPILED = [pytest.param(head, {}, id=head.__name__) for head in HEADS] + [
+    pytest.param(BertForSequenceClassification, {"classifier_pooling": "mean"}, id="BertForSequenceClassification-mean")
+]
+
+
+@pytest.mark.parametrize("head,extra", COMPILED)
+def test_fullgraph_compiled_training_step_equals_eager(head, extra):
     """No graph break in a training forward with labels (fullgraph=True); the compiled loss and gradients equal the
     eager ones. The masked-LM head runs through inductor, the others through aot_eager (inductor is slow to build)."""
     from compile_checks import assert_compiled_training_step_equals_eager
 
     torch.manual_seed(0)
-    model = head(tiny_config(num_hidden_layers=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    model = head(tiny_config(num_hidden_layers=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **extra))
     backend = "inductor" if head is BertForMaskedLM else "aot_eager"
     assert_compiled_training_step_equals_eager(model, with_labels(head, padded_batch()), backend=backend)
 
 
-@pytest.mark.parametrize("head", HEADS, ids=lambda h: h.__name__)
-def test_inference_forward_compiles_exports_and_runs_in_onnxruntime(head, tmp_path):
+@pytest.mark.parametrize("head,extra", COMPILED)
+def test_inference_forward_compiles_exports_and_runs_in_onnxruntime(head, extra, tmp_path):
     from compile_checks import assert_export_and_onnx_match, assert_inference_compiles_without_graph_breaks
 
     torch.manual_seed(0)
-    model = head(tiny_config(num_hidden_layers=1))
+    model = head(tiny_config(num_hidden_layers=1, **extra))
     assert_inference_compiles_without_graph_breaks(model, padded_batch())
     assert_export_and_onnx_match(model, padded_batch(), tmp_path)
 
@@ -493,6 +558,24 @@ def test_accelerator_path_reads_no_value_on_the_host_and_equals_the_cpu_path():
     torch.testing.assert_close(loss, cpu_loss)
     for name in cpu_grads:
         torch.testing.assert_close(grads[name], cpu_grads[name], msg=name)
+
+
+def test_mean_pooling_reads_no_value_on_the_host_on_the_accelerator_path():
+    """The row check of classifier_pooling="mean" runs on eager CPU only; the accelerator path computes the same
+    loss without reading a value on the host."""
+    from compile_checks import HostReads, accelerator_path
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(
+        tiny_config(classifier_pooling="mean", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    ).train()
+    batch = with_labels(BertForSequenceClassification, padded_batch())
+    cpu_loss = model(**batch).loss
+    with accelerator_path(), HostReads() as reads:
+        loss = model(**batch).loss
+        loss.backward()
+    assert not reads.host_reads, reads.host_reads
+    torch.testing.assert_close(loss, cpu_loss)
 
 
 # ---------------------------------------------------------------------------------------------------------------

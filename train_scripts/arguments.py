@@ -248,6 +248,7 @@ class Task:
     # (e.g. a one-hot LM: embedding_size = vocab_size; a flattening classifier: max_seq_length)
     derived_config: Callable[[dict, int, DataArguments], dict] | None = None
     model_head: str | None = None  # the Auto class the model is built with, e.g. "AutoModelForSequenceClassification"
+    convert_transformers_bert: bool = True  # a transformers BERT checkpoint becomes hf_seq's BERT (False: kept as is)
 
 
 # ---------------------------------------------------------------------------------------------------------------

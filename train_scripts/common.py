@@ -574,7 +574,8 @@ def load_or_build_model(
     task: Task, model_args: ModelArguments, data_args: DataArguments, tokenizer, new_config: dict, **head_config
 ):
     """The model of ``task.model_head``: from ``model_name_or_path`` (an hf_seq folder, or a ``transformers`` BERT
-    checkpoint converted with ``from_transformers_bert``; ``config_overrides`` and ``head_config`` — labels — applied)
+    checkpoint converted with ``from_transformers_bert``; ``config_overrides`` — fields of the hf_seq config when
+    converting — and ``head_config`` — labels — applied)
     or new from ``model_type`` + ``model_config`` + ``new_config`` (values from the tokenizer and data) +
     ``head_config``. Checks that the tokenizer's ids fit the embedding."""
     import transformers
@@ -586,8 +587,11 @@ def load_or_build_model(
     path = model_args.model_name_or_path
     if path:
         config = AutoConfig.from_pretrained(path)
-        overrides = override_values(model_args.config_overrides, config) | head_config
-        if config.model_type == "bert":  # transformers' own BERT: converted into hf_seq's
+        converting = config.model_type == "bert" and task.convert_transformers_bert
+        # converted, the overrides are fields of the hf_seq config the checkpoint becomes (e.g. classifier_pooling)
+        typed_by = hf_seq.HfSeqBertConfig() if converting else config
+        overrides = override_values(model_args.config_overrides, typed_by) | head_config
+        if converting:  # transformers' BERT: into hf_seq's
             if task.model_head not in _HF_SEQ_BERT_HEADS:
                 raise RecipeError(f"`model_name_or_path` {path} is a transformers BERT; {task.name} cannot use it")
             cls = getattr(hf_seq, _HF_SEQ_BERT_HEADS[task.model_head])

@@ -4,14 +4,16 @@
     python train_scripts/finetune_bert.py configs/bert_finetune_sentiment.json --model_name_or_path "" \\
         --tokenizer_name runs/bert-pretrain-brown --output_dir runs/bert-sentiment-scratch   # no pretraining
     python train_scripts/finetune_bert.py configs/bert_finetune_pos.json --model_name_or_path bert-base-uncased-folder
+    python train_scripts/finetune_bert.py configs/bert_minilm_sentiment.json   # after `make pretrained`
     hf-seq-train finetune_bert configs/bert_finetune_pos.json
 
 ``--task text-classification`` is :mod:`train_scripts.train_classifier` and ``--task token-classification``
 :mod:`train_scripts.train_tagger` with BERT defaults: the same data flags (``--dataset_name`` or files, column names),
 ``model_type`` ``hf_seq_bert``, a WordPiece tokenizer, no word dropout. ``--model_name_or_path`` is a folder saved by
 ``pretrain_bert.py`` (any hf_seq BERT head: the encoder is loaded, the task head is new and reported) or a
-``transformers`` BERT checkpoint folder (converted with ``from_transformers_bert``), or empty for a randomly
-initialised model of ``model_config``'s size. The tokenizer comes from ``--tokenizer_name`` (default: the model
+``transformers`` BERT checkpoint folder (converted with ``from_transformers_bert``; ``--convert_transformers_bert
+false`` trains transformers' own model instead, as a reference), or empty for a randomly initialised model of
+``model_config``'s size. The tokenizer comes from ``--tokenizer_name`` (default: the model
 folder's); with neither, a WordPiece tokenizer is trained on the training split. The best validation checkpoint is
 evaluated on the test split; ``results.json`` and a model card are written beside the model.
 """
@@ -39,6 +41,14 @@ class FinetuneArguments(BudgetArguments):
 
     task: str = field(default="text-classification", metadata={"help": f"one of {list(HEADS)}"})
     word_dropout: float = field(default=0.0, metadata={"help": "alpha of frequency-based word dropout (0 = off)"})
+    convert_transformers_bert: bool = field(
+        default=True,
+        metadata={
+            "help": "convert a transformers BERT checkpoint (`model_name_or_path`) into hf_seq's BERT; false trains "
+            "transformers' own BertForSequenceClassification / BertForTokenClassification instead (the reference to "
+            "compare with: same data, tokenizer and recipe)"
+        },
+    )
 
     def __post_init__(self):
         if self.task not in HEADS:
@@ -65,7 +75,9 @@ TASK = Task(
 def main(argv: list[str] | None = None) -> dict:
     use_cpu_processes_without_gpu()
     model_args, data_args, args, training_args = parse_args(TASK, argv)
-    task = dataclasses.replace(TASK, model_head=HEADS[args.task])
+    task = dataclasses.replace(
+        TASK, model_head=HEADS[args.task], convert_transformers_bert=args.convert_transformers_bert
+    )
     budget = {"max_train_minutes": args.max_train_minutes, "max_train_cpu_minutes": args.max_train_cpu_minutes}
     command = training_command(__file__, argv)
     if args.task == "text-classification":
