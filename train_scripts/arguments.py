@@ -204,9 +204,10 @@ def _check_sampling_strategy(value) -> None:
 
 
 @dataclass
-class HfSeqTrainingArguments(TrainingArguments):
-    """``TrainingArguments`` plus ``overwrite_output_dir`` (the field of transformers 4's ``TrainingArguments``) and
-    ``train_sampling_strategy="length_buckets"`` (read by :class:`train_scripts.trainer.HfSeqTrainer`)."""
+class _HfSeqTrainingFields:
+    """The fields both argument classes add to transformers': ``overwrite_output_dir`` (the field of transformers 4's
+    ``TrainingArguments``) and ``train_sampling_strategy="length_buckets"`` (read by
+    :class:`train_scripts.trainer.HfSeqTrainer`)."""
 
     overwrite_output_dir: bool = field(default=False, metadata={"help": _OVERWRITE_HELP})
     train_sampling_strategy: str = field(
@@ -219,17 +220,13 @@ class HfSeqTrainingArguments(TrainingArguments):
 
 
 @dataclass
-class HfSeqSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
-    """``Seq2SeqTrainingArguments`` plus ``overwrite_output_dir`` and ``train_sampling_strategy="length_buckets"``."""
+class HfSeqTrainingArguments(_HfSeqTrainingFields, TrainingArguments):
+    """``TrainingArguments`` plus ``overwrite_output_dir`` and ``train_sampling_strategy``."""
 
-    overwrite_output_dir: bool = field(default=False, metadata={"help": _OVERWRITE_HELP})
-    train_sampling_strategy: str = field(
-        default="random", metadata={"help": _SAMPLING_HELP, "choices": _SAMPLING_STRATEGIES}
-    )
 
-    def __post_init__(self):
-        _check_sampling_strategy(self.train_sampling_strategy)
-        super().__post_init__()
+@dataclass
+class HfSeqSeq2SeqTrainingArguments(_HfSeqTrainingFields, Seq2SeqTrainingArguments):
+    """``Seq2SeqTrainingArguments`` plus ``overwrite_output_dir`` and ``train_sampling_strategy``."""
 
 
 @dataclass(frozen=True)
