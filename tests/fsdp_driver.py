@@ -29,9 +29,10 @@ from transformers import TrainerCallback, TrainingArguments
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hf_seq.train_scripts.common import run_training, save_run  # noqa: E402
+from hf_seq.train_scripts.trainer import HfSeqTrainer  # noqa: E402
+
 import hf_seq  # noqa: E402
-from train_scripts.common import run_training, save_run  # noqa: E402
-from train_scripts.trainer import HfSeqTrainer  # noqa: E402
 
 FAMILIES = ("bert_mlm", "transformer", "rnn_lm")
 VOCAB, ROWS, STEPS, GLOBAL_BATCH = 40, 16, 4, 4

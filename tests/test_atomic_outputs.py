@@ -1,4 +1,4 @@
-"""Whole-folder atomic outputs (:mod:`train_scripts.outputs`): a run's final folder is the previous run's or the new
+"""Whole-folder atomic outputs (:mod:`hf_seq.train_scripts.outputs`): a run's final folder is the previous run's or the new
 one, never a mix, whatever moment the process is killed at; nothing else the folder held is lost.
 
 The kill-point sweep saves run B (``save_run``: model, tokenizer, ``trainer_state.json``, ``results.json``, model
@@ -42,7 +42,7 @@ def test_every_kill_point_of_the_final_save_leaves_one_runs_folder(tmp_path):
 
 def test_an_evaluation_adds_its_results_beside_the_model(tmp_path):
     """``save_model=False`` (pretrain_bert's ``--eval_only``): the folder keeps its model; only the results change."""
-    from train_scripts import outputs
+    from hf_seq.train_scripts import outputs
 
     out = tmp_path / "model"
     with outputs.staged_output(out) as folder:
@@ -57,7 +57,7 @@ def test_an_evaluation_adds_its_results_beside_the_model(tmp_path):
 
 
 def test_output_dir_may_not_hold_the_working_directory(tmp_path, monkeypatch):
-    from train_scripts import outputs
+    from hf_seq.train_scripts import outputs
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="current directory"):
@@ -76,11 +76,11 @@ TEXTS = {
 
 def _save(run: str, out: Path) -> None:
     import torch
+    from hf_seq.train_scripts import common
     from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments
 
     import hf_seq
     from hf_seq.tokenization import build_word_level_tokenizer
-    from train_scripts import common
 
     tokenizer = build_word_level_tokenizer(TEXTS[run])
     torch.manual_seed(0 if run == "A" else 1)
@@ -100,7 +100,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 def _comparable(files: dict[str, bytes]) -> dict[str, bytes]:
     """The run list without the ids of the save (new at each save); every other file byte for byte."""
-    from train_scripts.outputs import RUN_FILES
+    from hf_seq.train_scripts.outputs import RUN_FILES
 
     out = dict(files)
     if RUN_FILES in out:
@@ -121,11 +121,11 @@ def _restore(snapshot: dict[str, bytes], folder: Path) -> None:
 
 def _kill_at(k: int, mode: str) -> None:
     """In the child: SIGKILL before the k-th step of the save (a part written, a rename, the swap, a removal)."""
+    from hf_seq.train_scripts import common, outputs
     from transformers import Trainer
     from transformers.trainer_callback import TrainerState
 
     import hf_seq.model_card
-    from train_scripts import common, outputs
 
     count = [0]
 
@@ -151,8 +151,7 @@ def _kill_at(k: int, mode: str) -> None:
 
 def _sweep(root: Path) -> dict[str, list[str]]:
     import torch
-
-    from train_scripts import outputs
+    from hf_seq.train_scripts import outputs
 
     torch.set_num_threads(1)
     out = root / "run"

@@ -85,7 +85,7 @@ def test_two_processes_log_the_same_losses_as_one_process_on_the_same_global_bat
     ]
     ddp = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
-    from train_scripts import train_classifier  # the single-process reference runs here meanwhile
+    from hf_seq.train_scripts import train_classifier  # the single-process reference runs here meanwhile
 
     train_classifier.main([*COMMON, "--output_dir", str(single_dir), "--per_device_train_batch_size", "8"])
     log, _ = ddp.communicate(timeout=600)

@@ -15,13 +15,13 @@ import pytest
 import torch
 import transformers
 from conftest import assert_same_outputs
+from hf_seq.train_scripts import finetune_bert
+from hf_seq.train_scripts.arguments import RecipeError, parse_args
+from hf_seq.train_scripts.common import load_or_build_model, tokenizer_for
 from own_data import FAST, flags, write_splits
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
 
 import hf_seq
-from train_scripts import finetune_bert
-from train_scripts.arguments import RecipeError, parse_args
-from train_scripts.common import load_or_build_model, tokenizer_for
 
 WORDS = ["the", "a", "film", "plot", "actor", "was", "is", "and", "very", "too", "good", "bad", "dull", "fun", "."]
 PIECES = ["un", "##believ", "##able", "##watch", "##funny", "over", "##long", "##rated", "##ly"]

@@ -10,10 +10,7 @@ from pathlib import Path
 
 import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
-from own_data import write_table
-
-from hf_seq import data as D
-from train_scripts import (
+from hf_seq.train_scripts import (
     finetune_bert,
     pretrain_bert,
     train_classifier,
@@ -22,7 +19,10 @@ from train_scripts import (
     train_translation,
     train_word_vectors,
 )
-from train_scripts.arguments import RecipeError, describe_type, parse_args, value_matches
+from hf_seq.train_scripts.arguments import RecipeError, describe_type, parse_args, value_matches
+from own_data import write_table
+
+from hf_seq import data as D
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = [{"text": f"review number {i}", "label": "pos" if i % 3 else "neg"} for i in range(20)]
@@ -300,12 +300,12 @@ def test_command_line_is_checked_like_the_recipe(tmp_path):
 
 def test_a_wrong_recipe_stops_before_any_data_is_read(tmp_path, monkeypatch):
     """The reported failure: a list-valued key given a number used to fail only after training."""
-    import train_scripts.common
+    import hf_seq.train_scripts.common
 
     def no_data(*args, **kwargs):
         raise AssertionError("data was read before the recipe was checked")
 
-    monkeypatch.setattr(train_scripts.common, "load_data", no_data)
+    monkeypatch.setattr(hf_seq.train_scripts.common, "load_data", no_data)
     out = tmp_path / "run"
     path = write_recipe(
         tmp_path, {"dataset_name": "hf_seq/shakespeare", "sample_temperatures": 1.0, "output_dir": str(out)}

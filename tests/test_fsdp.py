@@ -213,8 +213,8 @@ def test_fsdp_in_one_process_is_refused_not_ignored(tmp_path):
 
 def test_a_recipe_turns_fsdp_on_with_true(tmp_path):
     """``fsdp`` is annotated ``str | None`` in TrainingArguments but takes ``true`` (as the bare ``--fsdp`` flag)."""
-    from train_scripts import train_lm
-    from train_scripts.arguments import parse_args
+    from hf_seq.train_scripts import train_lm
+    from hf_seq.train_scripts.arguments import parse_args
 
     recipe = tmp_path / "fsdp.json"
     config = {"version": 2, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "state_dict_type": "SHARDED_STATE_DICT"}

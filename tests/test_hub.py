@@ -393,7 +393,7 @@ def test_model_card_has_metadata_architecture_data_metrics_command_and_use():
 def test_train_scripts_write_a_model_card_beside_the_model(tmp_path):
     from pathlib import Path
 
-    from train_scripts import train_classifier, train_tagger
+    from hf_seq.train_scripts import train_classifier, train_tagger
 
     root = Path(__file__).resolve().parents[1]
 

@@ -15,12 +15,12 @@ import tomllib
 import torch
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 from datasets import Sequence as SequenceFeature
+from hf_seq.train_scripts import cli, finetune_bert, train_classifier, train_tagger
 from own_data import FAST, flags, reviews, tagged, write_splits, write_table
 from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
 
 from hf_seq.data import DataError
-from train_scripts import cli, finetune_bert, train_classifier, train_tagger
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RNN = ["--model_config", '{"hidden_size": 8, "embedding_size": 8}', "--per_device_train_batch_size", "8"]
@@ -227,14 +227,25 @@ def test_finetune_bert_converts_a_transformers_checkpoint_for_both_tasks(tmp_pat
 
 def test_hf_seq_train_entry_point(tmp_path, capsys):
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert pyproject["project"]["scripts"]["hf-seq-train"] == "train_scripts.cli:main"
-    assert "train_scripts" in pyproject["tool"]["setuptools"]["packages"]  # installed by `pip install .`
+    assert pyproject["project"]["scripts"]["hf-seq-train"] == "hf_seq.train_scripts.cli:main"
+    # installed by `pip install .` under the hf_seq namespace, from the clone's train_scripts/ folder
+    assert pyproject["tool"]["setuptools"]["package-dir"]["hf_seq.train_scripts"] == "train_scripts"
+    assert "train_scripts" not in pyproject["tool"]["setuptools"]["packages"]
     assert cli.main(["--help"]) == 0 and "classifier, tagger, lm, translation" in capsys.readouterr().out
     assert cli.main(["no_such_task"]) == 2 and "unknown task 'no_such_task'" in capsys.readouterr().err
     files = review_files(tmp_path / "data", ".jsonl")
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "train_scripts", "classifier", *flags(files), *REVIEW_COLUMNS, *TINY_RNN, *FAST]
+    command = [
+        sys.executable,
+        "-m",
+        "hf_seq.train_scripts",
+        "classifier",
+        *flags(files),
+        *REVIEW_COLUMNS,
+        *TINY_RNN,
+        *FAST,
+    ]
     run = subprocess.run([*command, "--output_dir", str(out)], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
@@ -243,10 +254,10 @@ def test_hf_seq_train_entry_point(tmp_path, capsys):
 
 
 def test_pretrain_bert_continues_a_transformers_checkpoint(tmp_path, transformers_bert):
+    from hf_seq.train_scripts import pretrain_bert
     from own_data import documents
 
     from hf_seq.modeling_bert import convert_transformers_bert_state_dict
-    from train_scripts import pretrain_bert
 
     folder, source = transformers_bert
     corpus = tmp_path / "corpus.txt"

@@ -7,11 +7,11 @@ import json
 
 import pytest
 from datasets import Dataset, DatasetDict, Features, Translation, Value
+from hf_seq.train_scripts import pretrain_bert, train_lm, train_translation, train_word_vectors
 from own_data import FAST, POEM, documents, flags, number_pairs, write_splits, write_table
 from transformers import AutoModelForPreTraining, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_seq.data import DataError, load_data
-from train_scripts import pretrain_bert, train_lm, train_translation, train_word_vectors
 
 TINY_LM = [
     "--model_config",

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hf_seq.train_scripts import common, train_classifier
 from safetensors.torch import load_file
-
-from train_scripts import common, train_classifier
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,19 +10,19 @@ import pytest
 import torch
 from conftest import REPO_ROOT
 from datasets import Dataset
-from safetensors.torch import load_file
-from transformers import TrainerCallback
-
-from hf_seq import TransformerConfig, TransformerForConditionalGeneration
-from hf_seq.samplers import LengthBucketSampler, example_lengths
-from train_scripts import train_translation
-from train_scripts.arguments import (
+from hf_seq.train_scripts import train_translation
+from hf_seq.train_scripts.arguments import (
     HfSeqSeq2SeqTrainingArguments,
     HfSeqTrainingArguments,
     RecipeError,
     parse_args,
 )
-from train_scripts.trainer import HfSeqSeq2SeqTrainer
+from hf_seq.train_scripts.trainer import HfSeqSeq2SeqTrainer
+from safetensors.torch import load_file
+from transformers import TrainerCallback
+
+from hf_seq import TransformerConfig, TransformerForConditionalGeneration
+from hf_seq.samplers import LengthBucketSampler, example_lengths
 
 LENGTHS = [(7 * i) % 61 + 1 for i in range(103)]  # 103 examples, lengths 1..61 in scrambled order
 

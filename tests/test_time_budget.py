@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hf_seq.train_scripts import common
 from transformers import TrainerControl, TrainerState, TrainingArguments
-
-from train_scripts import common
 
 
 class FakeClock:

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from hf_seq.train_scripts import finetune_bert, pretrain_bert
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 import hf_seq  # noqa: F401  (registers the hf_seq classes with the Auto classes)
-from train_scripts import finetune_bert, pretrain_bert
 
 REPO = Path(__file__).resolve().parent.parent
 

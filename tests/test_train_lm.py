@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from hf_seq.train_scripts import train_lm
+from hf_seq.train_scripts.arguments import ModelArguments, parse_args
 from transformers import AutoModelForCausalLM, pipeline
 
 from hf_seq.collators import LMWindowDataset
-from train_scripts import train_lm
-from train_scripts.arguments import ModelArguments, parse_args
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -173,7 +173,7 @@ def test_ptb_vocabulary_keeps_unk():
 
 @pytest.mark.parametrize("recipe", sorted((REPO_ROOT / "configs").glob("lm_*.json")), ids=lambda p: p.stem)
 def test_recipes_parse_and_build_their_model(recipe):
-    from train_scripts.arguments import build_config
+    from hf_seq.train_scripts.arguments import build_config
 
     model_args, data, args, training = parse_args(train_lm.TASK, [str(recipe)])
     assert data.dataset_name in ("hf_seq/shakespeare", "hf_seq/ptb") and args.level in train_lm.LEVELS

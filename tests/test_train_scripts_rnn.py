@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from hf_seq.train_scripts import train_classifier, train_tagger
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, pipeline
 
 import hf_seq  # noqa: F401
-from train_scripts import train_classifier, train_tagger
 
 ROOT = Path(__file__).resolve().parents[1]
 

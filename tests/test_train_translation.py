@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from hf_seq.train_scripts import train_translation
+from hf_seq.train_scripts.arguments import DataArguments, ModelArguments, RecipeError, build_config, parse_args
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-from train_scripts import train_translation
-from train_scripts.arguments import DataArguments, ModelArguments, RecipeError, build_config, parse_args
 
 REPO = Path(__file__).resolve().parent.parent
 

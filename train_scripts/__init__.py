@@ -2,9 +2,9 @@
 
     python train_scripts/<script>.py [recipe.json] [--field value ...]     # from a clone
     hf-seq-train <task> [recipe.json] [--field value ...]                   # after `pip install hf-seq`
-    python -m train_scripts <task> [recipe.json] [--field value ...]
+    python -m hf_seq.train_scripts <task> [recipe.json] [--field value ...]
 
-Tasks (:data:`train_scripts.cli.TASKS`): ``classifier``, ``tagger``, ``lm``, ``translation``, ``pretrain_bert``,
-``finetune_bert``, ``word_vectors``. :mod:`train_scripts.arguments` describes the recipe schema, ``docs/training.md``
+Tasks (:data:`hf_seq.train_scripts.cli.TASKS`): ``classifier``, ``tagger``, ``lm``, ``translation``, ``pretrain_bert``,
+``finetune_bert``, ``word_vectors``. :mod:`hf_seq.train_scripts.arguments` describes the recipe schema, ``docs/training.md``
 every flag.
 """

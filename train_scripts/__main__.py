@@ -1,5 +1,5 @@
-"""``python -m train_scripts <task> [recipe.json] [--field value ...]`` (see :mod:`train_scripts.cli`)."""
+"""``python -m hf_seq.train_scripts <task> [recipe.json] [--field value ...]`` (see :mod:`hf_seq.train_scripts.cli`)."""
 
-from train_scripts.cli import main
+from hf_seq.train_scripts.cli import main
 
 raise SystemExit(main())

@@ -207,7 +207,7 @@ def _check_sampling_strategy(value) -> None:
 class _HfSeqTrainingFields:
     """The fields both argument classes add to transformers': ``overwrite_output_dir`` (the field of transformers 4's
     ``TrainingArguments``) and ``train_sampling_strategy="length_buckets"`` (read by
-    :class:`train_scripts.trainer.HfSeqTrainer`)."""
+    :class:`hf_seq.train_scripts.trainer.HfSeqTrainer`)."""
 
     overwrite_output_dir: bool = field(default=False, metadata={"help": _OVERWRITE_HELP})
     train_sampling_strategy: str = field(
@@ -391,7 +391,7 @@ def _field_types(dataclass_types) -> dict[str, Any]:
 
 def _owner_hint(key: str, task: Task) -> str:
     """Which other script reads ``key``: a hint for an unknown key."""
-    from train_scripts.cli import TASKS  # lazily: every script module
+    from hf_seq.train_scripts.cli import TASKS  # lazily: every script module
 
     for name, module_name in TASKS.items():
         if name == task.name:

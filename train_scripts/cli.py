@@ -1,7 +1,7 @@
 """``hf-seq-train <task> [recipe.json] [--field value ...]``: every train script behind one command.
 
 Installed by ``pip install hf-seq`` (``[project.scripts]``), so the scripts run without a clone; ``python -m
-train_scripts <task> ...`` is the same (and works under ``torchrun -m`` / ``accelerate launch -m``). The task name is
+hf_seq.train_scripts <task> ...`` is the same (and works under ``torchrun -m`` / ``accelerate launch -m``). The task name is
 the script's (``classifier`` = ``train_scripts/train_classifier.py``); the rest of the command line is the script's.
 """
 
@@ -11,13 +11,13 @@ import importlib
 import sys
 
 TASKS = {
-    "classifier": "train_scripts.train_classifier",
-    "tagger": "train_scripts.train_tagger",
-    "lm": "train_scripts.train_lm",
-    "translation": "train_scripts.train_translation",
-    "pretrain_bert": "train_scripts.pretrain_bert",
-    "finetune_bert": "train_scripts.finetune_bert",
-    "word_vectors": "train_scripts.train_word_vectors",
+    "classifier": "hf_seq.train_scripts.train_classifier",
+    "tagger": "hf_seq.train_scripts.train_tagger",
+    "lm": "hf_seq.train_scripts.train_lm",
+    "translation": "hf_seq.train_scripts.train_translation",
+    "pretrain_bert": "hf_seq.train_scripts.pretrain_bert",
+    "finetune_bert": "hf_seq.train_scripts.finetune_bert",
+    "word_vectors": "hf_seq.train_scripts.train_word_vectors",
 }
 # the script names work too: `hf-seq-train train_classifier ...`
 ALIASES = {module.rsplit(".", 1)[1]: name for name, module in TASKS.items()}
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in TASKS:
         print(f"hf-seq-train: unknown task {argv[0]!r}\n\n{USAGE}", file=sys.stderr)
         return 2
-    from train_scripts import common
+    from hf_seq.train_scripts import common
 
     common.COMMAND_PREFIX = ["hf-seq-train", name]  # what results.json and the model card record
     sys.argv = [f"hf-seq-train {name}", *argv[1:]]  # argparse's usage line

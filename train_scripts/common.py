@@ -2,7 +2,7 @@
 the final save.
 
 Every script is ``python train_scripts/<task>.py [recipe.json] [--field value ...]`` (or ``hf-seq-train <task> ...``)
-and runs unchanged under ``accelerate launch`` / ``torchrun``; :mod:`train_scripts.arguments` parses and checks the
+and runs unchanged under ``accelerate launch`` / ``torchrun``; :mod:`hf_seq.train_scripts.arguments` parses and checks the
 arguments, the functions here turn them into data, a tokenizer and a model the same way for every script.
 """
 
@@ -24,12 +24,19 @@ import pyarrow.compute as pc
 import torch
 from accelerate.utils.constants import FSDP_MODEL_NAME
 from datasets import ClassLabel, Dataset, DatasetDict
+from hf_seq.train_scripts import outputs
+from hf_seq.train_scripts.arguments import (
+    DataArguments,
+    ModelArguments,
+    RecipeError,
+    Task,
+    build_config,
+    override_values,
+)
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
 
 from hf_seq.data import DATASET_PRESETS, DataError, load_data, split_source
-from train_scripts import outputs
-from train_scripts.arguments import DataArguments, ModelArguments, RecipeError, Task, build_config, override_values
 
 COMMAND_PREFIX: list[str] | None = None  # set by `hf-seq-train <task>`: the command to record instead of the script
 
@@ -130,7 +137,7 @@ def checkpoint_is_complete(path: str | os.PathLike) -> bool:
     """True if ``path`` is a Trainer checkpoint whose writing finished: weights (with their config; or FSDP's /
     DeepSpeed's own files) and a readable ``trainer_state.json`` (Trainer writes that file last, after model,
     optimizer, scheduler and RNG states).
-    Checkpoints of the train scripts appear complete or not at all (:mod:`train_scripts.trainer`); this also
+    Checkpoints of the train scripts appear complete or not at all (:mod:`hf_seq.train_scripts.trainer`); this also
     recognises one cut off by a kill in a script that writes checkpoints in place."""
     path = Path(path)
     try:
@@ -211,7 +218,7 @@ def finished_run(output_dir: str | os.PathLike) -> int | None:
 def start_run(training_args: TrainingArguments, results_name: str = "results.json") -> dict | None:
     """Prepare ``output_dir`` before anything is loaded; call it first in a script (every process).
 
-    Finishes or rolls back a final save that a kill interrupted (:func:`train_scripts.outputs.recover_output_dir`).
+    Finishes or rolls back a final save that a kill interrupted (:func:`hf_seq.train_scripts.outputs.recover_output_dir`).
     ``--overwrite_output_dir true``: removes the folder's ``checkpoint-N`` folders and ignores
     ``--resume_from_checkpoint``. ``--resume_from_checkpoint last`` on a finished run (:func:`finished_run`): nothing
     to do — prints why and returns the recorded results (``results_name``; ``{}`` if there are none), which the script
@@ -330,7 +337,7 @@ def save_run(
     (name -> text, bytes, or a path to move in).
 
     Everything is written into a sibling staging folder and swapped in as ``output_dir`` with directory renames
-    (:mod:`train_scripts.outputs`): a reader — and a kill at any moment — sees the previous folder or the new one,
+    (:mod:`hf_seq.train_scripts.outputs`): a reader — and a kill at any moment — sees the previous folder or the new one,
     never a mix. The previous run's own files go; checkpoints, logs and anything else the folder held are carried
     into the new one. ``save_model=False`` (an evaluation) adds its results and files beside the folder's model
     instead of replacing it. Call it on every process (FSDP / DeepSpeed gather the weights collectively); only the

@@ -7,8 +7,8 @@
     python train_scripts/finetune_bert.py configs/bert_minilm_sentiment.json   # after `make pretrained`
     hf-seq-train finetune_bert configs/bert_finetune_pos.json
 
-``--task text-classification`` is :mod:`train_scripts.train_classifier` and ``--task token-classification``
-:mod:`train_scripts.train_tagger` with BERT defaults: the same data flags (``--dataset_name`` or files, column names),
+``--task text-classification`` is :mod:`hf_seq.train_scripts.train_classifier` and ``--task token-classification``
+:mod:`hf_seq.train_scripts.train_tagger` with BERT defaults: the same data flags (``--dataset_name`` or files, column names),
 ``model_type`` ``hf_seq_bert``, a WordPiece tokenizer, no word dropout. ``--model_name_or_path`` is a folder saved by
 ``pretrain_bert.py`` (any hf_seq BERT head: the encoder is loaded, the task head is new and reported) or a
 ``transformers`` BERT checkpoint folder (converted with ``from_transformers_bert``; ``--convert_transformers_bert
@@ -24,10 +24,9 @@ import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from train_scripts import train_classifier, train_tagger
-from train_scripts.arguments import BudgetArguments, Task, parse_args
-from train_scripts.common import training_command, use_cpu_processes_without_gpu
+from hf_seq.train_scripts import train_classifier, train_tagger
+from hf_seq.train_scripts.arguments import BudgetArguments, Task, parse_args
+from hf_seq.train_scripts.common import training_command, use_cpu_processes_without_gpu
 
 HEADS = {
     "text-classification": "AutoModelForSequenceClassification",

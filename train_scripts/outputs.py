@@ -10,7 +10,7 @@ A reader of ``output_dir`` sees the previous run's folder or the new one, never 
   exchange). The previous run's own files (its ``.run_files.json``; in a folder written before this list existed:
   the files of the same names) are dropped with the old folder; everything else is kept.
 * A checkpoint is written by ``Trainer`` into ``output_dir/.checkpoint-staging/checkpoint-N`` and renamed to
-  ``checkpoint-N`` when complete (:class:`train_scripts.trainer.HfSeqTrainerMixin`).
+  ``checkpoint-N`` when complete (:class:`hf_seq.train_scripts.trainer.HfSeqTrainerMixin`).
 * :func:`recover_output_dir` (run at the start of every script and before a resume) finishes or rolls back a swap
   that a kill interrupted: entries already moved into the staging folder go back, a half-written staging folder is
   deleted.

@@ -38,12 +38,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 from datasets import Dataset, DatasetDict
-from transformers import set_seed
-
-from hf_seq.collators import DataCollatorForBertPretraining, bert_pretraining_anchors, tokenize_documents
-from hf_seq.data import DataError, hold_out_validation, split_source
-from train_scripts.arguments import BudgetArguments, RecipeError, Task, parse_args
-from train_scripts.common import (
+from hf_seq.train_scripts.arguments import BudgetArguments, RecipeError, Task, parse_args
+from hf_seq.train_scripts.common import (
     TimeBudgetCallback,
     describe_data,
     load_or_build_model,
@@ -56,7 +52,11 @@ from train_scripts.common import (
     training_command,
     use_cpu_processes_without_gpu,
 )
-from train_scripts.trainer import HfSeqTrainer
+from hf_seq.train_scripts.trainer import HfSeqTrainer
+from transformers import set_seed
+
+from hf_seq.collators import DataCollatorForBertPretraining, bert_pretraining_anchors, tokenize_documents
+from hf_seq.data import DataError, hold_out_validation, split_source
 
 logger = logging.getLogger(__name__)
 

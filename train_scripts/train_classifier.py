@@ -9,7 +9,7 @@ notes by default, any registered ``model_type`` (e.g. ``hf_seq_bert``) or a save
     torchrun --nproc_per_node 2 train_scripts/train_classifier.py configs/sentiment_bilstm.json  # CPU: gloo
     python train_scripts/train_classifier.py configs/sentiment_bilstm.json --resume_from_checkpoint last  # after a crash
 
-Data (:mod:`train_scripts.arguments`): ``--dataset_name`` (the preset ``hf_seq/sentiment``, a folder, a
+Data (:mod:`hf_seq.train_scripts.arguments`): ``--dataset_name`` (the preset ``hf_seq/sentiment``, a folder, a
 ``datasets`` name) or ``--train_file`` / ``--validation_file`` / ``--test_file`` (csv, tsv, json, jsonl, parquet);
 ``--text_column_name`` (default ``text``) and ``--label_column_name`` (default ``label``: strings or numbers, or a
 ``ClassLabel``). The label set is the training split's (a ``ClassLabel``'s names); a label seen only in another split
@@ -33,12 +33,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from transformers import AutoConfig, DataCollatorWithPadding, TrainerCallback, set_seed
-
-from hf_seq.data import DataError
-from hf_seq.metrics import load_metric
-from train_scripts.arguments import BudgetArguments, RecipeError, Task, model_config_dict, override_values, parse_args
-from train_scripts.common import (
+from hf_seq.train_scripts.arguments import (
+    BudgetArguments,
+    RecipeError,
+    Task,
+    model_config_dict,
+    override_values,
+    parse_args,
+)
+from hf_seq.train_scripts.common import (
     TimeBudgetCallback,
     cap_splits,
     describe_data,
@@ -55,7 +58,11 @@ from train_scripts.common import (
     training_command,
     use_cpu_processes_without_gpu,
 )
-from train_scripts.trainer import HfSeqTrainer
+from hf_seq.train_scripts.trainer import HfSeqTrainer
+from transformers import AutoConfig, DataCollatorWithPadding, TrainerCallback, set_seed
+
+from hf_seq.data import DataError
+from hf_seq.metrics import load_metric
 
 
 @dataclass
@@ -156,7 +163,7 @@ def word_dropout_collator(base, tokenizer, train_dataset, alpha: float, seed: in
 
 
 class TrainCollatorTrainer(HfSeqTrainer):
-    """``Trainer`` (:class:`~train_scripts.trainer.HfSeqTrainer`) whose training batches (only) go through ``train_collator`` (evaluation uses ``data_collator``)."""
+    """``Trainer`` (:class:`~hf_seq.train_scripts.trainer.HfSeqTrainer`) whose training batches (only) go through ``train_collator`` (evaluation uses ``data_collator``)."""
 
     def __init__(self, *args, train_collator=None, **kwargs) -> None:
         super().__init__(*args, **kwargs)

@@ -37,14 +37,8 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import Subset
-from transformers import set_seed
-
-from hf_seq.collators import LMWindowDataset
-from hf_seq.modeling_rnn import RNNForCausalLM
-from hf_seq.tokenization import build_char_tokenizer, build_word_level_tokenizer
-from train_scripts.arguments import BudgetArguments, Task, parse_args
-from train_scripts.common import (
+from hf_seq.train_scripts.arguments import BudgetArguments, Task, parse_args
+from hf_seq.train_scripts.common import (
     TimeBudgetCallback,
     cap_splits,
     describe_data,
@@ -59,7 +53,13 @@ from train_scripts.common import (
     training_command,
     use_cpu_processes_without_gpu,
 )
-from train_scripts.trainer import HfSeqTrainer
+from hf_seq.train_scripts.trainer import HfSeqTrainer
+from torch.utils.data import Subset
+from transformers import set_seed
+
+from hf_seq.collators import LMWindowDataset
+from hf_seq.modeling_rnn import RNNForCausalLM
+from hf_seq.tokenization import build_char_tokenizer, build_word_level_tokenizer
 
 LEVELS = ("char", "word")
 

@@ -26,12 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow.compute as pc
 import torch
-from transformers import DataCollatorForTokenClassification, set_seed
-
-from hf_seq.data import DataError, split_source
-from hf_seq.metrics import load_metric
-from train_scripts.arguments import BudgetArguments, RecipeError, Task, parse_args
-from train_scripts.common import (
+from hf_seq.train_scripts.arguments import BudgetArguments, RecipeError, Task, parse_args
+from hf_seq.train_scripts.common import (
     TimeBudgetCallback,
     cap_splits,
     describe_data,
@@ -48,7 +44,11 @@ from train_scripts.common import (
     training_command,
     use_cpu_processes_without_gpu,
 )
-from train_scripts.train_classifier import TrainCollatorTrainer, count_parameters, word_dropout_collator
+from hf_seq.train_scripts.train_classifier import TrainCollatorTrainer, count_parameters, word_dropout_collator
+from transformers import DataCollatorForTokenClassification, set_seed
+
+from hf_seq.data import DataError, split_source
+from hf_seq.metrics import load_metric
 
 
 @dataclass

@@ -36,15 +36,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 from datasets import Dataset
-from transformers import DataCollatorForSeq2Seq, set_seed
-
-import hf_seq  # noqa: F401  (registers the hf_seq configs/models with the Auto classes)
-from hf_seq.data import DataError, split_source
-from hf_seq.metrics import load_metric
-from hf_seq.tokenization import build_translation_tokenizer
-from hf_seq.visualization import plot_translation_attention
-from train_scripts.arguments import BudgetArguments, HfSeqSeq2SeqTrainingArguments, RecipeError, Task, parse_args
-from train_scripts.common import (
+from hf_seq.train_scripts.arguments import BudgetArguments, HfSeqSeq2SeqTrainingArguments, RecipeError, Task, parse_args
+from hf_seq.train_scripts.common import (
     TimeBudgetCallback,
     cap_splits,
     describe_data,
@@ -57,7 +50,14 @@ from train_scripts.common import (
     training_command,
     use_cpu_processes_without_gpu,
 )
-from train_scripts.trainer import HfSeqSeq2SeqTrainer
+from hf_seq.train_scripts.trainer import HfSeqSeq2SeqTrainer
+from transformers import DataCollatorForSeq2Seq, set_seed
+
+import hf_seq  # noqa: F401  (registers the hf_seq configs/models with the Auto classes)
+from hf_seq.data import DataError, split_source
+from hf_seq.metrics import load_metric
+from hf_seq.tokenization import build_translation_tokenizer
+from hf_seq.visualization import plot_translation_attention
 
 logger = logging.getLogger("train_translation")
 

@@ -28,11 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tokenizers import normalizers, pre_tokenizers
-from torch import nn
-
-from train_scripts.arguments import BudgetArguments, Task, parse_args
-from train_scripts.common import (
+from hf_seq.train_scripts.arguments import BudgetArguments, Task, parse_args
+from hf_seq.train_scripts.common import (
     cap_splits,
     describe_data,
     load_task_data,
@@ -41,7 +38,9 @@ from train_scripts.common import (
     training_command,
     write_results,
 )
-from train_scripts.outputs import staged_output
+from hf_seq.train_scripts.outputs import staged_output
+from tokenizers import normalizers, pre_tokenizers
+from torch import nn
 
 
 @dataclass

@@ -6,10 +6,10 @@ error on a full disk, and no step past the end when resumed from the final check
   overwrites an older run's ``checkpoint-N`` mixes the two). ``best_model_checkpoint`` and the rotation by
   ``save_total_limit`` refer to the final names.
 * A write that fails for lack of space is an ``OSError`` naming the folder and its free space
-  (:func:`train_scripts.outputs.disk_space_errors`), not ``RuntimeError: [enforce fail at inline_container.cc]``.
+  (:func:`hf_seq.train_scripts.outputs.disk_space_errors`), not ``RuntimeError: [enforce fail at inline_container.cc]``.
 * Resumed from a checkpoint at ``max_steps``, ``Trainer`` (5.24) trains one more step before it checks the end (when
   the checkpoint is mid-epoch); here such a resume trains nothing and goes straight to the end of training.
-* ``train_sampling_strategy="length_buckets"`` (:class:`~train_scripts.arguments.HfSeqTrainingArguments`): training
+* ``train_sampling_strategy="length_buckets"`` (:class:`~hf_seq.train_scripts.arguments.HfSeqTrainingArguments`): training
   batches from :class:`hf_seq.samplers.LengthBucketSampler` — examples of similar length in each batch, the batches
   in random order — seeded by ``data_seed`` (else ``seed``).
 """
@@ -20,11 +20,11 @@ import os
 import shutil
 from pathlib import Path
 
+from hf_seq.train_scripts.outputs import CHECKPOINT_STAGING, disk_space_errors, replace_folder
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from hf_seq.samplers import LengthBucketSampler
-from train_scripts.outputs import CHECKPOINT_STAGING, disk_space_errors, replace_folder
 
 LENGTH_BUCKETS = "length_buckets"  # the train_sampling_strategy added here
 
