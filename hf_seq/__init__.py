@@ -12,6 +12,7 @@ import sys
 import transformers
 from transformers import AutoConfig
 
+from .compat import SUPPORTED_RANGE, UnsupportedTransformersError  # first: refuses an unsupported release
 from .configuration_bert import BertConfig, HfSeqBertConfig
 from .configuration_rnn import HfSeqRNNConfig, RNNConfig
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig, RNNSeq2SeqConfig
@@ -74,10 +75,12 @@ __all__ = [
     "RNNSeq2SeqModel",
     "RNNSeq2SeqPreTrainedModel",
     "RecurrentStack",
+    "SUPPORTED_RANGE",
     "TransformerConfig",
     "TransformerForConditionalGeneration",
     "TransformerModel",
     "TransformerPreTrainedModel",
+    "UnsupportedTransformersError",
     "register_cell",
 ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 from .attention import SCORE_FUNCTIONS
+from .compat import check_transformers_version  # noqa: F401  (importing .compat refuses an unsupported release)
 from .recurrent import IMPLEMENTATIONS
 from .validation import (
     check_bool,

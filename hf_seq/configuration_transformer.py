@@ -5,6 +5,7 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 
+from .compat import check_transformers_version  # noqa: F401  (importing .compat refuses an unsupported release)
 from .validation import (
     check_bool,
     check_choice,

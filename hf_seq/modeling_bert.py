@@ -35,6 +35,7 @@ from transformers.utils.generic import can_return_tuple
 
 from .attention import make_attention_mask
 from .blocks import TransformerEncoderBlock, resolve_output_flags
+from .compat import check_transformers_version  # noqa: F401  (importing .compat refuses an unsupported release)
 from .configuration_bert import HfSeqBertConfig
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
 from .modeling_utils import CheckedLoadingMixin

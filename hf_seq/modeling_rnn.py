@@ -17,17 +17,17 @@ import torch.nn.functional as F
 import torch.utils._pytree as pytree
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
-from transformers import initialization as init
 from transformers.modeling_outputs import (
     CausalLMOutputWithPast,
     ModelOutput,
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from transformers.utils import can_return_tuple
-from transformers.utils.deprecation import deprecate_kwarg
 
+# attention.py: recurrent.py imports it, and 5.0–5.6's remote-code loader copies only the siblings imported here
+from .attention import attend  # noqa: F401
+from .compat import cache_argument, cache_output, init, shift_labels_when_smoothing
 from .configuration_rnn import HfSeqRNNConfig
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
@@ -576,7 +576,7 @@ class RNNForCausalLM(RecurrentStateGenerationMixin, GenerationLengthMixin, RNNPr
             f"`cache` must be an RNNCache (the recurrent state returned as output.cache), got {type(cache).__name__}"
         )
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @cache_argument
     @can_return_tuple
     def forward(
         self,
@@ -588,17 +588,19 @@ class RNNForCausalLM(RecurrentStateGenerationMixin, GenerationLengthMixin, RNNPr
         use_cache: bool | None = None,
         output_hidden_states: bool | None = None,
         logits_to_keep: int = 0,
-        shift_labels: torch.LongTensor | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast | tuple:
         """input_ids: (B, T) — the new tokens only when a ``cache`` is given; attention_mask: (B, T) or (B, past + T)
         (generate() passes the whole mask; only its last T columns matter: left padding of the prompt);
-        labels: (B, T), usually ``input_ids`` (-100 = ignore), shifted inside; shift_labels: (B, T) targets already
-        aligned with the logits (position t's target), as transformers' causal LMs take them (``ForCausalLMLoss``:
-        Trainer and accelerate pass them under sequence/context parallelism) — when given, the loss is taken against
-        them and ``labels`` is not used. Returns logits (B, T, V) and ``cache`` (when ``use_cache``, the default
+        labels: (B, T), usually ``input_ids`` (-100 = ignore), shifted inside; ``shift_labels=`` (a keyword, in
+        ``kwargs``): (B, T) targets already aligned with the logits (position t's target), as transformers' causal LMs
+        take them (``ForCausalLMLoss``: Trainer and accelerate pass them under sequence/context parallelism) — when
+        given, the loss is taken against them and ``labels`` is not used. It is not a named parameter: Trainer's
+        ``label_names`` default is every forward parameter named like a label, and a second one would make its
+        ``prediction_step`` find no labels (no ``eval_loss``, no metrics). Returns logits (B, T, V) and ``cache`` (when ``use_cache``, the default
         outside training). The old name ``past_key_values=`` of ``cache`` is accepted with transformers' deprecation
         warning."""
+        shift_labels = kwargs.get("shift_labels")
         use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
         reference = input_ids if input_ids is not None else inputs_embeds
         if reference is None:
@@ -637,7 +639,9 @@ class RNNForCausalLM(RecurrentStateGenerationMixin, GenerationLengthMixin, RNNPr
             state_cache.update(outputs.final_state, seq_len)
         if not use_cache:
             state_cache = None
-        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=state_cache, hidden_states=outputs.hidden_states)
+        return CausalLMOutputWithPast(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, **cache_output(state_cache)
+        )
 
     def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
         """``GenerationMixin.generate`` plus one check: an empty prompt starts from ``bos_token_id`` or is an error."""
@@ -657,12 +661,9 @@ class RNNForCausalLM(RecurrentStateGenerationMixin, GenerationLengthMixin, RNNPr
         return super().generate(inputs, generation_config, **kwargs)
 
 
-# Trainer's label smoother shifts the labels (position t predicts token t+1) only for models whose class name is in
-# transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES (Trainer.compute_loss); AutoModelForCausalLM.register does not add a
-# custom model there, so `label_smoothing_factor` would otherwise train this LM on unshifted labels (to copy its
-# input). The entry is keyed by this family's model_type, which no transformers config uses, so no auto class ever
-# resolves it; it lives in this file so that remote-code loading (without hf_seq installed) adds it too.
-MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(HfSeqRNNConfig.model_type, RNNForCausalLM.__name__)
+# Trainer(label_smoothing_factor=...) shifts this LM's labels as a causal LM's (in this file, so that remote-code
+# loading without hf_seq installed does it too)
+shift_labels_when_smoothing(HfSeqRNNConfig.model_type, RNNForCausalLM.__name__)
 
 
 __all__ = [

@@ -26,13 +26,12 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin, PreTrainedModel
-from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.utils import can_return_tuple
-from transformers.utils.deprecation import deprecate_kwarg
 
 from .attention import AttentionScore, attend
+from .compat import cache_argument, cache_output, init, output_cache
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
 from .losses import lm_head_and_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
@@ -502,7 +501,7 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
             raise ValueError("`encoder_outputs` must contain `final_hidden_state` (batch-first encoder final states).")
         return out
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @cache_argument
     @can_return_tuple
     def forward(
         self,
@@ -606,7 +605,7 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         cross_attentions = (weights,) if output_attentions and weights is not None else None
         return Seq2SeqModelOutput(
             last_hidden_state=outputs,
-            cache=new_cache,
+            **cache_output(new_cache),
             decoder_hidden_states=decoder_hidden_states,
             cross_attentions=cross_attentions,
             encoder_last_hidden_state=encoder_states,
@@ -651,7 +650,7 @@ class RNNSeq2SeqForConditionalGeneration(
         """Shift labels right with ``decoder_start_token_id`` (used by ``DataCollatorForSeq2Seq``)."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @cache_argument
     @can_return_tuple
     def forward(
         self,
@@ -694,7 +693,7 @@ class RNNSeq2SeqForConditionalGeneration(
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            cache=outputs.cache,
+            **cache_output(output_cache(outputs)),
             decoder_hidden_states=outputs.decoder_hidden_states,
             cross_attentions=outputs.cross_attentions,
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,

@@ -23,7 +23,6 @@ import math
 import torch
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
-from transformers import initialization as init
 from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -31,8 +30,7 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
-from transformers.utils.deprecation import deprecate_kwarg
-from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.generic import can_return_tuple
 
 from .attention import make_attention_mask
 from .blocks import (
@@ -42,6 +40,7 @@ from .blocks import (
     resolve_output_flags,
     sinusoidal_position_table,
 )
+from .compat import CACHE_NAME, cache_argument, cache_output, init, output_cache
 from .configuration_transformer import HfSeqTransformerConfig
 from .losses import lm_head_and_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
@@ -297,7 +296,7 @@ class TransformerDecoder(nn.Module):
         return self.embeddings.embed_tokens
 
     @can_return_tuple
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @cache_argument
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -360,10 +359,10 @@ class TransformerDecoder(nn.Module):
                 all_hidden = all_hidden[:-1] + (hidden,)
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden,
-            cache=cache,
             hidden_states=all_hidden,
             attentions=all_self,
             cross_attentions=all_cross,
+            **cache_output(cache),
         )
 
 
@@ -459,8 +458,7 @@ class TransformerModel(TransformerPreTrainedModel):
         return self.decoder
 
     @can_return_tuple
-    @merge_with_config_defaults
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @cache_argument
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -484,6 +482,10 @@ class TransformerModel(TransformerPreTrainedModel):
         ``output_attentions``, ``output_hidden_states`` and ``return_dict`` default to the config's values
         (``use_cache`` is off while gradient checkpointing trains, as in ``transformers``' models).
         """
+        if use_cache is None:
+            use_cache = self.config.use_cache
+        if use_cache and getattr(self, "gradient_checkpointing", False) and self.training and torch.is_grad_enabled():
+            use_cache = False  # as transformers' models: checkpointed layers recompute, a cache would not
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids,
@@ -518,7 +520,7 @@ class TransformerModel(TransformerPreTrainedModel):
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            cache=decoder_outputs.cache,
+            **cache_output(output_cache(decoder_outputs)),
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -563,9 +565,9 @@ class TransformerForConditionalGeneration(GenerationLengthMixin, TransformerPreT
 
         A cache passed by the user is left as it is.
         """
-        user_cache = model_kwargs.get("cache")
+        user_cache = model_kwargs.get(CACHE_NAME)
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
-        cache = model_kwargs.get("cache")
+        cache = model_kwargs.get(CACHE_NAME)
         if user_cache is None and isinstance(cache, EncoderDecoderCache):
             self_cache = cache.self_attention_cache
             if type(self_cache) is DynamicCache and all(
@@ -592,7 +594,7 @@ class TransformerForConditionalGeneration(GenerationLengthMixin, TransformerPreT
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     @can_return_tuple
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @cache_argument
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -636,7 +638,7 @@ class TransformerForConditionalGeneration(GenerationLengthMixin, TransformerPreT
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            cache=outputs.cache,
+            **cache_output(output_cache(outputs)),
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,

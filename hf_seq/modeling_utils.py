@@ -25,6 +25,8 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
+from .compat import CACHE_NAME
+
 CONFIG_NAME = "config.json"
 SAFE_WEIGHTS_NAME = "model.safetensors"
 SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
@@ -252,7 +254,7 @@ class RecurrentStateGenerationMixin:
     """
 
     def _prefill(self, input_ids: Any, generation_config: Any, model_kwargs: dict, *args: Any, **kwargs: Any):
-        cache = model_kwargs.get("cache")
+        cache = model_kwargs.get(CACHE_NAME)
         seen = cache.get_seq_length() if cache is not None and all(getattr(cache, "is_linear", [False])) else 0
         if seen > 0:
             input_ids, model_kwargs = self._unread_inputs(input_ids, generation_config, model_kwargs, seen)

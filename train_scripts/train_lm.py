@@ -58,6 +58,7 @@ from torch.utils.data import Subset
 from transformers import set_seed
 
 from hf_seq.collators import LMWindowDataset
+from hf_seq.compat import output_cache
 from hf_seq.modeling_rnn import RNNForCausalLM
 from hf_seq.tokenization import build_char_tokenizer, build_word_level_tokenizer
 
@@ -195,7 +196,7 @@ def evaluate_stream(
         cache = None
         for start in range(0, length, segment_length):
             out = model(inputs[:, start : start + segment_length], cache=cache, use_cache=True)
-            cache = out.cache
+            cache = output_cache(out)  # output.cache from transformers 5.24 on, past_key_values before
             logits = out.logits  # (S, L, V)
             total += float(
                 F.cross_entropy(

@@ -1,0 +1,117 @@
+"""Everything that differs between the transformers releases hf_seq supports, in one place.
+
+Supported: ``transformers>=5.0,<6`` (:data:`SUPPORTED_RANGE`, as in pyproject.toml); docs/compat.md lists the releases
+the test suite runs on. A modelling or configuration file imports what it needs from here relatively
+(``from .compat import ...``), so this file is copied beside the weights by ``save_pretrained`` and a folder loaded with
+``trust_remote_code=True`` adapts to the release of whoever loads it.
+
+What differs, and what this module gives instead:
+
+* **Below 5.0** (4.57.6, the last 4.x, has no ``transformers.initialization`` and none of 5.0's cache and output
+  classes): importing this module — first thing ``import hf_seq`` and every folder's configuration file do — raises
+  :class:`UnsupportedTransformersError`, naming the installed release and the supported range.
+* **The cache's name**: 5.24 passes the generation cache to ``forward`` as ``cache=`` and its output classes have a
+  ``cache`` field; up to 5.23 both are ``past_key_values`` (a 5.23 output class given ``cache=`` is a ``TypeError``, and
+  a 5.24 ``generate()`` never passes ``past_key_values``). Models here take ``cache`` (decorate ``forward`` with
+  :func:`cache_argument`, which accepts the release's other name too), build outputs with ``**cache_output(cache)``
+  and read an output's cache with :func:`output_cache`. :data:`CACHE_NAME` is the release's name.
+* **Trainer's label smoother** shifts labels only for class names in ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``, which no
+  public API extends (:func:`shift_labels_when_smoothing`).
+
+Two helpers some releases lack are not used at all (the models stay on what every supported release has):
+``merge_with_config_defaults`` (absent in 5.0; ``use_cache`` defaults are read from the config in ``forward``), and
+the remote-code loader of 5.0–5.6 copies into its module cache only the sibling files that the loaded file imports
+DIRECTLY, so every modelling and configuration file imports directly every sibling its siblings import
+(tests/test_compat.py checks this).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import transformers
+from packaging.version import Version
+
+SUPPORTED_RANGE = ">=5.0,<6"
+MINIMUM_VERSION = "5.0.0"
+TRANSFORMERS_VERSION = transformers.__version__
+
+
+class UnsupportedTransformersError(ImportError):
+    """The installed transformers release is outside :data:`SUPPORTED_RANGE`."""
+
+
+def check_transformers_version(version: str = TRANSFORMERS_VERSION) -> None:
+    """Raise :class:`UnsupportedTransformersError` when ``version`` is below :data:`MINIMUM_VERSION`."""
+    if Version(version).release < Version(MINIMUM_VERSION).release:
+        raise UnsupportedTransformersError(
+            f"hf_seq needs transformers{SUPPORTED_RANGE}, but transformers {version} is installed: upgrade it "
+            f"(pip install 'transformers{SUPPORTED_RANGE}') to use hf_seq or to load a model folder saved by hf_seq."
+        )
+
+
+check_transformers_version()
+
+from transformers import initialization as init  # noqa: E402  (5.0+; the version check must come first)
+from transformers.modeling_outputs import CausalLMOutputWithPast  # noqa: E402
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES  # noqa: E402
+from transformers.utils.deprecation import deprecate_kwarg  # noqa: E402
+
+# "cache" from 5.24 on, "past_key_values" before: the name of generate()'s cache argument and output field
+CACHE_NAME = "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
+
+
+def cache_output(cache) -> dict:
+    """``{field: cache}`` for a transformers output class: ``Seq2SeqLMOutput(logits=..., **cache_output(cache))``."""
+    return {CACHE_NAME: cache}
+
+
+def output_cache(output):
+    """The cache of a transformers output object, whatever the release calls the field."""
+    return getattr(output, CACHE_NAME)
+
+
+def cache_argument(forward):
+    """Decorate a ``forward(..., cache=None, ...)``: it also takes the cache as ``past_key_values=`` — the name generate()
+    uses up to 5.23 (taken silently there), deprecated from 5.24 on (taken with transformers' deprecation warning)."""
+    if CACHE_NAME == "cache":
+        return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)
+
+    @functools.wraps(forward)
+    def wrapper(*args, **kwargs):
+        if "past_key_values" in kwargs:
+            past = kwargs.pop("past_key_values")
+            if kwargs.get("cache") is not None and past is not None:
+                raise ValueError("Pass the cache once: as `cache=` or as `past_key_values=`, not both")
+            kwargs["cache"] = past if past is not None else kwargs.get("cache")
+        return forward(*args, **kwargs)
+
+    return wrapper
+
+
+def shift_labels_when_smoothing(model_type: str, class_name: str) -> None:
+    """Make ``Trainer(label_smoothing_factor=...)`` shift the labels of the causal LM ``class_name`` (position t
+    predicts token t+1), as it does for transformers' own causal LMs.
+
+    ``Trainer.compute_loss`` (every release of the range) shifts only for models whose class name is a value of
+    ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``; ``AutoModelForCausalLM.register`` does not add a custom model there, and no
+    other public API does. Without the entry, smoothing would train the LM to copy its input. The entry is keyed by
+    hf_seq's own ``model_type``, which no transformers config uses, so no Auto class ever resolves it.
+    """
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(model_type, class_name)
+
+
+__all__ = [
+    "CACHE_NAME",
+    "MINIMUM_VERSION",
+    "SUPPORTED_RANGE",
+    "TRANSFORMERS_VERSION",
+    "UnsupportedTransformersError",
+    "cache_argument",
+    "cache_output",
+    "check_transformers_version",
+    "init",
+    "output_cache",
+    "shift_labels_when_smoothing",
+]

@@ -1,0 +1,113 @@
+"""One cached virtual environment per transformers release, for the compatibility matrix (tests/test_compat.py).
+
+Each environment (``.compat/transformers-<release>/``, git-ignored) is a ``venv --without-pip`` whose interpreter
+sees this environment's site-packages through a ``.pth`` line — torch, numpy, datasets, accelerate are shared, not
+installed again — and holds in its own site-packages, which come first on ``sys.path``, only what the release needs
+that this environment does not have: transformers itself and the versions it pins of ``huggingface_hub`` and
+``tokenizers`` (e.g. 5.0–5.12 want ``huggingface_hub<2`` and ``tokenizers<=0.23.0``). pip resolves that from the
+registry, run from this environment against the new interpreter (``pip --python``). A release this environment
+already has (5.24.0 here) installs nothing. A ``.ready`` stamp makes the next run reuse the environment.
+
+``install_hf_seq(python, wheel)`` puts the package itself (a wheel built once per test session) into an environment;
+the editable install of this environment is invisible there (``.pth`` files of a directory named by a ``.pth`` line
+are not processed).
+
+Run directly to build environments ahead of the tests: ``python tests/compat_envs.py 5.0.0 5.24.0``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("HF_SEQ_COMPAT_CACHE", ROOT / ".compat"))
+
+# The supported range's releases that the matrix covers (the latest patch of these minors), oldest first. The range
+# itself is declared in pyproject.toml and checked at import by hf_seq/compat.py.
+RELEASES = ["5.0.0", "5.6.2", "5.12.1", "5.18.0", "5.21.1", "5.23.0", "5.24.0"]
+# The last release below the range: importing hf_seq or loading a folder there must fail with one clear error.
+BELOW_RANGE = "4.57.6"
+# What `make test` (CI) runs: the oldest and the newest release of the range.
+CI_RELEASES = [RELEASES[0], RELEASES[-1]]
+
+
+def selected_releases() -> list[str]:
+    """Releases named by ``HF_SEQ_COMPAT_RELEASES`` (comma-separated, or ``all``), else :data:`CI_RELEASES`."""
+    chosen = os.environ.get("HF_SEQ_COMPAT_RELEASES", "").strip()
+    if chosen == "all":
+        return RELEASES
+    return [r.strip() for r in chosen.split(",") if r.strip()] or CI_RELEASES
+
+
+def env_python(release: str) -> Path:
+    return CACHE / f"transformers-{release}" / "bin" / "python"
+
+
+def compat_python(release: str) -> Path:
+    """The interpreter of the environment for ``release``, created (and its transformers installed) on first use."""
+    env = CACHE / f"transformers-{release}"
+    python = env / "bin" / "python"
+    stamp = env / ".ready"
+    shared = sysconfig.get_paths()["purelib"]
+    key = f"{release}\n{shared}\n"
+    if stamp.is_file() and stamp.read_text() == key and python.exists():
+        return python
+    subprocess.run([sys.executable, "-m", "venv", "--clear", "--without-pip", str(env)], check=True)
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    Path(site, "shared_deps.pth").write_text(shared + "\n")
+    pip(python, "install", f"transformers=={release}")
+    found = subprocess.run(
+        [str(python), "-c", "import transformers; print(transformers.__version__)"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if found != release:
+        raise RuntimeError(f"{env}: transformers {found} imports instead of {release}")
+    stamp.write_text(key)
+    return python
+
+
+def pip(python: Path, *args: str) -> None:
+    """This environment's pip, installing into ``python``'s environment."""
+    command = [sys.executable, "-m", "pip", "--python", str(python), "-q", "--disable-pip-version-check", *args]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+
+
+def build_wheel(out_dir: Path) -> Path:
+    """A wheel of the package as it is in the working tree (no build isolation: this environment's setuptools)."""
+    command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out_dir)]
+    subprocess.run([*command, str(ROOT)], check=True, capture_output=True, text=True)
+    return next(out_dir.glob("hf_seq-*.whl"))
+
+
+def install_hf_seq(python: Path, wheel: Path) -> None:
+    """Install the package (not its dependencies) into ``python``'s environment, replacing an earlier install."""
+    pip(python, "install", "--no-deps", "--force-reinstall", "--no-warn-conflicts", str(wheel))
+
+
+def uninstall_hf_seq(python: Path) -> None:
+    env_site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if any(Path(env_site).glob("hf_seq-*.dist-info")):
+        pip(python, "uninstall", "-y", "hf-seq")
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:] or RELEASES:
+        print(name, compat_python(name))
