@@ -4,7 +4,7 @@ VENV    ?= .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test test-all data pretrained bench bench-gpu lint venv clean-venv
+.PHONY: demo test test-all test-compat data pretrained bench bench-gpu lint venv clean-venv
 
 venv: $(STAMP)
 
@@ -30,6 +30,11 @@ test: $(STAMP) data
 
 test-all: $(STAMP) data
 	$(VPY) -m pytest -q -n 2 --dist loadfile
+
+# The transformers compatibility matrix on every release of tests/compat_envs.py (one cached venv each under
+# .compat/; `make test` runs the oldest and the newest). One process: the tests of a release share its venv.
+test-compat: $(STAMP)
+	HF_SEQ_COMPAT_RELEASES=all $(VPY) -m pytest -q tests/test_compat.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check hf_seq train_scripts benchmarks tests scripts

@@ -1,0 +1,162 @@
+"""The checks tests/test_compat.py runs in the environment of another transformers release (tests/compat_envs.py).
+
+Run as a script with that environment's interpreter: ``python compat_checks.py remote SPECS.json`` (folders saved by
+this project's environment, loaded through ``trust_remote_code=True`` only), ``python compat_checks.py trainer OUT``
+(a short Trainer run + evaluate() with the installed hf_seq) or ``python compat_checks.py below_range FOLDER`` (the
+release is below the supported range: the clear error). Imports only torch and transformers at the top, never
+anything of the test suite. Prints one ``ok ...`` line per passed check; any failure is an exception (exit code 1).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+import transformers
+from safetensors.torch import load_file
+
+
+def main_output(output):
+    for key in ("logits", "prediction_logits", "last_hidden_state"):
+        value = output.get(key)
+        if value is not None:
+            return value
+    return output[0]
+
+
+def remote(specs_file: str) -> None:
+    """Every spec: its folder loads with the Auto class through remote code, gives the saving process' outputs (logits
+    close; greedy, uncached greedy and beam ``generate()`` token-identical), and loads with every other head of its
+    ``auto_map`` with the pretrained base weights unchanged."""
+    specs = json.load(open(specs_file))
+    for spec in specs:
+        folder = spec["folder"]
+        model = getattr(transformers, spec["auto"]).from_pretrained(folder, trust_remote_code=True).eval()
+        assert type(model).__name__ == spec["name"], (type(model), spec["name"])
+        assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
+        saved = torch.load(folder + "/inputs.pt")
+        expected = torch.load(folder + "/expected.pt")
+        with torch.no_grad():
+            got = main_output(model(**saved["forward"]))
+        torch.testing.assert_close(got, expected["output"], rtol=1e-5, atol=1e-6)
+        for name, kwargs in spec.get("generate", {}).items():
+            tokens = model.generate(**saved["generate"], **kwargs)
+            assert torch.equal(tokens, expected[name]), (spec["name"], name, tokens, expected[name])
+        print("ok", spec["name"], "outputs", *sorted(spec.get("generate", {})))
+        state_dict = load_file(folder + "/model.safetensors")
+        auto_map = json.load(open(folder + "/config.json"))["auto_map"]
+        for auto, target in sorted(auto_map.items()):
+            if auto in ("AutoConfig", spec["auto"]):
+                continue
+            other = getattr(transformers, auto).from_pretrained(folder, trust_remote_code=True)
+            assert type(other).__name__ == target.split(".")[-1], (auto, type(other), target)
+            prefix = other.base_model_prefix + "."
+            state = other.state_dict()
+            base = [k for k in state_dict if k.startswith(prefix)] or list(state_dict)  # a base model's folder
+            assert base, (folder, prefix)
+            matched = 0
+            for key in base:
+                bare = key[len(prefix) :] if key.startswith(prefix) else key
+                mine = next((k for k in (key, bare, prefix + bare) if k in state), None)  # with or without the prefix
+                if mine is None:  # a head without the pooler drops it (BertForMaskedLM from BertModel's folder)
+                    assert ".pooler." in f".{key}", (spec["name"], auto, key)
+                    continue
+                assert torch.equal(state[mine], state_dict[key]), (spec["name"], auto, key)
+                matched += 1
+            assert matched, (spec["name"], auto)
+            print("ok", spec["name"], "loads as", type(other).__name__)
+    assert not any(name == "hf_seq" or name.startswith("hf_seq.") for name in sys.modules), (
+        "remote code imported hf_seq"
+    )
+
+
+def trainer(out_dir: str) -> None:
+    """A short Trainer run of one head per family with the installed hf_seq; evaluate() reports eval_loss and calls
+    compute_metrics."""
+    import hf_seq
+
+    assert "site-packages" in hf_seq.__file__, hf_seq.__file__
+    torch.manual_seed(0)
+    heads = {
+        hf_seq.RNNForSequenceClassification: hf_seq.HfSeqRNNConfig(vocab_size=20, embedding_size=6, hidden_size=5),
+        hf_seq.RNNForCausalLM: hf_seq.HfSeqRNNConfig(vocab_size=20, embedding_size=6, hidden_size=5),
+        hf_seq.RNNSeq2SeqForConditionalGeneration: hf_seq.HfSeqRNNSeq2SeqConfig(
+            vocab_size=20, embedding_size=6, hidden_size=8, attention="additive", decoder_start_token_id=2
+        ),
+        hf_seq.TransformerForConditionalGeneration: hf_seq.HfSeqTransformerConfig(
+            vocab_size=20,
+            d_model=8,
+            encoder_layers=1,
+            decoder_layers=1,
+            attention_heads=2,
+            ffn_dim=16,
+            max_position_embeddings=16,
+            decoder_start_token_id=2,
+        ),
+        hf_seq.BertForMaskedLM: hf_seq.HfSeqBertConfig(
+            vocab_size=20,
+            hidden_size=8,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=16,
+            max_position_embeddings=16,
+        ),
+    }
+    ids = torch.randint(4, 20, (8, 6))
+    for head, config in heads.items():
+        model = head(config)
+        rows = []
+        for row in ids:
+            item = {"input_ids": row, "attention_mask": torch.ones_like(row), "labels": row.clone()}
+            if head is hf_seq.RNNForSequenceClassification:
+                item["labels"] = row[0] % 2
+            rows.append(item)
+        calls = []
+
+        def compute_metrics(prediction, calls=calls):
+            calls.append(prediction)
+            return {"seen": float(len(calls))}
+
+        args = transformers.TrainingArguments(
+            output_dir=f"{out_dir}/{head.__name__}",
+            max_steps=2,
+            per_device_train_batch_size=4,
+            per_device_eval_batch_size=4,
+            learning_rate=1e-2,
+            report_to="none",
+            use_cpu=True,
+            save_strategy="no",
+            disable_tqdm=True,
+        )
+        trainer = transformers.Trainer(
+            model=model, args=args, train_dataset=rows, eval_dataset=rows, compute_metrics=compute_metrics
+        )
+        trained = trainer.train()
+        metrics = trainer.evaluate()
+        assert torch.isfinite(torch.tensor(trained.training_loss)), trained
+        assert "eval_loss" in metrics and metrics["eval_loss"] > 0, (head.__name__, metrics)
+        assert len(calls) == 1 and metrics.get("eval_seen") == 1.0, (head.__name__, metrics)
+        print("ok trainer", head.__name__, round(metrics["eval_loss"], 4))
+
+
+def below_range(folder: str) -> None:
+    """Below the supported range: ``import hf_seq`` and loading a saved folder each raise the one clear error."""
+    version = transformers.__version__
+    for what in ("import", "load"):
+        try:
+            if what == "import":
+                import hf_seq  # noqa: F401
+            else:
+                transformers.AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)
+        except ImportError as err:
+            message = str(err)
+            assert type(err).__name__ == "UnsupportedTransformersError", (what, type(err), message)
+            assert f"transformers {version} is installed" in message and ">=5.0,<6" in message, (what, message)
+            print("ok", what, "refused:", message)
+        else:
+            raise AssertionError(f"{what} worked on transformers {version}")
+
+
+if __name__ == "__main__":
+    {"remote": remote, "trainer": trainer, "below_range": below_range}[sys.argv[1]](*sys.argv[2:])
