@@ -81,8 +81,19 @@ __all__ = [
     "TransformerModel",
     "TransformerPreTrainedModel",
     "UnsupportedTransformersError",
+    "auto_heads",
     "register_cell",
 ]
+
+
+_AUTO_HEADS: dict[str, dict[str, type]] = {}
+
+
+def auto_heads() -> dict[str, dict[str, type]]:
+    """``{model_type: {Auto class name: model class}}`` for every head ``import hf_seq`` registered (a copy): e.g.
+    ``"AutoModelForCausalLM" in hf_seq.auto_heads()["hf_seq_rnn"]``. transformers has no public query for the models
+    registered with an Auto class."""
+    return {model_type: dict(heads) for model_type, heads in _AUTO_HEADS.items()}
 
 
 def _register(config_cls: type, base_cls: type) -> None:
@@ -94,6 +105,7 @@ def _register(config_cls: type, base_cls: type) -> None:
     for auto_name, class_name in base_cls._auto_heads.items():
         model_cls = getattr(module, class_name)
         getattr(transformers, auto_name).register(config_cls, model_cls, exist_ok=True)
+        _AUTO_HEADS.setdefault(config_cls.model_type, {})[auto_name] = model_cls
         model_cls.register_for_auto_class(auto_name)
 
 

@@ -560,22 +560,17 @@ class TransformerForConditionalGeneration(GenerationLengthMixin, TransformerPreT
     def get_decoder(self) -> TransformerDecoder:
         return self.model.decoder
 
-    def _prepare_cache_for_generation(self, generation_config, model_kwargs: dict, *args, **kwargs):
-        """``generate()``'s cache, with the self-attention layers appending in place (:class:`AppendBufferLayer`).
-
-        A cache passed by the user is left as it is.
-        """
-        user_cache = model_kwargs.get(CACHE_NAME)
-        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
-        cache = model_kwargs.get(CACHE_NAME)
-        if user_cache is None and isinstance(cache, EncoderDecoderCache):
-            self_cache = cache.self_attention_cache
-            if type(self_cache) is DynamicCache and all(
-                type(layer) is DynamicLayer and not layer.is_initialized for layer in self_cache.layers
-            ):
-                self_cache.layers = [AppendBufferLayer() for _ in self_cache.layers]
-                if self_cache.layer_class_to_replicate is DynamicLayer:
-                    self_cache.layer_class_to_replicate = AppendBufferLayer
+    def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
+        """``GenerationMixin.generate`` with a decoder cache whose self-attention layers append in place
+        (:func:`new_decoder_cache`), given to it as the caller's cache would be. A call that passes its own cache, a
+        ``cache_implementation`` or ``use_cache=False`` is left as it is."""
+        config = generation_config if generation_config is not None else self.generation_config
+        use_cache = kwargs.get("use_cache", getattr(config, "use_cache", True))
+        implementation = kwargs.get("cache_implementation", getattr(config, "cache_implementation", None))
+        given = any(kwargs.get(name) is not None for name in ("cache", "past_key_values"))
+        if use_cache is not False and implementation is None and not given:
+            kwargs[CACHE_NAME] = new_decoder_cache()
+        return super().generate(inputs, generation_config, **kwargs)
 
     def resize_token_embeddings(
         self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True

@@ -94,19 +94,13 @@ FIRST_HEADS = [(family, heads[0]) for family, (_, _, heads) in FAMILIES.items()]
 
 
 def registered_heads() -> list[tuple[str, type]]:
-    """Every ``(Auto class name, model class)`` that ``import hf_seq`` registered with transformers' Auto classes.
-
-    Read from the Auto classes themselves, so a newly registered head is included without editing any list here.
-    """
-    import transformers
-
-    found = []
-    for auto_name in sorted(n for n in dir(transformers) if n.startswith("AutoModel")):
-        mapping = getattr(getattr(transformers, auto_name), "_model_mapping", None)
-        for config_cls, model_cls in getattr(mapping, "_extra_content", {}).items():
-            if config_cls.__module__.split(".")[0] == "hf_seq":
-                found.append((auto_name, model_cls))
-    return found
+    """Every ``(Auto class name, model class)`` that ``import hf_seq`` registered with transformers' Auto classes
+    (``hf_seq.auto_heads()``, filled by the registration itself: a newly registered head is included without editing
+    any list here)."""
+    return sorted(
+        ((auto_name, model_cls) for heads in hf_seq.auto_heads().values() for auto_name, model_cls in heads.items()),
+        key=lambda pair: (pair[0], pair[1].__name__),
+    )
 
 
 def family_of(head: type) -> str:

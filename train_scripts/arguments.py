@@ -688,10 +688,9 @@ def build_config(
     the tokenizer and the data, e.g. ``vocab_size``; ``None`` values are left out) + the task's derived fields.
     ``RecipeError`` naming ``where`` and the field for an unknown model type or field, a value its config class
     rejects, or a model type without a head of the script's Auto class."""
-    import transformers
     from transformers import AutoConfig
 
-    import hf_seq  # noqa: F401 - registers the hf_seq model types
+    import hf_seq  # registers the hf_seq model types
 
     model_type = model_args.model_type
     if not model_type:
@@ -717,14 +716,10 @@ def build_config(
         raise RecipeError(
             f"{where}: not a valid {model_type} config (model_config / config_overrides): {error}"
         ) from None
-    if task.model_head:
-        head = getattr(transformers, task.model_head)
-        if type(config) not in head._model_mapping:
-            supported = sorted(
-                c.model_type for c in head._model_mapping.keys() if getattr(c, "model_type", "").startswith("hf_seq")
-            )
-            raise RecipeError(
-                f"{where}: model_type {model_type!r} has no {task.model_head} head; {task.name} builds one of "
-                f"{supported}"
-            )
+    heads = hf_seq.auto_heads()  # hf_seq's own families; another registered model_type is left to transformers
+    if task.model_head and model_type in heads and task.model_head not in heads[model_type]:
+        supported = sorted(t for t, family in heads.items() if task.model_head in family)
+        raise RecipeError(
+            f"{where}: model_type {model_type!r} has no {task.model_head} head; {task.name} builds one of {supported}"
+        )
     return config
