@@ -37,7 +37,7 @@ TRAINING_RANGES = (
     ("per_device_eval_batch_size", 1, True, _INF, False, False),
     ("gradient_accumulation_steps", 1, True, _INF, False, False),
     ("eval_accumulation_steps", 1, True, _INF, False, True),
-    ("learning_rate", 0, False, _INF, False, False),
+    ("learning_rate", 0, True, _INF, False, False),  # 0: keeps the weights (a loaded model evaluated as trained)
     ("weight_decay", 0, True, _INF, False, False),
     ("adam_beta1", 0, True, 1, False, False),
     ("adam_beta2", 0, True, 1, False, False),
