@@ -12,8 +12,11 @@ A recipe is a JSON object whose keys are the fields of four dataclasses, the sam
 The recipe gives the defaults and command-line flags override them. Everything is checked before any data is read:
 invalid JSON (file, line and column), a recipe that is not a JSON object, unknown keys (with the closest known key,
 or the script they belong to), values of the wrong type (key, expected type, value), unknown data files or types,
-an unregistered ``model_type`` or a ``model_config`` its config class rejects. Errors are :class:`RecipeError`
-(a ``ValueError``) naming the recipe file or the command line.
+an unregistered ``model_type`` or a ``model_config`` its config class rejects; and, in
+:mod:`hf_seq.train_scripts.checks`, the ranges of the numeric training fields, a run that trains something,
+``output_dir`` (writable), ``resume_from_checkpoint``, the tokenizer and model folders (family, saved head) and a
+preset's corpus. Errors are :class:`RecipeError` (a ``ValueError``) naming the recipe file or the command line; the
+command line prints them as one line (:func:`hf_seq.train_scripts.cli.report_user_errors`).
 """
 
 from __future__ import annotations
