@@ -1,6 +1,7 @@
-"""``generate()`` arguments that transformers accepts silently or fails on deep inside decoding get a ValueError naming
-the argument (``hf_seq.validation.check_generation_arguments``, run by ``GenerationArgumentsMixin.generate`` in every
-generative head), as call arguments and as fields of a ``GenerationConfig``; valid calls decode as before."""
+"""``generate()`` arguments that transformers accepts silently or fails on deep inside decoding get a ValueError
+naming the argument (``hf_seq.validation.check_generation_arguments``, run by ``GenerationArgumentsMixin.generate``
+in every generative head), as call arguments and as fields of a ``GenerationConfig``; valid calls decode as before.
+Also the one config field a family did not check (``is_encoder_decoder`` of the RNN seq2seq config)."""
 
 from __future__ import annotations
 
@@ -118,3 +119,9 @@ def test_valid_arguments_decode_as_without_the_check(models, family):
         else:
             plain = GenerationMixin.generate(model, PROMPT, **kwargs)
         assert torch.equal(checked, plain)
+
+
+@pytest.mark.parametrize("value", ["yes", False])
+def test_the_rnn_seq2seq_config_names_a_bad_is_encoder_decoder(value):
+    with pytest.raises(ValueError, match=r"^`is_encoder_decoder` must be"):
+        hf_seq.HfSeqRNNSeq2SeqConfig(is_encoder_decoder=value)
