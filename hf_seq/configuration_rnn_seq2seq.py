@@ -122,8 +122,16 @@ class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
         check_choice("cell", self.cell, CELLS)
         check_choice("attention", self.attention, ATTENTION_TYPES)
         check_choice("recurrent_implementation", self.recurrent_implementation, IMPLEMENTATIONS)
-        for name in ("bidirectional_encoder", "input_feeding", "tie_word_embeddings", "use_cache"):
+        for name in (
+            "bidirectional_encoder",
+            "input_feeding",
+            "tie_word_embeddings",
+            "use_cache",
+            "is_encoder_decoder",
+        ):
             check_bool(name, getattr(self, name))
+        if not self.is_encoder_decoder:
+            raise ValueError("`is_encoder_decoder` must be True for the RNN encoder-decoder")
         if self.input_feeding and self.attention == "none":
             raise ValueError(
                 '`input_feeding=True` needs an `attention` other than "none" (it feeds the attentional vector)'
