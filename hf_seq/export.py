@@ -83,7 +83,12 @@ _TRAINING_STATE_FILES = {
     "training_args.bin",
     ".run_files.json",
 }
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 # config entries that may differ between checkpoints of one model
 _CONFIG_KEYS_IGNORED = {"transformers_version", "_name_or_path", "dtype", "torch_dtype"}
 
@@ -421,9 +426,9 @@ def ctranslate2_translate(
 
     The sources are the tokenizer's own ids (special tokens included, truncated to ``max_source_length``), as
     ``generate()`` reads them; ``options`` go to ``translate_batch`` (``length_penalty``, ``sampling_topk``, ...)."""
-    encoded = tokenizer(
-        list(texts), max_length=max_source_length, truncation=max_source_length is not None
-    )["input_ids"]
+    encoded = tokenizer(list(texts), max_length=max_source_length, truncation=max_source_length is not None)[
+        "input_ids"
+    ]
     sources = [tokenizer.convert_ids_to_tokens(ids) for ids in encoded]
     results = translator.translate_batch(
         sources,
@@ -585,7 +590,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="Average the weights of checkpoints of one model.",
         description="Write the element-wise mean of the weights of CHECKPOINT... (folders of one model) to OUTPUT_DIR.",
     )
-    avg.add_argument("paths", nargs="+", metavar="CHECKPOINT... OUTPUT_DIR", help="Two or more folders, then the output.")
+    avg.add_argument(
+        "paths", nargs="+", metavar="CHECKPOINT... OUTPUT_DIR", help="Two or more folders, then the output."
+    )
     avg.add_argument("--force", action="store_true", help="Replace an existing OUTPUT_DIR.")
     return parser
 
@@ -617,4 +624,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
