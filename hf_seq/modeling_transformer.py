@@ -46,7 +46,7 @@ from .losses import lm_head_and_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
-from .validation import check_batch_shape, check_token_ids, eager_cpu, is_tracing
+from .validation import GenerationArgumentsMixin, check_batch_shape, check_token_ids, eager_cpu, is_tracing
 
 
 def _padding_only(mask: torch.Tensor | None, name: str, shape: tuple[int, int]) -> torch.Tensor | None:
@@ -530,7 +530,9 @@ class TransformerModel(TransformerPreTrainedModel):
         )
 
 
-class TransformerForConditionalGeneration(GenerationLengthMixin, TransformerPreTrainedModel, GenerationMixin):
+class TransformerForConditionalGeneration(
+    GenerationArgumentsMixin, GenerationLengthMixin, TransformerPreTrainedModel, GenerationMixin
+):
     """Encoder-decoder + output projection (linear + softmax over the vocabulary): translation, ``generate()``.
 
     ``labels`` ``(B, T)`` (``-100`` = ignored) give the cross-entropy ``loss`` and, when ``decoder_input_ids`` are not

@@ -161,12 +161,113 @@ def check_label_range(
         raise ValueError(f"`{name}` must be {skipped}in [0, {what}={num_classes}), got values in [{low}, {high}]")
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# generate() arguments
+# ---------------------------------------------------------------------------------------------------------------
+# token-id arguments of generate() / GenerationConfig: transformers accepts ids outside the vocabulary silently (an
+# eos or pad that never matches, a forced token that crashes inside a logits processor with an IndexError)
+GENERATION_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+GENERATION_FORCED_IDS = ("forced_bos_token_id", "forced_eos_token_id")
+GENERATION_ID_LISTS = ("suppress_tokens", "begin_suppress_tokens")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _token_ids(value: Any) -> list | None:
+    """The ids of an id argument (an int, a list of ints, a 0-/1-D tensor), or None if it is no such thing."""
+    if isinstance(value, torch.Tensor):
+        return value.flatten().tolist() if value.dim() <= 1 and not value.is_floating_point() else None
+    if _is_int(value):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(_is_int(v) for v in value):
+        return list(value)
+    return None
+
+
+def check_generation_arguments(generation_config: Any, kwargs: dict, vocab_size: int) -> None:
+    """ValueError naming the ``generate()`` argument (or generation-config field) and what is allowed for the values
+    transformers accepts silently or fails on deep inside decoding (a ``ZeroDivisionError``, a ``TypeError`` from
+    ``**``, an ``IndexError`` in a logits processor): beam and sequence counts, lengths, ``top_p``, the cut-offs,
+    ``length_penalty``, n-gram sizes, and every token id (``bos`` / ``eos`` / ``pad`` / ``decoder_start`` /
+    ``forced_*`` / suppressed tokens) against ``vocab_size``. What ``GenerationConfig.validate`` and the logits
+    processors already refuse with a clear message (``temperature``, ``top_k``, ``repetition_penalty``,
+    ``typical_p``, ``min_p``, ``max_new_tokens`` <= 0, ``early_stopping``, ``num_return_sequences`` > ``num_beams``)
+    is left to them. ``kwargs`` (the call's arguments) take precedence over ``generation_config``, as in
+    ``generate()``; no tensor is read (only the ids given as arguments)."""
+
+    def value(name: str) -> Any:
+        if name in kwargs:
+            return kwargs[name]
+        return getattr(generation_config, name, None)
+
+    for name in ("num_beams", "num_return_sequences", "max_new_tokens", "max_length"):
+        v = value(name)
+        if v is not None and (not _is_int(v) or v < 1):
+            raise ValueError(f"`{name}` must be a positive integer, got {v!r}")
+    for name in ("min_new_tokens", "min_length", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size"):
+        v = value(name)
+        if v is not None and (not _is_int(v) or v < 0):
+            raise ValueError(f"`{name}` must be a non-negative integer (0: off), got {v!r}")
+    low, high = value("min_new_tokens"), value("max_new_tokens")
+    if _is_int(low) and _is_int(high) and low > high:
+        raise ValueError(f"`min_new_tokens` ({low}) must not exceed `max_new_tokens` ({high})")
+    top_p = value("top_p")
+    if top_p is not None and (not _is_number(top_p) or not 0.0 < top_p <= 1.0):
+        raise ValueError(f"`top_p` must be a float in (0, 1] (1: off), got {top_p!r}")
+    for name in ("epsilon_cutoff", "eta_cutoff"):
+        v = value(name)
+        if v is not None and (not _is_number(v) or not 0.0 <= v < 1.0):
+            raise ValueError(f"`{name}` must be a float in [0, 1) (0: off), got {v!r}")
+    penalty = value("length_penalty")
+    if penalty is not None and not _is_number(penalty):
+        raise ValueError(
+            f"`length_penalty` must be a number (the exponent of the length a beam's score is divided by), got "
+            f"{penalty!r}"
+        )
+    for name in (*GENERATION_TOKEN_IDS, *GENERATION_FORCED_IDS):
+        v = value(name)
+        if v is None:
+            continue
+        ids = _token_ids(v)
+        several = name == "eos_token_id"  # several stop tokens are allowed
+        if ids is None or (len(ids) != 1 and not several) or not all(0 <= i < vocab_size for i in ids):
+            allowed = "an id or a list of ids" if several else "an id"
+            raise ValueError(f"`{name}` must be None or {allowed} in [0, vocab_size={vocab_size}), got {v!r}")
+    for name in GENERATION_ID_LISTS:
+        v = value(name)
+        if v is None:
+            continue
+        ids = _token_ids(v)
+        if ids is None or not all(0 <= i < vocab_size for i in ids):
+            raise ValueError(f"`{name}` must be a list of ids in [0, vocab_size={vocab_size}), got {v!r}")
+
+
+class GenerationArgumentsMixin:
+    """For generative heads: ``generate()`` first checks its arguments (:func:`check_generation_arguments`) against
+    the size of the model's output vocabulary, then runs ``GenerationMixin.generate`` unchanged."""
+
+    def generate(self, inputs: Any = None, generation_config: Any = None, **kwargs: Any):
+        head = self.get_output_embeddings()
+        vocab_size = getattr(head, "out_features", None) or self.config.vocab_size
+        config = generation_config if generation_config is not None else self.generation_config
+        check_generation_arguments(config, kwargs, vocab_size)
+        return super().generate(inputs, generation_config, **kwargs)
+
+
 __all__ = [
+    "GenerationArgumentsMixin",
     "IGNORE_INDEX",
     "PROBLEM_TYPES",
     "check_batch_shape",
     "check_bool",
     "check_choice",
+    "check_generation_arguments",
     "check_integer_labels",
     "check_label_range",
     "check_positive_float",

@@ -12,8 +12,11 @@ A recipe is a JSON object whose keys are the fields of four dataclasses, the sam
 The recipe gives the defaults and command-line flags override them. Everything is checked before any data is read:
 invalid JSON (file, line and column), a recipe that is not a JSON object, unknown keys (with the closest known key,
 or the script they belong to), values of the wrong type (key, expected type, value), unknown data files or types,
-an unregistered ``model_type`` or a ``model_config`` its config class rejects. Errors are :class:`RecipeError`
-(a ``ValueError``) naming the recipe file or the command line.
+an unregistered ``model_type`` or a ``model_config`` its config class rejects; and, in
+:mod:`hf_seq.train_scripts.checks`, the ranges of the numeric training fields, a run that trains something,
+``output_dir`` (writable), ``resume_from_checkpoint``, the tokenizer and model folders (family, saved head) and a
+preset's corpus. Errors are :class:`RecipeError` (a ``ValueError``) naming the recipe file or the command line; the
+command line prints them as one line (:func:`hf_seq.train_scripts.cli.report_user_errors`).
 """
 
 from __future__ import annotations
@@ -100,6 +103,14 @@ class ModelArguments:
     )
     padding_side: str = field(default="right", metadata={"help": '"right" | "left" (the notes pad in front).'})
     truncation_side: str = field(default="right", metadata={"help": '"right" keeps the first tokens, "left" the last.'})
+    allow_other_head: bool = field(
+        default=False,
+        metadata={
+            "help": "Start from a model_name_or_path saved with another head (e.g. a classifier's embedding and "
+            "encoder for a language model): its shared weights and tokenizer are reused, the new head starts random. "
+            "Without it such a folder is an error."
+        },
+    )
     ignore_mismatched_sizes: bool = field(
         default=False,
         metadata={
@@ -246,6 +257,9 @@ class Task:
     derived_config: Callable[[dict, int, DataArguments], dict] | None = None
     model_head: str | None = None  # the Auto class the model is built with, e.g. "AutoModelForSequenceClassification"
     convert_transformers_bert: bool = True  # a transformers BERT checkpoint becomes hf_seq's BERT (False: kept as is)
+    model_head_of: Callable[[Any], str] | None = None  # the head chosen by the script's own arguments (finetune_bert)
+    model_types: tuple | None = None  # the model types a model_name_or_path may hold (None: any with model_head)
+    required: tuple = ()  # fields of DataArguments / the script's arguments it cannot run without
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -517,6 +531,9 @@ def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
     except (ValueError, TypeError) as error:  # TrainingArguments / a task dataclass rejected a value
         raise RecipeError(f"{where}: {error}") from error
     sources = {key: f"recipe {recipe_path}" for key in recipe} | {key: "command line" for key in flags}
+    from hf_seq.train_scripts.checks import check_run
+
+    check_run(task, model_args, data_args, task_args, training_args, sources=sources)
     check_arguments(task, model_args, data_args, training_args, sources=sources)
     return model_args, data_args, task_args, training_args
 

@@ -7,8 +7,12 @@ the script's (``classifier`` = ``train_scripts/train_classifier.py``); the rest 
 
 from __future__ import annotations
 
+import functools
 import importlib
+import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 TASKS = {
     "classifier": "hf_seq.train_scripts.train_classifier",
@@ -25,9 +29,61 @@ ALIASES = {module.rsplit(".", 1)[1]: name for name, module in TASKS.items()}
 USAGE = f"""usage: hf-seq-train <task> [recipe.json] [--field value ...]
 
 tasks: {", ".join(TASKS)}
-`hf-seq-train <task> --help` lists every field of that task (docs/training.md describes them)."""
+`hf-seq-train <task> --help` lists every field of that task (docs/training.md describes them).
+A mistake in the recipe, a flag or the data is one line `hf-seq-train: error: ...` (exit status 2); `--debug` (or
+HF_SEQ_DEBUG=1) shows its traceback."""
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# the one place where a user's mistake becomes one line (hf-seq-train, python -m, python train_scripts/<script>.py)
+# ---------------------------------------------------------------------------------------------------------------
+def _is_user_error(error: BaseException) -> bool:
+    """A mistake in the recipe, the flags, the paths or the data (``RecipeError``, ``DataError``), not a bug."""
+    arguments, data = sys.modules.get("hf_seq.train_scripts.arguments"), sys.modules.get("hf_seq.data")
+    kinds = tuple(k for k in (getattr(arguments, "RecipeError", None), getattr(data, "DataError", None)) if k)
+    return bool(kinds) and isinstance(error, kinds)
+
+
+def _debug_wanted(argv: list[str]) -> bool:
+    return "--debug" in argv or os.environ.get("HF_SEQ_DEBUG", "").lower() not in ("", "0", "false", "no")
+
+
+def report_user_errors(prog: str) -> Callable:
+    """Decorate a ``main(argv=None)``: a :class:`~hf_seq.train_scripts.arguments.RecipeError` or
+    :class:`~hf_seq.data.DataError` it raises is printed as ``<prog>: error: <message>`` on one line to stderr and
+    the call returns 2 (argparse's status for a usage error), without a traceback; ``--debug`` (removed from the
+    arguments) or ``HF_SEQ_DEBUG=1`` re-raises it with its traceback. Other exceptions (bugs) keep their traceback."""
+
+    def decorate(main: Callable) -> Callable:
+        @functools.wraps(main)
+        def wrapper(argv: list[str] | None = None):
+            args = list(sys.argv[1:] if argv is None else argv)
+            debug = _debug_wanted(args)
+            if "--debug" in args:
+                args = [arg for arg in args if arg != "--debug"]
+                if argv is None:  # main() reads sys.argv itself (and records it as the command)
+                    sys.argv[1:] = args
+            try:
+                return main(None if argv is None else args)
+            except ValueError as error:
+                if debug or not _is_user_error(error):
+                    raise
+                print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
+                return 2
+
+        return wrapper
+
+    return decorate
+
+
+def run_script(main: Callable) -> int:
+    """``python train_scripts/<script>.py ...``: the script's ``main()`` under :func:`report_user_errors`, named as
+    argparse names it (the script's file name); the exit status."""
+    status = report_user_errors(Path(sys.argv[0]).name)(main)()
+    return status if isinstance(status, int) else 0
+
+
+@report_user_errors("hf-seq-train")
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):

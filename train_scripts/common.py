@@ -36,7 +36,7 @@ from hf_seq.train_scripts.arguments import (
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
 
-from hf_seq.data import DATASET_PRESETS, DataError, load_data, split_source
+from hf_seq.data import DATASET_PRESETS, DataError, load_data, row_location, split_source
 
 COMMAND_PREFIX: list[str] | None = None  # set by `hf-seq-train <task>`: the command to record instead of the script
 
@@ -408,8 +408,8 @@ def require_columns(splits: DatasetDict, columns: dict[str, str]) -> None:
             if nulls:
                 first = dataset.data.column(column).is_null().to_pylist().index(True)
                 raise DataError(
-                    f"{split_source(dataset)}: column {column!r} (`{flag}`) is empty in {nulls} row(s), the first "
-                    f"is row {first}"
+                    f"{row_location(dataset, first)}: column {column!r} (`{flag}`) is empty (it is empty in {nulls} "
+                    "row(s)); every row needs a value"
                 )
 
 

@@ -67,7 +67,9 @@ TASK = Task(
     },
     unused=frozenset({"source_lang", "target_lang", "max_source_length", "max_target_length"}),
     tokenizer_kinds=("wordpiece",),
-    model_head="AutoModelForSequenceClassification",  # checked up front; the tagging run uses the token head
+    model_head="AutoModelForSequenceClassification",  # the tagging run uses the token head
+    model_head_of=lambda args: HEADS[args.task],  # the head checked up front
+    model_types=("hf_seq_bert", "bert"),  # hf_seq's BERT, or a transformers BERT checkpoint (converted)
 )
 
 
@@ -90,4 +92,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     np.seterr(all="ignore")
-    main()
+    from hf_seq.train_scripts.cli import run_script
+
+    raise SystemExit(run_script(main))

@@ -409,4 +409,6 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
 
 
 if __name__ == "__main__":
-    main()
+    from hf_seq.train_scripts.cli import run_script
+
+    raise SystemExit(run_script(main))

@@ -422,4 +422,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from hf_seq.train_scripts.cli import run_script
+
+    raise SystemExit(run_script(main))

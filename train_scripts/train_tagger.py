@@ -47,7 +47,7 @@ from hf_seq.train_scripts.common import (
 from hf_seq.train_scripts.train_classifier import TrainCollatorTrainer, count_parameters, word_dropout_collator
 from transformers import DataCollatorForTokenClassification, set_seed
 
-from hf_seq.data import DataError, split_source
+from hf_seq.data import DataError, row_location
 from hf_seq.metrics import load_metric
 
 
@@ -94,16 +94,18 @@ def tagger_columns(data_args) -> tuple[str, str]:
 
 
 def require_one_tag_per_word(splits, words: str, tags: str) -> None:
-    """``DataError`` naming the file and the first row whose tag list is not as long as its word list."""
+    """``DataError`` naming the file and line (:func:`hf_seq.data.row_location`) of the first row whose tag list is
+    not as long as its word list, with both counts. The check reads the Arrow table (the file's rows in order; a
+    held-out validation split shares it), so row numbers and counts are those of the file."""
     for dataset in splits.values():
-        differ = pc.not_equal(
-            pc.list_value_length(dataset.data.column(words)), pc.list_value_length(dataset.data.column(tags))
-        )
+        n_words = pc.list_value_length(dataset.data.column(words))
+        n_tags = pc.list_value_length(dataset.data.column(tags))
+        differ = pc.not_equal(n_words, n_tags)
         if pc.any(differ).as_py():
             row = differ.to_pylist().index(True)
             raise DataError(
-                f"{split_source(dataset)}: row {row} has {len(dataset[row][words])} words ({words!r}) but "
-                f"{len(dataset[row][tags])} tags ({tags!r}); every word needs one tag"
+                f"{row_location(dataset, row)}: {n_words[row].as_py()} words ({words!r}) but {n_tags[row].as_py()} "
+                f"tags ({tags!r}); every word needs one tag"
             )
 
 
@@ -277,4 +279,6 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
 
 
 if __name__ == "__main__":
-    main()
+    from hf_seq.train_scripts.cli import run_script
+
+    raise SystemExit(run_script(main))

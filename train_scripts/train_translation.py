@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 from datasets import Dataset
 from hf_seq.train_scripts.arguments import BudgetArguments, HfSeqSeq2SeqTrainingArguments, RecipeError, Task, parse_args
@@ -54,7 +55,7 @@ from hf_seq.train_scripts.trainer import HfSeqSeq2SeqTrainer
 from transformers import DataCollatorForSeq2Seq, set_seed
 
 import hf_seq  # noqa: F401  (registers the hf_seq configs/models with the Auto classes)
-from hf_seq.data import DataError, split_source
+from hf_seq.data import DataError, row_location, split_source
 from hf_seq.metrics import load_metric
 from hf_seq.tokenization import build_translation_tokenizer
 from hf_seq.visualization import plot_translation_attention
@@ -96,12 +97,14 @@ TASK = Task(
         "max_target_length": 64,
         "max_eval_samples": 200,
         "max_predict_samples": 500,
+        "do_train": True,  # as every other script; `--do_train false` evaluates a saved model
     },
     unused=frozenset(
         {"text_column_name", "label_column_name", "tokens_column_name", "tags_column_name", "max_seq_length"}
     ),
     tokenizer_kinds=("bpe", "word"),
     model_head="AutoModelForSeq2SeqLM",
+    required=("source_lang", "target_lang"),
 )
 
 
@@ -130,9 +133,17 @@ def pairs_of(dataset, src: str, tgt: str) -> tuple[list[str], list[str]]:
             f"`target_lang`); its columns are {dataset.column_names}"
         )
     for side, texts in ((src, sources), (tgt, targets)):
-        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
-        if bad is not None:
-            raise DataError(f"{where}: row {bad} has no {side!r} text (got {texts[bad]!r})")
+        if any(not isinstance(t, str) for t in texts):
+            # located in the Arrow table: the file's rows in order (a held-out split shares its file's table)
+            table = dataset.data
+            if "translation" in dataset.column_names:
+                column = pc.struct_field(table.column("translation").combine_chunks(), side).to_pylist()
+            else:
+                column = table.column(side).to_pylist()
+            row = next(i for i, t in enumerate(column) if not isinstance(t, str))
+            raise DataError(
+                f"{row_location(dataset, row)}: no {side!r} text (got {column[row]!r}); every pair needs both sides"
+            )
     return sources, targets
 
 
@@ -381,4 +392,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from hf_seq.train_scripts.cli import run_script
+
+    raise SystemExit(run_script(main))

@@ -1,0 +1,414 @@
+"""The up-front check of a whole run, after parsing and before any data, tokenizer or model is loaded.
+
+:func:`hf_seq.train_scripts.arguments.parse_args` calls :func:`check_run` last, so that a mistake in a recipe or a
+flag costs the seconds of the parse, not a training run:
+
+* every numeric ``TrainingArguments`` field in its range (batch sizes, steps, epochs, learning rate, warm-up, Adam's
+  betas, ratios, seeds) and a run that trains something (``max_steps`` -1 or positive, ``num_train_epochs`` > 0, no
+  ``do_train false`` where the script always trains; translation without ``do_train`` needs a model to evaluate);
+* ``output_dir`` a folder that can be created and written: a probe file is created and removed in it (if it exists)
+  and in the folder that will hold it (the final save writes a sibling staging folder there);
+* ``resume_from_checkpoint``: ``last`` or a complete checkpoint folder;
+* ``tokenizer_name`` and ``model_name_or_path`` local folders that hold a tokenizer / a model of a family and a head
+  the script can train (``allow_other_head`` to start from a folder saved with another head, e.g. a classifier's
+  encoder under a language model); the language model's ``level`` matches a loaded tokenizer;
+* a preset ``dataset_name`` whose corpus is installed.
+
+Every error is a :class:`~hf_seq.train_scripts.arguments.RecipeError` naming the flag (or recipe key), the value and
+what is allowed; :mod:`hf_seq.train_scripts.cli` prints it as one line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hf_seq.train_scripts.arguments import RecipeError, Task
+
+# (field, lowest, lowest allowed itself, highest, highest allowed itself, None allowed): the numeric fields of
+# TrainingArguments (and Seq2SeqTrainingArguments) whose range transformers does not check before training starts
+_INF = math.inf
+TRAINING_RANGES = (
+    ("per_device_train_batch_size", 1, True, _INF, False, False),
+    ("per_device_eval_batch_size", 1, True, _INF, False, False),
+    ("gradient_accumulation_steps", 1, True, _INF, False, False),
+    ("eval_accumulation_steps", 1, True, _INF, False, True),
+    ("learning_rate", 0, True, _INF, False, False),  # 0: keeps the weights (a loaded model evaluated as trained)
+    ("weight_decay", 0, True, _INF, False, False),
+    ("adam_beta1", 0, True, 1, False, False),
+    ("adam_beta2", 0, True, 1, False, False),
+    ("adam_epsilon", 0, False, _INF, False, False),
+    ("max_grad_norm", 0, True, _INF, False, True),
+    ("warmup_steps", 0, True, _INF, False, False),
+    ("warmup_ratio", 0, True, 1, True, True),
+    ("label_smoothing_factor", 0, True, 1, False, False),
+    ("logging_steps", 0, False, _INF, False, False),
+    ("save_steps", 0, False, _INF, False, False),
+    ("eval_steps", 0, False, _INF, False, True),
+    ("save_total_limit", 1, True, _INF, False, True),
+    ("dataloader_num_workers", 0, True, _INF, False, False),
+    ("dataloader_prefetch_factor", 1, True, _INF, False, True),
+    ("seed", 0, True, 2**32, False, False),
+    ("data_seed", 0, True, 2**32, False, True),
+    ("torch_empty_cache_steps", 1, True, _INF, False, True),
+    ("neftune_noise_alpha", 0, False, _INF, False, True),
+    ("generation_num_beams", 1, True, _INF, False, True),
+    ("generation_max_length", 1, True, _INF, False, True),
+    ("max_train_minutes", 0, False, _INF, False, True),
+    ("max_train_cpu_minutes", 0, False, _INF, False, True),
+)
+
+
+def _interval(low, low_in, high, high_in) -> str:
+    if high == _INF:
+        return f">= {low}" if low_in else f"> {low}"
+    return f"in {'[' if low_in else '('}{low}, {high}{']' if high_in else ')'}"
+
+
+def check_training_ranges(args: Any, origin) -> None:
+    """``RecipeError`` for a numeric field of ``args`` (``TrainingArguments`` or a script's dataclass) outside its
+    range (:data:`TRAINING_RANGES`), a ``max_steps`` other than -1 or a positive count, or epochs that train nothing."""
+    for name, low, low_in, high, high_in, none_ok in TRAINING_RANGES:
+        if not hasattr(args, name):
+            continue
+        value = getattr(args, name)
+        if value is None and none_ok:
+            continue
+        inside = (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and (value >= low if low_in else value > low)
+            and (high == _INF or (value <= high if high_in else value < high))
+        )
+        if not inside:
+            allowed = _interval(low, low_in, high, high_in) + (" or null" if none_ok else "")
+            raise RecipeError(f"{origin(name)}: `{name}` must be {allowed}, got {value!r}")
+    if not hasattr(args, "max_steps"):
+        return
+    if args.max_steps == 0 or args.max_steps < -1:
+        raise RecipeError(
+            f"{origin('max_steps')}: `max_steps` must be a positive number of steps, or -1 (train `num_train_epochs` "
+            f"epochs), got {args.max_steps}"
+        )
+    epochs = args.num_train_epochs
+    if not (isinstance(epochs, (int, float)) and math.isfinite(epochs) and epochs > 0) and args.max_steps == -1:
+        raise RecipeError(
+            f"{origin('num_train_epochs')}: `num_train_epochs` must be > 0 (with `max_steps` -1 it sets the length "
+            f"of training), got {epochs!r}: the run would train nothing"
+        )
+
+
+def check_trains_something(task: Task, model_args, task_args, training_args, origin, given) -> None:
+    """The script trains (or, translation with ``do_train false``, evaluates a saved model): ``do_train false``
+    where the script always trains, or translation that would neither train nor predict, is an error."""
+    if getattr(task_args, "eval_only", False) and not model_args.model_name_or_path:
+        raise RecipeError(
+            f"{origin('eval_only')}: `eval_only` evaluates a saved model, but no `model_name_or_path` is given: pass "
+            "the pretrained folder to evaluate"
+        )
+    if task.name != "train_translation":
+        if "do_train" in given and not training_args.do_train:
+            raise RecipeError(
+                f"{origin('do_train')}: `do_train` false: {task.name} always trains (only train_translation can "
+                "skip training to evaluate a saved model); leave `do_train` out"
+            )
+        return
+    if training_args.do_train:
+        return
+    if not model_args.model_name_or_path:
+        raise RecipeError(
+            f"{origin('do_train')}: `do_train` false evaluates a saved model, but no `model_name_or_path` is given: "
+            "pass the model folder to evaluate, or leave `do_train` out (it defaults to true) to train"
+        )
+    if not training_args.do_predict:
+        raise RecipeError(
+            f"{origin('do_train')}: `do_train` false and `do_predict` false: the run would neither train nor "
+            "evaluate; pass `--do_predict true` to evaluate `model_name_or_path` on the test split, or leave "
+            "`do_train` out to train"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# output_dir and resume_from_checkpoint
+# ---------------------------------------------------------------------------------------------------------------
+def _probe(folder: Path, where: str, value: str) -> None:
+    """Create and remove a file in ``folder``; ``RecipeError`` saying why the run could not write there."""
+    try:
+        handle, name = tempfile.mkstemp(prefix=".hf_seq-write-probe-", dir=folder)
+        os.close(handle)
+        os.unlink(name)
+    except OSError as error:
+        raise RecipeError(
+            f"{where}: `output_dir` {value} cannot be written: creating a file in {folder} failed "
+            f"({error.strerror or error}); choose a folder on a writable file system you may write to"
+        ) from None
+
+
+def check_output_dir(output_dir: str | None, where: str) -> None:
+    """``output_dir`` is not a file, can be created (its nearest existing ancestor is a folder) and a file can be
+    created in it (if it exists) and in the folder that holds it (where the final save stages the new folder).
+    Nothing is created: the probe files are removed and a missing ``output_dir`` stays missing."""
+    if not output_dir:
+        raise RecipeError(f"{where}: `output_dir` is needed (the folder the model and results are written to)")
+    from hf_seq.train_scripts import outputs
+
+    path = Path(output_dir).expanduser()
+    if path.exists() and not path.is_dir():
+        raise RecipeError(
+            f"{where}: `output_dir` {output_dir} is a file, not a folder; pass a folder (new or existing)"
+        )
+    ancestor = path.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise RecipeError(f"{where}: `output_dir` {output_dir} cannot be created: {ancestor} is a file, not a folder")
+    try:
+        outputs.resolve(output_dir)  # not the working directory or one of its parents
+    except ValueError as error:
+        raise RecipeError(f"{where}: {error}") from None
+    if path.is_dir():
+        _probe(path, where, output_dir)
+    _probe(ancestor, where, output_dir)
+
+
+def check_resume(training_args, where: str) -> None:
+    """``resume_from_checkpoint`` is off, ``last`` / ``true``, or a complete checkpoint folder."""
+    from hf_seq.train_scripts.common import checkpoint_is_complete
+
+    value = training_args.resume_from_checkpoint
+    if value is None or str(value).lower() in ("", "false", "none", "last", "true"):
+        return
+    if not Path(value).is_dir():
+        raise RecipeError(
+            f"{where}: `resume_from_checkpoint` {value} is not a folder; pass `last` (the newest complete checkpoint "
+            "of output_dir) or a checkpoint-N folder"
+        )
+    if not checkpoint_is_complete(value):
+        raise RecipeError(
+            f"{where}: `resume_from_checkpoint` {value} is not a complete Trainer checkpoint (it needs config.json, "
+            "model.safetensors and a readable trainer_state.json); pass `last` to take the newest complete one"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tokenizer and model folders
+# ---------------------------------------------------------------------------------------------------------------
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
+
+# the saved heads (architecture name endings) each script's head can start from without `allow_other_head`: the
+# same head, or an encoder pretrained for it (BERT's pretraining heads, a bare encoder)
+_COMPATIBLE_HEADS = {
+    "AutoModelForSequenceClassification": ("ForSequenceClassification", "ForPreTraining", "ForMaskedLM", "Model"),
+    "AutoModelForTokenClassification": ("ForTokenClassification", "ForPreTraining", "ForMaskedLM", "Model"),
+    "AutoModelForPreTraining": ("ForPreTraining", "ForMaskedLM", "Model"),
+    "AutoModelForMaskedLM": ("ForMaskedLM", "ForPreTraining", "Model"),
+    "AutoModelForCausalLM": ("ForCausalLM", "LMHeadModel"),
+    "AutoModelForSeq2SeqLM": ("ForConditionalGeneration",),
+}
+_HEAD_WORDS = {
+    "ForSequenceClassification": "a text classifier",
+    "ForTokenClassification": "a tagger",
+    "ForCausalLM": "a language model",
+    "LMHeadModel": "a language model",
+    "ForConditionalGeneration": "a sequence-to-sequence model",
+    "ForPreTraining": "a pretrained BERT (MLM + NSP)",
+    "ForMaskedLM": "a masked language model",
+}
+
+
+def _local_folder(value: str, flag: str, where: str, what: str) -> Path:
+    path = Path(value).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise RecipeError(f"{where}: `{flag}` {value} is a file; pass the folder that holds {what}")
+    raise RecipeError(
+        f"{where}: `{flag}` {value} does not exist; pass a local folder that holds {what} (the train scripts do "
+        "not download: fetch a Hub model into a folder first, e.g. `hf download <id> --local-dir <folder>`)"
+    )
+
+
+def check_tokenizer_folder(value: str, flag: str, where: str) -> Path:
+    """``value`` is a local folder with tokenizer files (:data:`TOKENIZER_FILES`)."""
+    path = _local_folder(value, flag, where, "a saved tokenizer (tokenizer.json or tokenizer_config.json)")
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        if flag == "model_name_or_path":
+            hint = "pass the tokenizer it was trained with as `tokenizer_name`"
+        else:
+            hint = "pass a folder written by a train script or `tokenizer.save_pretrained`, or leave `tokenizer_name` out to build a tokenizer on the training data"
+        raise RecipeError(
+            f"{where}: `{flag}` {value} holds no tokenizer files (none of {', '.join(TOKENIZER_FILES)}); {hint}"
+        )
+    return path
+
+
+def tokenizer_level(folder: Path) -> str | None:
+    """The level of a word-level tokenizer.json: "char" for hf_seq's char tokenizer (one pre-token per character,
+    decoded by concatenating: the ``Fuse`` decoder), "word" for another word-level one; None when it cannot tell
+    (a sub-word model, or no tokenizer.json)."""
+    try:
+        data = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+        if data["model"].get("type") != "WordLevel":
+            return None
+        decoder = data.get("decoder") or {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return "char" if decoder.get("type") == "Fuse" else "word"
+
+
+def _read_config(path: Path, flag: str, where: str) -> dict:
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise RecipeError(
+            f"{where}: `{flag}` {path} holds no config.json: pass a model folder written by a train script or "
+            "`save_pretrained`"
+        )
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise RecipeError(f"{where}: `{flag}` {config_file} is not valid JSON ({error})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        raise RecipeError(f"{where}: `{flag}` {config_file} has no `model_type`")
+    return config
+
+
+def _head_words(architecture: str) -> str:
+    for ending, words in _HEAD_WORDS.items():
+        if architecture.endswith(ending):
+            return f"{words} ({architecture})"
+    return architecture
+
+
+def check_model_folder(task: Task, head: str, model_args, where: str, allow_other_head: bool) -> dict:
+    """``model_name_or_path`` is a local model folder of a family with ``head`` (``AutoModelFor...``) that the task
+    may start from; its saved head (``architectures``) is one the task's head continues (:data:`_COMPATIBLE_HEADS`)
+    unless ``allow_other_head``. Returns its config.json."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    import hf_seq  # noqa: F401 - registers the hf_seq model types
+
+    value = model_args.model_name_or_path
+    path = _local_folder(value, "model_name_or_path", where, "a saved model (config.json and its weights)")
+    config = _read_config(path, "model_name_or_path", where)
+    model_type = config["model_type"]
+    auto = getattr(transformers, head)
+    families = sorted(
+        c.model_type for c in auto._model_mapping.keys() if getattr(c, "model_type", "").startswith("hf_seq")
+    )
+    if task.model_types is not None:
+        families = [t for t in families if t in task.model_types]
+    if model_type not in CONFIG_MAPPING:
+        raise RecipeError(
+            f"{where}: `model_name_or_path` {value} holds a model of type {model_type!r}, which neither transformers "
+            f"nor hf_seq knows; {task.name} trains {families}"
+        )
+    converted = model_type == "bert" and task.convert_transformers_bert
+    has_head = converted or CONFIG_MAPPING[model_type] in auto._model_mapping
+    if task.model_types is not None and model_type not in task.model_types:
+        has_head = False
+    if not has_head:
+        raise RecipeError(
+            f"{where}: `model_name_or_path` {value} is a {model_type!r} model, which {task.name} cannot train "
+            f"({head}): it takes a folder of {families}"
+            + (
+                " or a transformers BERT"
+                if task.convert_transformers_bert and head != "AutoModelForCausalLM" and head != "AutoModelForSeq2SeqLM"
+                else ""
+            )
+        )
+    saved = (config.get("architectures") or [None])[0]
+    allowed = _COMPATIBLE_HEADS.get(head, ())
+    if saved and allowed and not saved.endswith(allowed) and not allow_other_head:
+        wanted = {
+            "AutoModelForSequenceClassification": "a text classifier",
+            "AutoModelForTokenClassification": "a tagger",
+            "AutoModelForCausalLM": "a language model",
+            "AutoModelForSeq2SeqLM": "a sequence-to-sequence model",
+            "AutoModelForPreTraining": "a pretrained BERT",
+            "AutoModelForMaskedLM": "a masked language model",
+        }.get(head, head)
+        raise RecipeError(
+            f"{where}: `model_name_or_path` {value} holds {_head_words(saved)}, but {task.name} trains {wanted}: "
+            "pass a folder saved by the same kind of run, or `--allow_other_head true` to reuse its weights under a "
+            "new head (with its tokenizer)"
+        )
+    return config
+
+
+def check_model_paths(task: Task, model_args, task_args, sources: dict[str, str]) -> None:
+    """``tokenizer_name`` and ``model_name_or_path`` (see :func:`check_model_folder`); the language model's
+    ``level`` matches the tokenizer it loads."""
+
+    def origin(key: str) -> str:
+        return sources.get(key, f"{task.name}'s default")
+
+    tokenizer_folder = None
+    if model_args.tokenizer_name:
+        tokenizer_folder = check_tokenizer_folder(model_args.tokenizer_name, "tokenizer_name", origin("tokenizer_name"))
+    if model_args.model_name_or_path and task.model_head:
+        head = task.model_head_of(task_args) if task.model_head_of is not None else task.model_head
+        check_model_folder(task, head, model_args, origin("model_name_or_path"), model_args.allow_other_head)
+        if tokenizer_folder is None:
+            tokenizer_folder = check_tokenizer_folder(
+                model_args.model_name_or_path, "model_name_or_path", origin("model_name_or_path")
+            )
+    level = getattr(task_args, "level", None)
+    if tokenizer_folder is not None and level in ("char", "word"):
+        found = tokenizer_level(tokenizer_folder)
+        if found is not None and found != level:
+            flag = "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path"
+            raise RecipeError(
+                f"{origin('level')}: `level` is {level!r} but the tokenizer of `{flag}` {tokenizer_folder} is "
+                f"{found}-level; pass `--level {found}` (or a {level}-level tokenizer)"
+            )
+        if level == "word" and _tokenizer_config(tokenizer_folder).get("eos_token") is None:
+            flag = "tokenizer_name" if model_args.tokenizer_name else "model_name_or_path"
+            raise RecipeError(
+                f"{origin('level')}: `level` word closes every text with the tokenizer's eos token, but the tokenizer "
+                f"of `{flag}` {tokenizer_folder} has none; pass a tokenizer with an eos token, or leave `{flag}` out "
+                "to build one"
+            )
+
+
+def _tokenizer_config(folder: Path) -> dict:
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"eos_token": "unknown"}  # cannot tell: the script's own check applies
+    return config if isinstance(config, dict) else {"eos_token": "unknown"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the whole run
+# ---------------------------------------------------------------------------------------------------------------
+def check_run(task: Task, model_args, data_args, task_args, training_args, sources: dict[str, str]) -> None:
+    """Everything of a run that can be checked without reading data (see the module's docstring)."""
+    from hf_seq.data import DATASET_PRESETS, DataError, check_preset_installed
+
+    def origin(key: str) -> str:
+        return sources.get(key, f"{task.name}'s default")
+
+    given = set(sources)
+    missing = [name for name in task.required if not getattr(data_args, name, None)]
+    if missing:
+        raise RecipeError(
+            f"{task.name} needs {' and '.join(f'`{n}`' for n in task.required)}; "
+            f"{', '.join(f'--{n}' for n in missing)} not given"
+        )
+    check_training_ranges(training_args, origin)
+    check_training_ranges(task_args, origin)
+    check_trains_something(task, model_args, task_args, training_args, origin, given)
+    check_resume(training_args, origin("resume_from_checkpoint"))
+    check_model_paths(task, model_args, task_args, sources)
+    if data_args.dataset_name in DATASET_PRESETS:
+        try:
+            check_preset_installed(data_args.dataset_name)
+        except DataError as error:
+            raise RecipeError(f"{origin('dataset_name')}: {error}") from None
+    check_output_dir(training_args.output_dir, origin("output_dir"))
