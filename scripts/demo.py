@@ -5,7 +5,8 @@ Trains the small Transformer of ``configs/translation_transformer.json`` on the 
 recipe itself trains 9,000 steps, and its learning rate decays to zero at ``max_steps``, so the demo runs the same
 schedule compressed into 5,000 steps — prints its test BLEU / chrF and the wall time, reloads it with
 ``AutoModelForSeq2SeqLM.from_pretrained`` and ``pipeline("translation")``, translates held-out verses with beam
-search and saves one cross-attention heat map. A fixed number of steps (not a time budget)
+search and saves one cross-attention heat map; then (with ``pip install 'hf_seq[ctranslate2]'``) exports it to
+CTranslate2 int8, translates the same verses with ``ctranslate2.Translator`` and times both engines. A fixed number of steps (not a time budget)
 makes the result the same on a busy machine as on a quiet one: same seed, same batches, same updates.
 
 Reuses the run in ``runs/translation_transformer_demo`` when it is complete (delete the folder to retrain). Extra
@@ -32,6 +33,8 @@ HEAT_MAP_NAME = "demo_cross_attention.png"
 TIMING_NAME = "demo_timing.json"
 NUM_EXAMPLES = 4
 NUM_BEAMS = 5
+CT2_FOLDER = "ctranslate2_int8"  # the CTranslate2 export the demo writes into the run folder
+SPEED_VERSES = 96
 
 
 def threads_text(count: int) -> str:
@@ -132,6 +135,59 @@ def main(argv: list[str]) -> None:
 
     path = plot_translation_attention(model, tokenizer, source, run_dir / HEAT_MAP_NAME)
     print(f"\nCross-attention of the last decoder layer (heads averaged) for the first verse: {path}")
+    ctranslate2_section(run_dir, model, tokenizer, results, verses, [out["translation_text"] for out in outputs])
+
+
+def ctranslate2_section(run_dir: Path, model, tokenizer, results: dict, verses: list[dict], pipeline_texts) -> None:
+    """The same verses translated by the model exported to CTranslate2 (int8), and the decoding speed of both on
+    the first ``SPEED_VERSES`` test verses (batch 32, beam 5; the two engines alternate, median of 3)."""
+    try:
+        import ctranslate2
+    except ImportError:
+        print("\n(pip install 'hf_seq[ctranslate2]' to see the CTranslate2 export here.)")
+        return
+    import statistics
+
+    import torch
+
+    from hf_seq.data import load_translation
+    from hf_seq.export import ctranslate2_translate, to_ctranslate2
+
+    folder = run_dir / CT2_FOLDER
+    if not (folder / "model.bin").is_file():
+        to_ctranslate2(run_dir, folder, quantization="int8", force=True)
+    translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=DEMO_THREADS)
+    max_new = 80
+    ids = ctranslate2_translate(
+        translator, tokenizer, [v["en"] for v in verses], num_beams=NUM_BEAMS, max_new_tokens=max_new
+    )
+    print(f"\nExported with hf_seq.export.to_ctranslate2 (int8) to {folder}; ctranslate2.Translator, beam {NUM_BEAMS}:")
+    for verse, row, theirs in zip(verses, ids, pipeline_texts):
+        text = tokenizer.decode(row, skip_special_tokens=True)
+        same = "  (= pipeline)" if text.strip() == theirs.strip() else ""
+        print(f"  en:          {verse['en']}\n  ctranslate2: {text}{same}")
+
+    test = load_translation(max_words=results["data"]["max_words"])["test"]
+    sources = [test[i]["translation"]["en"] for i in range(SPEED_VERSES)]
+    torch.set_num_threads(DEMO_THREADS)
+    times: dict[str, list[float]] = {"generate": [], "ctranslate2": []}
+    for _ in range(3):
+        start = time.perf_counter()
+        for i in range(0, len(sources), 32):
+            enc = tokenizer(sources[i : i + 32], padding=True, return_tensors="pt")
+            with torch.no_grad():
+                model.generate(**enc, num_beams=NUM_BEAMS, max_new_tokens=max_new)
+        times["generate"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        ctranslate2_translate(translator, tokenizer, sources, num_beams=NUM_BEAMS, max_new_tokens=max_new)
+        times["ctranslate2"].append(time.perf_counter() - start)
+    ours, theirs = statistics.median(times["generate"]), statistics.median(times["ctranslate2"])
+    load = os.getloadavg()[0]
+    print(
+        f"\nSpeed, {SPEED_VERSES} test verses, batch 32, beam {NUM_BEAMS}, {threads_text(DEMO_THREADS)} (median of 3, "
+        f"load average {load:.1f}): generate() {ours:.1f} s, CTranslate2 int8 {theirs:.1f} s = {ours / theirs:.1f}x "
+        "faster (benchmarks/bench_ctranslate2.py measures more settings)."
+    )
 
 
 if __name__ == "__main__":

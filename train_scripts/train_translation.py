@@ -61,6 +61,7 @@ from hf_seq.tokenization import build_translation_tokenizer
 from hf_seq.visualization import plot_translation_attention
 
 logger = logging.getLogger("train_translation")
+TEST_ENGINES = ("pytorch", "ctranslate2")
 
 
 @dataclass
@@ -73,6 +74,24 @@ class TranslationArguments(BudgetArguments):
     plot_attention_index: int = field(default=0, metadata={"help": "Index (in the capped test set) of that sentence."})
     plot_attention_path: str | None = field(default=None, metadata={"help": "PNG path (default <output_dir>/...)."})
     results_file: str = field(default="results.json", metadata={"help": "Results JSON (relative to output_dir)."})
+    average_last_checkpoints: int | None = field(
+        default=None,
+        metadata={
+            "help": "After training, replace the model by the mean of the weights of the last N saved checkpoints "
+            "(the final model's test scores are kept under `before_averaging`); needs `save_strategy` steps/epoch."
+        },
+    )
+    test_engine: str = field(
+        default="pytorch",
+        metadata={
+            "help": '"pytorch" (generate()) or "ctranslate2": decode the test split with the model exported to '
+            "CTranslate2 (written into <output_dir>/ctranslate2; needs `pip install hf_seq[ctranslate2]`)."
+        },
+    )
+    test_ctranslate2_quantization: str | None = field(
+        default=None,
+        metadata={"help": "Weight type of that export (int8, int16, float16, ...; default float32)."},
+    )
 
     def __post_init__(self):
         try:
@@ -83,6 +102,24 @@ class TranslationArguments(BudgetArguments):
             raise ValueError(f"`test_num_beams` must be comma-separated positive integers, got {self.test_num_beams!r}")
         if self.max_words is not None and self.max_words < 1:
             raise ValueError(f"`max_words` must be a positive integer or null, got {self.max_words}")
+        if self.average_last_checkpoints is not None and (
+            isinstance(self.average_last_checkpoints, bool) or self.average_last_checkpoints < 1
+        ):
+            raise ValueError(
+                f"`average_last_checkpoints` must be a positive integer or null, got {self.average_last_checkpoints}"
+            )
+        if self.test_engine not in TEST_ENGINES:
+            raise ValueError(f"`test_engine` must be one of {list(TEST_ENGINES)}, got {self.test_engine!r}")
+        if self.test_ctranslate2_quantization is not None:
+            from hf_seq.export import QUANTIZATIONS
+
+            if self.test_ctranslate2_quantization not in QUANTIZATIONS:
+                raise ValueError(
+                    f"`test_ctranslate2_quantization` must be one of {list(QUANTIZATIONS)} or null, got "
+                    f"{self.test_ctranslate2_quantization!r}"
+                )
+            if self.test_engine != "ctranslate2":
+                raise ValueError('`test_ctranslate2_quantization` needs `test_engine` "ctranslate2"')
 
 
 TASK = Task(
@@ -165,6 +202,83 @@ def translation_card_metrics(results: dict) -> dict:
     return metrics
 
 
+def check_averaging(args: TranslationArguments, training_args) -> None:
+    """``average_last_checkpoints`` needs a training run that keeps at least that many checkpoints."""
+    n = args.average_last_checkpoints
+    if n is None:
+        return
+    if not training_args.do_train or training_args.save_strategy == "no":
+        raise RecipeError(
+            f"`average_last_checkpoints` {n} averages the checkpoints this run saves: it needs `do_train` true and "
+            f'`save_strategy` "steps" or "epoch" (got do_train={training_args.do_train}, '
+            f"save_strategy={training_args.save_strategy!r})"
+        )
+    limit = training_args.save_total_limit
+    if limit is not None and limit < n:
+        raise RecipeError(
+            f"`average_last_checkpoints` {n} needs `save_total_limit` null or at least {n} (got {limit}): the older "
+            "checkpoints would be deleted before the end"
+        )
+
+
+def last_checkpoints(output_dir: str, count: int, up_to_step: int) -> list[Path]:
+    """The ``count`` newest complete ``checkpoint-N`` folders of ``output_dir`` with ``N <= up_to_step``, oldest
+    first (checkpoints of a later, longer run left in the folder are not this model's)."""
+    from hf_seq.train_scripts.common import checkpoint_is_complete
+
+    found = sorted(
+        (
+            p
+            for p in Path(output_dir).glob("checkpoint-*")
+            if p.is_dir() and p.name.split("-")[-1].isdigit() and int(p.name.split("-")[-1]) <= up_to_step
+        ),
+        key=lambda p: int(p.name.split("-")[-1]),
+    )
+    return [p for p in found if checkpoint_is_complete(p)][-count:]
+
+
+def load_averaged_weights(model, folders: list[Path]) -> None:
+    """Replace the weights of ``model`` by the mean of those saved in ``folders``
+    (:func:`hf_seq.export.average_state_dicts`); tied weights, stored once, stay tied."""
+    from hf_seq.export import average_state_dicts
+
+    averaged = average_state_dicts(folders)
+    missing, unexpected = model.load_state_dict(averaged, strict=False)
+    tied = {name for name, _ in model.named_parameters(remove_duplicate=False)} - {
+        name for name, _ in model.named_parameters()
+    }
+    buffers = {name for name, _ in model.named_buffers()}
+    untouched = [k for k in missing if k not in tied and k not in buffers]
+    if untouched or unexpected:
+        raise RecipeError(
+            f"the checkpoints in {folders[0].parent} do not match the model: weights missing {untouched[:3]}, "
+            f"unexpected {list(unexpected)[:3]}"
+        )
+
+
+def ctranslate2_predictions(
+    model, tokenizer, sources: list[str], export_dir: Path, quantization, beams, max_new, max_source_length
+) -> np.ndarray:
+    """Test translations of ``sources`` by the model exported to CTranslate2 in ``export_dir`` (exported on the
+    first call), as a right-padded ``(N, T)`` array of token ids like ``trainer.predict``'s."""
+    import ctranslate2
+
+    from hf_seq.export import ctranslate2_translate, to_ctranslate2
+
+    if not (export_dir / "model.bin").is_file():
+        to_ctranslate2(model, export_dir, quantization=quantization, tokenizer=tokenizer, force=True)
+    threads = int(os.environ.get("OMP_NUM_THREADS") or torch.get_num_threads())
+    translator = ctranslate2.Translator(str(export_dir), device="cpu", intra_threads=threads)
+    ids = ctranslate2_translate(
+        translator, tokenizer, sources, num_beams=beams, max_new_tokens=max_new, max_source_length=max_source_length
+    )
+    width = max([len(row) for row in ids] + [1])
+    out = np.full((len(ids), width), tokenizer.pad_token_id, dtype=np.int64)
+    for i, row in enumerate(ids):
+        out[i, : len(row)] = row
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     use_cpu_processes_without_gpu()
     model_args, data_args, args, training_args = parse_args(TASK, argv)
@@ -177,6 +291,7 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(int(threads))
     set_seed(training_args.seed)
     command = training_command(__file__, argv)
+    check_averaging(args, training_args)
     src, tgt = data_args.source_lang, data_args.target_lang
     if not src or not tgt:
         raise RecipeError("train_translation needs `source_lang` and `target_lang` (keys of the `translation` dicts)")
@@ -304,23 +419,48 @@ def main(argv: list[str] | None = None) -> dict:
         }
         results["validation_history"] = [h for h in trainer.state.log_history if "eval_bleu" in h]
 
-    if training_args.do_predict and "test" not in tokenized:
-        logger.warning("no test split: nothing to predict")
-    if training_args.do_predict and "test" in tokenized:
+    def test(store: dict, export_dir: Path | None = None) -> None:
+        """Greedy / beam test decodes of ``trainer.model`` into ``store`` (``test_engine``: generate() or the
+        model exported to CTranslate2 in ``export_dir``)."""
         max_new = data_args.max_target_length + 16
         for beams in (int(b) for b in args.test_num_beams.split(",") if b.strip()):
             t0 = time.perf_counter()
-            pred = trainer.predict(tokenized["test"], metric_key_prefix="test", num_beams=beams, max_new_tokens=max_new)
-            metrics = dict(pred.metrics)
+            if args.test_engine == "ctranslate2":
+                preds = ctranslate2_predictions(
+                    trainer.model,
+                    tokenizer,
+                    pairs["test"][0],
+                    export_dir,
+                    args.test_ctranslate2_quantization,
+                    beams,
+                    max_new,
+                    data_args.max_source_length,
+                )
+                labels = np.array(
+                    [
+                        row + [-100] * (max(map(len, tokenized["test"]["labels"])) - len(row))
+                        for row in tokenized["test"]["labels"]
+                    ]
+                )
+                metrics = {f"test_{k}": v for k, v in compute_metrics((preds, labels)).items()}
+                metrics["test_engine"] = "ctranslate2"
+                metrics["test_quantization"] = args.test_ctranslate2_quantization or "float32"
+                label_ids = labels
+            else:
+                pred = trainer.predict(
+                    tokenized["test"], metric_key_prefix="test", num_beams=beams, max_new_tokens=max_new
+                )
+                metrics = dict(pred.metrics)
+                preds = np.where(pred.predictions < 0, tokenizer.pad_token_id, pred.predictions)
+                label_ids = pred.label_ids
             metrics["generation_seconds"] = time.perf_counter() - t0
-            results[f"test_beam{beams}" if beams > 1 else "test_greedy"] = metrics
+            store[f"test_beam{beams}" if beams > 1 else "test_greedy"] = metrics
             logger.info("test num_beams=%d: %s", beams, metrics)
             if beams == 1:  # a few examples; the eval sampler may reorder rows, so find each row's source
-                preds = np.where(pred.predictions < 0, tokenizer.pad_token_id, pred.predictions)
                 row_of = {tuple(labels): i for i, labels in enumerate(tokenized["test"]["labels"])}
                 examples = []
                 for k in range(min(5, len(preds))):
-                    i = row_of.get(tuple(int(x) for x in pred.label_ids[k] if x != -100))
+                    i = row_of.get(tuple(int(x) for x in label_ids[k] if x != -100))
                     if i is not None:
                         examples.append(
                             {
@@ -330,9 +470,32 @@ def main(argv: list[str] | None = None) -> dict:
                                 "greedy": tokenizer.decode(preds[k], skip_special_tokens=True).strip(),
                             }
                         )
-                results["examples"] = examples
+                store["examples"] = examples
 
+    testing = training_args.do_predict and "test" in tokenized
+    if training_args.do_predict and "test" not in tokenized:
+        logger.warning("no test split: nothing to predict")
     extra_files = {}
+    export_root = Path(tempfile.mkdtemp()) if args.test_engine == "ctranslate2" else None
+    if args.average_last_checkpoints:
+        folders = last_checkpoints(training_args.output_dir, args.average_last_checkpoints, trainer.state.global_step)
+        if len(folders) < args.average_last_checkpoints:
+            logger.warning(
+                "average_last_checkpoints=%d: only %d complete checkpoints saved; averaging those",
+                args.average_last_checkpoints,
+                len(folders),
+            )
+        if testing:  # the final model's scores, for comparison
+            results["before_averaging"] = {}
+            test(results["before_averaging"], export_root / "final" if export_root else None)
+        load_averaged_weights(trainer.model, folders)
+        results["averaged_checkpoints"] = [p.name for p in folders]
+        logger.info("averaged the weights of %s", ", ".join(p.name for p in folders))
+    if testing:
+        test(results, export_root / "ctranslate2" if export_root else None)
+        if export_root is not None and trainer.is_world_process_zero():
+            extra_files["ctranslate2"] = export_root / "ctranslate2"  # the tested export, into the run folder
+
     if args.plot_attention:  # every process (a sharded model runs its forward collectively)
         split = "test" if "test" in pairs else "validation"
         # the default goes into the final folder with the model (save_run moves it in)
