@@ -44,6 +44,14 @@ from .modeling_transformer import (
     TransformerPreTrainedModel,
 )
 from .recurrent import CellType, RecurrentStack, register_cell
+from .word_vectors import (
+    EmbeddingCoverage,
+    WordVectorError,
+    WordVectors,
+    embedding_matrix,
+    init_embeddings_from_vectors,
+    load_word_vectors,
+)
 
 __version__ = "0.1.0"
 
@@ -57,6 +65,7 @@ __all__ = [
     "BertModel",
     "BertPreTrainedModel",
     "CellType",
+    "EmbeddingCoverage",
     "HfSeqBertConfig",
     "HfSeqRNNConfig",
     "HfSeqRNNSeq2SeqConfig",
@@ -78,6 +87,11 @@ __all__ = [
     "TransformerForConditionalGeneration",
     "TransformerModel",
     "TransformerPreTrainedModel",
+    "WordVectorError",
+    "WordVectors",
+    "embedding_matrix",
+    "init_embeddings_from_vectors",
+    "load_word_vectors",
     "register_cell",
 ]
 
