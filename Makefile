@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 data: $(STAMP)
 	PYTHON=$(VPY) bash scripts/fetch_data.sh
 
-# Pretrained transformers checkpoints for finetune_bert.py (all-MiniLM-L6-v2 into data/pretrained/; idempotent)
+# Pretrained checkpoints into data/pretrained/ (idempotent): all-MiniLM-L6-v2 for finetune_bert.py, GloVe 6B 50-d word
+# vectors (glove-6b-50d) for --pretrained_embeddings
 pretrained: $(STAMP)
 	PYTHON=$(VPY) bash scripts/fetch_pretrained.sh
 

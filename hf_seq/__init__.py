@@ -45,6 +45,14 @@ from .modeling_transformer import (
     TransformerPreTrainedModel,
 )
 from .recurrent import CellType, RecurrentStack, register_cell
+from .word_vectors import (
+    EmbeddingCoverage,
+    WordVectorError,
+    WordVectors,
+    embedding_matrix,
+    init_embeddings_from_vectors,
+    load_word_vectors,
+)
 
 __version__ = "0.1.0"
 
@@ -58,6 +66,7 @@ __all__ = [
     "BertModel",
     "BertPreTrainedModel",
     "CellType",
+    "EmbeddingCoverage",
     "HfSeqBertConfig",
     "HfSeqRNNConfig",
     "HfSeqRNNSeq2SeqConfig",
@@ -81,6 +90,11 @@ __all__ = [
     "TransformerModel",
     "TransformerPreTrainedModel",
     "UnsupportedTransformersError",
+    "WordVectorError",
+    "WordVectors",
+    "embedding_matrix",
+    "init_embeddings_from_vectors",
+    "load_word_vectors",
     "auto_heads",
     "register_cell",
 ]

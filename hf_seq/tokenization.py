@@ -21,7 +21,7 @@ build_translation_tokenizer    one vocabulary for English + Spanish, <pad> <unk>
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -164,6 +164,8 @@ def build_word_level_tokenizer(
     padding_side: str = "right",
     truncation_side: str = "right",
     model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+    also_keep: Container[str] | None = None,
+    extra_words: Iterable[str] = (),
 ) -> PreTrainedTokenizerFast:
     """Word-level tokenizer: keep the ``max_vocab_size`` most frequent words, every other word → unk.
 
@@ -173,7 +175,11 @@ def build_word_level_tokenizer(
     splits on whitespace only (PTB: its ``<unk>`` stays one token). ``unk_token`` / ``pad_token`` default to the
     ``special_tokens`` entries spelled ``[UNK]``/``<unk>`` and ``[PAD]``/``<pad>`` (else the second and first entry).
     With ``unk_token="<unk>"`` the corpus' own ``<unk>`` maps to the unknown id. ``add_bos``/``add_eos`` wrap every
-    encoding in ``bos_token``/``eos_token`` (a ``TemplateProcessing`` post-processor).
+    encoding in ``bos_token``/``eos_token`` (a ``TemplateProcessing`` post-processor). ``also_keep``: words of the
+    texts (as normalised, e.g. lower-cased) that join the vocabulary after the top ones however rare they are — the
+    words of a pretrained vector file, whose vectors need no training (``max_vocab_size`` does not limit them).
+    ``extra_words`` join last, in their order, whether the texts have them or not (all the words of a vector file, so
+    that a frozen pretrained table also covers words never seen in training).
     """
     _check_common(padding_side, truncation_side, model_max_length)
     if pre_tokenizer not in _PRE_TOKENIZERS:
@@ -194,6 +200,8 @@ def build_word_level_tokenizer(
     if add_eos and not eos_token:
         raise ValueError("add_eos=True needs eos_token (e.g. '</s>')")
     specials = _dedupe([pad_token, unk_token, *specials, bos_token, eos_token])
+    if also_keep is not None:
+        texts = list(iter_texts(texts))  # read twice
 
     tokenizer = Tokenizer(models.WordLevel(vocab={unk_token: 0}, unk_token=unk_token))
     if lowercase:
@@ -208,6 +216,13 @@ def build_word_level_tokenizer(
     limit = None if max_vocab_size is None else max(0, max_vocab_size - len(vocab))
     for word in [w for w in ranked if w not in vocab][:limit]:
         vocab[word] = len(vocab)
+    if also_keep is not None:  # every word of the texts, most frequent first, that also_keep has
+        for word in _ranked_words(tokenizer, texts, 1, None):
+            if word not in vocab and word in also_keep:
+                vocab[word] = len(vocab)
+    for word in extra_words:
+        if word not in vocab:
+            vocab[word] = len(vocab)
     tokenizer.model = models.WordLevel(vocab=vocab, unk_token=unk_token)
     # the special tokens are never split or lowercased; the corpus' own unk spelling (PTB "<unk>") is kept as is
     tokenizer.add_special_tokens(specials)

@@ -208,9 +208,14 @@ def test_generation_ranges_of_translation(cli_main):
 
 PATH_CASES = {
     "zero epochs": (
-        (*TRANSLATION, "--num_train_epochs", "0", "--output_dir", "runs/out"),
+        (*TRANSLATION, "--num_train_epochs", "0", "--max_steps", "-1", "--output_dir", "runs/out"),
         "`num_train_epochs` must be > 0 (with `max_steps` -1 it sets the length of training), got 0.0: the run would "
         "train nothing",
+    ),
+    "epochs under a recipe's fixed steps": (
+        (*TRANSLATION, "--num_train_epochs", "2", "--output_dir", "runs/out"),
+        "--num_train_epochs 2.0 has no effect: `max_steps` 9000 (the default recipe translation_transformer) "
+        "sets the length of training; add --max_steps -1 to train by epochs",
     ),
     "output_dir is a file": (
         (*CLASSIFIER, "--output_dir", "a_file"),

@@ -509,12 +509,22 @@ def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
     for action in parser._actions:
         if action.dest in task.unused:
             action.help = argparse.SUPPRESS  # --help lists only what this script reads
+    from hf_seq.train_scripts.recipes import default_recipe, resolve_recipe
+
     recipe: dict = {}
-    recipe_path = None
-    if argv and not argv[0].startswith("-"):
-        recipe_path = argv.pop(0)
+    recipe_where = None  # where the recipe's values come from, for the errors
+    if argv and not argv[0].startswith("-"):  # a recipe file, or a shipped recipe's name
+        recipe_path = resolve_recipe(argv.pop(0), task.name)
         recipe = read_recipe(recipe_path)
-        check_recipe(recipe, task, dataclass_types, f"recipe {recipe_path}")
+        recipe_where = f"recipe {recipe_path}"
+    elif (default := default_recipe(task.name)) is not None:  # no recipe: the task's default recipe
+        recipe_where = f"the default recipe {default[0]}"
+        recipe = default[1]
+        parser.epilog = (
+            f"Without a recipe, the defaults are those of the shipped recipe {default[0]} (docs/training.md)."
+        )
+    if recipe_where is not None:
+        check_recipe(recipe, task, dataclass_types, recipe_where)
         recipe = _data_source_from_command_line(recipe, set(_flags_given(argv)))
         parser.set_defaults(**recipe)
         for action in parser._actions:
@@ -525,12 +535,12 @@ def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
     for flag in sorted(flags - set(known) - {"help"}):
         hint = _unknown_key(flag, task, known, recipe.get("model_type"))
         raise RecipeError(f"command line: --{flag} is not an option of {task.name}{hint}")
-    where = f"recipe {recipe_path} with the command line" if recipe_path else "command line"
+    where = f"{recipe_where} with the command line" if recipe_where else "command line"
     try:
         model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     except (ValueError, TypeError) as error:  # TrainingArguments / a task dataclass rejected a value
         raise RecipeError(f"{where}: {error}") from error
-    sources = {key: f"recipe {recipe_path}" for key in recipe} | {key: "command line" for key in flags}
+    sources = {key: recipe_where for key in recipe} | {key: "command line" for key in flags}
     from hf_seq.train_scripts.checks import check_run
 
     check_run(task, model_args, data_args, task_args, training_args, sources=sources)

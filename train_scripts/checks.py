@@ -101,6 +101,12 @@ def check_training_ranges(args: Any, origin) -> None:
             f"{origin('num_train_epochs')}: `num_train_epochs` must be > 0 (with `max_steps` -1 it sets the length "
             f"of training), got {epochs!r}: the run would train nothing"
         )
+    if args.max_steps > 0 and origin("num_train_epochs") == "command line" and origin("max_steps") != "command line":
+        # a recipe's (or the task's default recipe's) fixed step count would silently override the user's epochs
+        raise RecipeError(
+            f"command line: --num_train_epochs {epochs} has no effect: `max_steps` {args.max_steps} "
+            f"({origin('max_steps')}) sets the length of training; add --max_steps -1 to train by epochs"
+        )
 
 
 def check_trains_something(task: Task, model_args, task_args, training_args, origin, given) -> None:

@@ -1,8 +1,10 @@
-"""``hf-seq-train <task> [recipe.json] [--field value ...]``: every train script behind one command.
+"""``hf-seq-train <task> [recipe] [--field value ...]``: every train script behind one command.
 
 Installed by ``pip install hf-seq`` (``[project.scripts]``), so the scripts run without a clone; ``python -m
 hf_seq.train_scripts <task> ...`` is the same (and works under ``torchrun -m`` / ``accelerate launch -m``). The task name is
 the script's (``classifier`` = ``train_scripts/train_classifier.py``); the rest of the command line is the script's.
+A recipe is a JSON file or the name of a shipped recipe (:mod:`hf_seq.train_scripts.recipes`);
+``hf-seq-train <task> --list-recipes`` lists the task's shipped recipes.
 """
 
 from __future__ import annotations
@@ -25,10 +27,24 @@ TASKS = {
 }
 # the script names work too: `hf-seq-train train_classifier ...`
 ALIASES = {module.rsplit(".", 1)[1]: name for name, module in TASKS.items()}
+# the shipped recipe whose settings are each task's defaults (hf_seq.train_scripts.recipes; docs/training.md says why)
+DEFAULT_RECIPES = {
+    "classifier": "sentiment_bilstm_tuned",
+    "tagger": "pos_bilstm",
+    "lm": "lm_char_shakespeare",
+    "translation": "translation_transformer",
+    "pretrain_bert": "bert_pretrain_brown",
+    "finetune_bert": "bert_finetune_sentiment",
+    "word_vectors": "word_vectors_skipgram",
+}
 
-USAGE = f"""usage: hf-seq-train <task> [recipe.json] [--field value ...]
+USAGE = f"""usage: hf-seq-train <task> [recipe] [--field value ...]
 
 tasks: {", ".join(TASKS)}
+recipe: a JSON file, or the name of a shipped recipe (`hf-seq-train <task> --list-recipes` lists them). Without one,
+the defaults are those of the task's default recipe (its model and training settings; the data is yours:
+--train_file ... or --dataset_name):
+{chr(10).join(f"  {task:<14}{recipe}" for task, recipe in DEFAULT_RECIPES.items())}
 `hf-seq-train <task> --help` lists every field of that task (docs/training.md describes them).
 A mistake in the recipe, a flag or the data is one line `hf-seq-train: error: ...` (exit status 2); `--debug` (or
 HF_SEQ_DEBUG=1) shows its traceback."""
@@ -91,8 +107,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     name = ALIASES.get(argv[0], argv[0])
     if name not in TASKS:
-        print(f"hf-seq-train: unknown task {argv[0]!r}\n\n{USAGE}", file=sys.stderr)
+        print(f"hf-seq-train: error: unknown task {argv[0]!r}; the tasks are {', '.join(TASKS)}", file=sys.stderr)
         return 2
+    if "--list-recipes" in argv[1:]:
+        from hf_seq.train_scripts.recipes import list_recipes
+
+        print(list_recipes(name))
+        return 0
     from hf_seq.train_scripts import common
 
     common.COMMAND_PREFIX = ["hf-seq-train", name]  # what results.json and the model card record

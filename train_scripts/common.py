@@ -622,11 +622,17 @@ def load_or_build_model(
 
 
 def tokenizer_for(
-    model_args: ModelArguments, train_texts, max_length: int | None, pre_tokenizer: str = "whitespace_punct"
+    model_args: ModelArguments,
+    train_texts,
+    max_length: int | None,
+    pre_tokenizer: str = "whitespace_punct",
+    also_keep=None,
+    extra_words=(),
 ):
     """The loaded tokenizer (:func:`load_tokenizer`, ``model_max_length`` set to ``max_length``), or a new one of
     ``tokenizer_kind`` built on ``train_texts()`` (a function: the texts are only read when a tokenizer is built):
-    ``"word"`` (the notes' top-V words, ``tokenizer_vocab_size``) or ``"wordpiece"`` (BERT)."""
+    ``"word"`` (the notes' top-V words, ``tokenizer_vocab_size``, plus the training words ``also_keep`` has, e.g. those
+    of a pretrained vector file, and then ``extra_words``) or ``"wordpiece"`` (BERT)."""
     from hf_seq.tokenization import DEFAULT_MODEL_MAX_LENGTH, build_word_level_tokenizer, build_wordpiece_tokenizer
 
     tokenizer = load_tokenizer(model_args)
@@ -644,7 +650,12 @@ def tokenizer_for(
             shared[name] = value
     if model_args.tokenizer_kind == "word":
         return build_word_level_tokenizer(
-            train_texts(), max_vocab_size=model_args.tokenizer_vocab_size, pre_tokenizer=pre_tokenizer, **shared
+            train_texts(),
+            max_vocab_size=model_args.tokenizer_vocab_size,
+            pre_tokenizer=pre_tokenizer,
+            also_keep=also_keep,
+            extra_words=extra_words,
+            **shared,
         )
     if model_args.tokenizer_kind == "wordpiece":
         return build_wordpiece_tokenizer(train_texts(), vocab_size=model_args.tokenizer_vocab_size or 8000, **shared)

@@ -26,6 +26,7 @@ saved ``id2label`` makes ``pipeline("text-classification", model=output_dir)`` p
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import time
@@ -63,10 +64,143 @@ from transformers import AutoConfig, DataCollatorWithPadding, TrainerCallback, s
 
 from hf_seq.data import DataError
 from hf_seq.metrics import load_metric
+from hf_seq.word_vectors import MISSING_INITS, TEXT_SUFFIXES, init_embeddings_from_vectors, load_word_vectors
+
+logger = logging.getLogger(__name__)
+
+
+PRETRAINED_VOCABULARIES = ("tokenizer", "add_vector_words", "add_all_vector_words")
+_VECTORS_HELP = (
+    "word vectors for the embedding of a recurrent model: a folder (`make pretrained` installs GloVe 6B 50-d in "
+    "data/pretrained/glove-6b-50d: a .npy + its word list), a GloVe/word2vec text file (.txt/.vec, .gz too), a .npy with "
+    "`pretrained_embeddings_words` (each aligned to the tokenizer's words, hf_seq.init_embeddings_from_vectors), or a "
+    "saved (vocab_size, embedding_size) matrix (.pt/.bin/.safetensors, or a .npy without a word list). Frozen with the "
+    "model config's `freeze_embeddings`"
+)
 
 
 @dataclass
-class ClassifierArguments(BudgetArguments):
+class WordVectorArguments:
+    """Pretrained word vectors in a recurrent model's embedding (:mod:`hf_seq.word_vectors`)."""
+
+    pretrained_embeddings: str | None = field(default=None, metadata={"help": _VECTORS_HELP})
+    pretrained_embeddings_words: str | None = field(
+        default=None,
+        metadata={
+            "help": "the word list (in row order) of a .npy `pretrained_embeddings`: .parquet or one word a line"
+        },
+    )
+    pretrained_missing_init: str = field(
+        default="normal",
+        metadata={
+            "help": "rows of words without a pretrained vector: 'normal' (the per-dimension mean and std of the "
+            "file's vectors), 'zeros', 'mean' (the mean vector) or 'model' (the model's own initialisation)",
+            "choices": list(MISSING_INITS),
+        },
+    )
+    pretrained_vocabulary: str = field(
+        default="tokenizer",
+        metadata={
+            "help": "'tokenizer': the vocabulary the tokenizer options give (e.g. the top tokenizer_vocab_size "
+            "words); 'add_vector_words': also every training word the vector file has, however rare (its vector "
+            "needs no training); 'add_all_vector_words': also every other word of the file (a frozen table then "
+            "covers words never seen in training; the table has the file's size); without `pretrained_embeddings` it does nothing",
+            "choices": list(PRETRAINED_VOCABULARIES),
+        },
+    )
+
+
+def check_word_vector_arguments(args) -> None:
+    """``ValueError`` naming the field for a missing vectors path or a value outside the choices."""
+    path = args.pretrained_embeddings
+    if path and not os.path.exists(path):
+        raise ValueError(
+            f"`pretrained_embeddings` {path} does not exist (GloVe 6B: `make pretrained`, then "
+            "data/pretrained/glove-6b-50d; skip-gram vectors: run train_scripts/train_word_vectors.py first)"
+        )
+    if args.pretrained_embeddings_words and not os.path.isfile(args.pretrained_embeddings_words):
+        raise ValueError(f"`pretrained_embeddings_words` {args.pretrained_embeddings_words} does not exist")
+    if args.pretrained_missing_init not in MISSING_INITS:
+        raise ValueError(
+            f"`pretrained_missing_init` must be one of {MISSING_INITS}, got {args.pretrained_missing_init!r}"
+        )
+    if args.pretrained_vocabulary not in PRETRAINED_VOCABULARIES:
+        raise ValueError(
+            f"`pretrained_vocabulary` must be one of {PRETRAINED_VOCABULARIES}, got {args.pretrained_vocabulary!r}"
+        )
+
+
+def _aligned(args) -> bool:
+    """True when ``pretrained_embeddings`` holds words to align (not a matrix already in the tokenizer's order)."""
+    path = args.pretrained_embeddings
+    return (
+        os.path.isdir(path)
+        or path.endswith(TEXT_SUFFIXES)
+        or (path.endswith(".npy") and bool(args.pretrained_embeddings_words))
+    )
+
+
+def vocabulary_words(args, model_args, tokenizer_kind: str):
+    """``(also_keep, extra_words, vectors)`` for :func:`~hf_seq.train_scripts.common.tokenizer_for`: the vector
+    file's words that the tokenizer keeps when the training texts have them (``pretrained_vocabulary``
+    ``"add_vector_words"``), those it adds anyway (``"add_all_vector_words"``), and the vectors read once, for
+    :func:`apply_word_vectors`."""
+    if not args.pretrained_embeddings or args.pretrained_vocabulary == "tokenizer":
+        return None, (), None
+    if model_args.tokenizer_name or model_args.model_name_or_path or tokenizer_kind != "word":
+        raise RecipeError(
+            f"`pretrained_vocabulary` {args.pretrained_vocabulary!r} shapes a new word-level tokenizer: it cannot change a loaded "
+            "one (`tokenizer_name` / `model_name_or_path`) or a sub-word one"
+        )
+    if not _aligned(args):
+        raise RecipeError(
+            f"`pretrained_vocabulary` {args.pretrained_vocabulary!r} needs word vectors with their words, not a matrix"
+        )
+    vectors = load_word_vectors(args.pretrained_embeddings, words=args.pretrained_embeddings_words)
+    if args.pretrained_vocabulary == "add_all_vector_words":
+        return None, vectors.words, vectors
+    return vectors.index, (), vectors
+
+
+def apply_word_vectors(args, model, tokenizer, vectors=None, seed: int = 0):
+    """Load ``pretrained_embeddings`` into ``model``'s embedding (frozen when its config says
+    ``freeze_embeddings``); returns the :class:`~hf_seq.word_vectors.EmbeddingCoverage` (``None`` for a matrix)."""
+    if not args.pretrained_embeddings:
+        return None
+    if not hasattr(model, "load_pretrained_embeddings"):
+        raise RecipeError(f"`pretrained_embeddings` needs a recurrent model, not {type(model).__name__}")
+    freeze = bool(getattr(model.config, "freeze_embeddings", False))
+    if not _aligned(args):
+        model.load_pretrained_embeddings(args.pretrained_embeddings, freeze=freeze)
+        return None
+    coverage = init_embeddings_from_vectors(
+        model,
+        tokenizer,
+        vectors if vectors is not None else args.pretrained_embeddings,
+        freeze=freeze,
+        missing=args.pretrained_missing_init,
+        seed=seed,
+        words=args.pretrained_embeddings_words,
+    )
+    logger.info("pretrained embeddings (%s): %s", "frozen" if freeze else "trainable", coverage)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"pretrained embeddings ({'frozen' if freeze else 'trainable'}): {coverage}")
+    return coverage
+
+
+def coverage_results(coverage, encoded: dict, pad_id) -> dict | None:
+    """The coverage report for ``results.json``, with the share of each split's running tokens that have a vector."""
+    if coverage is None:
+        return None
+    ignore = [] if pad_id is None else [pad_id]
+    return coverage.to_dict() | {
+        f"{split}_token_coverage": round(coverage.token_coverage(dataset["input_ids"], ignore), 6)
+        for split, dataset in encoded.items()
+    }
+
+
+@dataclass
+class ClassifierArguments(WordVectorArguments, BudgetArguments):
     """Word dropout and pretrained word vectors (recurrent models)."""
 
     word_dropout: float = field(
@@ -76,22 +210,11 @@ class ClassifierArguments(BudgetArguments):
             "unknown token with probability alpha / (alpha + f)); 0 = off"
         },
     )
-    pretrained_embeddings: str | None = field(
-        default=None,
-        metadata={
-            "help": "word2vec/GloVe text file (.txt/.vec: aligned to the tokenizer's words) or a saved "
-            "(vocab_size, embedding_size) matrix, loaded into the embedding of a recurrent model"
-        },
-    )
 
     def __post_init__(self):
         if not 0.0 <= self.word_dropout:
             raise ValueError(f"`word_dropout` must be >= 0, got {self.word_dropout}")
-        if self.pretrained_embeddings and not os.path.isfile(self.pretrained_embeddings):
-            raise ValueError(
-                f"`pretrained_embeddings` {self.pretrained_embeddings} does not exist (word vectors: run "
-                "train_scripts/train_word_vectors.py first)"
-            )
+        check_word_vector_arguments(self)
 
 
 SHARED_UNUSED = frozenset({"tokens_column_name", "tags_column_name", "source_lang", "target_lang"})
@@ -181,31 +304,6 @@ class TrainCollatorTrainer(HfSeqTrainer):
             self.data_collator = original
 
 
-def align_word_vectors(path: str, tokenizer, initial: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """Matrix for ``tokenizer``'s vocabulary from a word2vec/GloVe text file; words missing from the file keep their
-    row of ``initial`` (the model's random initialisation), the padding row is zero. Returns (matrix, coverage)."""
-    matrix = initial.clone()
-    vocab = tokenizer.get_vocab()
-    found = 0
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f):
-            parts = line.rstrip("\n").split(" ")
-            if line_no == 0 and len(parts) == 2:  # word2vec header "<count> <dim>"
-                continue
-            word, values = parts[0], parts[1:]
-            if word in vocab:
-                if len(values) != matrix.shape[1]:
-                    raise ValueError(
-                        f"`pretrained_embeddings` has {len(values)}-dim vectors, the model's embedding_size is "
-                        f"{matrix.shape[1]}"
-                    )
-                matrix[vocab[word]] = torch.tensor([float(v) for v in values])
-                found += 1
-    if tokenizer.pad_token_id is not None:
-        matrix[tokenizer.pad_token_id] = 0.0
-    return matrix, found / len(vocab)
-
-
 def count_parameters(model: torch.nn.Module) -> dict:
     """Total / trainable parameters and a per-top-module breakdown."""
     per_module = {}
@@ -268,7 +366,10 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         raise DataError(f"column {label!r} (`label_column_name`) has a single label {names}: nothing to classify")
     raw = cap_splits(raw, data_args)
     max_length = data_args.max_seq_length
-    tokenizer = tokenizer_for(model_args, lambda: raw["train"][text], max_length)
+    also_keep, extra_words, vectors = vocabulary_words(args, model_args, model_args.tokenizer_kind)
+    tokenizer = tokenizer_for(
+        model_args, lambda: raw["train"][text], max_length, also_keep=also_keep, extra_words=extra_words
+    )
 
     # ---- model
     if _sigmoid_head(model_args, names):  # one sigmoid output = P(second label): the notes' logistic regression
@@ -290,14 +391,7 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
             f"the model flattens exactly {model.config.max_seq_length} positions: set `max_seq_length` to it, not "
             f"{max_length}"
         )
-    coverage = None
-    if args.pretrained_embeddings:
-        if not hasattr(model, "load_pretrained_embeddings"):
-            raise RecipeError(f"`pretrained_embeddings` needs a recurrent model, not {type(model).__name__}")
-        vectors = args.pretrained_embeddings
-        if vectors.endswith((".txt", ".vec")):  # word2vec / GloVe text: align the words to this vocabulary
-            vectors, coverage = align_word_vectors(vectors, tokenizer, model.get_input_embeddings().weight.detach())
-        model.load_pretrained_embeddings(vectors, freeze=model.config.freeze_embeddings)
+    coverage = apply_word_vectors(args, model, tokenizer, vectors, seed=training_args.seed)
 
     # ---- features
     def encode(batch, lookup):
@@ -364,7 +458,8 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         "vocab_size": len(tokenizer),
         "model_name_or_path": model_args.model_name_or_path,
         "pretrained_embeddings": args.pretrained_embeddings,
-        "pretrained_vocab_coverage": coverage,
+        "pretrained_vocab_coverage": None if coverage is None else coverage.coverage,
+        "pretrained_coverage": coverage_results(coverage, encoded, tokenizer.pad_token_id),
         "model_type": model.config.model_type,
         "model_config": model.config.to_diff_dict(),
     }

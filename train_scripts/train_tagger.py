@@ -44,7 +44,16 @@ from hf_seq.train_scripts.common import (
     training_command,
     use_cpu_processes_without_gpu,
 )
-from hf_seq.train_scripts.train_classifier import TrainCollatorTrainer, count_parameters, word_dropout_collator
+from hf_seq.train_scripts.train_classifier import (
+    TrainCollatorTrainer,
+    WordVectorArguments,
+    apply_word_vectors,
+    check_word_vector_arguments,
+    count_parameters,
+    coverage_results,
+    vocabulary_words,
+    word_dropout_collator,
+)
 from transformers import DataCollatorForTokenClassification, set_seed
 
 from hf_seq.data import DataError, row_location
@@ -52,8 +61,8 @@ from hf_seq.metrics import load_metric
 
 
 @dataclass
-class TaggerArguments(BudgetArguments):
-    """Word dropout."""
+class TaggerArguments(WordVectorArguments, BudgetArguments):
+    """Word dropout and pretrained word vectors (recurrent models)."""
 
     word_dropout: float = field(
         default=0.25,
@@ -66,6 +75,7 @@ class TaggerArguments(BudgetArguments):
     def __post_init__(self):
         if not 0.0 <= self.word_dropout:
             raise ValueError(f"`word_dropout` must be >= 0, got {self.word_dropout}")
+        check_word_vector_arguments(self)
 
 
 TASK = Task(
@@ -135,7 +145,10 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
             return raw["train"][words]
         return [" ".join(sentence) for sentence in raw["train"][words]]
 
-    tokenizer = tokenizer_for(model_args, train_texts, max_length, pre_tokenizer="whitespace")
+    also_keep, extra_words, vectors = vocabulary_words(args, model_args, model_args.tokenizer_kind)
+    tokenizer = tokenizer_for(
+        model_args, train_texts, max_length, pre_tokenizer="whitespace", also_keep=also_keep, extra_words=extra_words
+    )
     id2label = dict(enumerate(names))
     model = load_or_build_model(
         task,
@@ -146,6 +159,7 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         id2label=id2label,
         label2id={v: k for k, v in id2label.items()},
     )
+    coverage = apply_word_vectors(args, model, tokenizer, vectors, seed=training_args.seed)
 
     def encode(batch, lookup):
         enc = tokenizer(batch[words], is_split_into_words=True, truncation=True, max_length=max_length)
@@ -236,6 +250,8 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         "splits": {k: len(v) for k, v in raw.items()},
         "vocab_size": len(tokenizer),
         "model_name_or_path": model_args.model_name_or_path,
+        "pretrained_embeddings": args.pretrained_embeddings,
+        "pretrained_coverage": coverage_results(coverage, encoded, tokenizer.pad_token_id),
         "model_type": model.config.model_type,
         "tags": names,
     }

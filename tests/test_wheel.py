@@ -1,0 +1,122 @@
+"""The wheel as a user gets it: built with ``pip wheel``, installed non-editable into a fresh virtual environment, and
+run from an empty folder outside the clone — the recipes travel with it, ``hf-seq-train`` resolves them by name, and
+nothing is installed under a generic top-level name."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+from own_data import reviews, write_table
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("pyproject.toml", "README.md", "hf_seq", "train_scripts", "configs")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """``pip wheel --no-deps`` of a copy of the clone's package sources (an in-tree build would write ``build/`` and
+    ``*.egg-info`` into the clone), with this environment's setuptools (no build isolation: no download)."""
+    work = tmp_path_factory.mktemp("wheel_build")
+    source = work / "src"
+    source.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, ignore=ignore)
+        else:
+            shutil.copy2(ROOT / name, source / name)
+    out = work / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    (built,) = out.glob("hf_seq-*.whl")
+    return built
+
+
+def test_the_wheel_carries_the_recipes_and_no_top_level_train_scripts(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith((".dist-info", ".data"))}
+    assert top_level == {"hf_seq"}
+    recipes = {name.removeprefix("hf_seq/recipes/") for name in names if name.startswith("hf_seq/recipes/")}
+    assert recipes == {p.name for p in (ROOT / "configs").glob("*.json")} | {
+        f"accelerate/{p.name}" for p in (ROOT / "configs/accelerate").glob("*.yaml")
+    }
+    scripts = {name for name in names if name.startswith("hf_seq/train_scripts/")}
+    assert scripts == {f"hf_seq/train_scripts/{p.name}" for p in (ROOT / "train_scripts").glob("*.py")}
+    entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
+    assert "hf-seq-train = hf_seq.train_scripts.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """A fresh venv with the wheel installed non-editable; the dependencies come from this environment through a
+    ``.pth`` line (as ``clean_python`` in conftest.py), whose own ``.pth`` files — the editable install — are not
+    processed there."""
+    env_dir = tmp_path_factory.mktemp("wheel_venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    python = env_dir / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    pip = [sys.executable, "-m", "pip", "--python", str(python)]
+    subprocess.run([*pip, "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True)
+    return env_dir
+
+
+def run_installed(env_dir: Path, args: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", HF_HOME=str(cwd / ".hf_home"))
+    env["PATH"] = f"{env_dir / 'bin'}{os.pathsep}{env['PATH']}"
+    return subprocess.run(
+        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+def test_hf_seq_train_from_a_non_editable_install_outside_the_clone(installed, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    hf_seq_train = str(installed / "bin" / "hf-seq-train")
+    where = run_installed(installed, ["python", "-c", "import hf_seq.train_scripts as t; print(t.__file__)"], empty)
+    assert where.returncode == 0 and str(installed) in where.stdout, where.stderr  # the installed copy, not the clone
+
+    usage = run_installed(installed, [hf_seq_train, "--help"], empty)
+    assert usage.returncode == 0 and "classifier" in usage.stdout and "sentiment_bilstm_tuned" in usage.stdout
+
+    listing = run_installed(installed, [hf_seq_train, "classifier", "--list-recipes"], empty)
+    assert listing.returncode == 0, listing.stderr
+    listed = [line[2:].split()[0] for line in listing.stdout.splitlines()[1:-1]]  # "* name ..." or "  name ..."
+    assert listed == sorted(p.stem for p in (ROOT / "configs").glob("sentiment_*.json"))
+    assert "/hf_seq/recipes" in listing.stdout.splitlines()[-1] and str(ROOT) not in listing.stdout
+
+    write_table(empty / "x.csv", reviews(24))
+    write_table(empty / "y.csv", reviews(8, start=24))
+    data = ["--train_file", "x.csv", "--validation_file", "y.csv", "--text_column_name", "review"]
+    data += ["--label_column_name", "stars", "--max_steps", "2", "--disable_tqdm", "true"]
+    run = run_installed(
+        installed, [hf_seq_train, "classifier", "sentiment_bilstm", *data, "--output_dir", "out"], empty
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads((empty / "out" / "results.json").read_text())
+    assert results["train_steps"] == 2 and results["labels"] == ["neg", "pos"]
+
+    pip_show = [sys.executable, "-m", "pip", "--python", str(installed / "bin" / "python"), "show", "-f", "hf-seq"]
+    shown = run_installed(installed, pip_show, empty)
+    assert shown.returncode == 0, shown.stderr
+    files = [line.strip() for line in shown.stdout.split("Files:", 1)[1].splitlines() if line.strip()]
+    assert any(f.startswith("hf_seq/recipes/sentiment_bilstm.json") for f in files)
+    assert not [f for f in files if f.startswith(("train_scripts/", "configs/"))]
