@@ -92,10 +92,10 @@ __all__ = [
     "UnsupportedTransformersError",
     "WordVectorError",
     "WordVectors",
+    "auto_heads",
     "embedding_matrix",
     "init_embeddings_from_vectors",
     "load_word_vectors",
-    "auto_heads",
     "register_cell",
 ]
 
