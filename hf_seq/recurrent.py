@@ -115,8 +115,38 @@ StepFn = Callable[[torch.Tensor, State, torch.Tensor, "torch.Tensor | None"], St
 # scan(layer, suffix, inputs (B,T,I), mask (B,T) bool | None, state tuple of (B, ...) | None) -> (outputs (B,T,H), state)
 ScanFn = Callable[[nn.Module, str, torch.Tensor, "torch.Tensor | None", "State | None"], "tuple[torch.Tensor, State]"]
 
+# whether this CPU's oneDNN has a bfloat16 LSTM (AVX-512 BF16 / AMX); read once, on the first bfloat16 LSTM call
+_CPU_BF16_LSTM: list[bool] = []
+
+
+def _to_float32(value):
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.dtype == torch.bfloat16 else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_float32(v) for v in value)
+    return value
+
+
+def _lstm_kernel(x: torch.Tensor, *args) -> tuple:
+    """``torch._VF.lstm(x, *args)``; on a CPU whose oneDNN has no bfloat16 LSTM, a bfloat16 call (CPU autocast to
+    bfloat16, or a bfloat16 model) runs in float32 and returns bfloat16 — there ``torch.nn.LSTM`` itself raises "could
+    not create a primitive descriptor for the LSTM forward propagation primitive"."""
+    bf16 = x.dtype == torch.bfloat16 or (
+        torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    )
+    if x.device.type != "cpu" or not bf16:
+        return tuple(_VF.lstm(x, *args))
+    if not _CPU_BF16_LSTM:
+        _CPU_BF16_LSTM.append(bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()))
+    if _CPU_BF16_LSTM[0]:
+        return tuple(_VF.lstm(x, *args))
+    with torch.autocast("cpu", enabled=False):
+        out = _VF.lstm(x.float(), *_to_float32(args))
+    return tuple(t.to(torch.bfloat16) for t in out)
+
+
 # torch.nn.RNNBase mode -> the fused kernel torch.nn.RNN/LSTM/GRU call, and that torch.nn module
-_KERNELS = {"RNN_TANH": _VF.rnn_tanh, "LSTM": _VF.lstm, "GRU": _VF.gru}
+_KERNELS = {"RNN_TANH": _VF.rnn_tanh, "LSTM": _lstm_kernel, "GRU": _VF.gru}
 _TORCH_MODULES = {"RNN_TANH": nn.RNN, "LSTM": nn.LSTM, "GRU": nn.GRU}
 
 
@@ -428,7 +458,7 @@ class RecurrentLayer(GradientCheckpointingLayer, nn.RNNBase):
         if self.mode == "LSTM":
             if _lstm_needs_unrolled_kernel(x):
                 return _lstm_unrolled(x, hx, weights, bidirectional)
-            return tuple(_VF.lstm(x, hx, weights, True, 1, 0.0, self.training, bidirectional, True))
+            return _lstm_kernel(x, hx, weights, True, 1, 0.0, self.training, bidirectional, True)
         return tuple(_KERNELS[self.mode](x, hx[0], weights, True, 1, 0.0, self.training, bidirectional, True))
 
     def _kernel_weights(self) -> list[torch.Tensor]:
@@ -448,7 +478,7 @@ class RecurrentLayer(GradientCheckpointingLayer, nn.RNNBase):
             hx = tuple(s.index_select(1, plan.sorted_indices) for s in state)  # rows in packing order
         weights = self._kernel_weights()
         if self.mode == "LSTM":
-            result = _VF.lstm(data, plan.batch_sizes, hx, weights, True, 1, 0.0, self.training, self.bidirectional)
+            result = _lstm_kernel(data, plan.batch_sizes, hx, weights, True, 1, 0.0, self.training, self.bidirectional)
         else:
             kernel = _KERNELS[self.mode]
             result = kernel(data, plan.batch_sizes, hx[0], weights, True, 1, 0.0, self.training, self.bidirectional)

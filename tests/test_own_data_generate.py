@@ -78,6 +78,8 @@ def test_lm_errors_name_the_file(tmp_path):
 
 
 TINY_SEQ2SEQ = [
+    "--model_type",  # the default recipe of translation is a Transformer's
+    "hf_seq_rnn_seq2seq",
     "--model_config",
     '{"embedding_size": 8, "hidden_size": 8, "attention": "dot"}',
     "--tokenizer_kind",

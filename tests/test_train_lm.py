@@ -107,7 +107,13 @@ def run_args(tmp_path: Path, *extra: str) -> list[str]:
 def test_end_to_end_tiny_run(tmp_path):
     results = train_lm.main(
         run_args(
-            tmp_path, "--max_steps", "30", "--model_config", '{"cell": "lstm", "hidden_size": 16, "embedding_size": 8}'
+            tmp_path,
+            "--max_steps",
+            "30",
+            "--model_config",
+            '{"cell": "lstm", "hidden_size": 16, "embedding_size": 8}',
+            "--eval_windows",
+            "true",  # the default recipe (lm_char_shakespeare) reports the carried protocol only
         )
     )
     out = tmp_path / "run"

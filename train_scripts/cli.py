@@ -27,14 +27,14 @@ TASKS = {
 }
 # the script names work too: `hf-seq-train train_classifier ...`
 ALIASES = {module.rsplit(".", 1)[1]: name for name, module in TASKS.items()}
-# the shipped recipe whose settings are each task's defaults (hf_seq.train_scripts.recipes; docs/training.md says why)
+# the shipped recipe whose settings are each task's defaults (hf_seq.train_scripts.recipes; docs/training.md says why);
+# finetune_bert has none: it starts from a pretrained checkpoint, for which Trainer's fine-tuning defaults fit
 DEFAULT_RECIPES = {
     "classifier": "sentiment_bilstm_tuned",
     "tagger": "pos_bilstm",
     "lm": "lm_char_shakespeare",
     "translation": "translation_transformer",
     "pretrain_bert": "bert_pretrain_brown",
-    "finetune_bert": "bert_finetune_sentiment",
     "word_vectors": "word_vectors_skipgram",
 }
 
