@@ -15,6 +15,9 @@ What differs, and what this module gives instead:
   a 5.24 ``generate()`` never passes ``past_key_values``). Models here take ``cache`` (decorate ``forward`` with
   :func:`cache_argument`, which accepts the release's other name too), build outputs with ``**cache_output(cache)``
   and read an output's cache with :func:`output_cache`. :data:`CACHE_NAME` is the release's name.
+* **Saving the code**: 5.0 has no ``PreTrainedModel.is_remote_code()`` (:func:`registered_for_auto_class`).
+* **Checkpoint rotation**: ``trainer_utils.rotate_checkpoints`` exists from 5.6 on, 5.0 has only
+  ``Trainer._rotate_checkpoints`` (:func:`rotate_checkpoints`, used by the train scripts' atomic checkpoints).
 * **Trainer's label smoother** shifts labels only for class names in ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``, which no
   public API extends (:func:`shift_labels_when_smoothing`).
 
@@ -102,6 +105,30 @@ def shift_labels_when_smoothing(model_type: str, class_name: str) -> None:
     MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(model_type, class_name)
 
 
+def registered_for_auto_class(model) -> bool:
+    """Whether ``model``'s class saves its modelling code (``register_for_auto_class``, or loaded as remote code):
+    ``PreTrainedModel.is_remote_code()`` from 5.x releases after 5.0; 5.0 has no such method, only the ``_auto_class``
+    that ``register_for_auto_class`` sets (and ``is_remote_code`` reads) in every release."""
+    return getattr(type(model), "_auto_class", None) is not None
+
+
+def rotate_checkpoints(trainer, output_dir: str) -> None:
+    """Delete ``trainer``'s oldest checkpoints in ``output_dir`` beyond ``save_total_limit`` (never the best one), as
+    Trainer does after a save: ``transformers.trainer_utils.rotate_checkpoints`` from 5.6 on; 5.0 has only the
+    method ``Trainer._rotate_checkpoints``, with the same rule."""
+    from transformers import trainer_utils
+
+    if not hasattr(trainer_utils, "rotate_checkpoints"):
+        trainer._rotate_checkpoints(use_mtime=True, output_dir=output_dir)
+        return
+    trainer_utils.rotate_checkpoints(
+        output_dir=output_dir,
+        save_total_limit=trainer.args.save_total_limit,
+        best_model_checkpoint=trainer.state.best_model_checkpoint,
+        use_mtime=True,
+    )
+
+
 __all__ = [
     "CACHE_NAME",
     "MINIMUM_VERSION",
@@ -113,5 +140,7 @@ __all__ = [
     "check_transformers_version",
     "init",
     "output_cache",
+    "registered_for_auto_class",
+    "rotate_checkpoints",
     "shift_labels_when_smoothing",
 ]

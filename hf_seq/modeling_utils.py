@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .compat import CACHE_NAME
+from .compat import CACHE_NAME, registered_for_auto_class
 
 CONFIG_NAME = "config.json"
 SAFE_WEIGHTS_NAME = "model.safetensors"
@@ -207,7 +207,7 @@ class CheckedLoadingMixin:
         """``PreTrainedModel.save_pretrained``; when the modelling code is saved too (``register_for_auto_class``),
         ``auto_map`` lists every head of the family, not only this one, so that e.g. a folder pretrained with
         ``BertForMaskedLM`` loads with ``AutoModelForSequenceClassification(..., trust_remote_code=True)``."""
-        if self.is_remote_code():
+        if registered_for_auto_class(self):
             heads = type(self).family_auto_map()
             if heads:
                 self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **heads}

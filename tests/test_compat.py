@@ -151,6 +151,40 @@ def test_trainer_runs_and_evaluates_with_the_installed_package_on_the_release(re
     assert out.count("ok trainer") == 5, out
 
 
+@pytest.mark.parametrize("release", selected_releases())
+def test_hf_seq_train_with_checkpoints_and_resume_on_the_release(release, wheel, tmp_path):
+    """The installed console code on the release: a shipped recipe by name, atomic checkpoints rotated to
+    ``save_total_limit``, the final save with the modelling code, and a resume of the finished run's last checkpoint
+    that trains nothing more."""
+    python = compat_python(release)
+    install_hf_seq(python, wheel)
+    rows = [f"{'good fine' if i % 2 else 'bad dull'} film {i % 5},{'pos' if i % 2 else 'neg'}" for i in range(40)]
+    (tmp_path / "train.csv").write_text("review,stars\n" + "\n".join(rows[:32]) + "\n")
+    (tmp_path / "dev.csv").write_text("review,stars\n" + "\n".join(rows[32:]) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / ".hf_home"), OMP_NUM_THREADS="1")
+    command = [str(python), "-m", "hf_seq.train_scripts", "classifier", "sentiment_bilstm", "--train_file", "train.csv"]
+    command += ["--validation_file", "dev.csv", "--text_column_name", "review", "--label_column_name", "stars"]
+    command += ["--max_steps", "6", "--per_device_train_batch_size", "8", "--save_strategy", "steps"]
+    command += ["--save_steps", "2", "--save_total_limit", "1", "--eval_strategy", "no", "--output_dir", "out"]
+    command += ["--load_best_model_at_end", "false", "--disable_tqdm", "true"]
+    for extra in ([], ["--resume_from_checkpoint", "last"]):
+        run = subprocess.run(
+            [*command, *extra],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
+        assert run.returncode == 0, run.stderr[-4000:]
+        results = json.loads((tmp_path / "out" / "results.json").read_text())
+        assert results["train_steps"] == 6
+        assert sorted(p.name for p in (tmp_path / "out").glob("checkpoint-*")) == ["checkpoint-6"]
+        assert (tmp_path / "out" / "modeling_rnn.py").is_file() and (tmp_path / "out" / "compat.py").is_file()
+
+
 @pytest.mark.skipif(
     os.environ.get("HF_SEQ_COMPAT_RELEASES") != "all",
     reason="make test-compat only (a venv of its own); the message itself: test_version_check_...",

@@ -227,6 +227,8 @@ class _HfSeqTrainingFields:
 
     def __post_init__(self):
         _check_sampling_strategy(self.train_sampling_strategy)
+        if self.train_sampling_strategy == "group_by_length" and hasattr(self, "group_by_length"):
+            self.group_by_length = True  # transformers 5.0 reads its own `group_by_length` flag instead
         super().__post_init__()
 
 

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from hf_seq.train_scripts.outputs import CHECKPOINT_STAGING, disk_space_errors, replace_folder
 from transformers import Seq2SeqTrainer, Trainer
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from hf_seq.compat import rotate_checkpoints
 from hf_seq.samplers import LengthBucketSampler
 
 LENGTH_BUCKETS = "length_buckets"  # the train_sampling_strategy added here
@@ -63,12 +64,7 @@ class HfSeqTrainerMixin:
                     self.state.save_to_json(os.path.join(staging, name, "trainer_state.json"))
                 replace_folder(staging / name, run_dir / name)
                 shutil.rmtree(staging)
-                rotate_checkpoints(
-                    output_dir=str(run_dir),
-                    save_total_limit=self.args.save_total_limit,
-                    best_model_checkpoint=self.state.best_model_checkpoint,
-                    use_mtime=True,
-                )
+                rotate_checkpoints(self, str(run_dir))
         self.accelerator.wait_for_everyone()
 
     def create_accelerator_and_postprocess(self) -> None:
