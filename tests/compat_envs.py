@@ -18,6 +18,7 @@ Run directly to build environments ahead of the tests: ``python tests/compat_env
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -47,6 +48,29 @@ def env_python(release: str) -> Path:
     return CACHE / f"transformers-{release}" / "bin" / "python"
 
 
+def site_packages(python: Path) -> Path:
+    """The ``purelib`` folder of ``python``'s environment."""
+    found = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return Path(found.stdout.strip())
+
+
+def venv_sharing_deps(env_dir: Path, clear: bool = False) -> Path:
+    """A ``venv --without-pip`` at ``env_dir`` whose path ends with this environment's site-packages (one ``.pth``
+    line): what it installs itself comes first, the rest (torch, datasets, ...) is shared. ``.pth`` files inside the
+    shared folder (the editable install of hf_seq) are not processed there. Returns its interpreter."""
+    subprocess.run(
+        [sys.executable, "-m", "venv", *(["--clear"] if clear else []), "--without-pip", str(env_dir)], check=True
+    )
+    python = env_dir / "bin" / "python"
+    Path(site_packages(python), "shared_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
 def compat_python(release: str) -> Path:
     """The interpreter of the environment for ``release``, created (and its transformers installed) on first use."""
     env = CACHE / f"transformers-{release}"
@@ -56,14 +80,7 @@ def compat_python(release: str) -> Path:
     key = f"{release}\n{shared}\n"
     if stamp.is_file() and stamp.read_text() == key and python.exists():
         return python
-    subprocess.run([sys.executable, "-m", "venv", "--clear", "--without-pip", str(env)], check=True)
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    Path(site, "shared_deps.pth").write_text(shared + "\n")
+    venv_sharing_deps(env, clear=True)
     pip(python, "install", f"transformers=={release}")
     found = subprocess.run(
         [str(python), "-c", "import transformers; print(transformers.__version__)"],
@@ -85,11 +102,25 @@ def pip(python: Path, *args: str) -> None:
         raise RuntimeError(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
 
 
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "hf_seq", "train_scripts", "configs")
+
+
 def build_wheel(out_dir: Path) -> Path:
-    """A wheel of the package as it is in the working tree (no build isolation: this environment's setuptools)."""
+    """``pip wheel --no-deps`` of the package as it is in the working tree, built from a copy of its sources (an
+    in-tree build would write ``build/`` and ``*.egg-info`` into the clone), with this environment's setuptools (no
+    build isolation: no download)."""
+    source = out_dir / "src"
+    source.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in WHEEL_SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, source / name, ignore=ignore)
+        else:
+            shutil.copy2(ROOT / name, source / name)
     command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out_dir)]
-    subprocess.run([*command, str(ROOT)], check=True, capture_output=True, text=True)
-    return next(out_dir.glob("hf_seq-*.whl"))
+    subprocess.run([*command, str(source)], check=True, capture_output=True, text=True)
+    (built,) = out_dir.glob("hf_seq-*.whl")
+    return built
 
 
 def install_hf_seq(python: Path, wheel: Path) -> None:
@@ -98,13 +129,7 @@ def install_hf_seq(python: Path, wheel: Path) -> None:
 
 
 def uninstall_hf_seq(python: Path) -> None:
-    env_site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    if any(Path(env_site).glob("hf_seq-*.dist-info")):
+    if any(site_packages(python).glob("hf_seq-*.dist-info")):
         pip(python, "uninstall", "-y", "hf-seq")
 
 

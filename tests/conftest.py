@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
@@ -70,16 +68,9 @@ def clean_python(tmp_path_factory) -> Path:
     the repository is not on the path — ``import hf_seq`` fails there (asserted here). Models saved with
     ``save_pretrained`` must load in it through ``trust_remote_code=True`` alone.
     """
-    env_dir = tmp_path_factory.mktemp("clean_venv")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
-    python = env_dir / "bin" / "python"
-    target_site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    Path(target_site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    from compat_envs import venv_sharing_deps
+
+    python = venv_sharing_deps(tmp_path_factory.mktemp("clean_venv"))
     probe = run_clean(
         python, "import transformers, torch\ntry:\n    import hf_seq\nexcept ImportError:\n    print('no hf_seq')\n"
     )

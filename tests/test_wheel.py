@@ -6,42 +6,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 
 import pytest
+from compat_envs import build_wheel, install_hf_seq, venv_sharing_deps
 from own_data import reviews, write_table
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("pyproject.toml", "README.md", "hf_seq", "train_scripts", "configs")
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    """``pip wheel --no-deps`` of a copy of the clone's package sources (an in-tree build would write ``build/`` and
-    ``*.egg-info`` into the clone), with this environment's setuptools (no build isolation: no download)."""
-    work = tmp_path_factory.mktemp("wheel_build")
-    source = work / "src"
-    source.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    for name in SOURCES:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, source / name, ignore=ignore)
-        else:
-            shutil.copy2(ROOT / name, source / name)
-    out = work / "dist"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    (built,) = out.glob("hf_seq-*.whl")
-    return built
+    return build_wheel(tmp_path_factory.mktemp("wheel_build"))
 
 
 def test_the_wheel_carries_the_recipes_and_no_top_level_train_scripts(wheel):
@@ -64,17 +43,7 @@ def installed(wheel, tmp_path_factory) -> Path:
     ``.pth`` line (as ``clean_python`` in conftest.py), whose own ``.pth`` files — the editable install — are not
     processed there."""
     env_dir = tmp_path_factory.mktemp("wheel_venv")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
-    python = env_dir / "bin" / "python"
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    pip = [sys.executable, "-m", "pip", "--python", str(python)]
-    subprocess.run([*pip, "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True)
+    install_hf_seq(venv_sharing_deps(env_dir), wheel)
     return env_dir
 
 
