@@ -339,7 +339,7 @@ def _load(model_or_folder, tokenizer=None):
             model = AutoModelForSeq2SeqLM.from_pretrained(folder)
         else:
             architectures = getattr(config, "architectures", None) or []
-            import hf_seq.modeling_bert as modeling_bert
+            from . import modeling_bert
 
             cls = getattr(modeling_bert, architectures[0], None) if architectures else None
             model = cls.from_pretrained(folder) if cls is not None else AutoModel.from_pretrained(folder)
