@@ -33,7 +33,8 @@ test-all: $(STAMP) data
 	$(VPY) -m pytest -q -n 2 --dist loadfile
 
 # The transformers compatibility matrix on every release of tests/compat_envs.py (one cached venv each under
-# .compat/; `make test` runs the oldest and the newest). One process: the tests of a release share its venv.
+# .compat/; `make test` runs the oldest, the rest of the suite the installed one). One process: a release's tests
+# share its venv.
 test-compat: $(STAMP)
 	HF_SEQ_COMPAT_RELEASES=all $(VPY) -m pytest -q tests/test_compat.py
 

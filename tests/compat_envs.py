@@ -32,8 +32,9 @@ CACHE = Path(os.environ.get("HF_SEQ_COMPAT_CACHE", ROOT / ".compat"))
 RELEASES = ["5.0.0", "5.6.2", "5.12.1", "5.18.0", "5.21.1", "5.23.0", "5.24.0"]
 # The last release below the range: importing hf_seq or loading a folder there must fail with one clear error.
 BELOW_RANGE = "4.57.6"
-# What `make test` (CI) runs: the oldest and the newest release of the range.
-CI_RELEASES = [RELEASES[0], RELEASES[-1]]
+# What `make test` (CI) runs: the oldest release of the range. The release installed in this environment (the newest
+# the range admits when the venv was made) is what the rest of the suite runs on, the wheel included (test_wheel.py).
+CI_RELEASES = [RELEASES[0]]
 
 
 def selected_releases() -> list[str]:

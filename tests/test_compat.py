@@ -6,8 +6,8 @@
   transformers) load through ``trust_remote_code=True`` for every head of every family — outputs close to the saving
   process, greedy / uncached greedy / beam ``generate()`` token-identical, every other head of the folder's
   ``auto_map`` loading the pretrained base weights unchanged — and a short Trainer run + ``evaluate()`` works with the
-  installed package. ``make test`` runs the oldest and newest release of the range (tests/compat_envs.CI_RELEASES);
-  ``make test-compat`` runs every release (``HF_SEQ_COMPAT_RELEASES=all``).
+  installed package. ``make test`` runs the oldest release of the range (tests/compat_envs.CI_RELEASES; the
+  installed one is the rest of the suite's); ``make test-compat`` runs every release (``HF_SEQ_COMPAT_RELEASES=all``).
 * Below the range (4.57.6, ``make test-compat`` only): ``import hf_seq`` and loading a folder raise the one clear
   error.
 """
