@@ -27,7 +27,7 @@ def test_the_wheel_carries_the_recipes_and_no_top_level_train_scripts(wheel):
     assert top_level == {"hf_seq"}
     recipes = {name.removeprefix("hf_seq/recipes/") for name in names if name.startswith("hf_seq/recipes/")}
     assert recipes == {p.name for p in (ROOT / "configs").glob("*.json")} | {
-        f"accelerate/{p.name}" for p in (ROOT / "configs/accelerate").glob("*.yaml")
+        f"accelerate/{p.name}" for p in (ROOT / "configs/accelerate").iterdir() if p.suffix in (".yaml", ".json")
     }
     scripts = {name for name in names if name.startswith("hf_seq/train_scripts/")}
     assert scripts == {f"hf_seq/train_scripts/{p.name}" for p in (ROOT / "train_scripts").glob("*.py")}

@@ -547,6 +547,9 @@ def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
 
     check_run(task, model_args, data_args, task_args, training_args, sources=sources)
     check_arguments(task, model_args, data_args, training_args, sources=sources)
+    from hf_seq.train_scripts.trainer import start_deepspeed_comm_on_cpu
+
+    start_deepspeed_comm_on_cpu(training_args)  # before the model: ZeRO-3 builds it partitioned
     return model_args, data_args, task_args, training_args
 
 

@@ -20,6 +20,7 @@ import os
 import shutil
 from pathlib import Path
 
+import torch
 from hf_seq.train_scripts.outputs import CHECKPOINT_STAGING, disk_space_errors, replace_folder
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -70,11 +71,17 @@ class HfSeqTrainerMixin:
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()
         enable_fsdp_on_cpu(self)
+        enable_deepspeed_on_cpu(self)
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         # FSDP2 turns the model's class into a generated `FSDP<Class>` and its parameters into DTensors: saved as it
         # is, the folder gets torch's FSDP source files instead of the modelling code (and transformers' tied-weight
         # check runs a collective on one process only). The main process saves a plain copy of the model instead.
+        # Under DeepSpeed ZeRO-1/2 Trainer passes accelerate's copy of the module's state dict, whose cloned tensors
+        # no longer share storage: a tied output layer would be saved twice. Every process holds the full weights
+        # there, so the model saves its own state dict (ZeRO-3's gathered one already leaves the tied copy out).
+        if state_dict is not None and self.is_deepspeed_enabled and deepspeed_zero_stage(self) < 3:
+            state_dict = None
         model = self.model
         if not is_fsdp2_module(model):
             return super()._save(output_dir, state_dict=state_dict)
@@ -175,6 +182,92 @@ def enable_fsdp_on_cpu(trainer) -> None:
         raise ValueError("FSDP can't be used with `save_only_model` along with `load_best_model_at_end`.")
     if trainer.args.save_only_model and "SHARDED_STATE_DICT" in str(plugin.state_dict_type):
         raise ValueError("save_only_model option is not compatible with FSDP state dict type 'SHARDED_STATE_DICT'")
+
+
+def deepspeed_requested(args) -> bool:
+    """DeepSpeed asked for by ``TrainingArguments`` (``--deepspeed ds_config.json``) or by ``accelerate launch`` (a
+    DeepSpeed config file / ``--use_deepspeed``: ``ACCELERATE_USE_DEEPSPEED``, read into ``args.deepspeed_plugin``)."""
+    return getattr(args, "deepspeed_plugin", None) is not None
+
+
+def start_deepspeed_comm_on_cpu(args) -> None:
+    """Start ``deepspeed.comm`` on the process group of a multi-process CPU run that asked for DeepSpeed, right after
+    the arguments are parsed (before any model is built).
+
+    On GPUs accelerate's ``PartialState`` starts the process group through DeepSpeed; CPU processes get a plain gloo
+    group, and ZeRO-3's ``deepspeed.zero.Init`` (what ``from_pretrained`` / ``from_config`` use under ZeRO-3) reads
+    the world size before it starts ``deepspeed.comm`` itself: it counts one process and fails (``train_batch_size is
+    not equal to micro_batch_per_gpu * gradient_acc_step * world_size 8 != 4 * 1 * 1``). Nothing else changes: DeepSpeed
+    wraps the existing group."""
+    if not deepspeed_requested(args) or torch.cuda.is_available():
+        return
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
+
+
+def deepspeed_zero_stage(trainer) -> int:
+    return int(trainer.accelerator.state.deepspeed_plugin.deepspeed_config.get("zero_optimization", {}).get("stage", 0))
+
+
+def enable_deepspeed_on_cpu(trainer) -> None:
+    """Turn a multi-process CPU (gloo) run that asked for DeepSpeed into a DeepSpeed run; refuse what cannot.
+
+    On a machine without CUDA, transformers 5.x asks accelerate for DeepSpeed without a backend: ``PartialState``
+    then lets DeepSpeed start the process group (gloo, DeepSpeed's CPU accelerator) but records no backend and hence
+    *one* process (rank 0 everywhere), and DeepSpeed's batch check fails (``train_batch_size is not equal to
+    micro_batch_per_gpu * gradient_acc_step * world_size 2 != 2 * 1 * 2``). The train scripts therefore start such
+    runs as CPU processes (``ACCELERATE_USE_CPU``: ``MULTI_CPU``, gloo, the right world size, the DeepSpeed config's
+    ``auto`` batch sizes filled for it), where ``AcceleratorState`` drops DeepSpeed (``... and not cpu``) and would
+    train plain DDP without a word. So, right after ``Trainer`` created its ``Accelerator``, the states get what
+    ``AcceleratorState.__init__`` sets for DeepSpeed (distributed type ``DEEPSPEED``, the selected plugin, mixed
+    precision left to the DeepSpeed config) and ``Trainer`` its DeepSpeed post-processing; everything after that is
+    accelerate's and Trainer's own DeepSpeed code (``deepspeed.initialize`` on the process group, ZeRO-partitioned
+    optimizer state / gradients / parameters, DeepSpeed checkpoints, the gathered final save). DeepSpeed in a single
+    CPU process started without a launcher is refused with a ``ValueError`` (``deepspeed.initialize`` would fail
+    later, looking for MPI: ``No module named 'mpi4py'``)."""
+    if not deepspeed_requested(trainer.args):
+        return
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType
+    from transformers.integrations.deepspeed import propagate_args_to_deepspeed
+
+    state = trainer.accelerator.state
+    if state.distributed_type == DistributedType.NO or (
+        state.num_processes == 1 and "WORLD_SIZE" not in os.environ and not torch.cuda.is_available()
+    ):
+        raise ValueError(
+            "DeepSpeed was requested (--deepspeed or an accelerate DeepSpeed config) but this is a single CPU "
+            "process started without a launcher (DeepSpeed would look for MPI and fail: No module named 'mpi4py'); "
+            "ZeRO partitions across processes: launch several, e.g. `torchrun --nproc_per_node 2 ... --deepspeed "
+            "configs/accelerate/deepspeed_zero2.json` or `accelerate launch --config_file "
+            "configs/accelerate/deepspeed_zero2.yaml --mixed_precision no ...`"
+        )
+    if state.distributed_type == DistributedType.DEEPSPEED:
+        return  # GPUs (or one launched process): accelerate selected it
+    if state.distributed_type != DistributedType.MULTI_CPU:
+        raise ValueError(
+            f"DeepSpeed was requested but accelerate set up {state.distributed_type}; refusing to train without it"
+        )
+    if trainer.is_fsdp_enabled:
+        raise ValueError("DeepSpeed and FSDP were both requested; choose one")
+    plugin = trainer.args.deepspeed_plugin
+    plugin.set_mixed_precision(state.mixed_precision)
+    plugin.select(_from_accelerator_state=True)
+    state.distributed_type = DistributedType.DEEPSPEED
+    state.deepspeed_plugins = plugin
+    state._mixed_precision = "no"  # as AcceleratorState does: DeepSpeed's config holds the precision
+    PartialState._shared_state["distributed_type"] = DistributedType.DEEPSPEED
+    trainer.is_deepspeed_enabled = True
+    # Trainer's own post-processing for DeepSpeed, skipped while the type was MULTI_CPU
+    if getattr(trainer.args, "hf_deepspeed_config", None) is None:
+        propagate_args_to_deepspeed(trainer.accelerator, trainer.args)
+    if trainer.args.save_only_model and trainer.args.load_best_model_at_end:
+        raise ValueError("DeepSpeed can't be used with `save_only_model` along with `load_best_model_at_end`.")
+    if plugin.zero_stage == 3 and trainer.args.auto_find_batch_size:
+        raise ValueError("`auto_find_batch_size` isn't supported yet with DeepSpeed Zero-3")
 
 
 def is_fsdp2_module(model) -> bool:
