@@ -416,7 +416,7 @@ def to_ctranslate2(
 # (early_stopping=False) stops once no running beam's score so far, normalised by the current length, beats the
 # worst of the num_beams best finished ones. No patience reproduces that rule; this one came closest on the
 # translation recipe's 500 test verses (docs/results/translation.md, "Beam search").
-EARLY_STOPPING_FALSE_PATIENCE = 2.0
+EARLY_STOPPING_FALSE_PATIENCE = 1.5
 
 
 def generate_options(generation_config=None, num_beams: int = 1) -> dict[str, Any]:
