@@ -3,9 +3,12 @@
 Parity (``--parity``, the 500 test verses of the run's split, sources truncated to 64 tokens, 80 new tokens at most):
 the share of verses whose CTranslate2 translation (float32, int8) equals ``generate()``'s token for token, greedy and
 beam 5, and sacreBLEU of each (references: the tokenized targets decoded, as the translation script scores them).
-CTranslate2's beam search ends once ``num_beams`` hypotheses have finished, which is ``generate(early_stopping=True)``;
-``generate()``'s default (``early_stopping=False``) keeps searching while a running beam could still win, so beam 5 is
-also compared with ``early_stopping=True``.
+CTranslate2 decodes with ``hf_seq.export.generate_options`` of the model's generation config (the same length
+penalty; ``patience`` for ``early_stopping``). CTranslate2's beam search ends once ``round(num_beams * patience)``
+hypotheses have finished (``patience`` 1 is ``generate(early_stopping=True)``); ``generate()``'s default
+(``early_stopping=False``) keeps searching while a running beam's length-normalised score beats the worst finished
+one, which no patience reproduces exactly, so beam 5 float32 is measured for each ``--patience`` against both
+``generate()`` settings, and with ``length_penalty`` 0 (where the two searches return the same best hypothesis).
 
 Speed (one process; every setting runs the engines one after the other, ``--repeats`` times, median of each):
 
@@ -45,7 +48,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, MarianConfig, Mar
 
 import hf_seq  # noqa: E402, F401
 from hf_seq.data import load_translation  # noqa: E402
-from hf_seq.export import ctranslate2_translate, to_ctranslate2  # noqa: E402
+from hf_seq.export import ctranslate2_translate, generate_options, to_ctranslate2  # noqa: E402
 from hf_seq.metrics import load_metric  # noqa: E402
 
 MAX_SOURCE_LENGTH = 64
@@ -89,10 +92,11 @@ def generate_ids(model, tokenizer, sources, num_beams, batch_size, max_new=MAX_N
     return out
 
 
-def ct2_ids(translator, tokenizer, sources, num_beams, batch_size, forced_length=None):
-    options = {}
+def ct2_ids(translator, tokenizer, sources, num_beams, batch_size, forced_length=None, generation_config=None, **kw):
+    """CTranslate2's target ids with the search options of ``generate()`` under ``generation_config``."""
+    options = dict(kw)
     if forced_length is not None:
-        options = {"min_decoding_length": forced_length}
+        options["min_decoding_length"] = forced_length
     return ctranslate2_translate(
         translator,
         tokenizer,
@@ -101,6 +105,7 @@ def ct2_ids(translator, tokenizer, sources, num_beams, batch_size, forced_length
         max_new_tokens=forced_length or MAX_NEW_TOKENS,
         batch_size=batch_size,
         max_source_length=MAX_SOURCE_LENGTH,
+        generation_config=generation_config,
         **options,
     )
 
@@ -111,31 +116,74 @@ def bleu_of(tokenizer, ids, references) -> float:
     return round(bleu.compute(predictions=hyps, references=[[r] for r in references])["score"], 2)
 
 
-def parity(model, tokenizer, folders: dict[str, Path], run_dir: Path, count: int) -> dict:
+def share(a, b) -> float:
+    return sum(x == y for x, y in zip(a, b)) / len(a)
+
+
+def who_scores_higher(translator, tokenizer, sources, ours, theirs, length_penalty=1.0) -> dict:
+    """On the verses where two beam searches disagree: whose translation has the higher length-normalised score
+    (summed log-probabilities, end token included, / length ** length_penalty; scored by ``translator``)."""
+    rows = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
+    if not rows:
+        return {"differing": 0}
+    src = [
+        tokenizer.convert_ids_to_tokens(x)
+        for x in tokenizer([sources[i] for i in rows], truncation=True, max_length=MAX_SOURCE_LENGTH)["input_ids"]
+    ]
+
+    def normalised(ids):
+        results = translator.score_batch(src, [tokenizer.convert_ids_to_tokens(x) for x in ids])
+        return [sum(r.log_probs) / len(r.log_probs) ** length_penalty for r in results]
+
+    a, b = normalised([ours[i] for i in rows]), normalised([theirs[i] for i in rows])
+    return {
+        "differing": len(rows),
+        "ct2_higher": sum(x > y + 1e-5 for x, y in zip(a, b)),
+        "generate_higher": sum(y > x + 1e-5 for x, y in zip(a, b)),
+    }
+
+
+def parity(model, tokenizer, folders: dict[str, Path], run_dir: Path, count: int, patiences: list[float]) -> dict:
     sources, targets = test_split(run_dir, count)
     labels = tokenizer(text_target=targets, max_length=MAX_SOURCE_LENGTH, truncation=True)["input_ids"]
     references = [t.strip() for t in tokenizer.batch_decode([x[:64] for x in labels], skip_special_tokens=True)]
     torch.set_num_threads(1)
-    out: dict = {"verses": len(sources), "load_before": load()}
+    config = model.generation_config
+    out: dict = {"verses": len(sources), "load_before": load(), "ct2_options_beam5": generate_options(config, 5)}
     hf = {beams: generate_ids(model, tokenizer, sources, beams, 100) for beams in (1, 5)}
-    # CTranslate2's beam search stops once num_beams hypotheses have finished: generate()'s early_stopping=True
     hf_early = generate_ids(model, tokenizer, sources, 5, 100, early_stopping=True)
+    hf_lp0 = generate_ids(model, tokenizer, sources, 5, 100, length_penalty=0.0)
     out["bleu"] = {
-        "generate_early_stopping": {"beam5": bleu_of(tokenizer, hf_early, references)},
         "generate": {"greedy": bleu_of(tokenizer, hf[1], references), "beam5": bleu_of(tokenizer, hf[5], references)},
+        "generate_early_stopping": {"beam5": bleu_of(tokenizer, hf_early, references)},
+        "generate_length_penalty_0": {"beam5": bleu_of(tokenizer, hf_lp0, references)},
     }
     for name, folder in folders.items():
         translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=1)
-        ids = {beams: ct2_ids(translator, tokenizer, sources, beams, 100) for beams in (1, 5)}
+        ids = {beams: ct2_ids(translator, tokenizer, sources, beams, 100, generation_config=config) for beams in (1, 5)}
         out["bleu"][name] = {
             "greedy": bleu_of(tokenizer, ids[1], references),
             "beam5": bleu_of(tokenizer, ids[5], references),
         }
-        out[f"{name}_greedy_identical_share"] = sum(a == b for a, b in zip(ids[1], hf[1])) / len(sources)
-        out[f"{name}_beam5_identical_share"] = sum(a == b for a, b in zip(ids[5], hf[5])) / len(sources)
-        out[f"{name}_beam5_identical_share_vs_early_stopping"] = sum(a == b for a, b in zip(ids[5], hf_early)) / len(
-            sources
-        )
+        out[f"{name}_greedy_identical_share"] = share(ids[1], hf[1])
+        out[f"{name}_beam5_identical_share"] = share(ids[5], hf[5])
+        if name != "ct2_float32":
+            continue
+        sweep = {}
+        for patience in patiences:
+            got = ct2_ids(translator, tokenizer, sources, 5, 100, generation_config=config, patience=patience)
+            sweep[str(patience)] = {
+                "bleu": bleu_of(tokenizer, got, references),
+                "identical_share_vs_generate": share(got, hf[5]),
+                "identical_share_vs_early_stopping": share(got, hf_early),
+                "vs_generate_higher_score": who_scores_higher(translator, tokenizer, sources, got, hf[5]),
+            }
+        out["ct2_float32_beam5_patience"] = sweep
+        got = ct2_ids(translator, tokenizer, sources, 5, 100, generation_config=config, length_penalty=0.0)
+        out["ct2_float32_beam5_length_penalty_0"] = {
+            "bleu": bleu_of(tokenizer, got, references),
+            "identical_share_vs_generate_length_penalty_0": share(got, hf_lp0),
+        }
     out["load_after"] = load()
     return out
 
@@ -258,6 +306,12 @@ def main() -> None:
     parser.add_argument("--model", default="runs/translation_transformer_demo", help="A translation run folder.")
     parser.add_argument("--parity", action="store_true", help="Also measure parity on the test verses.")
     parser.add_argument("--parity_verses", type=int, default=500)
+    parser.add_argument(
+        "--patience",
+        type=lambda s: [float(x) for x in s.split(",")],
+        default=[1.0, 1.5, 2.0, 3.0, 4.0],
+        help="CTranslate2 beam-5 patience factors measured against generate() (with --parity).",
+    )
     parser.add_argument("--verses", type=int, default=64, help="Test verses per speed measurement.")
     parser.add_argument("--threads", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
     parser.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")], default=[1, 32])
@@ -289,6 +343,7 @@ def main() -> None:
             {"ct2_float32": folders["float32"], "ct2_int8": folders["int8"]},
             run_dir,
             args.parity_verses,
+            args.patience,
         )
         print(json.dumps(report["parity"], indent=1), flush=True)
     if not args.no_speed:

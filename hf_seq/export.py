@@ -6,7 +6,8 @@
   (``pip install hf_seq[ctranslate2]``), imported only inside the functions that need it.
 * :func:`average_checkpoints` writes the element-wise mean of the weights of several checkpoints of one model (the
   habit of fairseq's ``scripts/average_checkpoints.py`` and OpenNMT-py's ``average_models.py``).
-* :func:`ctranslate2_translate` decodes texts with an exported translator and returns token ids, as ``generate()``.
+* :func:`ctranslate2_translate` decodes texts with an exported translator and returns token ids, as ``generate()``;
+  :func:`generate_options` maps a generation config's search settings to CTranslate2's options.
 * ``hf-seq-export ctranslate2 FOLDER OUTPUT_DIR [--quantization ...]`` and
   ``hf-seq-export average CHECKPOINT... OUTPUT_DIR`` (:func:`main`) run the two from the command line.
 
@@ -411,6 +412,71 @@ def to_ctranslate2(
     return output_dir
 
 
+# CTranslate2's beam search stops once round(beam_size * patience) hypotheses have finished; generate()'s default
+# (early_stopping=False) stops once no running beam's score so far, normalised by the current length, beats the
+# worst of the num_beams best finished ones. No patience reproduces that rule; this one came closest on the
+# translation recipe's 500 test verses (docs/results/translation.md, "Beam search").
+EARLY_STOPPING_FALSE_PATIENCE = 1.5
+
+
+def generate_options(generation_config=None, num_beams: int = 1) -> dict[str, Any]:
+    """``translate_batch`` options under which CTranslate2 decodes as ``generate()`` does with ``generation_config``
+    (a ``GenerationConfig``, a dict of its fields, or None for transformers' defaults).
+
+    * ``length_penalty``: the same rule in both engines: a finished hypothesis scores its summed log-probabilities
+      divided by (generated tokens, the end token included) ** ``length_penalty``;
+    * ``early_stopping`` -> ``patience``: True is CTranslate2's own rule (stop once ``num_beams`` hypotheses have
+      finished: ``patience`` 1); False (the default) and "never" keep searching while a running beam might still
+      win, which CTranslate2 cannot test: ``patience`` :data:`EARLY_STOPPING_FALSE_PATIENCE` (the closest measured).
+      With ``length_penalty`` 0 CTranslate2 instead stops once the best beam has finished, where no later hypothesis
+      can beat the best one, so both engines return the same best hypothesis;
+    * ``min_new_tokens`` (or ``min_length`` less the decoder start token; default 0) -> ``min_decoding_length``:
+      CTranslate2's own default 1 forbids an empty translation, which ``generate()`` allows;
+    * ``no_repeat_ngram_size`` -> ``no_repeat_ngram_size``.
+
+    The last two are exact for greedy search only: CTranslate2 masks the logits before the softmax (the other tokens'
+    probabilities renormalised), ``generate()``'s beam search masks the log-probabilities after it, so with beams
+    the hypotheses' scores, and at times the winner, differ.
+
+    Greedy search (``num_beams`` 1) needs only the last two. A field CTranslate2 would apply differently
+    (``repetition_penalty``, ``diversity_penalty``, ``do_sample``) is refused with :class:`ExportError` naming it."""
+    from transformers import GenerationConfig
+
+    defaults = GenerationConfig()
+    if generation_config is None:
+        generation_config = defaults
+    elif isinstance(generation_config, dict):
+        fields, generation_config = generation_config, GenerationConfig()
+        for name, value in fields.items():  # set one by one: no greedy-vs-beam validation warnings
+            if not hasattr(defaults, name):
+                raise ExportError(f"generation_config has no field `{name}`")
+            setattr(generation_config, name, value)
+    for name in (
+        "repetition_penalty",
+        "diversity_penalty",
+        "num_beam_groups",
+        "do_sample",
+        "encoder_repetition_penalty",
+    ):
+        value = getattr(generation_config, name, None)
+        if value is not None and value != getattr(defaults, name, None):
+            raise ExportError(
+                f"generation_config `{name}` = {value!r}: CTranslate2 has no identical rule; decode with generate() "
+                "or pass the CTranslate2 option of your choice to ctranslate2_translate yourself"
+            )
+    # CTranslate2 forbids the end token as the first token by default (min_decoding_length 1); generate() does not,
+    # and an empty translation also changes the other hypotheses' scores (the end token's probability is dropped)
+    min_new = max(generation_config.min_new_tokens or 0, (generation_config.min_length or 0) - 1)  # - start token
+    options: dict[str, Any] = {"min_decoding_length": int(min_new)}
+    if (generation_config.no_repeat_ngram_size or 0) > 0:
+        options["no_repeat_ngram_size"] = int(generation_config.no_repeat_ngram_size)
+    if num_beams > 1:
+        length_penalty = generation_config.length_penalty
+        options["length_penalty"] = float(1.0 if length_penalty is None else length_penalty)
+        options["patience"] = 1.0 if generation_config.early_stopping is True else EARLY_STOPPING_FALSE_PATIENCE
+    return options
+
+
 def ctranslate2_translate(
     translator,
     tokenizer,
@@ -419,17 +485,21 @@ def ctranslate2_translate(
     max_new_tokens: int = 64,
     batch_size: int = 32,
     max_source_length: int | None = None,
+    generation_config=None,
     **options,
 ) -> list[list[int]]:
     """Translate ``texts`` with a ``ctranslate2.Translator`` of an exported folder; the target token ids of each (the
     decoder start token and the end token left out), as ``tokenizer.batch_decode`` takes them.
 
     The sources are the tokenizer's own ids (special tokens included, truncated to ``max_source_length``), as
-    ``generate()`` reads them; ``options`` go to ``translate_batch`` (``length_penalty``, ``sampling_topk``, ...)."""
+    ``generate()`` reads them. The search follows ``generate()`` with ``generation_config`` (None: transformers'
+    defaults) through :func:`generate_options`; ``options`` go to ``translate_batch`` as given and take precedence
+    (``patience``, ``length_penalty``, ``sampling_topk``, ...)."""
     encoded = tokenizer(list(texts), max_length=max_source_length, truncation=max_source_length is not None)[
         "input_ids"
     ]
     sources = [tokenizer.convert_ids_to_tokens(ids) for ids in encoded]
+    options = {**generate_options(generation_config, num_beams), **options}
     results = translator.translate_batch(
         sources,
         beam_size=num_beams,

@@ -159,7 +159,12 @@ def ctranslate2_section(run_dir: Path, model, tokenizer, results: dict, verses: 
     translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=DEMO_THREADS)
     max_new = 80
     ids = ctranslate2_translate(
-        translator, tokenizer, [v["en"] for v in verses], num_beams=NUM_BEAMS, max_new_tokens=max_new
+        translator,
+        tokenizer,
+        [v["en"] for v in verses],
+        num_beams=NUM_BEAMS,
+        max_new_tokens=max_new,
+        generation_config=model.generation_config,
     )
     print(f"\nExported with hf_seq.export.to_ctranslate2 (int8) to {folder}; ctranslate2.Translator, beam {NUM_BEAMS}:")
     for verse, row, theirs in zip(verses, ids, pipeline_texts):
@@ -179,7 +184,14 @@ def ctranslate2_section(run_dir: Path, model, tokenizer, results: dict, verses: 
                 model.generate(**enc, num_beams=NUM_BEAMS, max_new_tokens=max_new)
         times["generate"].append(time.perf_counter() - start)
         start = time.perf_counter()
-        ctranslate2_translate(translator, tokenizer, sources, num_beams=NUM_BEAMS, max_new_tokens=max_new)
+        ctranslate2_translate(
+            translator,
+            tokenizer,
+            sources,
+            num_beams=NUM_BEAMS,
+            max_new_tokens=max_new,
+            generation_config=model.generation_config,
+        )
         times["ctranslate2"].append(time.perf_counter() - start)
     ours, theirs = statistics.median(times["generate"]), statistics.median(times["ctranslate2"])
     load = os.getloadavg()[0]

@@ -338,3 +338,72 @@ def test_translation_script_refuses_averaging_without_checkpoints(tmp_path):
         train_translation.main([*argv, "--save_strategy", "steps", "--save_total_limit", "2"])
     with pytest.raises((RecipeError, ValueError), match="`test_engine`"):
         train_translation.main([*argv, "--test_engine", "onnx"])
+
+
+def eos_prone_transformer(vocab_size: int, seed: int, eos_scale: float):
+    """A random model whose end-token logit is scaled: its beams finish at different steps (some at once)."""
+    model = tiny_transformer(vocab_size, seed=seed, tie_word_embeddings=False)
+    with torch.no_grad():
+        model.lm_head.weight[EOS] *= eos_scale
+    return model
+
+
+def generate_ids(model, tokenizer, texts, max_new_tokens=12, **options) -> list[list[int]]:
+    enc = tokenizer(list(texts), padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, **options)
+    return [row[: row.index(EOS)] if EOS in row else row for row in out[:, 1:].tolist()]
+
+
+@pytest.mark.parametrize(
+    "search",
+    [
+        {"num_beams": 5, "early_stopping": True},  # CTranslate2's own stopping rule: patience 1
+        {"num_beams": 5, "early_stopping": True, "length_penalty": 2.0},
+        {"num_beams": 4, "length_penalty": 0.0},  # no normalisation: both stop when nothing can beat the best
+        {"num_beams": 1, "no_repeat_ngram_size": 2, "min_new_tokens": 2},
+    ],
+    ids=lambda search: "-".join(f"{k}={v}" for k, v in search.items()),
+)
+def test_search_options_match_generate(search, tokenizer, tmp_path):
+    """generate_options: the generation settings whose CTranslate2 counterparts decode token for token the same,
+    on models whose hypotheses end at different steps, the first step included (an empty translation)."""
+    lengths = set()
+    for seed, eos_scale in ((1, 3.0), (2, 2.0), (4, 3.0), (2, 1.0)):
+        model = eos_prone_transformer(len(tokenizer), seed, eos_scale)
+        translator = ctranslate2.Translator(
+            str(to_ctranslate2(model, tmp_path / f"ct2_{seed}_{eos_scale}", tokenizer=tokenizer)), intra_threads=1
+        )
+        expected = generate_ids(model, tokenizer, TEXTS, **search)
+        fields = {k: v for k, v in search.items() if k != "num_beams"}
+        got = ctranslate2_translate(
+            translator, tokenizer, TEXTS, num_beams=search["num_beams"], max_new_tokens=12, generation_config=fields
+        )
+        assert got == expected, (seed, eos_scale)
+        lengths.update(len(row) for row in expected)
+    assert len(lengths) >= 2  # translations of several lengths: the stopping rules were exercised
+
+
+def test_generate_options_mapping():
+    from transformers import GenerationConfig
+
+    from hf_seq.export import EARLY_STOPPING_FALSE_PATIENCE, generate_options
+
+    assert generate_options(None, 1) == {"min_decoding_length": 0}
+    assert generate_options(None, 5) == {
+        "min_decoding_length": 0,
+        "length_penalty": 1.0,
+        "patience": EARLY_STOPPING_FALSE_PATIENCE,
+    }
+    config = GenerationConfig(num_beams=4, early_stopping=True, length_penalty=0.6, min_length=4)
+    assert generate_options(config, 4) == {"min_decoding_length": 3, "length_penalty": 0.6, "patience": 1.0}
+    assert generate_options({"min_new_tokens": 5, "no_repeat_ngram_size": 3}, 1) == {
+        "min_decoding_length": 5,
+        "no_repeat_ngram_size": 3,
+    }
+    with pytest.raises(ExportError, match="`repetition_penalty`"):
+        generate_options({"repetition_penalty": 1.2}, 1)
+    with pytest.raises(ExportError, match="`do_sample`"):
+        generate_options(GenerationConfig(do_sample=True), 1)
+    with pytest.raises(ExportError, match="no field `beam_sise`"):
+        generate_options({"beam_sise": 4}, 4)

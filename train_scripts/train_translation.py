@@ -269,8 +269,14 @@ def ctranslate2_predictions(
         to_ctranslate2(model, export_dir, quantization=quantization, tokenizer=tokenizer, force=True)
     threads = int(os.environ.get("OMP_NUM_THREADS") or torch.get_num_threads())
     translator = ctranslate2.Translator(str(export_dir), device="cpu", intra_threads=threads)
-    ids = ctranslate2_translate(
-        translator, tokenizer, sources, num_beams=beams, max_new_tokens=max_new, max_source_length=max_source_length
+    ids = ctranslate2_translate(  # the search options of generate() with the model's generation config
+        translator,
+        tokenizer,
+        sources,
+        num_beams=beams,
+        max_new_tokens=max_new,
+        max_source_length=max_source_length,
+        generation_config=model.generation_config,
     )
     width = max([len(row) for row in ids] + [1])
     out = np.full((len(ids), width), tokenizer.pad_token_id, dtype=np.int64)
