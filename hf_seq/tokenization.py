@@ -38,7 +38,10 @@ __all__ = [
 
 DEFAULT_MODEL_MAX_LENGTH = 512
 _SIDES = ("left", "right")
-_PRE_TOKENIZERS = ("whitespace_punct", "whitespace")
+_PRE_TOKENIZERS = ("whitespace_punct", "whitespace", "glove")
+# GloVe 6B's (Stanford PTB) word splits: clitics as their own words ("do n't", "ca n't", "it 's"), every
+# punctuation mark alone except "..." and "--" (GloVe has vectors for those, not for clusters such as ".'" or "),")
+GLOVE_SPLIT = r"(?i)\w+(?=n't)|n't|'(?:s|re|ve|ll|d|m)\b|\.\.\.|--|\w+|[^\w\s]"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -148,6 +151,16 @@ def _ranked_words(tokenizer: Tokenizer, texts: Any, min_frequency: int, limit: i
 # ----------------------------------------------------------------------------------------------------------
 # word level
 # ----------------------------------------------------------------------------------------------------------
+def _word_pre_tokenizer(name: str):
+    """The ``tokenizers`` pre-tokenizer of a word-level tokenizer's ``pre_tokenizer`` choice."""
+    if name == "whitespace_punct":
+        return pre_tokenizers.Whitespace()
+    if name == "glove":
+        split = pre_tokenizers.Split(Regex(GLOVE_SPLIT), behavior="isolated")
+        return pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), split])
+    return pre_tokenizers.WhitespaceSplit()
+
+
 def build_word_level_tokenizer(
     texts: Any,
     max_vocab_size: int | None = None,
@@ -172,7 +185,9 @@ def build_word_level_tokenizer(
     ``max_vocab_size`` counts the special tokens too (it is the embedding size); ``None`` keeps every word seen
     ``min_frequency`` times. Ties in frequency are broken alphabetically, so the vocabulary is deterministic.
     ``pre_tokenizer="whitespace_punct"`` splits words from punctuation (``\\w+|[^\\w\\s]+``), ``"whitespace"``
-    splits on whitespace only (PTB: its ``<unk>`` stays one token). ``unk_token`` / ``pad_token`` default to the
+    splits on whitespace only (PTB: its ``<unk>`` stays one token), ``"glove"`` splits as the text GloVe 6B was trained
+    on: clitics apart (``don't`` → ``do n't``, ``it's`` → ``it 's``) and each punctuation mark alone but ``...`` and
+    ``--`` (:data:`GLOVE_SPLIT`), so that fewer words miss a GloVe vector. ``unk_token`` / ``pad_token`` default to the
     ``special_tokens`` entries spelled ``[UNK]``/``<unk>`` and ``[PAD]``/``<pad>`` (else the second and first entry).
     With ``unk_token="<unk>"`` the corpus' own ``<unk>`` maps to the unknown id. ``add_bos``/``add_eos`` wrap every
     encoding in ``bos_token``/``eos_token`` (a ``TemplateProcessing`` post-processor). ``also_keep``: words of the
@@ -206,9 +221,7 @@ def build_word_level_tokenizer(
     tokenizer = Tokenizer(models.WordLevel(vocab={unk_token: 0}, unk_token=unk_token))
     if lowercase:
         tokenizer.normalizer = normalizers.Lowercase()
-    tokenizer.pre_tokenizer = (
-        pre_tokenizers.Whitespace() if pre_tokenizer == "whitespace_punct" else pre_tokenizers.WhitespaceSplit()
-    )
+    tokenizer.pre_tokenizer = _word_pre_tokenizer(pre_tokenizer)
     ranked = _ranked_words(
         tokenizer, texts, min_frequency, None if max_vocab_size is None else max_vocab_size + len(specials)
     )

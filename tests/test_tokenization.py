@@ -136,6 +136,23 @@ def test_word_level_punctuation_and_case_options():
     assert tok.convert_ids_to_tokens(tok("hello, world!")["input_ids"]) == ["hello,", "world!"]
 
 
+def test_word_level_glove_pre_tokenizer_splits_as_glove_text():
+    text = "I don't like it... It's \"great\" -- can't (really), won't.'"
+    tok = build_word_level_tokenizer([text], pre_tokenizer="glove")
+    tokens = tok.convert_ids_to_tokens(tok(text)["input_ids"])
+    assert tokens == [
+        *("i", "do", "n't", "like", "it", "...", "it", "'s", '"', "great", '"', "--", "ca", "n't"),
+        *("(", "really", ")", ",", "wo", "n't", ".", "'"),
+    ]
+    assert tok.unk_token_id not in tok(text)["input_ids"]
+    # the clitics split whatever the case when the tokenizer keeps it
+    cased = build_word_level_tokenizer(["I DON'T KNOW'S"], pre_tokenizer="glove", lowercase=False)
+    assert cased.tokenize("I DON'T KNOW'S") == ["I", "DO", "N'T", "KNOW", "'S"]
+    # the default keeps punctuation runs together and cuts clitics at the apostrophe
+    default = build_word_level_tokenizer([text])
+    assert default.tokenize("don't.'") == ["don", "'", "t", ".'"]
+
+
 def test_ptb_style_unk_maps_to_the_unk_token():
     lines = ["the <unk> rose N points", "the market fell"]
     tok = build_word_level_tokenizer(

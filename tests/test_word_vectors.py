@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -11,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from hf_seq.train_scripts import train_classifier, train_tagger
+from hf_seq.train_scripts.arguments import RecipeError
 
 import hf_seq
 from hf_seq import (
@@ -224,7 +226,7 @@ TINY = ["--max_steps", "2", "--save_strategy", "no", "--eval_strategy", "no", "-
 TINY += ["--report_to", "none", "--per_device_train_batch_size", "4", "--logging_steps", "1"]
 
 
-def test_train_classifier_with_frozen_vectors_and_their_vocabulary(tmp_path):
+def test_train_classifier_with_frozen_vectors_and_their_vocabulary(tmp_path, capsys):
     rows = [{"text": t, "label": i % 2} for i, t in enumerate(TEXTS * 4)]
     for split in ("train", "validation", "test"):
         (tmp_path / f"{split}.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
@@ -249,6 +251,39 @@ def test_train_classifier_with_frozen_vectors_and_their_vocabulary(tmp_path):
     assert "unseenword" in vocab  # a vector word never seen in training is in the vocabulary
     table = model.get_input_embeddings().weight
     assert model.config.freeze_embeddings and torch.equal(table[vocab["cat"]], expected("cat"))
+    # only the file's first N words join (GloVe: its most frequent), split as GloVe's text
+    results = train_classifier.main(
+        [
+            *("--train_file", str(tmp_path / "train.jsonl"), "--validation_file", str(tmp_path / "validation.jsonl")),
+            *("--test_file", str(tmp_path / "test.jsonl"), "--output_dir", str(tmp_path / "run_top")),
+            *("--model_type", "hf_seq_rnn", "--model_config", json.dumps(model_config)),
+            *("--pretrained_embeddings", str(glove), "--pretrained_vocabulary", "add_all_vector_words"),
+            *("--pretrained_vocabulary_limit", "2", "--word_pre_tokenizer", "glove"),
+            *TINY,
+        ]
+    )
+    top = AutoTokenizer.from_pretrained(tmp_path / "run_top")
+    assert "unseenword" not in top.get_vocab() and len(top) == len(vocab) - 1  # "unseenword" is the last row
+    words = [w for w, _ in top.backend_tokenizer.pre_tokenizer.pre_tokenize_str("a cat's mat.")]
+    assert words == ["a", "cat", "'s", "mat", "."]
+    for flags, message in (
+        (["--pretrained_vocabulary_limit", "0"], r"`pretrained_vocabulary_limit` must be a positive"),
+        (["--pretrained_vocabulary_limit", "5", "--pretrained_vocabulary", "add_vector_words"], r"only applies"),
+        (["--word_pre_tokenizer", "spaces"], r"word_pre_tokenizer.*invalid choice: 'spaces'"),
+        (
+            ["--word_pre_tokenizer", "glove", "--tokenizer_kind", "wordpiece"],
+            r"`word_pre_tokenizer` 'glove' shapes a new",
+        ),
+    ):
+        capsys.readouterr()
+        with pytest.raises((RecipeError, SystemExit)) as raised:  # argparse's own choice check: on stderr
+            train_classifier.main(
+                [
+                    *("--train_file", str(tmp_path / "train.jsonl"), "--output_dir", str(tmp_path / "bad")),
+                    *("--pretrained_embeddings", str(glove), *flags, *TINY),
+                ]
+            )
+        assert re.search(message, str(raised.value) + capsys.readouterr().err)
     with pytest.raises(WordVectorError, match=r"4-dimensional vectors but the model's embedding_size is 8"):
         train_tagger.main(
             [

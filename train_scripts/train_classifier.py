@@ -70,6 +70,7 @@ logger = logging.getLogger(__name__)
 
 
 PRETRAINED_VOCABULARIES = ("tokenizer", "add_vector_words", "add_all_vector_words")
+WORD_PRE_TOKENIZERS = ("whitespace_punct", "glove", "whitespace")
 _VECTORS_HELP = (
     "word vectors for the embedding of a recurrent model: a folder (`make pretrained` installs GloVe 6B 50-d in "
     "data/pretrained/glove-6b-50d: a .npy + its word list), a GloVe/word2vec text file (.txt/.vec, .gz too), a .npy with "
@@ -108,6 +109,13 @@ class WordVectorArguments:
             "choices": list(PRETRAINED_VOCABULARIES),
         },
     )
+    pretrained_vocabulary_limit: int | None = field(
+        default=None,
+        metadata={
+            "help": "with `pretrained_vocabulary` 'add_all_vector_words': add only the file's first N words (GloVe's "
+            "rows are in frequency order: its N most frequent words); None: all of them"
+        },
+    )
 
 
 def check_word_vector_arguments(args) -> None:
@@ -128,6 +136,15 @@ def check_word_vector_arguments(args) -> None:
         raise ValueError(
             f"`pretrained_vocabulary` must be one of {PRETRAINED_VOCABULARIES}, got {args.pretrained_vocabulary!r}"
         )
+    limit = getattr(args, "pretrained_vocabulary_limit", None)
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"`pretrained_vocabulary_limit` must be a positive number of words, got {limit!r}")
+        if args.pretrained_vocabulary != "add_all_vector_words":
+            raise ValueError(
+                f"`pretrained_vocabulary_limit` {limit} only applies to `pretrained_vocabulary` "
+                f"'add_all_vector_words', not {args.pretrained_vocabulary!r}"
+            )
 
 
 def _aligned(args) -> bool:
@@ -158,7 +175,8 @@ def vocabulary_words(args, model_args, tokenizer_kind: str):
         )
     vectors = load_word_vectors(args.pretrained_embeddings, words=args.pretrained_embeddings_words)
     if args.pretrained_vocabulary == "add_all_vector_words":
-        return None, vectors.words, vectors
+        limit = getattr(args, "pretrained_vocabulary_limit", None)
+        return None, vectors.words if limit is None else vectors.words[:limit], vectors
     return vectors.index, (), vectors
 
 
@@ -211,9 +229,23 @@ class ClassifierArguments(WordVectorArguments, BudgetArguments):
         },
     )
 
+    word_pre_tokenizer: str = field(
+        default="whitespace_punct",
+        metadata={
+            "help": "how a built word-level tokenizer splits text: 'whitespace_punct' (words and punctuation runs, "
+            "\\w+|[^\\w\\s]+), 'glove' (as GloVe 6B's text: clitics apart, don't -> do n't, each punctuation mark "
+            "alone) or 'whitespace'",
+            "choices": list(WORD_PRE_TOKENIZERS),
+        },
+    )
+
     def __post_init__(self):
         if not 0.0 <= self.word_dropout:
             raise ValueError(f"`word_dropout` must be >= 0, got {self.word_dropout}")
+        if self.word_pre_tokenizer not in WORD_PRE_TOKENIZERS:
+            raise ValueError(
+                f"`word_pre_tokenizer` must be one of {WORD_PRE_TOKENIZERS}, got {self.word_pre_tokenizer!r}"
+            )
         check_word_vector_arguments(self)
 
 
@@ -366,9 +398,22 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         raise DataError(f"column {label!r} (`label_column_name`) has a single label {names}: nothing to classify")
     raw = cap_splits(raw, data_args)
     max_length = data_args.max_seq_length
+    built_word_tokenizer = not (model_args.tokenizer_name or model_args.model_name_or_path)
+    if args.word_pre_tokenizer != "whitespace_punct" and not (
+        built_word_tokenizer and model_args.tokenizer_kind == "word"
+    ):
+        raise RecipeError(
+            f"`word_pre_tokenizer` {args.word_pre_tokenizer!r} shapes a new word-level tokenizer: it cannot change a "
+            "loaded one (`tokenizer_name` / `model_name_or_path`) or a sub-word one"
+        )
     also_keep, extra_words, vectors = vocabulary_words(args, model_args, model_args.tokenizer_kind)
     tokenizer = tokenizer_for(
-        model_args, lambda: raw["train"][text], max_length, also_keep=also_keep, extra_words=extra_words
+        model_args,
+        lambda: raw["train"][text],
+        max_length,
+        pre_tokenizer=args.word_pre_tokenizer,
+        also_keep=also_keep,
+        extra_words=extra_words,
     )
 
     # ---- model
