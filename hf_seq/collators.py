@@ -12,6 +12,7 @@ import random
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -258,8 +259,9 @@ class LMWindowDataset(torch.utils.data.Dataset):
     Example ``i`` is ``stream[i*stride : i*stride + segment_length + 1]`` as both ``input_ids`` and ``labels`` (the
     model shifts the labels, so the loss trains every position of the segment to predict its next token, not only
     the notes' single (segment, next char) pair). ``stride == segment_length`` covers every transition exactly once;
-    a smaller stride (the notes use 3 with 60-char segments) gives overlapping windows. Windows are views of the
-    stream: no copy is made.
+    a smaller stride (the notes use 3 with 60-char segments) gives overlapping windows. The stream may be a tensor,
+    a list or any 1-D numpy array — a memory-mapped :class:`hf_seq.preprocessing.TokenStore` ``flat`` stream is kept
+    as it is (not copied): each window is read when it is asked for and returned as int64.
     """
 
     def __init__(self, token_ids: Sequence[int] | torch.Tensor, segment_length: int, stride: int | None = None) -> None:
@@ -267,20 +269,32 @@ class LMWindowDataset(torch.utils.data.Dataset):
         for name, value in (("segment_length", segment_length), ("stride", stride)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
-        self.tokens = torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)  # (N,)
-        if self.tokens.numel() < segment_length + 1:
+        if isinstance(token_ids, np.ndarray):  # np.memmap too: windows are sliced out on demand
+            if token_ids.ndim != 1:
+                raise ValueError(f"the token stream must be 1-D, got shape {token_ids.shape}")
+            self.tokens = token_ids
+        else:
+            self.tokens = torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)  # (N,)
+        if len(self.tokens) < segment_length + 1:
             raise ValueError(
-                f"the token stream has {self.tokens.numel()} tokens, fewer than segment_length + 1 = {segment_length + 1}"
+                f"the token stream has {len(self.tokens)} tokens, fewer than segment_length + 1 = {segment_length + 1}"
             )
         self.segment_length = segment_length
         self.stride = stride
 
     def __len__(self) -> int:
-        return (self.tokens.numel() - self.segment_length - 1) // self.stride + 1
+        return (len(self.tokens) - self.segment_length - 1) // self.stride + 1
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if not -len(self) <= index < len(self):
             raise IndexError(f"window {index} out of range for {len(self)} windows")
         start = (index % len(self)) * self.stride
-        window = self.tokens[start : start + self.segment_length + 1]  # (L+1,)
+        window = stream_slice(self.tokens, start, start + self.segment_length + 1)  # (L+1,)
         return {"input_ids": window, "labels": window}
+
+
+def stream_slice(tokens, start: int, stop: int) -> torch.Tensor:
+    """``tokens[start:stop]`` as an int64 tensor: a view of a tensor stream, a copy of that slice of a numpy one."""
+    if isinstance(tokens, torch.Tensor):
+        return tokens[start:stop]
+    return torch.from_numpy(np.asarray(tokens[start:stop], dtype=np.int64))
