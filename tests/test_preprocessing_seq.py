@@ -282,3 +282,76 @@ def test_demo_recipe_on_the_preset_keeps_its_tokens_and_batches(tmp_path):
         old_sampler.set_epoch(epoch)
         assert list(new_sampler) == list(old_sampler)
     assert len(pairs["test"][0]) == 500
+
+
+TINY_RUN = [
+    "--config_overrides", "d_model=16,ffn_dim=32,encoder_layers=1,decoder_layers=1,attention_heads=2",
+    "--per_device_train_batch_size", "8", "--logging_steps", "1", "--eval_strategy", "no", "--do_predict", "false",
+    "--plot_attention", "false", "--save_strategy", "steps", "--warmup_steps", "0", "--learning_rate", "0.01",
+]  # fmt: skip
+
+
+def logged_losses(folder: Path) -> list[float]:
+    state = json.loads((folder / "trainer_state.json").read_text())
+    return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+
+
+def test_cached_run_trains_like_the_old_in_memory_lists(tmp_path, monkeypatch):
+    """The same per-step losses (length buckets, seed 42) from the cache as from the lists of before."""
+    train = write_pairs(tmp_path / "pairs.jsonl", 160)
+    argv = [str(REPO / "configs" / "translation_transformer.json"), "--train_file", str(train), "--tokenizer_vocab_size",
+            "300", "--max_steps", "3", "--save_steps", "3", *TINY_RUN]  # fmt: skip
+    train_translation.main([*argv, "--output_dir", str(tmp_path / "cached")])
+
+    def old_path(model_args, data_args, args, training_args, src, tgt):
+        tokenizer, tokenized = old_translation_features(model_args, data_args, args)
+        return tokenizer, tokenized, {}, "old"
+
+    monkeypatch.setattr(train_translation, "cached_features", old_path)
+    train_translation.main([*argv, "--output_dir", str(tmp_path / "old")])
+    cached, old = logged_losses(tmp_path / "cached" / "checkpoint-3"), logged_losses(tmp_path / "old" / "checkpoint-3")
+    assert len(cached) == 3
+    torch.testing.assert_close(torch.tensor(cached), torch.tensor(old), rtol=1e-6, atol=1e-7)
+
+
+def test_streaming_run_resumed_mid_stream_has_the_same_losses(tmp_path, monkeypatch):
+    from hf_seq.train_scripts.trainer import HfSeqSeq2SeqTrainer
+
+    train = write_pairs(tmp_path / "pairs.jsonl", 200)
+    valid = write_pairs(tmp_path / "valid.jsonl", 8, seed=3)
+    argv = [str(REPO / "configs" / "translation_transformer.json"), "--train_file", str(train), "--validation_file",
+            str(valid), "--streaming", "true", "--train_sampling_strategy", "random", "--shuffle_buffer_size", "50",
+            "--tokenizer_vocab_size", "300", "--max_steps", "6", "--save_steps", "3", *TINY_RUN]  # fmt: skip
+    train_translation.main([*argv, "--output_dir", str(tmp_path / "whole")])
+    expected = logged_losses(tmp_path / "whole" / "checkpoint-6")
+
+    original = HfSeqSeq2SeqTrainer.training_step
+
+    def killed_after_the_checkpoint(self, *args, **kwargs):
+        if self.state.global_step == 4:
+            raise KeyboardInterrupt("killed mid-stream")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(HfSeqSeq2SeqTrainer, "training_step", killed_after_the_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        train_translation.main([*argv, "--output_dir", str(tmp_path / "resumed")])
+    monkeypatch.setattr(HfSeqSeq2SeqTrainer, "training_step", original)
+    assert (tmp_path / "resumed" / "checkpoint-3").is_dir() and not (tmp_path / "resumed" / "checkpoint-6").exists()
+    train_translation.main([*argv, "--output_dir", str(tmp_path / "resumed"), "--resume_from_checkpoint", "last"])
+    resumed = logged_losses(tmp_path / "resumed" / "checkpoint-6")
+    assert len(expected) == len(resumed) == 6
+    torch.testing.assert_close(torch.tensor(resumed), torch.tensor(expected), rtol=1e-6, atol=1e-7)
+
+
+def test_a_pair_without_a_side_is_named_by_its_line(tmp_path):
+    from hf_seq.data import DataError
+
+    rows = [{"en": "a b", "es": "c d"}, {"en": "e", "es": "f"}, {"en": "g", "es": None}, {"en": "h", "es": "i"}]
+    flat = tmp_path / "flat.jsonl"
+    flat.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataError, match=r"flat\.jsonl line 3: no 'es' text \(got None\)"):
+        features(tmp_path, flat, "--validation_file", str(flat))
+    nested = tmp_path / "nested.jsonl"
+    nested.write_text("".join(json.dumps({"translation": r}) + "\n" for r in rows))
+    with pytest.raises(DataError, match=r"nested\.jsonl line 3: no 'es' text"):
+        features(tmp_path, nested, "--validation_file", str(nested))

@@ -166,12 +166,14 @@ class FeatureCache:
         num_proc: int | None = None,
         batch_size: int = 1000,
         extras: dict[str, Callable[[Path], None]] | None = None,
+        features: dict | None = None,
         desc: str = "tokenizing",
     ) -> dict[str, Dataset]:
         """``dataset.map(function, batched=True, remove_columns=<all>)`` of each split (``function`` may be one per
         split), into this cache folder (:func:`hf_seq.preprocessing.cached_build`: a temporary folder renamed into
         place, ``meta.json`` written last) when it is on disk, in memory otherwise. ``extras``: ``name ->
-        writer(path)`` (a tokenizer's ``save_pretrained``) stored beside the splits."""
+        writer(path)`` (a tokenizer's ``save_pretrained``) stored beside the splits; ``features``: the ``Features`` of each
+        split's output (e.g. ``int32`` ids: half the bytes of the ``int64`` that Python ints become)."""
         num_proc = num_proc if num_proc and num_proc > 1 else None
 
         def mapped(split: str, dataset: Dataset, **kwargs) -> Dataset:
@@ -183,6 +185,7 @@ class FeatureCache:
                 num_proc=num_proc if len(dataset) > 1 else None,
                 desc=f"{desc} {split}",
                 new_fingerprint=f"{self.folder.name if self.folder else 'memory'}-{split}",
+                features=(features or {}).get(split),
                 **kwargs,
             )
 
@@ -308,7 +311,14 @@ def cached_tokenizer(root, task: str, key_parts: dict, overwrite: bool, build: C
 
 
 def tokenized_splits(
-    root, task: str, key_parts: dict, splits: dict, functions, num_proc: int | None, overwrite: bool
+    root,
+    task: str,
+    key_parts: dict,
+    splits: dict,
+    functions,
+    num_proc: int | None,
+    overwrite: bool,
+    features: dict | None = None,
 ) -> dict[str, Dataset]:
     """The features of ``splits``: read from the cache folder of ``key_parts`` when complete and sound, else
     ``map``-ed (``functions``: one, or one per split) into it (in memory when ``root`` is ``None``)."""
@@ -318,7 +328,7 @@ def tokenized_splits(
         logger.info("tokenized splits read from %s", cache.folder)
         return features
     logger.info("tokenizing %s (cache: %s)", ", ".join(splits), cache.folder or "in memory")
-    return cache.build(splits, functions, num_proc=num_proc)
+    return cache.build(splits, functions, num_proc=num_proc, features=features)
 
 
 def label_features(splits: dict, column: str) -> dict:
