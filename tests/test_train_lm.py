@@ -448,3 +448,35 @@ def test_streaming_needs_a_validation_file_and_max_steps(tmp_path):
     model_args, data_args, args, training_args = parse_args(train_lm.TASK, word_args(tmp_path, "--streaming", "true"))
     with pytest.raises(RecipeError, match="validation_file"):
         train_lm.prepare_lm_stream(args, model_args, data_args, training_args)
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_streaming_log_the_losses_of_one_process(tmp_path):
+    """``--streaming`` under ``torchrun --nproc_per_node 2`` (gloo): the first process reads the stream and each
+    process gets its half of every global batch (``accelerate``'s ``dispatch_batches``, the default for an
+    IterableDataset, so the stream is never sharded twice); the per-step losses equal one process on the same
+    global batch (2 x 2 = 4 x 1)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = streaming_args(tmp_path, "--streaming", "true", "--shuffle_buffer_size", "8", "--disable_tqdm", "true")
+    out = argv.index("--output_dir") + 1
+    batch = argv.index("--per_device_train_batch_size") + 1
+    ddp_argv, single_argv = list(argv), list(argv)
+    ddp_argv[out], ddp_argv[batch] = str(tmp_path / "ddp"), "2"
+    single_argv[out] = str(tmp_path / "single")  # per-device batch 4
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
+    command += ["--master_port", str(port), str(REPO_ROOT / "train_scripts/train_lm.py"), *ddp_argv]
+    ddp = subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    train_lm.main(single_argv)
+    log, _ = ddp.communicate(timeout=600)
+    assert ddp.returncode == 0, log[-5000:]
+    single, parallel = step_losses(tmp_path / "single"), step_losses(tmp_path / "ddp")
+    assert len(single) == len(parallel) == 8 and len(set(single)) > 1
+    torch.testing.assert_close(parallel, single, rtol=1e-5, atol=1e-5)
