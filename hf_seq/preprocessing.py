@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -196,6 +198,7 @@ def cached_build(
         _log(f"rebuilding the cached {description} in {folder}: {reason}")
         shutil.rmtree(folder, ignore_errors=True)
     folder.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
     tmp = folder.parent / f".{folder.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     tmp.mkdir()
     try:
@@ -210,7 +213,7 @@ def cached_build(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _log(f"cached {description} in {folder}")
+    _log(f"cached {description} in {folder} ({time.monotonic() - started:.2f} s)")
     return folder, False
 
 
@@ -419,11 +422,30 @@ class CharLookup:
 
 
 class BackendEncoder:
-    """Batch encoding through a ``tokenizers.Tokenizer`` (picklable: kept as its JSON)."""
+    """Batch encoding through a ``tokenizers.Tokenizer`` (picklable: kept as its JSON).
+
+    A word-level tokenizer that splits on whitespace only, without normaliser (the PTB word LM), takes a shortcut on
+    batches where it gives the same ids: ``str.split`` and a dictionary look-up, ~4x faster than ``encode_batch``.
+    A batch is encoded by the backend instead when it holds a character where Python's and the tokenizer's notions
+    of whitespace differ (U+001C-U+001F) or an added token touching other characters (``a<eos>b``: the tokenizer
+    splits it out)."""
 
     def __init__(self, backend) -> None:
         self.json = backend.to_str()
+        self._setup(backend)
+
+    def _setup(self, backend) -> None:
         self._backend = backend
+        self._words = None
+        spec = json.loads(self.json)
+        model, pre = spec.get("model") or {}, spec.get("pre_tokenizer") or {}
+        if model.get("type") == "WordLevel" and pre.get("type") == "WhitespaceSplit" and spec.get("normalizer") is None:
+            import re
+
+            self._words = backend.get_vocab(with_added_tokens=True)
+            self._unk = self._words.get(model.get("unk_token"))
+            self._added = [t["content"] for t in spec.get("added_tokens") or []]
+            self._unsafe = re.compile("[\x1c-\x1f]")
 
     def __getstate__(self):
         return {"json": self.json}
@@ -432,9 +454,25 @@ class BackendEncoder:
         from tokenizers import Tokenizer
 
         self.json = state["json"]
-        self._backend = Tokenizer.from_str(self.json)
+        self._setup(Tokenizer.from_str(self.json))
 
     def encode(self, texts: Sequence[str], append_id: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        joined = "\n".join(texts) if self._words is not None and self._unk is not None else None
+        if joined is not None and not self._unsafe.search(joined):
+            words = [text.split() for text in texts]
+            flat = list(itertools.chain.from_iterable(words))
+            # every added token of the text must be a whole word (the tokenizer splits "a<eos>b" apart)
+            if any(joined.count(t) != flat.count(t) for t in self._added if t in joined):
+                return encode_texts(self._backend, texts, append_id)
+            lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+            ids = np.fromiter(
+                map(self._words.get, flat, itertools.repeat(self._unk)),
+                dtype=np.int64,
+                count=int(lengths.sum()),
+            )
+            if append_id is None:
+                return ids, lengths
+            return np.insert(ids, np.cumsum(lengths), append_id), lengths + 1
         return encode_texts(self._backend, texts, append_id)
 
 

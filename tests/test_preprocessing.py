@@ -169,3 +169,16 @@ def test_holdout_mask_is_the_in_memory_hold_out():
     splits = hold_out_validation(datasets.DatasetDict({"train": dataset}), 5, seed=7)
     mask = pp.holdout_mask(101, 5, seed=7)
     assert [str(i) for i in np.flatnonzero(mask)] == splits["validation"]["text"]
+
+
+def test_word_shortcut_gives_the_backend_ids_on_awkward_text():
+    rng = random.Random(1)
+    words = word_tokenizer(["a the <unk> é x"])
+    encoder = pp.make_encoder(words)
+    assert encoder._words is not None  # the whitespace word-level shortcut applies
+    pieces = ["a", "the", "<unk>", "<eos>", "<pad>", " ", "\t", "\n", "\x1c", "\u00a0", "\u2003", "x<eos>", "<unk>y"]
+    pieces += ["\u3000", "é", "\x85", "\u200b", "\x0b", "<unk><unk>"]
+    for _ in range(300):
+        texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 8))) for _ in range(4)]
+        fast, reference = encoder.encode(texts, 2), pp.encode_texts(words.backend_tokenizer, texts, 2)
+        assert fast[0].tolist() == reference[0].tolist() and fast[1].tolist() == reference[1].tolist(), texts

@@ -4,6 +4,7 @@ text files (results, samples, saved folder usable through Auto classes and pipel
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import datasets
@@ -385,3 +386,97 @@ def test_windows_over_a_memory_map_equal_the_tensor_windows(tmp_path):
     for i in range(len(mapped)):
         assert mapped[i]["input_ids"].dtype == torch.long
         assert torch.equal(mapped[i]["input_ids"], tensor[i]["input_ids"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --streaming true: the windows of the cached stream, in order; exact mid-stream resume
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def streaming_args(tmp_path: Path, *extra: str) -> list[str]:
+    valid = tmp_path / "valid.txt"
+    valid.write_text(WORD_TEXT[:2000])
+    return word_args(tmp_path, "--validation_file", str(valid), "--max_steps", "8", *extra)
+
+
+def test_streamed_windows_equal_the_cached_windows(tmp_path):
+    model_args, data_args, args, training_args = parse_args(
+        train_lm.TASK, streaming_args(tmp_path, "--streaming", "true", "--shuffle_buffer_size", "0", "--stride", "5")
+    )
+    data, streamed = train_lm.prepare_lm_stream(args, model_args, data_args, training_args)
+    streamed.batch_rows = 7  # windows cross many batch boundaries
+    args.streaming = False
+    cached = train_lm.prepare_lm_data(args, model_args, data_args)
+    assert cached.tokenizer.get_vocab() == data.tokenizer.get_vocab()
+    windows = LMWindowDataset(cached.streams["train"], args.segment_length, 5)
+    got = [w["input_ids"].tolist() for w in streamed]
+    assert got == [windows[i]["input_ids"].tolist() for i in range(len(windows))]
+    assert data.streams["validation"].tolist() == cached.streams["validation"].tolist()
+    streamed.shuffle_buffer_size = 10  # a seeded shuffle buffer: the same windows in another, repeatable order
+    shuffled = [w["input_ids"].tolist() for w in streamed]
+    assert shuffled != got and sorted(shuffled) == sorted(got)
+    assert shuffled == [w["input_ids"].tolist() for w in streamed]
+    streamed.set_epoch(1)
+    assert [w["input_ids"].tolist() for w in streamed] != shuffled
+
+
+def test_streaming_run_equals_the_cached_run_and_resumes_exactly(tmp_path):
+    cached = train_lm.main(streaming_args(tmp_path, "--train_sampling_strategy", "sequential"))
+    cached_losses = step_losses(tmp_path / "run")
+    streamed = train_lm.main(streaming_args(tmp_path, "--streaming", "true", "--shuffle_buffer_size", "0"))
+    assert step_losses(tmp_path / "run") == cached_losses  # the same windows in the same order
+    assert streamed["validation_carried_loss_nats"] == cached["validation_carried_loss_nats"]
+    # shuffled stream, checkpoint at step 4; resuming from it gives the uninterrupted run's steps 5-8
+    shuffled = ("--streaming", "true", "--shuffle_buffer_size", "16", "--save_strategy", "steps", "--save_steps", "4")
+    train_lm.main(streaming_args(tmp_path, *shuffled))
+    full = step_losses(tmp_path / "run")
+    resumed_dir = tmp_path / "resumed"
+    resumed_dir.mkdir()
+    shutil.copytree(tmp_path / "run" / "checkpoint-4", resumed_dir / "checkpoint-4")
+    argv = streaming_args(tmp_path, *shuffled, "--resume_from_checkpoint", "last")
+    argv[argv.index("--output_dir") + 1] = str(resumed_dir)
+    i = argv.index("--overwrite_output_dir")
+    train_lm.main(argv[:i] + argv[i + 2 :])
+    state = json.loads((resumed_dir / "trainer_state.json").read_text())
+    resumed = [r["loss"] for r in state["log_history"] if "loss" in r and r["step"] > 4]
+    assert resumed == full[4:]
+
+
+def test_streaming_needs_a_validation_file_and_max_steps(tmp_path):
+    from hf_seq.train_scripts.arguments import RecipeError
+
+    model_args, data_args, args, training_args = parse_args(train_lm.TASK, word_args(tmp_path, "--streaming", "true"))
+    with pytest.raises(RecipeError, match="validation_file"):
+        train_lm.prepare_lm_stream(args, model_args, data_args, training_args)
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_streaming_log_the_losses_of_one_process(tmp_path):
+    """``--streaming`` under ``torchrun --nproc_per_node 2`` (gloo): the first process reads the stream and each
+    process gets its half of every global batch (``accelerate``'s ``dispatch_batches``, the default for an
+    IterableDataset, so the stream is never sharded twice); the per-step losses equal one process on the same
+    global batch (2 x 2 = 4 x 1)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = streaming_args(tmp_path, "--streaming", "true", "--shuffle_buffer_size", "8", "--disable_tqdm", "true")
+    out = argv.index("--output_dir") + 1
+    batch = argv.index("--per_device_train_batch_size") + 1
+    ddp_argv, single_argv = list(argv), list(argv)
+    ddp_argv[out], ddp_argv[batch] = str(tmp_path / "ddp"), "2"
+    single_argv[out] = str(tmp_path / "single")  # per-device batch 4
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
+    command += ["--master_port", str(port), str(REPO_ROOT / "train_scripts/train_lm.py"), *ddp_argv]
+    ddp = subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    train_lm.main(single_argv)
+    log, _ = ddp.communicate(timeout=600)
+    assert ddp.returncode == 0, log[-5000:]
+    single, parallel = step_losses(tmp_path / "single"), step_losses(tmp_path / "ddp")
+    assert len(single) == len(parallel) == 8 and len(set(single)) > 1
+    torch.testing.assert_close(parallel, single, rtol=1e-5, atol=1e-5)

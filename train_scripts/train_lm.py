@@ -30,11 +30,13 @@ carried ones (the self-attention LSTM is evaluated per window: its tape would sp
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import math
 import os
 import shutil
+import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -44,7 +46,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 import torch.nn.functional as F
-from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, Task, parse_args
+from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task, parse_args
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
     TimeBudgetCallback,
@@ -77,6 +79,7 @@ from hf_seq.preprocessing import (
     holdout_mask,
     iter_column_batches,
     iter_text_file_lines,
+    make_encoder,
     read_meta,
     select_rows,
     tokenize_dataset,
@@ -421,6 +424,123 @@ def prepare_lm_data(args: LMArguments, model_args, data_args, training_args=None
     return LMData(tokenizer, stores, read_meta(folder)["data_line"], folder, reused)
 
 
+class LMStreamWindows(torch.utils.data.IterableDataset):
+    """``--streaming``: the training windows of a ``datasets`` IterableDataset, tokenized batch by batch.
+
+    Rows are encoded ``batch_rows`` at a time and appended to a carried remainder, so the windows are exactly
+    :class:`hf_seq.collators.LMWindowDataset`'s over the whole token stream, in order (``stride`` and
+    ``segment_length`` as there; memory stays constant). ``shuffle_buffer_size`` > 0 draws them through a seeded
+    shuffle buffer (seed + epoch). ``set_epoch`` is called by ``Trainer``; the stream restarts each epoch, so a
+    resumed run that skips the batches already seen gets the same batches as an uninterrupted one. Under several
+    processes the batches are read by the first process and dispatched (``accelerate``'s ``dispatch_batches``)."""
+
+    def __init__(
+        self,
+        source,
+        column: str,
+        encoder,
+        append_id: int | None,
+        segment_length: int,
+        stride: int | None = None,
+        shuffle_buffer_size: int = 0,
+        seed: int = 0,
+        batch_rows: int = 1000,
+    ) -> None:
+        self.source, self.column, self.encoder, self.append_id = source, column, encoder, append_id
+        self.segment_length, self.stride = segment_length, stride or segment_length
+        self.shuffle_buffer_size, self.seed, self.batch_rows = shuffle_buffer_size, seed, batch_rows
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def windows(self):
+        """The windows in stream order, int64 tensors of ``segment_length + 1`` tokens."""
+        width = self.segment_length + 1
+        carried = np.zeros(0, dtype=np.int64)  # the tokens from the next window's start on
+        for batch in self.source.iter(batch_size=self.batch_rows):
+            flat, _ = self.encoder.encode(batch[self.column], self.append_id)
+            carried = np.concatenate([carried, flat])
+            start = 0
+            while start + width <= len(carried):
+                yield torch.from_numpy(carried[start : start + width].copy())
+                start += self.stride
+            carried = carried[start:]
+
+    def __iter__(self):
+        windows = self.windows()
+        if self.shuffle_buffer_size:
+            rng = np.random.default_rng([self.seed, self.epoch])
+            buffer = []
+            for window in windows:
+                if len(buffer) < self.shuffle_buffer_size:
+                    buffer.append(window)
+                    continue
+                i = int(rng.integers(len(buffer)))
+                window, buffer[i] = buffer[i], window
+                yield {"input_ids": window, "labels": window}
+            order = rng.permutation(len(buffer))
+            windows = (buffer[i] for i in order)
+        for window in windows:
+            yield {"input_ids": window, "labels": window}
+
+
+def prepare_lm_stream(args: LMArguments, model_args, data_args, training_args=None) -> tuple[LMData, LMStreamWindows]:
+    """``--streaming``: the training file as a ``datasets`` IterableDataset (``load_dataset(..., streaming=True)``,
+    no preprocessing pass), the tokenizer given or built on its first ``tokenizer_max_train_lines`` rows; the
+    validation and test files tokenized into the cache as usual (they are needed whole)."""
+    import datasets
+
+    if data_args.dataset_name or not data_args.train_file:
+        raise RecipeError(
+            "`streaming` reads `train_file` (txt, csv, json, jsonl, parquet); give it instead of `dataset_name`"
+        )
+    if not data_args.validation_file:
+        raise RecipeError("`streaming` needs a `validation_file` (a held-out share of a stream is not defined)")
+    if training_args is not None and (training_args.max_steps is None or training_args.max_steps <= 0):
+        raise RecipeError("`streaming` needs `max_steps` (a stream has no length to count epochs by)")
+    column = data_args.text_column_name
+    builder = check_data_file(data_args.train_file, "train_file", allow_text=True)
+    kwargs = {"keep_linebreaks": True} if builder == "text" else {}
+    source = datasets.load_dataset(
+        builder, data_files={"train": data_args.train_file}, split="train", streaming=True, **kwargs
+    )
+    if builder != "text":
+        source = source.select_columns([column])
+    tokenizer = load_tokenizer(model_args)
+    if tokenizer is None:
+        texts = (row[column] for row in source)
+        tokenizer = build_tokenizer(args, itertools.islice(texts, args.tokenizer_max_train_lines), model_args)
+    # validation / test through the cache, with this tokenizer
+    eval_data_args = dataclasses.replace(
+        data_args, train_file=data_args.validation_file, validation_file=data_args.validation_file
+    )
+    eval_model_args = dataclasses.replace(model_args)
+    saved = Path(tempfile.mkdtemp(prefix="hf_seq_stream_tokenizer_"))
+    tokenizer.save_pretrained(saved)
+    eval_model_args.tokenizer_name = str(saved)
+    try:
+        data = prepare_lm_data(
+            dataclasses.replace(args, streaming=False), eval_model_args, eval_data_args, training_args
+        )
+    finally:
+        shutil.rmtree(saved, ignore_errors=True)
+    data.stores.pop("train", None)
+    data.data_line = f"own data files: train `{data_args.train_file}` (streamed), " + data.data_line.split(", ", 1)[-1]
+    data.tokenizer = tokenizer
+    windows = LMStreamWindows(
+        source,
+        column,
+        make_encoder(tokenizer, chars=args.level == "char"),
+        tokenizer.eos_token_id if args.level == "word" else None,
+        args.segment_length,
+        args.stride,
+        args.shuffle_buffer_size,
+        training_args.seed if training_args is not None else 0,
+    )
+    return data, windows
+
+
 # ------------------------------------------------------------------------------------------------------------
 # evaluation
 # ------------------------------------------------------------------------------------------------------------
@@ -526,11 +646,17 @@ def main(argv: list[str] | None = None) -> dict:
     training_args.prediction_loss_only = True  # full-vocabulary logits of the whole eval set are never needed
     command = training_command(__file__, argv)
 
-    data = prepare_lm_data(args, model_args, data_args, training_args)
-    tokenizer, streams = data.tokenizer, data.streams  # memory-mapped token streams of the cached splits
-    if args.max_train_tokens is not None:
-        streams["train"] = streams["train"][: args.max_train_tokens]
-    train_set = LMWindowDataset(streams["train"], args.segment_length, args.stride)
+    if args.streaming:
+        data, train_set = prepare_lm_stream(args, model_args, data_args, training_args)
+        tokenizer, streams = data.tokenizer, data.streams
+        train_tokens = None  # a stream's length is not known
+    else:
+        data = prepare_lm_data(args, model_args, data_args, training_args)
+        tokenizer, streams = data.tokenizer, data.streams  # memory-mapped token streams of the cached splits
+        if args.max_train_tokens is not None:
+            streams["train"] = streams["train"][: args.max_train_tokens]
+        train_set = LMWindowDataset(streams["train"], args.segment_length, args.stride)
+        train_tokens = len(streams["train"])
     eval_tokens = streams["validation"][: args.max_eval_tokens] if args.max_eval_tokens else streams["validation"]
     eval_set = LMWindowDataset(eval_tokens, args.segment_length)
 
@@ -539,9 +665,10 @@ def main(argv: list[str] | None = None) -> dict:
     )
     config = model.config
     num_params = sum(p.numel() for p in model.parameters())
+    windows = "streamed" if args.streaming else f"{len(train_set):,}"
     print(
-        f"vocabulary {len(tokenizer)}, {num_params:,} parameters, {len(train_set):,} training windows of "
-        f"{args.segment_length}+1 tokens (stride {train_set.stride}), {len(streams['train']):,} training tokens"
+        f"vocabulary {len(tokenizer)}, {num_params:,} parameters, {windows} training windows of "
+        f"{args.segment_length}+1 tokens (stride {train_set.stride}), {train_tokens or 'streamed'} training tokens"
     )
 
     budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
@@ -589,10 +716,11 @@ def main(argv: list[str] | None = None) -> dict:
         * training_args.per_device_train_batch_size
         * max(1, training_args.world_size)
         * args.segment_length,
-        "train_tokens_available": len(streams["train"]),
+        "train_tokens_available": train_tokens,
         "torch_threads": torch.get_num_threads(),
     }
-    results["epochs"] = round(results["train_tokens_seen"] / max(1, len(streams["train"])), 3)
+    if train_tokens is not None:
+        results["epochs"] = round(results["train_tokens_seen"] / max(1, train_tokens), 3)
     # every process evaluates (the same numbers), so none waits alone at the final save's barrier
     eval_start = time.monotonic()
     for split in ("validation", "test"):
@@ -639,7 +767,7 @@ def main(argv: list[str] | None = None) -> dict:
             | {
                 "train_steps": results["train_steps"],
                 "train_loss": results["train_loss"],
-                "epochs": results["epochs"],
+                "epochs": results.get("epochs"),
                 "train_minutes": results["train_minutes"],
                 "processes": training_args.world_size,
             },
