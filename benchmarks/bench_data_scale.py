@@ -78,6 +78,41 @@ def write_ptb_corpus(path: Path, megabytes: float, seed: int = 0) -> dict:
     return {"path": str(path), "bytes": os.path.getsize(path), "lines": lines}
 
 
+def write_pairs_corpus(path: Path, megabytes: float, seed: int = 0) -> dict:
+    """Parallel jsonl of about ``megabytes`` MB (200 MB: ~1 M pairs), ``{"translation": {"en": ..., "es": ...}}``:
+    4-24 Zipf-drawn pseudo-words a side (the target 2 shorter to 3 longer), and a 2,000-pair validation file
+    beside it (``<name>.valid.jsonl``)."""
+    source_words, target_words = _vocabulary(20_000, seed), _vocabulary(20_000, seed + 7)
+    rng = np.random.default_rng(seed + 1)
+    weights = 1.0 / np.arange(1, len(source_words) + 1)
+    weights /= weights.sum()
+
+    def write(out: Path, target_bytes: int | None, rows: int | None) -> tuple[int, int]:
+        written, lines = 0, 0
+        with open(out, "w") as f:
+            while (target_bytes is not None and written < target_bytes) or (rows is not None and lines < rows):
+                n = 20_000 if rows is None else min(20_000, rows - lines)
+                src_len = rng.integers(4, 25, n)
+                tgt_len = np.maximum(1, src_len + rng.integers(-2, 4, n))
+                src = source_words[rng.choice(len(source_words), int(src_len.sum()), p=weights)].tolist()
+                tgt = target_words[rng.choice(len(target_words), int(tgt_len.sum()), p=weights)].tolist()
+                chunk, i, j = [], 0, 0
+                for a, b in zip(src_len.tolist(), tgt_len.tolist()):
+                    pair = {"en": " ".join(src[i : i + a]) + " .", "es": " ".join(tgt[j : j + b]) + " ."}
+                    chunk.append(json.dumps({"translation": pair}) + "\n")
+                    i, j = i + a, j + b
+                text = "".join(chunk)
+                f.write(text)
+                written += len(text)
+                lines += n
+        return written, lines
+
+    _, lines = write(path, int(megabytes * 1e6), None)
+    valid = path.with_name(path.stem + ".valid.jsonl")
+    write(valid, None, 2_000)
+    return {"path": str(path), "bytes": os.path.getsize(path), "lines": lines, "validation": str(valid)}
+
+
 # one row per task: script, recipe, corpus writer, the flags that name the corpus and keep a 3-step run short
 TASKS = {
     "lm": {
@@ -101,6 +136,28 @@ TASKS = {
             "1",
         ],
         "streaming": True,
+    },
+    "translation": {
+        "script": "train_scripts/train_translation.py",
+        "recipe": "configs/translation_transformer.json",
+        "corpus": write_pairs_corpus,
+        "corpus_name": "pairs_{mb}MB.jsonl",
+        "data_flags": lambda corpus: ["--train_file", corpus["path"], "--validation_file", corpus["validation"]],
+        "flags": [
+            "--max_steps",
+            "3",
+            "--logging_steps",
+            "1",
+            "--plot_attention",
+            "false",
+            "--do_predict",
+            "false",
+            "--save_strategy",
+            "no",
+        ],
+        "streaming": True,
+        # the recipe's length buckets need every length in advance: a stream samples through its shuffle buffer
+        "streaming_flags": ["--train_sampling_strategy", "random"],
     },
 }
 
@@ -238,7 +295,7 @@ def main() -> None:
                     "true",
                 ]
                 if mode == "streaming":
-                    command += ["--streaming", "true"]
+                    command += ["--streaming", "true", *task.get("streaming_flags", [])]
                 load = os.getloadavg()
                 row = run_child(command, work / f"log_{task_name}_{label}_{mode}.txt")
                 row.update(
