@@ -26,13 +26,23 @@ __all__ = ["LengthBucketSampler", "example_lengths"]
 
 
 def _arrow_column(dataset, name: str):
-    """Column ``name`` of a ``datasets.Dataset`` as one pyarrow array in row order (an indices mapping — a
-    ``select`` / ``shuffle`` / held-out split — applied), without converting it to Python objects."""
+    """Column ``name`` of a ``datasets.Dataset`` as a pyarrow (chunked) array in row order (an indices mapping — a
+    ``select`` / ``shuffle`` / held-out split — applied), without converting it to Python objects. Without an indices
+    mapping the chunks are those of the (memory-mapped) table: nothing is copied."""
     import pyarrow as pa
 
     table = dataset.with_format("arrow", columns=[name])[:]
-    column = table.column(name) if isinstance(table, pa.Table) else table
-    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return table.column(name) if isinstance(table, pa.Table) else table
+
+
+def _to_numpy(array) -> np.ndarray:
+    """A (chunked) pyarrow array of numbers as one numpy array."""
+    import pyarrow as pa
+
+    if isinstance(array, pa.ChunkedArray):
+        parts = [chunk.to_numpy(zero_copy_only=False) for chunk in array.chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return array.to_numpy(zero_copy_only=False)
 
 
 def _is_list_type(kind) -> bool:
@@ -57,18 +67,18 @@ def example_lengths(dataset, length_column_name: str = "length", model_input_nam
             lengths = _arrow_column(dataset, length_column_name)
             if lengths.null_count:
                 raise ValueError(f"the {length_column_name!r} column has {lengths.null_count} empty value(s)")
-            return np.asarray(lengths.to_numpy(zero_copy_only=False)).astype(np.int64, copy=False)
+            return _to_numpy(lengths).astype(np.int64, copy=False)
         if model_input_name not in columns:
             raise ValueError(
                 f"length buckets need a {length_column_name!r} column or a {model_input_name!r} column to measure "
                 f"the examples; the dataset's columns are {columns}"
             )
         inputs = _arrow_column(dataset, model_input_name)
-        lengths = pc.fill_null(pc.list_value_length(inputs), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        lengths = _to_numpy(pc.fill_null(pc.list_value_length(inputs), 0)).astype(np.int64)
         if "labels" in columns:
             labels = _arrow_column(dataset, "labels")
             if _is_list_type(labels.type):
-                target = pc.fill_null(pc.list_value_length(labels), 0).to_numpy(zero_copy_only=False)
+                target = _to_numpy(pc.fill_null(pc.list_value_length(labels), 0))
                 lengths = np.maximum(lengths, target.astype(np.int64))
         return lengths
     lengths = []

@@ -343,8 +343,15 @@ def token_counts(dataset: Dataset, column: str, minlength: int):
 
     from hf_seq.samplers import _arrow_column
 
-    values = pc.list_flatten(_arrow_column(dataset, column)).to_numpy(zero_copy_only=False)
-    return np.bincount(values.astype(np.int64), minlength=minlength)
+    column = _arrow_column(dataset, column)
+    counts = np.zeros(minlength, dtype=np.int64)
+    for chunk in getattr(column, "chunks", [column]):  # chunk by chunk: no copy of all the ids at once
+        values = pc.list_flatten(chunk).to_numpy(zero_copy_only=False).astype(np.int64)
+        found = np.bincount(values, minlength=minlength)
+        if len(found) > len(counts):
+            counts = np.pad(counts, (0, len(found) - len(counts)))
+        counts[: len(found)] += found
+    return counts
 
 
 def tokenizer_settings(model_args, max_length, samples) -> dict:
