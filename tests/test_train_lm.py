@@ -448,6 +448,10 @@ def test_streaming_needs_a_validation_file_and_max_steps(tmp_path):
     model_args, data_args, args, training_args = parse_args(train_lm.TASK, word_args(tmp_path, "--streaming", "true"))
     with pytest.raises(RecipeError, match="validation_file"):
         train_lm.prepare_lm_stream(args, model_args, data_args, training_args)
+    argv = streaming_args(tmp_path, "--streaming", "true", "--max_train_tokens", "100")
+    model_args, data_args, args, training_args = parse_args(train_lm.TASK, argv)
+    with pytest.raises(RecipeError, match="max_train_tokens"):
+        train_lm.prepare_lm_stream(args, model_args, data_args, training_args)
 
 
 @pytest.mark.slow
