@@ -9,12 +9,14 @@ the task's script as a subprocess with ``OMP_NUM_THREADS=1`` and ``--max_steps 3
 
 * ``first``: a fresh cache folder (``--cache_dir``): tokenize into the cache, then train;
 * ``second``: the same command again: the cache is reused;
-* ``streaming``: ``--streaming true`` (no preprocessing pass), when the script supports it.
+* ``streaming``: ``--streaming true`` (no preprocessing pass), when the task has streaming flags: the LM gets a
+  validation file of 1% of the size (another seed) and a tokenizer built on the first 200,000 lines.
 
 While a child runs, ``/proc/<pid>/status`` of it and of its descendants (preprocessing workers) is sampled every
 0.1 s: peak ``VmRSS`` (memory-mapped file pages count there), peak ``RssAnon`` (the process's own memory) and
 ``RssFile``, summed over the process tree. Start-up = seconds from the spawn to the script's line
-``[hf_seq] first training step begins at <t>``; preprocessing MB/s = corpus MB / the seconds of the
+``[hf_seq] first training step begins at <t>`` (also without the seconds a fresh interpreter takes to import the
+script's module, measured right before: ``seconds_to_first_step_after_imports``); preprocessing MB/s = corpus MB / the seconds of the
 ``[hf_seq.preprocessing] cached ... (<s> s)`` line; steps/s from the first step's end to the end of training.
 Writes ``benchmarks/results/bench_data_scale.json`` (rows keyed ``<task>/<size>MB/<mode>``, merged with the rows
 already there). A task is a row of :data:`TASKS`: its script, recipe, corpus writer and flags.
@@ -135,7 +137,13 @@ TASKS = {
             "--logging_steps",
             "1",
         ],
-        "streaming": True,
+        # --streaming reads train_file as a stream; it needs a validation file and a tokenizer from the first rows
+        "streaming": lambda corpus: [
+            "--validation_file",
+            corpus["validation"],
+            "--tokenizer_max_train_lines",
+            "200000",
+        ],
     },
     "translation": {
         "script": "train_scripts/train_translation.py",
@@ -155,9 +163,8 @@ TASKS = {
             "--save_strategy",
             "no",
         ],
-        "streaming": True,
         # the recipe's length buckets need every length in advance: a stream samples through its shuffle buffer
-        "streaming_flags": ["--train_sampling_strategy", "random"],
+        "streaming": lambda corpus: ["--train_sampling_strategy", "random"],
     },
 }
 
@@ -253,6 +260,16 @@ def run_child(command: list[str], log_path: Path) -> dict:
     return row
 
 
+def import_seconds(script: str) -> float:
+    """Seconds a fresh interpreter takes to import the script's module (torch, transformers, datasets): the part of
+    the start-up that does not depend on the data, measured right before each run."""
+    module = "hf_seq.train_scripts." + Path(script).stem
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    start = time.time()
+    subprocess.run([sys.executable, "-c", f"import {module}"], cwd=ROOT, env=env, check=True)
+    return round(time.time() - start, 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", nargs="+", default=["lm"], choices=sorted(TASKS))
@@ -277,7 +294,7 @@ def main() -> None:
             cache = work / f"cache_{task_name}_{label}"
             shutil.rmtree(cache, ignore_errors=True)
             for mode in args.modes:
-                if mode == "streaming" and not task["streaming"]:
+                if mode == "streaming" and not task.get("streaming"):
                     continue
                 command = [
                     sys.executable,
@@ -295,9 +312,16 @@ def main() -> None:
                     "true",
                 ]
                 if mode == "streaming":
-                    command += ["--streaming", "true", *task.get("streaming_flags", [])]
+                    if "validation" not in corpus:
+                        validation = corpus_path.with_name(corpus_path.stem + "_validation.txt")
+                        corpus["validation"] = task["corpus"](validation, max(1.0, mb / 100), seed=7)["path"]
+                    command += ["--streaming", "true", *task["streaming"](corpus)]
                 load = os.getloadavg()
+                imports = import_seconds(task["script"])
                 row = run_child(command, work / f"log_{task_name}_{label}_{mode}.txt")
+                row["import_seconds"] = imports
+                if row["seconds_to_first_step"] is not None:
+                    row["seconds_to_first_step_after_imports"] = round(row["seconds_to_first_step"] - imports, 2)
                 row.update(
                     {
                         "corpus_mb": round(corpus["bytes"] / 1e6, 1),

@@ -18,8 +18,12 @@ import torch
 __all__ = [
     "DataCollatorForBertPretraining",
     "LMWindowDataset",
+    "StoredDocuments",
     "bert_pretraining_anchors",
+    "bert_pretraining_anchors_from_lengths",
+    "stream_slice",
     "tokenize_documents",
+    "tokenize_documents_to_store",
 ]
 
 IGNORE_INDEX = -100
@@ -60,10 +64,13 @@ def bert_pretraining_anchors(documents: Sequence[Sequence[Sequence[int]]], max_l
 
     Returns columns ``doc_index`` and ``sentence_index`` (one row per future training pair), ready for
     ``datasets.Dataset.from_dict``. Each anchor has at least one following sentence in its document, so a true
-    "next segment" always exists.
+    "next segment" always exists. For :class:`StoredDocuments` they are computed from the store's offsets
+    (:func:`bert_pretraining_anchors_from_lengths`, numpy arrays).
     """
     if not isinstance(max_length, int) or max_length < 8:
         raise ValueError(f"`max_length` must be an integer >= 8, got {max_length!r}")
+    if isinstance(documents, StoredDocuments):
+        return bert_pretraining_anchors_from_lengths(documents.sentence_lengths(), documents.doc_offsets, max_length)
     budget = max_length - 3  # [CLS] A [SEP] B [SEP]
     docs, starts = [], []
     for d, doc in enumerate(documents):
@@ -77,6 +84,101 @@ def bert_pretraining_anchors(documents: Sequence[Sequence[Sequence[int]]], max_l
                 j += 1
             s = j
     return {"doc_index": docs, "sentence_index": starts}
+
+
+def bert_pretraining_anchors_from_lengths(
+    sentence_lengths: np.ndarray, doc_offsets: np.ndarray, max_length: int
+) -> dict[str, np.ndarray]:
+    """:func:`bert_pretraining_anchors` from the sentences' token counts and each document's first sentence
+    (``doc_offsets``, documents + 1 entries): the same anchors, as int64 numpy arrays."""
+    if not isinstance(max_length, int) or max_length < 8:
+        raise ValueError(f"`max_length` must be an integer >= 8, got {max_length!r}")
+    budget = max_length - 3
+    lengths = np.asarray(sentence_lengths, dtype=np.int64)
+    offsets = np.asarray(doc_offsets, dtype=np.int64)
+    cumulative = np.concatenate([[0], np.cumsum(lengths)])  # tokens before sentence i
+    docs, starts = [], []
+    for d in range(len(offsets) - 1):
+        first, end = int(offsets[d]), int(offsets[d + 1])
+        s = first
+        while s < end - 1:
+            docs.append(d)
+            starts.append(s - first)
+            # the first j > s + 1 (two sentences at least) whose sentences s..j-1 hold >= budget tokens, or the end
+            j = int(np.searchsorted(cumulative, cumulative[s] + budget, side="left"))
+            s = min(end, max(j, s + 2))
+    return {"doc_index": np.asarray(docs, dtype=np.int64), "sentence_index": np.asarray(starts, dtype=np.int64)}
+
+
+class StoredDocument(Sequence):
+    """One document of :class:`StoredDocuments`: its sentences' token ids (lists of ints), read from the store."""
+
+    def __init__(self, store, start: int, stop: int) -> None:
+        self.store, self.start, self.stop = store, start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, j):
+        if isinstance(j, slice):
+            return [self[i] for i in range(*j.indices(len(self)))]
+        if not -len(self) <= j < len(self):
+            raise IndexError(f"sentence {j} out of range for a document of {len(self)} sentences")
+        return self.store[self.start + j % len(self)].tolist()
+
+
+class StoredDocuments(Sequence):
+    """Documents whose sentences are the rows of a :class:`hf_seq.preprocessing.TokenStore`: document ``d`` is rows
+    ``doc_offsets[d]:doc_offsets[d + 1]``. Reads like the ``docs → sentences → ids`` lists of
+    :func:`tokenize_documents` (``len``, ``docs[d][j]``), nothing held in memory but the offsets."""
+
+    def __init__(self, store, doc_offsets) -> None:
+        self.store = store
+        self.doc_offsets = np.asarray(doc_offsets, dtype=np.int64)
+        if self.doc_offsets[0] != 0 or self.doc_offsets[-1] != len(store) or np.any(np.diff(self.doc_offsets) < 0):
+            raise ValueError("doc_offsets must rise from 0 to the number of sentences in the store")
+
+    def __len__(self) -> int:
+        return len(self.doc_offsets) - 1
+
+    def __getitem__(self, d: int) -> StoredDocument:
+        if not -len(self) <= d < len(self):
+            raise IndexError(f"document {d} out of range for {len(self)} documents")
+        d %= len(self)
+        return StoredDocument(self.store, int(self.doc_offsets[d]), int(self.doc_offsets[d + 1]))
+
+    def sentence_lengths(self) -> np.ndarray:
+        return self.store.lengths()
+
+
+def tokenize_documents_to_store(documents: Iterable[Any], tokenizer, folder, batch_documents: int = 1000):
+    """:func:`tokenize_documents` into a :class:`hf_seq.preprocessing.TokenStore` in ``folder`` (sentences as rows,
+    empty sentences dropped as there), written in chunks: a :class:`StoredDocuments`."""
+    from hf_seq.preprocessing import TokenStoreWriter, make_encoder
+
+    encoder = make_encoder(tokenizer)
+    writer = TokenStoreWriter(folder, max(len(tokenizer), tokenizer.backend_tokenizer.get_vocab_size()))
+    doc_sizes: list[np.ndarray] = []
+    batch: list[list[str]] = []
+
+    def flush() -> None:
+        sentences = [s for doc in batch for s in doc]
+        flat, lengths = encoder.encode(sentences) if sentences else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        keep = lengths > 0  # a sentence that encodes to nothing is dropped
+        owner = np.repeat(np.arange(len(batch)), [len(doc) for doc in batch])
+        writer.add_flat(flat, lengths[keep])
+        doc_sizes.append(np.bincount(owner[keep], minlength=len(batch)))
+        batch.clear()
+
+    for document in documents:
+        batch.append(_flatten_sentences(document))
+        if len(batch) >= batch_documents:
+            flush()
+    if batch:
+        flush()
+    store = writer.close()
+    sizes = np.concatenate(doc_sizes) if doc_sizes else np.zeros(0, np.int64)
+    return StoredDocuments(store, np.concatenate([[0], np.cumsum(sizes)]))
 
 
 class DataCollatorForBertPretraining:

@@ -182,3 +182,37 @@ def test_word_shortcut_gives_the_backend_ids_on_awkward_text():
         texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 8))) for _ in range(4)]
         fast, reference = encoder.encode(texts, 2), pp.encode_texts(words.backend_tokenizer, texts, 2)
         assert fast[0].tolist() == reference[0].tolist() and fast[1].tolist() == reference[1].tolist(), texts
+
+
+def test_bert_documents_in_a_store_give_the_same_anchors_and_pairs(tmp_path):
+    import torch
+
+    from hf_seq.collators import (
+        DataCollatorForBertPretraining,
+        bert_pretraining_anchors,
+        tokenize_documents,
+        tokenize_documents_to_store,
+    )
+    from hf_seq.tokenization import build_wordpiece_tokenizer
+
+    rng = random.Random(5)
+    sentence = lambda: " ".join(rng.choice(WORDS[:10]) for _ in range(rng.randint(0, 12)))  # noqa: E731
+    documents = [[sentence() for _ in range(rng.randint(1, 9))] for _ in range(40)]
+    documents[3] = [[sentence(), "  "], [sentence()]]  # paragraphs, a blank sentence
+    tokenizer = build_wordpiece_tokenizer([s for d in documents for s in d if isinstance(s, str)], vocab_size=60)
+    lists = tokenize_documents(documents, tokenizer)
+    stored = tokenize_documents_to_store(documents, tokenizer, tmp_path / "docs", batch_documents=7)
+    assert len(stored) == len(lists)
+    assert [[stored[d][j] for j in range(len(stored[d]))] for d in range(len(stored))] == lists
+    for max_length in (8, 16, 40):
+        expected = bert_pretraining_anchors(lists, max_length)
+        got = bert_pretraining_anchors(stored, max_length)
+        assert got["doc_index"].tolist() == expected["doc_index"]
+        assert got["sentence_index"].tolist() == expected["sentence_index"]
+    anchors = bert_pretraining_anchors(lists, 16)
+    features = [{"doc_index": d, "sentence_index": s} for d, s in zip(anchors["doc_index"], anchors["sentence_index"])]
+    a = DataCollatorForBertPretraining(tokenizer, lists, max_length=16, seed=3)
+    b = DataCollatorForBertPretraining(tokenizer, stored, max_length=16, seed=3)
+    for start in range(0, len(features), 8):
+        x, y = a(features[start : start + 8]), b(features[start : start + 8])
+        assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)

@@ -448,6 +448,10 @@ def test_streaming_needs_a_validation_file_and_max_steps(tmp_path):
     model_args, data_args, args, training_args = parse_args(train_lm.TASK, word_args(tmp_path, "--streaming", "true"))
     with pytest.raises(RecipeError, match="validation_file"):
         train_lm.prepare_lm_stream(args, model_args, data_args, training_args)
+    argv = streaming_args(tmp_path, "--streaming", "true", "--max_train_tokens", "100")
+    model_args, data_args, args, training_args = parse_args(train_lm.TASK, argv)
+    with pytest.raises(RecipeError, match="max_train_tokens"):
+        train_lm.prepare_lm_stream(args, model_args, data_args, training_args)
 
 
 @pytest.mark.slow
@@ -480,3 +484,22 @@ def test_torchrun_two_processes_streaming_log_the_losses_of_one_process(tmp_path
     single, parallel = step_losses(tmp_path / "single"), step_losses(tmp_path / "ddp")
     assert len(single) == len(parallel) == 8 and len(set(single)) > 1
     torch.testing.assert_close(parallel, single, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.data
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["lm_word_ptb", "lm_char_shakespeare"])
+def test_shipped_recipes_get_the_same_tokens_from_the_cache(recipe, tmp_path):
+    """The presets through the cache: the in-memory path's vocabulary, token streams and data line, so the recipes'
+    windows, batches and results are unchanged."""
+    model_args, data_args, args, _ = parse_args(
+        train_lm.TASK, [str(REPO_ROOT / "configs" / f"{recipe}.json"), "--cache_dir", str(tmp_path)]
+    )
+    cached, reference = (
+        train_lm.prepare_lm_data(args, model_args, data_args),
+        in_memory_lm_data(args, model_args, data_args),
+    )
+    assert cached.tokenizer.get_vocab() == reference.tokenizer.get_vocab()
+    assert cached.data_line == reference.data_line
+    for name, stream in reference.streams.items():
+        assert np.array_equal(np.asarray(cached.streams[name], dtype=np.int64), stream.numpy()), name

@@ -497,6 +497,10 @@ def prepare_lm_stream(args: LMArguments, model_args, data_args, training_args=No
         )
     if not data_args.validation_file:
         raise RecipeError("`streaming` needs a `validation_file` (a held-out share of a stream is not defined)")
+    for name in ("max_train_tokens", "max_train_samples"):
+        source = args if name == "max_train_tokens" else data_args
+        if getattr(source, name) is not None:
+            raise RecipeError(f"`{name}` does not apply to `streaming` (a stream is read until `max_steps`)")
     if training_args is not None and (training_args.max_steps is None or training_args.max_steps <= 0):
         raise RecipeError("`streaming` needs `max_steps` (a stream has no length to count epochs by)")
     column = data_args.text_column_name
