@@ -12,13 +12,18 @@ import random
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 __all__ = [
     "DataCollatorForBertPretraining",
     "LMWindowDataset",
+    "StoredDocuments",
     "bert_pretraining_anchors",
+    "bert_pretraining_anchors_from_lengths",
+    "stream_slice",
     "tokenize_documents",
+    "tokenize_documents_to_store",
 ]
 
 IGNORE_INDEX = -100
@@ -59,10 +64,13 @@ def bert_pretraining_anchors(documents: Sequence[Sequence[Sequence[int]]], max_l
 
     Returns columns ``doc_index`` and ``sentence_index`` (one row per future training pair), ready for
     ``datasets.Dataset.from_dict``. Each anchor has at least one following sentence in its document, so a true
-    "next segment" always exists.
+    "next segment" always exists. For :class:`StoredDocuments` they are computed from the store's offsets
+    (:func:`bert_pretraining_anchors_from_lengths`, numpy arrays).
     """
     if not isinstance(max_length, int) or max_length < 8:
         raise ValueError(f"`max_length` must be an integer >= 8, got {max_length!r}")
+    if isinstance(documents, StoredDocuments):
+        return bert_pretraining_anchors_from_lengths(documents.sentence_lengths(), documents.doc_offsets, max_length)
     budget = max_length - 3  # [CLS] A [SEP] B [SEP]
     docs, starts = [], []
     for d, doc in enumerate(documents):
@@ -76,6 +84,101 @@ def bert_pretraining_anchors(documents: Sequence[Sequence[Sequence[int]]], max_l
                 j += 1
             s = j
     return {"doc_index": docs, "sentence_index": starts}
+
+
+def bert_pretraining_anchors_from_lengths(
+    sentence_lengths: np.ndarray, doc_offsets: np.ndarray, max_length: int
+) -> dict[str, np.ndarray]:
+    """:func:`bert_pretraining_anchors` from the sentences' token counts and each document's first sentence
+    (``doc_offsets``, documents + 1 entries): the same anchors, as int64 numpy arrays."""
+    if not isinstance(max_length, int) or max_length < 8:
+        raise ValueError(f"`max_length` must be an integer >= 8, got {max_length!r}")
+    budget = max_length - 3
+    lengths = np.asarray(sentence_lengths, dtype=np.int64)
+    offsets = np.asarray(doc_offsets, dtype=np.int64)
+    cumulative = np.concatenate([[0], np.cumsum(lengths)])  # tokens before sentence i
+    docs, starts = [], []
+    for d in range(len(offsets) - 1):
+        first, end = int(offsets[d]), int(offsets[d + 1])
+        s = first
+        while s < end - 1:
+            docs.append(d)
+            starts.append(s - first)
+            # the first j > s + 1 (two sentences at least) whose sentences s..j-1 hold >= budget tokens, or the end
+            j = int(np.searchsorted(cumulative, cumulative[s] + budget, side="left"))
+            s = min(end, max(j, s + 2))
+    return {"doc_index": np.asarray(docs, dtype=np.int64), "sentence_index": np.asarray(starts, dtype=np.int64)}
+
+
+class StoredDocument(Sequence):
+    """One document of :class:`StoredDocuments`: its sentences' token ids (lists of ints), read from the store."""
+
+    def __init__(self, store, start: int, stop: int) -> None:
+        self.store, self.start, self.stop = store, start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, j):
+        if isinstance(j, slice):
+            return [self[i] for i in range(*j.indices(len(self)))]
+        if not -len(self) <= j < len(self):
+            raise IndexError(f"sentence {j} out of range for a document of {len(self)} sentences")
+        return self.store[self.start + j % len(self)].tolist()
+
+
+class StoredDocuments(Sequence):
+    """Documents whose sentences are the rows of a :class:`hf_seq.preprocessing.TokenStore`: document ``d`` is rows
+    ``doc_offsets[d]:doc_offsets[d + 1]``. Reads like the ``docs → sentences → ids`` lists of
+    :func:`tokenize_documents` (``len``, ``docs[d][j]``), nothing held in memory but the offsets."""
+
+    def __init__(self, store, doc_offsets) -> None:
+        self.store = store
+        self.doc_offsets = np.asarray(doc_offsets, dtype=np.int64)
+        if self.doc_offsets[0] != 0 or self.doc_offsets[-1] != len(store) or np.any(np.diff(self.doc_offsets) < 0):
+            raise ValueError("doc_offsets must rise from 0 to the number of sentences in the store")
+
+    def __len__(self) -> int:
+        return len(self.doc_offsets) - 1
+
+    def __getitem__(self, d: int) -> StoredDocument:
+        if not -len(self) <= d < len(self):
+            raise IndexError(f"document {d} out of range for {len(self)} documents")
+        d %= len(self)
+        return StoredDocument(self.store, int(self.doc_offsets[d]), int(self.doc_offsets[d + 1]))
+
+    def sentence_lengths(self) -> np.ndarray:
+        return self.store.lengths()
+
+
+def tokenize_documents_to_store(documents: Iterable[Any], tokenizer, folder, batch_documents: int = 1000):
+    """:func:`tokenize_documents` into a :class:`hf_seq.preprocessing.TokenStore` in ``folder`` (sentences as rows,
+    empty sentences dropped as there), written in chunks: a :class:`StoredDocuments`."""
+    from hf_seq.preprocessing import TokenStoreWriter, make_encoder
+
+    encoder = make_encoder(tokenizer)
+    writer = TokenStoreWriter(folder, max(len(tokenizer), tokenizer.backend_tokenizer.get_vocab_size()))
+    doc_sizes: list[np.ndarray] = []
+    batch: list[list[str]] = []
+
+    def flush() -> None:
+        sentences = [s for doc in batch for s in doc]
+        flat, lengths = encoder.encode(sentences) if sentences else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        keep = lengths > 0  # a sentence that encodes to nothing is dropped
+        owner = np.repeat(np.arange(len(batch)), [len(doc) for doc in batch])
+        writer.add_flat(flat, lengths[keep])
+        doc_sizes.append(np.bincount(owner[keep], minlength=len(batch)))
+        batch.clear()
+
+    for document in documents:
+        batch.append(_flatten_sentences(document))
+        if len(batch) >= batch_documents:
+            flush()
+    if batch:
+        flush()
+    store = writer.close()
+    sizes = np.concatenate(doc_sizes) if doc_sizes else np.zeros(0, np.int64)
+    return StoredDocuments(store, np.concatenate([[0], np.cumsum(sizes)]))
 
 
 class DataCollatorForBertPretraining:
@@ -258,8 +361,9 @@ class LMWindowDataset(torch.utils.data.Dataset):
     Example ``i`` is ``stream[i*stride : i*stride + segment_length + 1]`` as both ``input_ids`` and ``labels`` (the
     model shifts the labels, so the loss trains every position of the segment to predict its next token, not only
     the notes' single (segment, next char) pair). ``stride == segment_length`` covers every transition exactly once;
-    a smaller stride (the notes use 3 with 60-char segments) gives overlapping windows. Windows are views of the
-    stream: no copy is made.
+    a smaller stride (the notes use 3 with 60-char segments) gives overlapping windows. The stream may be a tensor,
+    a list or any 1-D numpy array — a memory-mapped :class:`hf_seq.preprocessing.TokenStore` ``flat`` stream is kept
+    as it is (not copied): each window is read when it is asked for and returned as int64.
     """
 
     def __init__(self, token_ids: Sequence[int] | torch.Tensor, segment_length: int, stride: int | None = None) -> None:
@@ -267,20 +371,32 @@ class LMWindowDataset(torch.utils.data.Dataset):
         for name, value in (("segment_length", segment_length), ("stride", stride)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
-        self.tokens = torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)  # (N,)
-        if self.tokens.numel() < segment_length + 1:
+        if isinstance(token_ids, np.ndarray):  # np.memmap too: windows are sliced out on demand
+            if token_ids.ndim != 1:
+                raise ValueError(f"the token stream must be 1-D, got shape {token_ids.shape}")
+            self.tokens = token_ids
+        else:
+            self.tokens = torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)  # (N,)
+        if len(self.tokens) < segment_length + 1:
             raise ValueError(
-                f"the token stream has {self.tokens.numel()} tokens, fewer than segment_length + 1 = {segment_length + 1}"
+                f"the token stream has {len(self.tokens)} tokens, fewer than segment_length + 1 = {segment_length + 1}"
             )
         self.segment_length = segment_length
         self.stride = stride
 
     def __len__(self) -> int:
-        return (self.tokens.numel() - self.segment_length - 1) // self.stride + 1
+        return (len(self.tokens) - self.segment_length - 1) // self.stride + 1
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if not -len(self) <= index < len(self):
             raise IndexError(f"window {index} out of range for {len(self)} windows")
         start = (index % len(self)) * self.stride
-        window = self.tokens[start : start + self.segment_length + 1]  # (L+1,)
+        window = stream_slice(self.tokens, start, start + self.segment_length + 1)  # (L+1,)
         return {"input_ids": window, "labels": window}
+
+
+def stream_slice(tokens, start: int, stop: int) -> torch.Tensor:
+    """``tokens[start:stop]`` as an int64 tensor: a view of a tensor stream, a copy of that slice of a numpy one."""
+    if isinstance(tokens, torch.Tensor):
+        return tokens[start:stop]
+    return torch.from_numpy(np.asarray(tokens[start:stop], dtype=np.int64))

@@ -18,32 +18,68 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import Sampler
 
 __all__ = ["LengthBucketSampler", "example_lengths"]
 
 
-def example_lengths(dataset, length_column_name: str = "length", model_input_name: str = "input_ids") -> list[int]:
-    """One length per example: the ``length_column_name`` column when the dataset has one, else the longer of
-    ``len(example[model_input_name])`` and ``len(example["labels"])`` (labels count only when they are a sequence:
-    the target of a seq2seq pair, the tags of a tagger; a class label does not).
+def _arrow_column(dataset, name: str):
+    """Column ``name`` of a ``datasets.Dataset`` as a pyarrow (chunked) array in row order (an indices mapping — a
+    ``select`` / ``shuffle`` / held-out split — applied), without converting it to Python objects. Without an indices
+    mapping the chunks are those of the (memory-mapped) table: nothing is copied."""
+    import pyarrow as pa
 
-    ``dataset`` is a ``datasets.Dataset`` (columns read at once) or any map-style dataset of dicts."""
+    table = dataset.with_format("arrow", columns=[name])[:]
+    return table.column(name) if isinstance(table, pa.Table) else table
+
+
+def _to_numpy(array) -> np.ndarray:
+    """A (chunked) pyarrow array of numbers as one numpy array."""
+    import pyarrow as pa
+
+    if isinstance(array, pa.ChunkedArray):
+        parts = [chunk.to_numpy(zero_copy_only=False) for chunk in array.chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return array.to_numpy(zero_copy_only=False)
+
+
+def _is_list_type(kind) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+
+
+def example_lengths(dataset, length_column_name: str = "length", model_input_name: str = "input_ids") -> np.ndarray:
+    """One length per example, as a 1-D ``int64`` numpy array: the ``length_column_name`` column when the dataset has
+    one, else the longer of ``len(example[model_input_name])`` and ``len(example["labels"])`` (labels count only when
+    they are a sequence: the target of a seq2seq pair, the tags of a tagger; a class label does not).
+
+    ``dataset`` is a ``datasets.Dataset`` — its columns are read as Arrow arrays (the list lengths come from the
+    Arrow offsets: a memory-mapped, cached dataset of millions of rows is measured without building Python lists) —
+    or any map-style dataset of dicts (read example by example)."""
     columns = getattr(dataset, "column_names", None)
-    if columns is not None:
+    if columns is not None and hasattr(dataset, "with_format"):
+        import pyarrow.compute as pc
+
         if length_column_name in columns:
-            return [int(n) for n in dataset[length_column_name]]
+            lengths = _arrow_column(dataset, length_column_name)
+            if lengths.null_count:
+                raise ValueError(f"the {length_column_name!r} column has {lengths.null_count} empty value(s)")
+            return _to_numpy(lengths).astype(np.int64, copy=False)
         if model_input_name not in columns:
             raise ValueError(
                 f"length buckets need a {length_column_name!r} column or a {model_input_name!r} column to measure "
                 f"the examples; the dataset's columns are {columns}"
             )
-        lengths = [len(ids) for ids in dataset[model_input_name]]
+        inputs = _arrow_column(dataset, model_input_name)
+        lengths = _to_numpy(pc.fill_null(pc.list_value_length(inputs), 0)).astype(np.int64)
         if "labels" in columns:
-            labels = dataset["labels"]
-            if labels and isinstance(labels[0], (list, tuple)):
-                lengths = [max(n, len(target)) for n, target in zip(lengths, labels)]
+            labels = _arrow_column(dataset, "labels")
+            if _is_list_type(labels.type):
+                target = _to_numpy(pc.fill_null(pc.list_value_length(labels), 0))
+                lengths = np.maximum(lengths, target.astype(np.int64))
         return lengths
     lengths = []
     for i in range(len(dataset)):
@@ -62,7 +98,7 @@ def example_lengths(dataset, length_column_name: str = "length", model_input_nam
         if labels is not None and not isinstance(labels, (int, float)) and getattr(labels, "ndim", 1) > 0:
             n = max(n, len(labels))
         lengths.append(n)
-    return lengths
+    return np.asarray(lengths, dtype=np.int64)
 
 
 class LengthBucketSampler(Sampler[int]):
@@ -74,23 +110,31 @@ class LengthBucketSampler(Sampler[int]):
     is a whole bucket; ``drop_last=True`` leaves it out.
 
     Args:
-        lengths: one length per example (e.g. ``max(source tokens, target tokens)``; :func:`example_lengths`).
+        lengths: one length per example (e.g. ``max(source tokens, target tokens)``; :func:`example_lengths`): a
+            1-D integer numpy array (used without a copy when it is ``int64``), a tensor or a sequence of ints.
         batch_size: examples per batch — the batch size of the data loader that reads the sampler.
         seed: seed of the per-epoch shuffles.
         drop_last: leave out the incomplete batch.
     """
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, drop_last: bool = False) -> None:
+    def __init__(
+        self, lengths: Sequence[int] | np.ndarray, batch_size: int, seed: int = 0, drop_last: bool = False
+    ) -> None:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ValueError(f"`seed` must be an int, got {seed!r}")
         if len(lengths) == 0:
             raise ValueError("`lengths` must not be empty")
-        self.lengths = torch.as_tensor(list(lengths))
-        if self.lengths.dim() != 1 or self.lengths.is_floating_point() or bool((self.lengths < 0).any()):
+        if isinstance(lengths, torch.Tensor):
+            lengths = lengths.numpy(force=True)
+        array = np.asarray(lengths) if isinstance(lengths, np.ndarray) else np.asarray(list(lengths))
+        if array.ndim != 1 or array.dtype.kind not in "iub" or bool((array < 0).any()):
             raise ValueError("`lengths` must be a flat sequence of non-negative ints (one per example)")
-        self.lengths = self.lengths.long()
+        array = array.astype(np.int64, copy=False)
+        if not array.flags.writeable:  # e.g. a zero-copy view of an Arrow column: torch wants its own buffer
+            array = array.copy()
+        self.lengths = torch.from_numpy(array)
         self.batch_size = batch_size
         self.seed = seed
         self.drop_last = bool(drop_last)

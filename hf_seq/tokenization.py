@@ -469,7 +469,7 @@ def build_translation_tokenizer(
     """
     if kind not in ("bpe", "word"):
         raise ValueError(f"kind must be 'bpe' or 'word', got {kind!r}")
-    texts = list(iter_texts(pairs_or_texts))
+    texts = pairs_or_texts  # read by the trainer as it goes (an iterable over a dataset: never one list in memory)
     if kind == "bpe":
         return build_bpe_tokenizer(
             texts,

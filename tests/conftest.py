@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the Hub is unreachable here; fail fast instead of retrying
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the train scripts' preprocessing cache (hf_seq.preprocessing): one fresh folder per test process, not ~/.cache
+os.environ.setdefault("HF_SEQ_CACHE", tempfile.mkdtemp(prefix="hf_seq_cache_"))
 
 torch.set_num_threads(1)  # tiny models: a second thread only adds synchronisation; xdist runs 2 workers
 

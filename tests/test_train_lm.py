@@ -4,8 +4,11 @@ text files (results, samples, saved folder usable through Auto classes and pipel
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import datasets
+import numpy as np
 import pytest
 import torch
 from hf_seq.train_scripts import train_lm
@@ -217,3 +220,286 @@ def test_trainer_label_smoothing_trains_on_the_next_token(tmp_path):
     next_token = smoothed(logits[:, :-1], labels[:, 1:])
     torch.testing.assert_close(loss, next_token, rtol=1e-5, atol=1e-6)
     assert (loss - smoothed(logits, labels)).abs() > 1e-2  # the unshifted loss is a different number
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the preprocessing cache (hf_seq.preprocessing): the same tokens and losses as the in-memory path, reuse, rebuilds
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def in_memory_lm_data(args, model_args, data_args, training_args=None):
+    """The in-memory path the cache replaced: every split in Python lists, one int64 tensor per split."""
+    from types import SimpleNamespace
+
+    from hf_seq.train_scripts.common import cap_splits, describe_data, load_task_data
+
+    raw = cap_splits(load_task_data(train_lm.TASK, data_args), data_args)
+    texts = {name: list(split[data_args.text_column_name]) for name, split in raw.items()}
+    tokenizer = train_lm.build_tokenizer(args, texts["train"], model_args)
+    streams = {name: train_lm.token_stream(split, tokenizer, args.level) for name, split in texts.items()}
+    return SimpleNamespace(tokenizer=tokenizer, streams=streams, data_line=describe_data(data_args, raw, unit="texts"))
+
+
+WORD_TEXT = "".join(
+    " ".join(("the", "cat", "sat", "on", "a", "mat", "<unk>", "dog", "ran")[(i * 7 + j * 3) % 9] for j in range(i % 11))
+    + "\n"
+    for i in range(400)
+)
+
+
+def word_args(tmp_path: Path, *extra: str) -> list[str]:
+    path = tmp_path / "words.txt"
+    if not path.exists():
+        path.write_text(WORD_TEXT)
+    return [
+        "--level",
+        "word",
+        "--train_file",
+        str(path),  # validation: 5% of the lines held out
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--segment_length",
+        "16",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_steps",
+        "6",
+        "--logging_steps",
+        "1",
+        "--eval_strategy",
+        "no",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--use_cpu",
+        "true",
+        "--sample_length",
+        "3",
+        "--sample_temperatures",
+        "1.0",
+        "--sample_prompt",
+        "the",
+        "--eval_streams",
+        "2",
+        "--model_config",
+        '{"cell": "lstm", "hidden_size": 8, "embedding_size": 8}',
+        "--overwrite_output_dir",
+        "true",
+        *extra,
+    ]
+
+
+def step_losses(output_dir: Path) -> list[float]:
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    return [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+
+
+@pytest.mark.parametrize("level", ["word", "char"])
+def test_cached_tokens_equal_the_in_memory_path(tmp_path, level):
+    argv = word_args(tmp_path, "--level", level, "--max_train_samples", "300", "--tokenizer_vocab_size", "8")
+    model_args, data_args, args, training_args = parse_args(train_lm.TASK, argv)
+    cached = train_lm.prepare_lm_data(args, model_args, data_args)
+    reference = in_memory_lm_data(args, model_args, data_args)
+    assert cached.tokenizer.get_vocab() == reference.tokenizer.get_vocab()
+    assert set(cached.streams) == set(reference.streams) == {"train", "validation"}
+    for name, stream in cached.streams.items():
+        assert stream.dtype == np.uint16
+        assert stream.tolist() == reference.streams[name].tolist(), name
+    assert cached.data_line == reference.data_line
+    # a data set (Arrow) instead of a txt file: the same tokens through datasets
+    csv = tmp_path / "words.csv"
+    datasets.Dataset.from_dict({"text": WORD_TEXT.splitlines(keepends=True)}).to_csv(csv)
+    model_args, data_args, args, _ = parse_args(
+        train_lm.TASK, word_args(tmp_path, "--level", level, "--train_file", str(csv))
+    )
+    cached, reference = (
+        train_lm.prepare_lm_data(args, model_args, data_args),
+        in_memory_lm_data(args, model_args, data_args),
+    )
+    for name, stream in cached.streams.items():
+        assert stream.tolist() == reference.streams[name].tolist(), name
+
+
+def test_cached_run_has_the_in_memory_losses_and_reuses_its_cache(tmp_path, monkeypatch, capsys):
+    cache = tmp_path / "cache"
+    first = train_lm.main(word_args(tmp_path, "--cache_dir", str(cache)))
+    out = capsys.readouterr().out
+    assert "cached word tokens" in out and "reusing" not in out
+    cached_losses = step_losses(tmp_path / "run")
+    assert len(cached_losses) == 6
+    calls = []
+    monkeypatch.setattr(train_lm, "tokenize_text_file", lambda *a, **k: calls.append(a))
+    second = train_lm.main(word_args(tmp_path, "--cache_dir", str(cache)))
+    assert "reusing the cached word tokens" in capsys.readouterr().out and not calls  # not tokenized again
+    assert step_losses(tmp_path / "run") == cached_losses  # the same windows, the same batches
+    assert second["validation_carried_loss_nats"] == first["validation_carried_loss_nats"]
+    monkeypatch.undo()
+    monkeypatch.setattr(train_lm, "prepare_lm_data", in_memory_lm_data)
+    reference = train_lm.main(word_args(tmp_path, "--cache_dir", str(cache)))
+    torch.testing.assert_close(step_losses(tmp_path / "run"), cached_losses, rtol=1e-6, atol=1e-7)
+    assert reference["validation_carried_loss_nats"] == first["validation_carried_loss_nats"]
+
+
+def test_changed_file_or_tokenizer_is_never_reused_and_truncation_rebuilds(tmp_path, capsys):
+    cache = tmp_path / "cache"
+    argv = word_args(tmp_path, "--cache_dir", str(cache))
+    model_args, data_args, args, _ = parse_args(train_lm.TASK, argv)
+    first = train_lm.prepare_lm_data(args, model_args, data_args)
+    assert not first.reused and train_lm.prepare_lm_data(args, model_args, data_args).reused
+    with open(data_args.train_file, "a") as f:  # the file changed: another key, a new build
+        f.write("the new cat\n")
+    changed = train_lm.prepare_lm_data(args, model_args, data_args)
+    assert not changed.reused and changed.folder != first.folder
+    assert len(changed.stores["train"]) + len(changed.stores["validation"]) == 401
+    model_args.tokenizer_vocab_size = 6  # another tokenizer: another folder
+    other = train_lm.prepare_lm_data(args, model_args, data_args)
+    assert not other.reused and other.folder != changed.folder and len(other.tokenizer) == 6
+    expected, folder = other.streams["train"].tolist(), other.folder
+    del other  # (reading a memory map whose file is truncated under it is a bus error)
+    tokens = folder / "train" / "tokens.bin"
+    with open(tokens, "r+b") as f:
+        f.truncate(tokens.stat().st_size // 2)
+    capsys.readouterr()
+    rebuilt = train_lm.prepare_lm_data(args, model_args, data_args)
+    assert not rebuilt.reused and "incomplete or corrupt" in capsys.readouterr().out
+    assert rebuilt.streams["train"].tolist() == expected
+    args.overwrite_cache = True
+    assert not train_lm.prepare_lm_data(args, model_args, data_args).reused
+
+
+def test_bad_text_file_names_the_file(tmp_path):
+    from hf_seq.data import DataError
+
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine line\n\xff\xfe broken\n")
+    model_args, data_args, args, _ = parse_args(train_lm.TASK, word_args(tmp_path, "--train_file", str(bad)))
+    with pytest.raises(DataError, match=r"`train_file` .*bad\.txt could not be read as text"):
+        train_lm.prepare_lm_data(args, model_args, data_args)
+
+
+def test_windows_over_a_memory_map_equal_the_tensor_windows(tmp_path):
+    tokens = np.lib.format.open_memmap(tmp_path / "t.npy", mode="w+", dtype=np.uint16, shape=(50,))
+    tokens[:] = np.arange(50) * 7 % 31
+    mapped, tensor = LMWindowDataset(tokens, 8, 5), LMWindowDataset(torch.tensor(tokens.tolist()), 8, 5)
+    assert mapped.tokens is tokens and len(mapped) == len(tensor)
+    for i in range(len(mapped)):
+        assert mapped[i]["input_ids"].dtype == torch.long
+        assert torch.equal(mapped[i]["input_ids"], tensor[i]["input_ids"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --streaming true: the windows of the cached stream, in order; exact mid-stream resume
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def streaming_args(tmp_path: Path, *extra: str) -> list[str]:
+    valid = tmp_path / "valid.txt"
+    valid.write_text(WORD_TEXT[:2000])
+    return word_args(tmp_path, "--validation_file", str(valid), "--max_steps", "8", *extra)
+
+
+def test_streamed_windows_equal_the_cached_windows(tmp_path):
+    model_args, data_args, args, training_args = parse_args(
+        train_lm.TASK, streaming_args(tmp_path, "--streaming", "true", "--shuffle_buffer_size", "0", "--stride", "5")
+    )
+    data, streamed = train_lm.prepare_lm_stream(args, model_args, data_args, training_args)
+    streamed.batch_rows = 7  # windows cross many batch boundaries
+    args.streaming = False
+    cached = train_lm.prepare_lm_data(args, model_args, data_args)
+    assert cached.tokenizer.get_vocab() == data.tokenizer.get_vocab()
+    windows = LMWindowDataset(cached.streams["train"], args.segment_length, 5)
+    got = [w["input_ids"].tolist() for w in streamed]
+    assert got == [windows[i]["input_ids"].tolist() for i in range(len(windows))]
+    assert data.streams["validation"].tolist() == cached.streams["validation"].tolist()
+    streamed.shuffle_buffer_size = 10  # a seeded shuffle buffer: the same windows in another, repeatable order
+    shuffled = [w["input_ids"].tolist() for w in streamed]
+    assert shuffled != got and sorted(shuffled) == sorted(got)
+    assert shuffled == [w["input_ids"].tolist() for w in streamed]
+    streamed.set_epoch(1)
+    assert [w["input_ids"].tolist() for w in streamed] != shuffled
+
+
+def test_streaming_run_equals_the_cached_run_and_resumes_exactly(tmp_path):
+    cached = train_lm.main(streaming_args(tmp_path, "--train_sampling_strategy", "sequential"))
+    cached_losses = step_losses(tmp_path / "run")
+    streamed = train_lm.main(streaming_args(tmp_path, "--streaming", "true", "--shuffle_buffer_size", "0"))
+    assert step_losses(tmp_path / "run") == cached_losses  # the same windows in the same order
+    assert streamed["validation_carried_loss_nats"] == cached["validation_carried_loss_nats"]
+    # shuffled stream, checkpoint at step 4; resuming from it gives the uninterrupted run's steps 5-8
+    shuffled = ("--streaming", "true", "--shuffle_buffer_size", "16", "--save_strategy", "steps", "--save_steps", "4")
+    train_lm.main(streaming_args(tmp_path, *shuffled))
+    full = step_losses(tmp_path / "run")
+    resumed_dir = tmp_path / "resumed"
+    resumed_dir.mkdir()
+    shutil.copytree(tmp_path / "run" / "checkpoint-4", resumed_dir / "checkpoint-4")
+    argv = streaming_args(tmp_path, *shuffled, "--resume_from_checkpoint", "last")
+    argv[argv.index("--output_dir") + 1] = str(resumed_dir)
+    i = argv.index("--overwrite_output_dir")
+    train_lm.main(argv[:i] + argv[i + 2 :])
+    state = json.loads((resumed_dir / "trainer_state.json").read_text())
+    resumed = [r["loss"] for r in state["log_history"] if "loss" in r and r["step"] > 4]
+    assert resumed == full[4:]
+
+
+def test_streaming_needs_a_validation_file_and_max_steps(tmp_path):
+    from hf_seq.train_scripts.arguments import RecipeError
+
+    model_args, data_args, args, training_args = parse_args(train_lm.TASK, word_args(tmp_path, "--streaming", "true"))
+    with pytest.raises(RecipeError, match="validation_file"):
+        train_lm.prepare_lm_stream(args, model_args, data_args, training_args)
+    argv = streaming_args(tmp_path, "--streaming", "true", "--max_train_tokens", "100")
+    model_args, data_args, args, training_args = parse_args(train_lm.TASK, argv)
+    with pytest.raises(RecipeError, match="max_train_tokens"):
+        train_lm.prepare_lm_stream(args, model_args, data_args, training_args)
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_streaming_log_the_losses_of_one_process(tmp_path):
+    """``--streaming`` under ``torchrun --nproc_per_node 2`` (gloo): the first process reads the stream and each
+    process gets its half of every global batch (``accelerate``'s ``dispatch_batches``, the default for an
+    IterableDataset, so the stream is never sharded twice); the per-step losses equal one process on the same
+    global batch (2 x 2 = 4 x 1)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = streaming_args(tmp_path, "--streaming", "true", "--shuffle_buffer_size", "8", "--disable_tqdm", "true")
+    out = argv.index("--output_dir") + 1
+    batch = argv.index("--per_device_train_batch_size") + 1
+    ddp_argv, single_argv = list(argv), list(argv)
+    ddp_argv[out], ddp_argv[batch] = str(tmp_path / "ddp"), "2"
+    single_argv[out] = str(tmp_path / "single")  # per-device batch 4
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT), "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1"]
+    command += ["--master_port", str(port), str(REPO_ROOT / "train_scripts/train_lm.py"), *ddp_argv]
+    ddp = subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    train_lm.main(single_argv)
+    log, _ = ddp.communicate(timeout=600)
+    assert ddp.returncode == 0, log[-5000:]
+    single, parallel = step_losses(tmp_path / "single"), step_losses(tmp_path / "ddp")
+    assert len(single) == len(parallel) == 8 and len(set(single)) > 1
+    torch.testing.assert_close(parallel, single, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.data
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["lm_word_ptb", "lm_char_shakespeare"])
+def test_shipped_recipes_get_the_same_tokens_from_the_cache(recipe, tmp_path):
+    """The presets through the cache: the in-memory path's vocabulary, token streams and data line, so the recipes'
+    windows, batches and results are unchanged."""
+    model_args, data_args, args, _ = parse_args(
+        train_lm.TASK, [str(REPO_ROOT / "configs" / f"{recipe}.json"), "--cache_dir", str(tmp_path)]
+    )
+    cached, reference = (
+        train_lm.prepare_lm_data(args, model_args, data_args),
+        in_memory_lm_data(args, model_args, data_args),
+    )
+    assert cached.tokenizer.get_vocab() == reference.tokenizer.get_vocab()
+    assert cached.data_line == reference.data_line
+    for name, stream in reference.streams.items():
+        assert np.array_equal(np.asarray(cached.streams[name], dtype=np.int64), stream.numpy()), name

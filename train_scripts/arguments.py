@@ -193,6 +193,57 @@ class BudgetArguments:
     )
 
 
+@dataclass
+class PreprocessingArguments:
+    """Tokenize once, on disk (:mod:`hf_seq.preprocessing`), or stream: the fields of transformers' ``run_clm.py``.
+    A task's argument class inherits them (``class LMArguments(PreprocessingArguments, BudgetArguments)``)."""
+
+    preprocessing_num_workers: int | None = field(
+        default=None,
+        metadata={"help": "Processes that tokenize the data into the cache (None: 1)."},
+    )
+    cache_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Folder of the preprocessing cache (default: $HF_SEQ_CACHE, else ~/.cache/hf_seq/preprocessed). "
+            "A cache is keyed by the data files (path, size, mtime, first/last MiB), the tokenizer and the settings."
+        },
+    )
+    overwrite_cache: bool = field(
+        default=False, metadata={"help": "Rebuild the preprocessing cache even if a complete one exists."}
+    )
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Read the training data as a datasets IterableDataset (load_dataset(..., streaming=True)): no "
+            "preprocessing pass, constant memory; needs max_steps."
+        },
+    )
+    tokenizer_max_train_lines: int | None = field(
+        default=None,
+        metadata={"help": "Build the tokenizer on the first N training rows only (None: all rows)."},
+    )
+    shuffle_buffer_size: int = field(
+        default=10_000,
+        metadata={"help": "--streaming: size of the seeded shuffle buffer of the training windows (0: no shuffling)."},
+    )
+
+    def __post_init__(self):
+        if self.preprocessing_num_workers is not None and self.preprocessing_num_workers < 1:
+            raise ValueError(
+                f"`preprocessing_num_workers` must be a positive integer or None, got {self.preprocessing_num_workers}"
+            )
+        if self.tokenizer_max_train_lines is not None and self.tokenizer_max_train_lines < 1:
+            raise ValueError(
+                f"`tokenizer_max_train_lines` must be a positive integer or None, got {self.tokenizer_max_train_lines}"
+            )
+        if self.shuffle_buffer_size < 0:
+            raise ValueError(f"`shuffle_buffer_size` must be >= 0, got {self.shuffle_buffer_size}")
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
+
+
 _OVERWRITE_HELP = (
     "Train from scratch into an output_dir that holds a run already: its checkpoint-N folders are removed first, and "
     "--resume_from_checkpoint is ignored (without it, re-running a finished run with --resume_from_checkpoint last "

@@ -82,6 +82,37 @@ class TimeBudgetCallback(TrainerCallback):
         return control
 
 
+class StepTimesCallback(TrainerCallback):
+    """One line per marker on stdout, wall-clock epoch seconds, for benchmarks that read a child's output:
+    ``[hf_seq] first training step begins at <t>`` (the data is ready) and ``[hf_seq] training ends at <t> after
+    <n> steps`` (steps per second = steps after the first / time between). Printed by the world's first process."""
+
+    PREFIX = "[hf_seq]"
+
+    def __init__(self) -> None:
+        self.first: tuple[float, int] | None = None
+        self.after_first: tuple[float, int] | None = None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.first is None:
+            self.first = (time.time(), state.global_step)
+            if state.is_world_process_zero:
+                print(f"{self.PREFIX} first training step begins at {self.first[0]:.3f}", flush=True)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.after_first is None:
+            self.after_first = (time.time(), state.global_step)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.after_first is not None and state.is_world_process_zero:
+            t, step = self.after_first
+            print(
+                f"{self.PREFIX} training ends at {time.time():.3f} after {state.global_step} steps; "
+                f"first step ended at {t:.3f} (step {step})",
+                flush=True,
+            )
+
+
 def write_results(
     output_dir: str | os.PathLike, results: dict[str, Any], name: str = "results.json", command: str | None = None
 ) -> Path:

@@ -32,7 +32,9 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -55,7 +57,7 @@ from hf_seq.train_scripts.common import (
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 from transformers import set_seed
 
-from hf_seq.collators import DataCollatorForBertPretraining, bert_pretraining_anchors, tokenize_documents
+from hf_seq.collators import DataCollatorForBertPretraining, bert_pretraining_anchors, tokenize_documents_to_store
 from hf_seq.data import DataError, hold_out_validation, split_source
 
 logger = logging.getLogger(__name__)
@@ -243,7 +245,12 @@ def main(argv: list[str] | None = None) -> dict:
         max_length,
     )
     tokenizer.model_max_length = max_length
-    docs = {name: tokenize_documents(split["document"], tokenizer) for name, split in documents.items()}
+    # sentences tokenized into memory-mapped token stores (documents = row ranges), not lists of lists of ids
+    store_dir = tempfile.TemporaryDirectory(prefix="hf_seq_bert_tokens_")
+    docs = {
+        name: tokenize_documents_to_store(split["document"], tokenizer, Path(store_dir.name) / name)
+        for name, split in documents.items()
+    }
     train_ds = _anchor_dataset(docs["train"], max_length, None, data_args.max_train_samples)
     repeats = args.eval_pairs_per_anchor
     eval_ds = _anchor_dataset(docs["validation"], max_length, 1_000_000, data_args.max_eval_samples, repeats)

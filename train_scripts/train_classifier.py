@@ -31,11 +31,14 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
+from datasets import Dataset
 from hf_seq.train_scripts.arguments import (
     BudgetArguments,
+    PreprocessingArguments,
     RecipeError,
     Task,
     model_config_dict,
@@ -59,11 +62,23 @@ from hf_seq.train_scripts.common import (
     training_command,
     use_cpu_processes_without_gpu,
 )
+from hf_seq.train_scripts.features import (
+    ColumnTexts,
+    cache_root,
+    cached_tokenizer,
+    data_key,
+    label_features,
+    no_streaming,
+    token_counts,
+    tokenized_splits,
+    tokenizer_settings,
+)
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 from transformers import AutoConfig, DataCollatorWithPadding, TrainerCallback, set_seed
 
 from hf_seq.data import DataError
 from hf_seq.metrics import load_metric
+from hf_seq.preprocessing import tokenizer_fingerprint
 from hf_seq.word_vectors import MISSING_INITS, TEXT_SUFFIXES, init_embeddings_from_vectors, load_word_vectors
 
 logger = logging.getLogger(__name__)
@@ -218,8 +233,8 @@ def coverage_results(coverage, encoded: dict, pad_id) -> dict | None:
 
 
 @dataclass
-class ClassifierArguments(WordVectorArguments, BudgetArguments):
-    """Word dropout and pretrained word vectors (recurrent models)."""
+class ClassifierArguments(WordVectorArguments, PreprocessingArguments, BudgetArguments):
+    """Word dropout, pretrained word vectors (recurrent models) and the preprocessing (cache, workers)."""
 
     word_dropout: float = field(
         default=0.0,
@@ -240,6 +255,7 @@ class ClassifierArguments(WordVectorArguments, BudgetArguments):
     )
 
     def __post_init__(self):
+        super().__post_init__()  # PreprocessingArguments' checks
         if not 0.0 <= self.word_dropout:
             raise ValueError(f"`word_dropout` must be >= 0, got {self.word_dropout}")
         if self.word_pre_tokenizer not in WORD_PRE_TOKENIZERS:
@@ -309,8 +325,11 @@ def word_dropout_collator(base, tokenizer, train_dataset, alpha: float, seed: in
     ``alpha`` is 0."""
     if alpha <= 0:
         return None
-    ids = torch.tensor([i for row in train_dataset["input_ids"] for i in row])
-    counts = torch.bincount(ids, minlength=len(tokenizer)).double()
+    if isinstance(train_dataset, Dataset):  # counted from the Arrow values: no Python lists of a large corpus
+        counts = torch.from_numpy(token_counts(train_dataset, "input_ids", len(tokenizer))).double()
+    else:
+        ids = torch.tensor([i for row in train_dataset["input_ids"] for i in row])
+        counts = torch.bincount(ids, minlength=len(tokenizer)).double()
     drop_prob = alpha / (alpha + counts)
     drop_prob[torch.tensor(tokenizer.all_special_ids)] = 0.0
     drop_prob[counts == 0] = 0.0
@@ -387,6 +406,7 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
     if previous is not None:  # a finished run asked to resume: nothing to do
         return previous
     set_seed(training_args.seed)
+    no_streaming(args, task.name)
     text, label = data_args.text_column_name, data_args.label_column_name
 
     # ---- data: columns and labels checked on every split before anything is built
@@ -407,14 +427,25 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
             "loaded one (`tokenizer_name` / `model_name_or_path`) or a sub-word one"
         )
     also_keep, extra_words, vectors = vocabulary_words(args, model_args, model_args.tokenizer_kind)
-    tokenizer = tokenizer_for(
-        model_args,
-        lambda: raw["train"][text],
-        max_length,
-        pre_tokenizer=args.word_pre_tokenizer,
-        also_keep=also_keep,
-        extra_words=extra_words,
-    )
+    root = cache_root(args, data_args)
+    base = data_key(data_args, raw, text=text, label=label, names=names, labels=label_features(raw, label))
+
+    def build_tokenizer():  # trained from batches of the Arrow column, never one list of all the texts
+        texts = ColumnTexts(raw["train"], [text], max_rows=args.tokenizer_max_train_lines)
+        return tokenizer_for(
+            model_args,
+            lambda: texts,
+            max_length,
+            pre_tokenizer=args.word_pre_tokenizer,
+            also_keep=also_keep,
+            extra_words=extra_words,
+        )
+
+    if model_args.tokenizer_name or model_args.model_name_or_path or also_keep is not None or extra_words:
+        tokenizer = build_tokenizer()  # loaded, or shaped by a vector file: not cached
+    else:
+        settings = tokenizer_settings(model_args, max_length, args.tokenizer_max_train_lines, args.word_pre_tokenizer)
+        tokenizer = cached_tokenizer(root, task.name, base | settings, args.overwrite_cache, build_tokenizer)
 
     # ---- model
     if _sigmoid_head(model_args, names):  # one sigmoid output = P(second label): the notes' logistic regression
@@ -444,15 +475,16 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         encoded["labels"] = [lookup(value) for value in batch[label]]
         return encoded
 
-    encoded = {
-        split: dataset.map(
-            encode,
-            batched=True,
-            remove_columns=dataset.column_names,
-            fn_kwargs={"lookup": label_lookup(dataset, label, names)},
+    with training_args.main_process_first(desc="tokenizing"):  # one process builds the cache, the others read it
+        encoded = tokenized_splits(
+            root,
+            task.name,
+            base | {"tokenizer": tokenizer_fingerprint(tokenizer), "max_length": max_length, "truncation": True},
+            raw,
+            {split: partial(encode, lookup=label_lookup(dataset, label, names)) for split, dataset in raw.items()},
+            args.preprocessing_num_workers,
+            args.overwrite_cache,
         )
-        for split, dataset in raw.items()
-    }
     collator = DataCollatorWithPadding(tokenizer, padding="max_length" if flatten else "longest", max_length=max_length)
     accuracy = load_metric("accuracy")
 

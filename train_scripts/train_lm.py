@@ -30,15 +30,25 @@ carried ones (the self-attention LSTM is evaluated per window: its tape would sp
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import itertools
 import math
 import os
+import shutil
+import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import torch
 import torch.nn.functional as F
-from hf_seq.train_scripts.arguments import BudgetArguments, Task, parse_args
+from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task, parse_args
 from hf_seq.train_scripts.common import (
+    StepTimesCallback,
     TimeBudgetCallback,
     cap_splits,
     describe_data,
@@ -57,16 +67,32 @@ from hf_seq.train_scripts.trainer import HfSeqTrainer
 from torch.utils.data import Subset
 from transformers import set_seed
 
-from hf_seq.collators import LMWindowDataset
+from hf_seq.collators import LMWindowDataset, stream_slice
 from hf_seq.compat import output_cache
+from hf_seq.data import DataError, check_data_file
 from hf_seq.modeling_rnn import RNNForCausalLM
+from hf_seq.preprocessing import (
+    TokenStore,
+    cached_build,
+    count_text_file_lines,
+    fingerprint_files,
+    holdout_mask,
+    iter_column_batches,
+    iter_text_file_lines,
+    make_encoder,
+    read_meta,
+    select_rows,
+    tokenize_dataset,
+    tokenize_text_file,
+    tokenizer_fingerprint,
+)
 from hf_seq.tokenization import build_char_tokenizer, build_word_level_tokenizer
 
 LEVELS = ("char", "word")
 
 
 @dataclass
-class LMArguments(BudgetArguments):
+class LMArguments(PreprocessingArguments, BudgetArguments):
     """Tokenization level, windows, evaluation and samples."""
 
     level: str = field(default="char", metadata={"help": '"char" | "word"'})
@@ -86,6 +112,7 @@ class LMArguments(BudgetArguments):
     sample_seed: int = field(default=0, metadata={"help": "torch seed of each sample"})
 
     def __post_init__(self):
+        super().__post_init__()
         if self.level not in LEVELS:
             raise ValueError(f"`level` must be one of {list(LEVELS)}, got {self.level!r}")
         for name in ("segment_length", "eval_streams", "sample_length"):
@@ -166,6 +193,358 @@ def token_stream(texts: list[str], tokenizer, level: str) -> torch.Tensor:
     return torch.tensor([i for ids in encoded for i in ids], dtype=torch.long)
 
 
+class _SplitSize:
+    """What :func:`describe_data` reads of a split (its length and where it came from), without loading it."""
+
+    def __init__(self, rows: int, description: str) -> None:
+        self.rows = rows
+        self.info = SimpleNamespace(description=description)
+
+    def __len__(self) -> int:
+        return self.rows
+
+
+def _text_files_only(data_args) -> bool:
+    """Data given as .txt files only: read by :mod:`hf_seq.preprocessing` itself (no Arrow copy of the text)."""
+    files = [data_args.train_file, data_args.validation_file, data_args.test_file]
+    return (
+        not data_args.dataset_name
+        and bool(data_args.train_file)
+        and all(f is None or Path(f).suffix.lower() == ".txt" for f in files)
+    )
+
+
+def _dataset_key(dataset) -> str:
+    """A split's part of the cache key: ``datasets``' own fingerprint for a split on disk (plus its data files'
+    fingerprints), a hash of the column contents for an in-memory one (a preset)."""
+    if dataset.cache_files:
+        files = [f["filename"] for f in dataset.cache_files]
+        return f"{dataset._fingerprint}:{fingerprint_files(files)}"
+    digest = hashlib.blake2b(digest_size=16)
+    for column in dataset.column_names:
+        for texts in iter_column_batches(dataset, column):
+            digest.update("\0".join(map(str, texts)).encode())
+        digest.update(b"\1")
+    return digest.hexdigest()
+
+
+def _capped_rows(keep: np.ndarray, cap: int | None) -> np.ndarray:
+    """``keep`` with only its first ``cap`` True rows left True."""
+    if cap is not None:
+        keep = keep.copy()
+        keep[np.flatnonzero(keep)[cap:]] = False
+    return keep
+
+
+def _rows_of_file(path: str, keep: np.ndarray | None, limit: int | None):
+    """The lines of ``path`` where ``keep`` is true (all without it), at most ``limit`` of them."""
+    row, given = 0, 0
+    for lines in iter_text_file_lines(path):
+        for line in lines:
+            if keep is None or keep[row]:
+                if limit is not None and given >= limit:
+                    return
+                yield line
+                given += 1
+            row += 1
+
+
+def _read_text_errors(path: str, flag: str):
+    """A ``UnicodeDecodeError`` of a text file as a ``DataError`` naming the file and the flag."""
+
+    class _Guard:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, kind, error, tb):
+            if kind is not None and issubclass(kind, UnicodeDecodeError):
+                raise DataError(f"`{flag}` {path} could not be read as text (UnicodeDecodeError: {error})") from error
+            return False
+
+    return _Guard()
+
+
+@dataclass
+class LMData:
+    """The tokenizer and the token streams of every split (memory-mapped), from the preprocessing cache."""
+
+    tokenizer: object
+    stores: dict
+    data_line: str
+    folder: Path
+    reused: bool
+
+    @property
+    def streams(self) -> dict:
+        return {name: store.flat for name, store in self.stores.items()}
+
+
+def prepare_lm_data(args: LMArguments, model_args, data_args, training_args=None) -> LMData:
+    """Tokenize every split once into :class:`hf_seq.preprocessing.TokenStore` s in the preprocessing cache (or reuse
+    it): the same token ids as :func:`token_stream` on the in-memory splits, the tokenizer built (or given) as
+    before. Keyed by the data files (or data set fingerprints), the split settings and the tokenizer."""
+    given = load_tokenizer(model_args)
+    column = data_args.text_column_name
+    text_files = _text_files_only(data_args)
+    split_key = {
+        "validation_split_percentage": data_args.validation_split_percentage,
+        "split_seed": data_args.split_seed,
+        "max_train_samples": data_args.max_train_samples,
+        "max_eval_samples": data_args.max_eval_samples,
+        "max_predict_samples": data_args.max_predict_samples,
+    }
+    if given is not None:
+        tokenizer_key = {"fingerprint": tokenizer_fingerprint(given)}
+    else:
+        tokenizer_key = {
+            "built": "train_lm.build_tokenizer v1",
+            "vocab_size": model_args.tokenizer_vocab_size,
+            "min_frequency": model_args.tokenizer_min_frequency,
+            "lowercase": model_args.lowercase,
+            "max_train_lines": args.tokenizer_max_train_lines,
+        }
+    files = {
+        s: getattr(data_args, f"{s}_file") for s in ("train", "validation", "test") if getattr(data_args, f"{s}_file")
+    }
+    raw = None
+    if text_files:
+        for split, path in files.items():
+            check_data_file(path, f"{split}_file", allow_text=True)
+            if os.path.getsize(path) == 0:
+                raise DataError(f"`{split}_file` {path} is empty")
+        data_key = {split: fingerprint_files([path]) for split, path in files.items()}
+    else:
+        raw = load_task_data(TASK, data_args)
+        require_columns(raw, {"text_column_name": column})
+        require_text(raw, column, "text_column_name")
+        raw = cap_splits(raw, data_args)
+        data_key = {name: _dataset_key(split) for name, split in raw.items()}
+        data_key["source"] = [data_args.dataset_name, data_args.dataset_config_name, column]
+    key = {"task": "train_lm", "level": args.level, "data": data_key, "split": split_key, "tokenizer": tokenizer_key}
+    append = None  # <eos> after every row (word level), set once the tokenizer is known
+    chars = args.level == "char"
+
+    def build(tmp: Path) -> dict:
+        nonlocal append
+        if text_files:
+            rows = {}
+            for split, path in files.items():
+                with _read_text_errors(path, f"{split}_file"):
+                    rows[split] = count_text_file_lines(path)
+            keep = {split: np.ones(n, dtype=bool) for split, n in rows.items()}
+            held_out = None
+            if "validation" not in files:
+                pct = data_args.validation_split_percentage
+                if not pct:
+                    raise DataError(
+                        f"{files['train']} comes without a validation split: pass `validation_file` or a "
+                        "`validation_split_percentage` to hold out"
+                    )
+                if not 0 < pct < 100:
+                    raise DataError(f"`validation_split_percentage` must be in (0, 100), got {pct}")
+                n = rows["train"]
+                if max(1, int(round(n * pct / 100))) >= n:
+                    raise DataError(
+                        f"{files['train']}: {n} training rows are too few to hold out {pct:g}% for validation"
+                    )
+                held_out = holdout_mask(n, pct, data_args.split_seed)
+                keep["train"] = ~held_out
+            keep["train"] = _capped_rows(keep["train"], data_args.max_train_samples)
+            tokenizer = given
+            if tokenizer is None:
+                with _read_text_errors(files["train"], "train_file"):
+                    lines = _rows_of_file(files["train"], keep["train"], args.tokenizer_max_train_lines)
+                    tokenizer = build_tokenizer(args, lines, model_args)
+            check_eos(tokenizer)
+            append = tokenizer.eos_token_id if args.level == "word" else None
+            workers = args.preprocessing_num_workers or 1
+            selections = {"train": ("train", keep["train"])}
+            if held_out is not None:
+                selections["validation"] = ("train", _capped_rows(held_out, data_args.max_eval_samples))
+            else:
+                selections["validation"] = ("validation", _capped_rows(keep["validation"], data_args.max_eval_samples))
+            if "test" in files:
+                selections["test"] = ("test", _capped_rows(keep["test"], data_args.max_predict_samples))
+            whole = {}
+            for source in sorted({source for source, _ in selections.values()}):
+                with _read_text_errors(files[source], f"{source}_file"):
+                    whole[source] = tokenize_text_file(
+                        files[source], tokenizer, tmp / f"_{source}_all", workers, append, chars=chars
+                    )
+            for split, (source, mask) in selections.items():
+                select_rows(whole[source], mask, tmp / split)
+            for source in whole:
+                shutil.rmtree(tmp / f"_{source}_all")
+            sizes = {split: int(mask.sum()) for split, (_, mask) in selections.items()}
+            description = {split: files[split] for split in files}
+            if held_out is not None:
+                pct = data_args.validation_split_percentage
+                description["validation"] = (
+                    f"{files['train']} ({pct:g}% held out for validation, seed {data_args.split_seed})"
+                )
+            splits = {s: _SplitSize(sizes[s], description[s]) for s in ("train", "validation", "test") if s in sizes}
+            data_line = describe_data(data_args, splits, unit="texts")
+        else:
+            tokenizer = given
+            if tokenizer is None:
+                texts = (t for batch in iter_column_batches(raw["train"], column) for t in batch)
+                tokenizer = build_tokenizer(args, itertools.islice(texts, args.tokenizer_max_train_lines), model_args)
+            check_eos(tokenizer)
+            append = tokenizer.eos_token_id if args.level == "word" else None
+            for name, split in raw.items():
+                tokenize_dataset(
+                    split, column, tokenizer, tmp / name, args.preprocessing_num_workers or 1, append, chars
+                )
+            data_line = describe_data(data_args, raw, unit="texts")
+        if given is None:
+            tokenizer.save_pretrained(tmp / "tokenizer")
+        return {"data_line": data_line}
+
+    def check_eos(tokenizer) -> None:
+        if args.level == "word" and tokenizer.eos_token_id is None:
+            raise ValueError(
+                f"`level` word closes every text with the tokenizer's eos token; "
+                f"{model_args.tokenizer_name or model_args.model_name_or_path} has none"
+            )
+
+    first = training_args.main_process_first(desc="preprocessing") if training_args is not None else nullcontext()
+    with first:
+        folder, reused = cached_build(
+            key, build, args.cache_dir, args.overwrite_cache, description=f"{args.level} tokens"
+        )
+    tokenizer = given
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
+    check_eos(tokenizer)
+    stores = {
+        split: TokenStore(folder / split) for split in ("train", "validation", "test") if (folder / split).is_dir()
+    }
+    return LMData(tokenizer, stores, read_meta(folder)["data_line"], folder, reused)
+
+
+class LMStreamWindows(torch.utils.data.IterableDataset):
+    """``--streaming``: the training windows of a ``datasets`` IterableDataset, tokenized batch by batch.
+
+    Rows are encoded ``batch_rows`` at a time and appended to a carried remainder, so the windows are exactly
+    :class:`hf_seq.collators.LMWindowDataset`'s over the whole token stream, in order (``stride`` and
+    ``segment_length`` as there; memory stays constant). ``shuffle_buffer_size`` > 0 draws them through a seeded
+    shuffle buffer (seed + epoch). ``set_epoch`` is called by ``Trainer``; the stream restarts each epoch, so a
+    resumed run that skips the batches already seen gets the same batches as an uninterrupted one. Under several
+    processes the batches are read by the first process and dispatched (``accelerate``'s ``dispatch_batches``)."""
+
+    def __init__(
+        self,
+        source,
+        column: str,
+        encoder,
+        append_id: int | None,
+        segment_length: int,
+        stride: int | None = None,
+        shuffle_buffer_size: int = 0,
+        seed: int = 0,
+        batch_rows: int = 1000,
+    ) -> None:
+        self.source, self.column, self.encoder, self.append_id = source, column, encoder, append_id
+        self.segment_length, self.stride = segment_length, stride or segment_length
+        self.shuffle_buffer_size, self.seed, self.batch_rows = shuffle_buffer_size, seed, batch_rows
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def windows(self):
+        """The windows in stream order, int64 tensors of ``segment_length + 1`` tokens."""
+        width = self.segment_length + 1
+        carried = np.zeros(0, dtype=np.int64)  # the tokens from the next window's start on
+        for batch in self.source.iter(batch_size=self.batch_rows):
+            flat, _ = self.encoder.encode(batch[self.column], self.append_id)
+            carried = np.concatenate([carried, flat])
+            start = 0
+            while start + width <= len(carried):
+                yield torch.from_numpy(carried[start : start + width].copy())
+                start += self.stride
+            carried = carried[start:]
+
+    def __iter__(self):
+        windows = self.windows()
+        if self.shuffle_buffer_size:
+            rng = np.random.default_rng([self.seed, self.epoch])
+            buffer = []
+            for window in windows:
+                if len(buffer) < self.shuffle_buffer_size:
+                    buffer.append(window)
+                    continue
+                i = int(rng.integers(len(buffer)))
+                window, buffer[i] = buffer[i], window
+                yield {"input_ids": window, "labels": window}
+            order = rng.permutation(len(buffer))
+            windows = (buffer[i] for i in order)
+        for window in windows:
+            yield {"input_ids": window, "labels": window}
+
+
+def prepare_lm_stream(args: LMArguments, model_args, data_args, training_args=None) -> tuple[LMData, LMStreamWindows]:
+    """``--streaming``: the training file as a ``datasets`` IterableDataset (``load_dataset(..., streaming=True)``,
+    no preprocessing pass), the tokenizer given or built on its first ``tokenizer_max_train_lines`` rows; the
+    validation and test files tokenized into the cache as usual (they are needed whole)."""
+    import datasets
+
+    if data_args.dataset_name or not data_args.train_file:
+        raise RecipeError(
+            "`streaming` reads `train_file` (txt, csv, json, jsonl, parquet); give it instead of `dataset_name`"
+        )
+    if not data_args.validation_file:
+        raise RecipeError("`streaming` needs a `validation_file` (a held-out share of a stream is not defined)")
+    for name in ("max_train_tokens", "max_train_samples"):
+        source = args if name == "max_train_tokens" else data_args
+        if getattr(source, name) is not None:
+            raise RecipeError(f"`{name}` does not apply to `streaming` (a stream is read until `max_steps`)")
+    if training_args is not None and (training_args.max_steps is None or training_args.max_steps <= 0):
+        raise RecipeError("`streaming` needs `max_steps` (a stream has no length to count epochs by)")
+    column = data_args.text_column_name
+    builder = check_data_file(data_args.train_file, "train_file", allow_text=True)
+    kwargs = {"keep_linebreaks": True} if builder == "text" else {}
+    source = datasets.load_dataset(
+        builder, data_files={"train": data_args.train_file}, split="train", streaming=True, **kwargs
+    )
+    if builder != "text":
+        source = source.select_columns([column])
+    tokenizer = load_tokenizer(model_args)
+    if tokenizer is None:
+        texts = (row[column] for row in source)
+        tokenizer = build_tokenizer(args, itertools.islice(texts, args.tokenizer_max_train_lines), model_args)
+    # validation / test through the cache, with this tokenizer
+    eval_data_args = dataclasses.replace(
+        data_args, train_file=data_args.validation_file, validation_file=data_args.validation_file
+    )
+    eval_model_args = dataclasses.replace(model_args)
+    saved = Path(tempfile.mkdtemp(prefix="hf_seq_stream_tokenizer_"))
+    tokenizer.save_pretrained(saved)
+    eval_model_args.tokenizer_name = str(saved)
+    try:
+        data = prepare_lm_data(
+            dataclasses.replace(args, streaming=False), eval_model_args, eval_data_args, training_args
+        )
+    finally:
+        shutil.rmtree(saved, ignore_errors=True)
+    data.stores.pop("train", None)
+    data.data_line = f"own data files: train `{data_args.train_file}` (streamed), " + data.data_line.split(", ", 1)[-1]
+    data.tokenizer = tokenizer
+    windows = LMStreamWindows(
+        source,
+        column,
+        make_encoder(tokenizer, chars=args.level == "char"),
+        tokenizer.eos_token_id if args.level == "word" else None,
+        args.segment_length,
+        args.stride,
+        args.shuffle_buffer_size,
+        training_args.seed if training_args is not None else 0,
+    )
+    return data, windows
+
+
 # ------------------------------------------------------------------------------------------------------------
 # evaluation
 # ------------------------------------------------------------------------------------------------------------
@@ -174,13 +553,14 @@ def token_stream(texts: list[str], tokenizer, level: str) -> torch.Tensor:
 @torch.no_grad()
 def evaluate_stream(
     model: RNNForCausalLM,
-    tokens: torch.Tensor,
+    tokens,
     segment_length: int,
     streams: int,
     carry_state: bool,
     batch_size: int = 32,
 ) -> tuple[float, int]:
-    """Mean next-token loss (nats/token) over ``tokens`` and the number of predicted tokens.
+    """Mean next-token loss (nats/token) over ``tokens`` (a 1-D tensor or numpy array, e.g. a memory-mapped token
+    store's stream) and the number of predicted tokens.
 
     ``carry_state``: the stream is cut into ``streams`` contiguous parts read side by side in windows of
     ``segment_length``, the recurrent state (``output.cache``) carried from each window to the next. Otherwise
@@ -190,22 +570,20 @@ def evaluate_stream(
     device = model.device
     total, count = 0.0, 0
     if carry_state:
-        length = (tokens.numel() - 1) // streams
-        inputs = tokens[: streams * length].view(streams, length).to(device)  # (S, N/S)
-        targets = tokens[1 : streams * length + 1].view(streams, length).to(device)
+        length = (len(tokens) - 1) // streams
         cache = None
         for start in range(0, length, segment_length):
-            out = model(inputs[:, start : start + segment_length], cache=cache, use_cache=True)
+            stop = min(start + segment_length, length)
+            # stream k is tokens[k*length : (k+1)*length]; read window by window (a memory-mapped split stays on disk)
+            window = torch.stack(
+                [stream_slice(tokens, k * length + start, k * length + stop + 1) for k in range(streams)]
+            )
+            inputs, targets = window[:, :-1].to(device), window[:, 1:].to(device)  # (S, L)
+            out = model(inputs, cache=cache, use_cache=True)
             cache = output_cache(out)  # output.cache from transformers 5.24 on, past_key_values before
             logits = out.logits  # (S, L, V)
-            total += float(
-                F.cross_entropy(
-                    logits.reshape(-1, logits.shape[-1]),
-                    targets[:, start : start + segment_length].reshape(-1),
-                    reduction="sum",
-                )
-            )
-            count += targets[:, start : start + segment_length].numel()
+            total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"))
+            count += targets.numel()
         return total / count, count
     windows = LMWindowDataset(tokens, segment_length, segment_length)
     for start in range(0, len(windows), batch_size):
@@ -272,21 +650,17 @@ def main(argv: list[str] | None = None) -> dict:
     training_args.prediction_loss_only = True  # full-vocabulary logits of the whole eval set are never needed
     command = training_command(__file__, argv)
 
-    column = data_args.text_column_name
-    raw = load_task_data(TASK, data_args)
-    require_columns(raw, {"text_column_name": column})
-    require_text(raw, column, "text_column_name")
-    raw = cap_splits(raw, data_args)
-    texts = {name: list(split[column]) for name, split in raw.items()}
-    tokenizer = load_tokenizer(model_args) or build_tokenizer(args, texts["train"], model_args)
-    if args.level == "word" and tokenizer.eos_token_id is None:
-        raise ValueError(
-            f"`level` word closes every text with the tokenizer's eos token; {model_args.tokenizer_name or model_args.model_name_or_path} has none"
-        )
-    streams = {name: token_stream(split, tokenizer, args.level) for name, split in texts.items()}
-    if args.max_train_tokens is not None:
-        streams["train"] = streams["train"][: args.max_train_tokens]
-    train_set = LMWindowDataset(streams["train"], args.segment_length, args.stride)
+    if args.streaming:
+        data, train_set = prepare_lm_stream(args, model_args, data_args, training_args)
+        tokenizer, streams = data.tokenizer, data.streams
+        train_tokens = None  # a stream's length is not known
+    else:
+        data = prepare_lm_data(args, model_args, data_args, training_args)
+        tokenizer, streams = data.tokenizer, data.streams  # memory-mapped token streams of the cached splits
+        if args.max_train_tokens is not None:
+            streams["train"] = streams["train"][: args.max_train_tokens]
+        train_set = LMWindowDataset(streams["train"], args.segment_length, args.stride)
+        train_tokens = len(streams["train"])
     eval_tokens = streams["validation"][: args.max_eval_tokens] if args.max_eval_tokens else streams["validation"]
     eval_set = LMWindowDataset(eval_tokens, args.segment_length)
 
@@ -295,9 +669,10 @@ def main(argv: list[str] | None = None) -> dict:
     )
     config = model.config
     num_params = sum(p.numel() for p in model.parameters())
+    windows = "streamed" if args.streaming else f"{len(train_set):,}"
     print(
-        f"vocabulary {len(tokenizer)}, {num_params:,} parameters, {len(train_set):,} training windows of "
-        f"{args.segment_length}+1 tokens (stride {train_set.stride}), {streams['train'].numel():,} training tokens"
+        f"vocabulary {len(tokenizer)}, {num_params:,} parameters, {windows} training windows of "
+        f"{args.segment_length}+1 tokens (stride {train_set.stride}), {train_tokens or 'streamed'} training tokens"
     )
 
     budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
@@ -307,14 +682,14 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=train_set,
         eval_dataset=Subset(eval_set, range(len(eval_set))),
         processing_class=tokenizer,
-        callbacks=[budget],
+        callbacks=[budget, StepTimesCallback()],
     )
     start, cpu_start = time.monotonic(), time.process_time()
     train_output = run_training(trainer, training_args)
     train_minutes = (time.monotonic() - start) / 60.0
     train_cpu_minutes = (time.process_time() - cpu_start) / 60.0
 
-    data_line = describe_data(data_args, raw, unit="texts")
+    data_line = data.data_line
     results: dict = {
         "data": data_line,
         "level": args.level,
@@ -345,10 +720,11 @@ def main(argv: list[str] | None = None) -> dict:
         * training_args.per_device_train_batch_size
         * max(1, training_args.world_size)
         * args.segment_length,
-        "train_tokens_available": streams["train"].numel(),
+        "train_tokens_available": train_tokens,
         "torch_threads": torch.get_num_threads(),
     }
-    results["epochs"] = round(results["train_tokens_seen"] / max(1, streams["train"].numel()), 3)
+    if train_tokens is not None:
+        results["epochs"] = round(results["train_tokens_seen"] / max(1, train_tokens), 3)
     # every process evaluates (the same numbers), so none waits alone at the final save's barrier
     eval_start = time.monotonic()
     for split in ("validation", "test"):
@@ -368,7 +744,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     headline = "carried" if args.eval_carried else "windows"
     metric = "bits_per_char" if args.level == "char" else "perplexity"
-    tokens = {name: int(stream.numel()) for name, stream in streams.items()}
+    tokens = {name: len(stream) for name, stream in streams.items()}
     evaluated = (
         ""
         if args.final_eval_max_tokens is None
@@ -395,7 +771,7 @@ def main(argv: list[str] | None = None) -> dict:
             | {
                 "train_steps": results["train_steps"],
                 "train_loss": results["train_loss"],
-                "epochs": results["epochs"],
+                "epochs": results.get("epochs"),
                 "train_minutes": results["train_minutes"],
                 "processes": training_args.world_size,
             },

@@ -22,11 +22,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pyarrow.compute as pc
 import torch
-from hf_seq.train_scripts.arguments import BudgetArguments, RecipeError, Task, parse_args
+from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task, parse_args
 from hf_seq.train_scripts.common import (
     TimeBudgetCallback,
     cap_splits,
@@ -44,6 +45,16 @@ from hf_seq.train_scripts.common import (
     training_command,
     use_cpu_processes_without_gpu,
 )
+from hf_seq.train_scripts.features import (
+    ColumnTexts,
+    cache_root,
+    cached_tokenizer,
+    data_key,
+    label_features,
+    no_streaming,
+    tokenized_splits,
+    tokenizer_settings,
+)
 from hf_seq.train_scripts.train_classifier import (
     TrainCollatorTrainer,
     WordVectorArguments,
@@ -58,11 +69,12 @@ from transformers import DataCollatorForTokenClassification, set_seed
 
 from hf_seq.data import DataError, row_location
 from hf_seq.metrics import load_metric
+from hf_seq.preprocessing import tokenizer_fingerprint
 
 
 @dataclass
-class TaggerArguments(WordVectorArguments, BudgetArguments):
-    """Word dropout and pretrained word vectors (recurrent models)."""
+class TaggerArguments(WordVectorArguments, PreprocessingArguments, BudgetArguments):
+    """Word dropout, pretrained word vectors (recurrent models) and the preprocessing (cache, workers)."""
 
     word_dropout: float = field(
         default=0.25,
@@ -73,6 +85,7 @@ class TaggerArguments(WordVectorArguments, BudgetArguments):
     )
 
     def __post_init__(self):
+        super().__post_init__()  # PreprocessingArguments' checks
         if not 0.0 <= self.word_dropout:
             raise ValueError(f"`word_dropout` must be >= 0, got {self.word_dropout}")
         check_word_vector_arguments(self)
@@ -131,6 +144,7 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
     if previous is not None:  # a finished run asked to resume: nothing to do
         return previous
     set_seed(training_args.seed)
+    no_streaming(args, task.name)
     words, tags = tagger_columns(data_args)
     raw = load_task_data(task, data_args)
     require_columns(raw, {"tokens_column_name": words, "tags_column_name": tags})
@@ -140,15 +154,32 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
     raw = cap_splits(raw, data_args)
     max_length = data_args.max_seq_length
 
-    def train_texts():  # word level: one word = one token; sub-word tokenizers see sentences
-        if model_args.tokenizer_kind == "word":
-            return raw["train"][words]
-        return [" ".join(sentence) for sentence in raw["train"][words]]
-
     also_keep, extra_words, vectors = vocabulary_words(args, model_args, model_args.tokenizer_kind)
-    tokenizer = tokenizer_for(
-        model_args, train_texts, max_length, pre_tokenizer="whitespace", also_keep=also_keep, extra_words=extra_words
-    )
+    root = cache_root(args, data_args)
+    base = data_key(data_args, raw, words=words, tags=tags, names=names, labels=label_features(raw, tags))
+
+    def build_tokenizer():
+        # word level: one word = one token; sub-word tokenizers see sentences. Read in batches of the Arrow column.
+        texts = ColumnTexts(
+            raw["train"],
+            [words],
+            join_words=model_args.tokenizer_kind != "word",
+            max_rows=args.tokenizer_max_train_lines,
+        )
+        return tokenizer_for(
+            model_args,
+            lambda: texts,
+            max_length,
+            pre_tokenizer="whitespace",
+            also_keep=also_keep,
+            extra_words=extra_words,
+        )
+
+    if model_args.tokenizer_name or model_args.model_name_or_path or also_keep is not None or extra_words:
+        tokenizer = build_tokenizer()  # loaded, or shaped by a vector file: not cached
+    else:
+        settings = tokenizer_settings(model_args, max_length, args.tokenizer_max_train_lines)
+        tokenizer = cached_tokenizer(root, task.name, base | settings, args.overwrite_cache, build_tokenizer)
     id2label = dict(enumerate(names))
     model = load_or_build_model(
         task,
@@ -175,15 +206,19 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         enc["labels"] = labels
         return enc
 
-    encoded = {
-        split: dataset.map(
-            encode,
-            batched=True,
-            remove_columns=dataset.column_names,
-            fn_kwargs={"lookup": label_lookup(dataset, tags, names, nested=True)},
+    with training_args.main_process_first(desc="tokenizing"):  # one process builds the cache, the others read it
+        encoded = tokenized_splits(
+            root,
+            task.name,
+            base | {"tokenizer": tokenizer_fingerprint(tokenizer), "max_length": max_length, "truncation": True},
+            raw,
+            {
+                split: partial(encode, lookup=label_lookup(dataset, tags, names, nested=True))
+                for split, dataset in raw.items()
+            },
+            args.preprocessing_num_workers,
+            args.overwrite_cache,
         )
-        for split, dataset in raw.items()
-    }
     collator = DataCollatorForTokenClassification(tokenizer)
     train_collator = word_dropout_collator(
         collator, tokenizer, encoded["train"], args.word_dropout, seed=training_args.seed

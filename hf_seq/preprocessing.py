@@ -1,0 +1,667 @@
+"""Tokenize once, on disk: a preprocessing cache keyed by the data files, the tokenizer and the settings, and a
+memory-mapped token store (the layout of nanoGPT's ``train.bin`` and fairseq's indexed datasets).
+
+=================================  =================================================================================
+function / class                   use
+=================================  =================================================================================
+:func:`fingerprint_files`          a stable hash of data files (path, size, mtime, head and tail bytes)
+:func:`tokenizer_fingerprint`      a stable hash of a fast tokenizer (its ``tokenizer.json``, special tokens, sides)
+:func:`preprocessing_cache_dir`    the cache folder of a key (``cache_dir``, ``$HF_SEQ_CACHE`` or
+                                   ``~/.cache/hf_seq/preprocessed``)
+:func:`cache_is_complete`          ``meta.json`` present and every file it lists has its recorded size
+:func:`cached_build`               reuse a complete folder, otherwise (re)build it and write ``meta.json`` last
+:class:`TokenStore`                ``tokens.bin`` (uint16 / uint32) + ``offsets.npy`` (int64 row starts), memory-mapped
+:class:`TokenStoreWriter`          writes a store in chunks while iterating batches (constant memory)
+:func:`encode_texts`               batch encoding through the fast tokenizer's backend (``encode_batch``)
+:func:`tokenize_text_file`         a ``.txt`` file (one row per line) into a store with N worker processes
+:func:`tokenize_dataset`           a ``datasets.Dataset`` text column into a store with N worker processes
+:func:`iter_text_file_lines`       the lines of a ``.txt`` file as ``datasets``' text loader reads them
+=================================  =================================================================================
+
+A cache folder is valid only when its ``meta.json`` (written last, atomically) lists every file with its byte
+size and the files on disk match: an interrupted or truncated build is detected, logged in one line, deleted and
+rebuilt, never read. A stale cache is never reused because the folder name is a hash of its key: the data files'
+fingerprints (any change of a file's absolute path, size, modification time or first/last MiB gives another key),
+the tokenizer's fingerprint, the settings and :data:`FORMAT_VERSION`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "FORMAT_VERSION",
+    "BackendEncoder",
+    "CharLookup",
+    "TokenStore",
+    "TokenStoreWriter",
+    "cache_is_complete",
+    "cached_build",
+    "concatenate_stores",
+    "default_cache_root",
+    "encode_texts",
+    "fingerprint_files",
+    "count_text_file_lines",
+    "holdout_mask",
+    "iter_text_file_lines",
+    "make_encoder",
+    "select_rows",
+    "preprocessing_cache_dir",
+    "text_file_ranges",
+    "tokenize_dataset",
+    "tokenize_text_file",
+    "tokenizer_fingerprint",
+    "write_meta",
+]
+
+FORMAT_VERSION = 1
+CACHE_ENV = "HF_SEQ_CACHE"
+META_FILE = "meta.json"
+_EDGE_BYTES = 1 << 20  # the first and last MiB of a data file enter its fingerprint
+_READ_BYTES = 1 << 22  # buffered reads of text files
+
+
+def _log(message: str) -> None:
+    print(f"[hf_seq.preprocessing] {message}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# fingerprints and cache folders
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def fingerprint_files(paths: Iterable[str | os.PathLike]) -> str:
+    """A stable hash of data files: each file's absolute path, size, ``mtime_ns`` and a blake2b of its first and last
+    MiB. A cache built from the files is stale as soon as any of those changed (editing, truncating, appending,
+    touching or moving a file)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for path in paths:
+        path = Path(path).expanduser().resolve()
+        stat = path.stat()
+        digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+        with open(path, "rb") as f:
+            digest.update(f.read(_EDGE_BYTES))
+            if stat.st_size > _EDGE_BYTES:
+                f.seek(max(_EDGE_BYTES, stat.st_size - _EDGE_BYTES))
+                digest.update(f.read(_EDGE_BYTES))
+    return digest.hexdigest()
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A stable hash of a fast tokenizer: its backend's ``to_str()`` (vocabulary, normaliser, pre-tokenizer,
+    post-processor, added tokens), its special tokens, ``padding_side`` and ``truncation_side``."""
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(backend.to_str().encode())
+    specials = getattr(tokenizer, "special_tokens_map", {}) or {}
+    extra = {
+        "special_tokens": {k: str(v) for k, v in sorted(specials.items())},
+        "padding_side": getattr(tokenizer, "padding_side", None),
+        "truncation_side": getattr(tokenizer, "truncation_side", None),
+    }
+    digest.update(json.dumps(extra, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def default_cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """``cache_dir``, else ``$HF_SEQ_CACHE``, else ``~/.cache/hf_seq/preprocessed``."""
+    if cache_dir:
+        return Path(cache_dir).expanduser()
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    return Path("~/.cache/hf_seq/preprocessed").expanduser()
+
+
+def _key_hash(key_parts: dict) -> str:
+    payload = json.dumps({"format_version": FORMAT_VERSION, **key_parts}, sort_keys=True, default=str)
+    return hashlib.blake2b(payload.encode(), digest_size=16).hexdigest()
+
+
+def preprocessing_cache_dir(key_parts: dict, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The cache folder of ``key_parts`` (JSON-serialisable: file and tokenizer fingerprints, settings) under
+    :func:`default_cache_root`; its name is a hash of the parts and :data:`FORMAT_VERSION` (and the task's name
+    when ``key_parts`` has a ``"task"`` entry). The folder is not created."""
+    name = _key_hash(key_parts)
+    task = key_parts.get("task")
+    if isinstance(task, str) and task.replace("_", "").isalnum():
+        name = f"{task}-{name}"
+    return default_cache_root(cache_dir) / name
+
+
+def _listed_files(folder: Path) -> dict[str, int]:
+    return {
+        str(path.relative_to(folder)): path.stat().st_size
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.name != META_FILE
+    }
+
+
+def write_meta(folder: str | os.PathLike, extra: dict | None = None) -> None:
+    """Write ``folder/meta.json`` last and atomically (a temporary file renamed): every file under ``folder`` with its
+    byte size, :data:`FORMAT_VERSION` and ``extra``."""
+    folder = Path(folder)
+    meta = {"format_version": FORMAT_VERSION, "files": _listed_files(folder), **(extra or {})}
+    tmp = folder / f".{META_FILE}.{uuid.uuid4().hex}.tmp"
+    tmp.write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
+    os.replace(tmp, folder / META_FILE)
+
+
+def read_meta(folder: str | os.PathLike) -> dict:
+    """The ``meta.json`` of a cache folder."""
+    return json.loads((Path(folder) / META_FILE).read_text())
+
+
+def cache_is_complete(folder: str | os.PathLike) -> bool:
+    """True when ``folder/meta.json`` reads, has this :data:`FORMAT_VERSION` and every file it lists exists with the
+    recorded byte size (a build that stopped half-way has no ``meta.json``; a truncated file fails the size check)."""
+    folder = Path(folder)
+    try:
+        meta = read_meta(folder)
+        files = meta["files"]
+        if meta.get("format_version") != FORMAT_VERSION or not isinstance(files, dict):
+            return False
+        return all((folder / name).is_file() and (folder / name).stat().st_size == size for name, size in files.items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def cached_build(
+    key_parts: dict,
+    build: Callable[[Path], dict | None],
+    cache_dir: str | os.PathLike | None = None,
+    overwrite: bool = False,
+    description: str = "preprocessed data",
+) -> tuple[Path, bool]:
+    """The complete cache folder of ``key_parts``: reused if complete (returns ``(folder, True)``), otherwise built.
+
+    ``build(tmp_folder)`` writes the files into a fresh temporary folder and may return extra ``meta.json`` entries;
+    the meta file is written last and the folder renamed into place, so a reader never sees a half-built cache. An
+    incomplete or corrupt folder (or any folder with ``overwrite``) is deleted first, with one log line.
+    """
+    folder = preprocessing_cache_dir(key_parts, cache_dir)
+    if folder.exists():
+        if not overwrite and cache_is_complete(folder):
+            _log(f"reusing the cached {description} in {folder}")
+            return folder, True
+        reason = "overwrite_cache" if overwrite else "incomplete or corrupt (files missing or of the wrong size)"
+        _log(f"rebuilding the cached {description} in {folder}: {reason}")
+        shutil.rmtree(folder, ignore_errors=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    tmp = folder.parent / f".{folder.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    tmp.mkdir()
+    try:
+        extra = build(tmp) or {}
+        write_meta(tmp, {"key": key_parts, "description": description, **extra})
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process finished the same folder first
+            if not cache_is_complete(folder):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _log(f"cached {description} in {folder} ({time.monotonic() - started:.2f} s)")
+    return folder, False
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the token store
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """``uint16`` for vocabularies of fewer than 65,536 tokens, else ``uint32``."""
+    return np.dtype(np.uint16) if vocab_size < 2**16 else np.dtype(np.uint32)
+
+
+class TokenStoreWriter:
+    """Write a :class:`TokenStore` into ``folder`` while iterating batches: token ids are appended to
+    ``tokens.bin`` and row lengths to a temporary file, so memory stays constant whatever the corpus size.
+    ``close()`` writes ``offsets.npy`` (``rows + 1`` int64 starts) and returns the store."""
+
+    def __init__(self, folder: str | os.PathLike, vocab_size: int) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.dtype = token_dtype(int(vocab_size))
+        self.vocab_size = int(vocab_size)
+        self._tokens = open(self.folder / "tokens.bin", "wb")
+        self._lengths = open(self.folder / "lengths.tmp", "wb")
+        self.rows = 0
+        self.num_tokens = 0
+
+    def add(self, rows: Sequence[Sequence[int]]) -> None:
+        """Append rows of token ids (lists or arrays)."""
+        if not len(rows):
+            return
+        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+        flat = np.fromiter((i for r in rows for i in r), dtype=np.int64, count=int(lengths.sum()))
+        self.add_flat(flat, lengths)
+
+    def add_flat(self, flat: np.ndarray, lengths: np.ndarray) -> None:
+        """Append rows given as one flat id array and the rows' lengths."""
+        flat = np.asarray(flat)
+        if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= self.vocab_size):
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size}), got {int(flat.min())}..{int(flat.max())}")
+        self._tokens.write(flat.astype(self.dtype, copy=False).tobytes())
+        self._lengths.write(np.asarray(lengths, dtype=np.int64).tobytes())
+        self.rows += len(lengths)
+        self.num_tokens += int(flat.size)
+
+    def close(self) -> TokenStore:
+        self._tokens.close()
+        self._lengths.close()
+        lengths_path = self.folder / "lengths.tmp"
+        offsets = np.lib.format.open_memmap(
+            self.folder / "offsets.npy", mode="w+", dtype=np.int64, shape=(self.rows + 1,)
+        )
+        offsets[0] = 0
+        lengths = np.memmap(lengths_path, dtype=np.int64, mode="r") if self.rows else np.zeros(0, np.int64)
+        step, total = 1 << 22, 0
+        for start in range(0, self.rows, step):
+            part = np.cumsum(lengths[start : start + step]) + total
+            offsets[start + 1 : start + 1 + len(part)] = part
+            total = int(part[-1])
+        offsets.flush()
+        del offsets, lengths
+        lengths_path.unlink()
+        (self.folder / "store.json").write_text(
+            json.dumps({"dtype": self.dtype.name, "vocab_size": self.vocab_size, "rows": self.rows, "tokens": total})
+        )
+        return TokenStore(self.folder)
+
+
+class TokenStore:
+    """Rows of token ids on disk, memory-mapped: ``tokens.bin`` (``uint16``, or ``uint32`` for 65,536 tokens and
+    more) holds every row's ids one after the other, ``offsets.npy`` the int64 start of each row (``rows + 1``
+    entries). ``store[i]`` is row ``i``'s ids (a read-only numpy view), ``store.flat`` the whole stream,
+    ``store.lengths()`` the rows' lengths (numpy) — nothing is read into memory until used."""
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.folder = Path(folder)
+        info = json.loads((self.folder / "store.json").read_text())
+        self.dtype = np.dtype(info["dtype"])
+        self.vocab_size = int(info["vocab_size"])
+        self.offsets = np.load(self.folder / "offsets.npy", mmap_mode="r")
+        self.num_tokens = int(self.offsets[-1])
+        if info["rows"] != len(self.offsets) - 1 or info["tokens"] != self.num_tokens:
+            raise ValueError(f"{self.folder}: offsets.npy does not match store.json (a corrupt token store)")
+        size = (self.folder / "tokens.bin").stat().st_size
+        if size != self.num_tokens * self.dtype.itemsize:
+            raise ValueError(
+                f"{self.folder}/tokens.bin has {size} bytes, expected {self.num_tokens * self.dtype.itemsize}"
+            )
+        self.flat = (
+            np.memmap(self.folder / "tokens.bin", dtype=self.dtype, mode="r")
+            if self.num_tokens
+            else np.zeros(0, dtype=self.dtype)
+        )
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"row {index} out of range for {len(self)} rows")
+        index %= len(self)
+        return self.flat[int(self.offsets[index]) : int(self.offsets[index + 1])]
+
+    def lengths(self) -> np.ndarray:
+        """The rows' lengths, ``(rows,)`` int64."""
+        return np.diff(self.offsets)
+
+    def __repr__(self) -> str:
+        return f"TokenStore({str(self.folder)!r}, rows={len(self)}, tokens={self.num_tokens}, dtype={self.dtype})"
+
+
+def concatenate_stores(parts: Sequence[TokenStore], folder: str | os.PathLike) -> TokenStore:
+    """One store in ``folder`` with the rows of ``parts`` in order (copied in chunks)."""
+    writer = TokenStoreWriter(folder, max(p.vocab_size for p in parts))
+    step = 1 << 24
+    for part in parts:
+        for start in range(0, part.num_tokens, step):
+            writer._tokens.write(np.asarray(part.flat[start : start + step]).astype(writer.dtype).tobytes())
+        lengths = part.lengths()
+        for start in range(0, len(lengths), step):
+            writer._lengths.write(np.ascontiguousarray(lengths[start : start + step]).tobytes())
+        writer.rows += len(part)
+        writer.num_tokens += part.num_tokens
+    return writer.close()
+
+
+def select_rows(store: TokenStore, keep: np.ndarray, folder: str | os.PathLike) -> TokenStore:
+    """A new store in ``folder`` with the rows of ``store`` where the boolean mask ``keep`` is true, in order."""
+    keep = np.asarray(keep, dtype=bool)
+    if len(keep) != len(store):
+        raise ValueError(f"select_rows: mask of {len(keep)} rows for a store of {len(store)}")
+    writer = TokenStoreWriter(folder, store.vocab_size)
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], keep.astype(np.int8), [0]])))
+    lengths = store.lengths()
+    for run_start, run_end in zip(edges[::2], edges[1::2], strict=True):
+        lo, hi = int(store.offsets[run_start]), int(store.offsets[run_end])
+        step = 1 << 24
+        for start in range(lo, hi, step):
+            writer._tokens.write(np.asarray(store.flat[start : min(hi, start + step)]).tobytes())
+        writer._lengths.write(np.ascontiguousarray(lengths[run_start:run_end]).tobytes())
+        writer.rows += int(run_end - run_start)
+        writer.num_tokens += hi - lo
+    return writer.close()
+
+
+def holdout_mask(rows: int, percentage: float, seed: int = 42) -> np.ndarray:
+    """``(rows,)`` bool, True for the rows :func:`hf_seq.data.hold_out_validation` moves into the validation split
+    (the same seeded shuffle, so a cached split equals the in-memory one)."""
+    import random
+
+    n_validation = max(1, int(round(rows * percentage / 100)))
+    order = list(range(rows))
+    random.Random(seed).shuffle(order)
+    mask = np.zeros(rows, dtype=bool)
+    mask[np.asarray(order[:n_validation], dtype=np.int64)] = True
+    return mask
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# encoding
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def encode_texts(backend, texts: Sequence[str], append_id: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(flat ids, lengths)`` of ``texts`` encoded by a ``tokenizers.Tokenizer`` (a fast tokenizer's
+    ``backend_tokenizer``) without special tokens — the ids of ``tokenizer(texts, add_special_tokens=False)`` —
+    each row followed by ``append_id`` when given (the word LM's ``<eos>``)."""
+    encodings = backend.encode_batch(list(texts), add_special_tokens=False)
+    extra = 0 if append_id is None else 1
+    lengths = np.fromiter((len(e.ids) + extra for e in encodings), dtype=np.int64, count=len(encodings))
+    flat = np.empty(int(lengths.sum()), dtype=np.int64)
+    pos = 0
+    for e in encodings:
+        ids = e.ids
+        flat[pos : pos + len(ids)] = ids
+        pos += len(ids)
+        if extra:
+            flat[pos] = append_id
+            pos += 1
+    return flat, lengths
+
+
+class CharLookup:
+    """Characters looked up one by one in a vocabulary (code point -> id, else ``unk_id``): the ids of a char
+    tokenizer without normaliser, ~50x faster than the tokenizer on megabytes of text, and special-token spellings
+    in the text stay characters."""
+
+    def __init__(self, vocab: dict[str, int], unk_id: int) -> None:
+        chars = {ord(k): v for k, v in vocab.items() if len(k) == 1}
+        self.vocab = {k: v for k, v in vocab.items() if len(k) == 1}
+        self.unk_id = int(unk_id)
+        self.table = np.full(max(chars, default=0) + 1, self.unk_id, dtype=np.int64)
+        for code, i in chars.items():
+            self.table[code] = i
+
+    def encode(self, texts: Sequence[str], append_id: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        joined = "".join(texts)
+        codes = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+        ids = np.where(codes < len(self.table), self.table[np.minimum(codes, len(self.table) - 1)], self.unk_id)
+        lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+        if append_id is None:
+            return ids, lengths
+        ends = np.cumsum(lengths)
+        return np.insert(ids, ends, append_id), lengths + 1
+
+
+class BackendEncoder:
+    """Batch encoding through a ``tokenizers.Tokenizer`` (picklable: kept as its JSON).
+
+    A word-level tokenizer that splits on whitespace only, without normaliser (the PTB word LM), takes a shortcut on
+    batches where it gives the same ids: ``str.split`` and a dictionary look-up, ~4x faster than ``encode_batch``.
+    A batch is encoded by the backend instead when it holds a character where Python's and the tokenizer's notions
+    of whitespace differ (U+001C-U+001F) or an added token touching other characters (``a<eos>b``: the tokenizer
+    splits it out)."""
+
+    def __init__(self, backend) -> None:
+        self.json = backend.to_str()
+        self._setup(backend)
+
+    def _setup(self, backend) -> None:
+        self._backend = backend
+        self._words = None
+        spec = json.loads(self.json)
+        model, pre = spec.get("model") or {}, spec.get("pre_tokenizer") or {}
+        if model.get("type") == "WordLevel" and pre.get("type") == "WhitespaceSplit" and spec.get("normalizer") is None:
+            import re
+
+            self._words = backend.get_vocab(with_added_tokens=True)
+            self._unk = self._words.get(model.get("unk_token"))
+            self._added = [t["content"] for t in spec.get("added_tokens") or []]
+            self._unsafe = re.compile("[\x1c-\x1f]")
+
+    def __getstate__(self):
+        return {"json": self.json}
+
+    def __setstate__(self, state):
+        from tokenizers import Tokenizer
+
+        self.json = state["json"]
+        self._setup(Tokenizer.from_str(self.json))
+
+    def encode(self, texts: Sequence[str], append_id: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        joined = "\n".join(texts) if self._words is not None and self._unk is not None else None
+        if joined is not None and not self._unsafe.search(joined):
+            words = [text.split() for text in texts]
+            flat = list(itertools.chain.from_iterable(words))
+            # every added token of the text must be a whole word (the tokenizer splits "a<eos>b" apart)
+            if any(joined.count(t) != flat.count(t) for t in self._added if t in joined):
+                return encode_texts(self._backend, texts, append_id)
+            lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+            ids = np.fromiter(
+                map(self._words.get, flat, itertools.repeat(self._unk)),
+                dtype=np.int64,
+                count=int(lengths.sum()),
+            )
+            if append_id is None:
+                return ids, lengths
+            return np.insert(ids, np.cumsum(lengths), append_id), lengths + 1
+        return encode_texts(self._backend, texts, append_id)
+
+
+def make_encoder(tokenizer, chars: bool = False):
+    """The encoder of :func:`tokenize_text_file` / :func:`tokenize_dataset` for ``tokenizer``: its backend's
+    ``encode_batch`` (no special tokens), or with ``chars`` and no normaliser a :class:`CharLookup` of its
+    vocabulary."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise ValueError(
+            f"preprocessing needs a fast tokenizer (PreTrainedTokenizerFast), got {type(tokenizer).__name__}"
+        )
+    if chars and backend.normalizer is None:
+        return CharLookup(tokenizer.get_vocab(), tokenizer.unk_token_id)
+    return BackendEncoder(backend)
+
+
+def text_file_ranges(path: str | os.PathLike, parts: int) -> list[tuple[int, int]]:
+    """``parts`` byte ranges ``[start, end)`` covering the file, each starting at a line start (some may be empty)."""
+    size = os.path.getsize(path)
+    bounds = [0]
+    with open(path, "rb") as f:
+        for k in range(1, parts):
+            target = max(bounds[-1], size * k // parts)
+            if target <= 0 or target >= size:
+                bounds.append(min(size, max(bounds[-1], target)))
+                continue
+            f.seek(target - 1)
+            f.readline()  # to the end of the line holding byte target - 1
+            bounds.append(min(size, f.tell()))
+    bounds.append(size)
+    return [(bounds[i], bounds[i + 1]) for i in range(parts)]
+
+
+def iter_text_file_lines(
+    path: str | os.PathLike, start: int = 0, end: int | None = None, encoding: str = "utf-8"
+) -> Iterator[list[str]]:
+    """Batches of the lines of ``path[start:end]`` (byte offsets at line starts), each with its ``"\\n"``: the rows
+    of ``datasets``' text loader with ``keep_linebreaks=True`` (universal newlines: ``\\r\\n`` and ``\\r`` read as
+    ``\\n``; split only at ``\\n``). Buffered reads, no copy of the file in memory."""
+    end = os.path.getsize(path) if end is None else end
+    with open(path, "rb") as f:
+        f.seek(start)
+        pos = start
+        while pos < end:
+            chunk = f.read(min(_READ_BYTES, end - pos))
+            pos += len(chunk)
+            if pos < end and not chunk.endswith(b"\n"):
+                rest = f.readline()
+                rest = rest[: max(0, end - pos)] if pos + len(rest) > end else rest
+                chunk += rest
+                pos += len(rest)
+            if chunk.endswith(b"\r") and pos < end:  # keep "\r\n" together
+                nxt = f.read(1)
+                chunk += nxt
+                pos += len(nxt)
+            text = chunk.decode(encoding)
+            if "\r" in text:
+                text = text.replace("\r\n", "\n").replace("\r", "\n")
+            yield io.StringIO(text).readlines()
+
+
+def count_text_file_lines(path: str | os.PathLike) -> int:
+    """The number of rows :func:`iter_text_file_lines` gives for ``path`` (counting ``\\n`` bytes in buffered reads;
+    files with ``\\r`` line breaks are decoded and read line by line)."""
+    count, carriage_return = 0, False
+    with open(path, "rb") as f:
+        while chunk := f.read(_READ_BYTES):
+            count += chunk.count(b"\n")
+            if b"\r" in chunk:
+                carriage_return = True
+                break
+    if carriage_return:
+        return sum(len(lines) for lines in iter_text_file_lines(path))
+    size = os.path.getsize(path)
+    if size:
+        with open(path, "rb") as f:
+            f.seek(size - 1)
+            count += f.read(1) != b"\n"
+    return count
+
+
+def _tokenize_range(job: tuple) -> tuple[int, int]:
+    encoder, path, start, end, folder, vocab_size, append_id = job
+    writer = TokenStoreWriter(folder, vocab_size)
+    for lines in iter_text_file_lines(path, start, end):
+        flat, lengths = encoder.encode(lines, append_id)
+        writer.add_flat(flat, lengths)
+    store = writer.close()
+    return len(store), store.num_tokens
+
+
+def _vocab_size(tokenizer) -> int:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise ValueError(
+            f"preprocessing needs a fast tokenizer (PreTrainedTokenizerFast), got {type(tokenizer).__name__}"
+        )
+    return max(len(tokenizer), backend.get_vocab_size(with_added_tokens=True))
+
+
+def _run_jobs(jobs: list[tuple], worker: Callable, num_workers: int) -> list:
+    if num_workers <= 1 or len(jobs) <= 1:
+        return [worker(job) for job in jobs]
+    import multiprocessing
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # fork (as datasets.map(num_proc=...) does on Linux): a worker starts in milliseconds, nothing is re-imported
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    with multiprocessing.get_context(method).Pool(min(num_workers, len(jobs))) as pool:
+        return pool.map(worker, jobs)
+
+
+def tokenize_text_file(
+    path: str | os.PathLike,
+    tokenizer,
+    folder: str | os.PathLike,
+    num_workers: int = 1,
+    append_id: int | None = None,
+    chars: bool = False,
+) -> TokenStore:
+    """Every line of the text file ``path`` (one row per line, ``"\\n"`` kept, as :func:`iter_text_file_lines`)
+    encoded into a :class:`TokenStore` in ``folder``. With ``num_workers`` > 1 the file's byte range is split at line
+    boundaries among that many processes, each writing its part; the parts are then joined in order. ``chars``: a
+    char tokenizer, encoded by :func:`make_encoder`'s character lookup."""
+    encoder, vocab_size = make_encoder(tokenizer, chars), _vocab_size(tokenizer)
+    folder = Path(folder)
+    num_workers = max(1, int(num_workers or 1))
+    ranges = text_file_ranges(path, num_workers)
+    if num_workers == 1:
+        _tokenize_range((encoder, str(path), 0, ranges[0][1], str(folder), vocab_size, append_id))
+        return TokenStore(folder)
+    parts = [folder.parent / f"{folder.name}.part{k}" for k in range(len(ranges))]
+    jobs = [
+        (encoder, str(path), start, end, str(part), vocab_size, append_id)
+        for (start, end), part in zip(ranges, parts, strict=True)
+    ]
+    _run_jobs(jobs, _tokenize_range, num_workers)
+    store = concatenate_stores([TokenStore(p) for p in parts], folder)
+    for part in parts:
+        shutil.rmtree(part, ignore_errors=True)
+    return store
+
+
+def iter_column_batches(dataset, column: str, batch_size: int = 10_000, start: int = 0, end: int | None = None):
+    """Lists of ``column``'s values, ``batch_size`` rows at a time, of rows ``[start, end)`` of a ``datasets.Dataset``
+    (read through Arrow, a slice at a time)."""
+    end = len(dataset) if end is None else end
+    for lo in range(start, end, batch_size):
+        yield dataset[lo : min(end, lo + batch_size)][column]
+
+
+def _tokenize_dataset_range(job: tuple) -> tuple[int, int]:
+    encoder, dataset, column, start, end, folder, vocab_size, append_id = job
+    writer = TokenStoreWriter(folder, vocab_size)
+    for texts in iter_column_batches(dataset, column, start=start, end=end):
+        flat, lengths = encoder.encode(texts, append_id)
+        writer.add_flat(flat, lengths)
+    store = writer.close()
+    return len(store), store.num_tokens
+
+
+def tokenize_dataset(
+    dataset,
+    column: str,
+    tokenizer,
+    folder: str | os.PathLike,
+    num_workers: int = 1,
+    append_id: int | None = None,
+    chars: bool = False,
+) -> TokenStore:
+    """The text column ``column`` of a ``datasets.Dataset`` (csv, json, parquet, a preset or a hub data set; memory
+    mapped Arrow) encoded into a :class:`TokenStore` in ``folder``, one row per dataset row; ``num_workers``
+    processes take contiguous row ranges."""
+    encoder, vocab_size = make_encoder(tokenizer, chars), _vocab_size(tokenizer)
+    folder = Path(folder)
+    num_workers = max(1, min(int(num_workers or 1), len(dataset) or 1))
+    n = len(dataset)
+    bounds = [n * k // num_workers for k in range(num_workers + 1)]
+    if num_workers == 1:
+        _tokenize_dataset_range((encoder, dataset, column, 0, n, str(folder), vocab_size, append_id))
+        return TokenStore(folder)
+    parts = [folder.parent / f"{folder.name}.part{k}" for k in range(num_workers)]
+    jobs = [
+        (encoder, dataset, column, bounds[k], bounds[k + 1], str(parts[k]), vocab_size, append_id)
+        for k in range(num_workers)
+    ]
+    _run_jobs(jobs, _tokenize_dataset_range, num_workers)
+    store = concatenate_stores([TokenStore(p) for p in parts], folder)
+    for part in parts:
+        shutil.rmtree(part, ignore_errors=True)
+    return store

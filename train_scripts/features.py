@@ -1,0 +1,382 @@
+"""Tokenized features of the translation, classifier and tagger scripts: built once with ``datasets.Dataset.map``
+(``batched=True``, ``num_proc=--preprocessing_num_workers``) into Arrow files on disk, reused by the next run.
+
+* **Where.** One folder per key under the preprocessing cache (``--cache_dir``, default ``$HF_SEQ_CACHE`` or
+  ``~/.cache/hf_seq/preprocessed``: :mod:`hf_seq.preprocessing`): ``<task>-<hash>/`` holding one Arrow file (or one
+  per worker) per split and ``meta.json``, written last. The key is the data files' fingerprints
+  (:func:`hf_seq.preprocessing.fingerprint_files`: path, size, modification time, first and last MiB), the
+  tokenizer's fingerprint (its serialised pipeline and special tokens), and every setting that changes a token: the
+  task, the columns, label names, maximum lengths, truncation, caps and filters. A file that changed is a new key;
+  the stale folder is never read.
+* **What is trusted.** A folder is read only when its ``meta.json`` exists, every file it lists has the recorded
+  size (:func:`hf_seq.preprocessing.cache_is_complete`) and every Arrow file opens with the recorded number of rows; anything else (a run killed while
+  writing, a truncated or corrupt file) is logged and rebuilt. ``--overwrite_cache true`` rebuilds it anyway.
+* **Data without files** (the presets ``hf_seq/translation``, ``hf_seq/sentiment``, ``hf_seq/brown``; a
+  ``datasets`` name) is tokenized in memory by the same ``map`` function, as before: the presets are small.
+* **A tokenizer built on the training split** is cached too (``tokenizer/`` in a folder keyed by the data and the
+  tokenizer settings), so a second run neither retrains it nor re-tokenizes: it starts training within seconds.
+
+Tokenizers are trained from :class:`ColumnTexts`, an iterator over batches of the Arrow columns, never from one list
+of all the texts; it yields the texts in the same order as the lists of before, so the vocabulary is the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset, concatenate_datasets
+
+from hf_seq.preprocessing import (
+    cache_is_complete,
+    cached_build,
+    default_cache_root,
+    fingerprint_files,
+    preprocessing_cache_dir,
+    read_meta,
+)
+
+logger = logging.getLogger(__name__)
+
+CACHE_VERSION = 1  # bump when the layout or the meaning of a key changes
+READ_BATCH = 10_000  # rows per Arrow batch read by ColumnTexts
+
+
+def file_fingerprints(paths) -> str:
+    """:func:`hf_seq.preprocessing.fingerprint_files` of the files (of every file under a folder)."""
+    files: list[Path] = []
+    for path in paths:
+        path = Path(path)
+        files.extend(sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path])
+    return fingerprint_files(files)
+
+
+def data_files_of(data_args) -> list[str] | None:
+    """The local files the splits are read from (``train_file`` / ``validation_file`` / ``test_file``, or a local
+    ``dataset_name`` folder), ``None`` for a preset or a ``datasets`` name (no files to fingerprint: no disk cache)."""
+    files = [f for f in (data_args.train_file, data_args.validation_file, data_args.test_file) if f]
+    if files:
+        return files
+    name = data_args.dataset_name
+    if name and not name.startswith("hf_seq/") and Path(name).expanduser().is_dir():
+        return [str(Path(name).expanduser())]
+    return None
+
+
+class ColumnTexts:
+    """The texts of ``columns`` of a ``datasets.Dataset``, read in Arrow batches of ``batch_size`` rows; iterable
+    again and again (a word-level tokenizer with ``also_keep`` reads them twice). Each row yields its columns' texts
+    in order; a ``translation`` struct column is read as its ``fields``; a list-of-words column is joined with
+    spaces when ``join_words`` (sub-word tokenizers see sentences), else each word is yielded. ``max_rows`` caps the
+    rows read (the first N)."""
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        columns: list[str],
+        fields: list[str] | None = None,
+        join_words: bool = False,
+        max_rows: int | None = None,
+        batch_size: int = READ_BATCH,
+    ) -> None:
+        self.dataset, self.columns, self.fields = dataset, list(columns), fields
+        self.join_words, self.max_rows, self.batch_size = join_words, max_rows, batch_size
+
+    def __iter__(self) -> Iterator[str]:
+        dataset = self.dataset.select_columns(self.columns)
+        n = len(dataset) if self.max_rows is None else min(self.max_rows, len(dataset))
+        for start in range(0, n, self.batch_size):
+            batch = dataset[start : min(start + self.batch_size, n)]
+            columns = [batch[c] for c in self.columns]
+            for row in zip(*columns):
+                for value in row:
+                    if isinstance(value, dict):  # a translation pair: its languages in `fields` order
+                        yield from (value[f] for f in self.fields)
+                    elif isinstance(value, list):
+                        if self.join_words:
+                            yield " ".join(value)
+                        else:
+                            yield from value
+                    else:
+                        yield value
+
+
+def _open_split(folder: Path, entry: dict) -> Dataset:
+    """A cached split: every Arrow file must open (pyarrow reads its whole stream of record batches) and the rows
+    must be those written."""
+    parts = [Dataset.from_file(str(folder / name)) for name in entry["files"]]
+    dataset = parts[0] if len(parts) == 1 else concatenate_datasets(parts)
+    if len(dataset) != entry["num_rows"]:
+        raise ValueError(f"{folder}: {len(dataset)} rows, {entry['num_rows']} were written")
+    return dataset
+
+
+class FeatureCache:
+    """The cache folder of one key (:func:`hf_seq.preprocessing.preprocessing_cache_dir` of ``task`` +
+    ``key_parts``) under ``root``; ``root=None``: nothing on disk (``map`` in memory)."""
+
+    def __init__(self, root: str | os.PathLike | None, task: str, key_parts: dict, overwrite: bool = False) -> None:
+        self.root = root
+        self.key_parts = {"task": task, "features_version": CACHE_VERSION, **key_parts}
+        self.folder = None if root is None else preprocessing_cache_dir(self.key_parts, root)
+        self.overwrite = overwrite
+
+    @property
+    def on_disk(self) -> bool:
+        return self.folder is not None
+
+    def _meta(self) -> dict | None:
+        if self.folder is None or self.overwrite or not cache_is_complete(self.folder):
+            return None
+        try:
+            return read_meta(self.folder)
+        except (OSError, ValueError):
+            return None
+
+    def load(self, splits: list[str]) -> dict[str, Dataset] | None:
+        """The cached splits, or ``None``: not built, incomplete (no ``meta.json``, a file of the wrong size) or
+        unreadable (a pyarrow error, the wrong number of rows; logged, and the next :meth:`build` replaces it)."""
+        meta = self._meta()
+        if meta is None or any(s not in meta.get("splits", {}) for s in splits):
+            return None
+        try:
+            return {s: _open_split(self.folder, meta["splits"][s]) for s in splits}
+        except Exception as error:  # noqa: BLE001 - pyarrow / OS / row-count error: rebuilt, never read
+            logger.warning(
+                "preprocessing cache %s is unreadable (%s: %s); rebuilding it", self.folder, type(error).__name__, error
+            )
+            self.overwrite = True
+            return None
+
+    def load_extra(self, name: str) -> Path | None:
+        """A sub-folder (e.g. ``tokenizer``) of a complete cache folder."""
+        meta = self._meta()
+        if meta is None or name not in meta.get("extras", []):
+            return None
+        return self.folder / name
+
+    def build(
+        self,
+        datasets_in: dict[str, Dataset],
+        function: Callable | dict[str, Callable],
+        *,
+        num_proc: int | None = None,
+        batch_size: int = 1000,
+        extras: dict[str, Callable[[Path], None]] | None = None,
+        features: dict | None = None,
+        desc: str = "tokenizing",
+    ) -> dict[str, Dataset]:
+        """``dataset.map(function, batched=True, remove_columns=<all>)`` of each split (``function`` may be one per
+        split), into this cache folder (:func:`hf_seq.preprocessing.cached_build`: a temporary folder renamed into
+        place, ``meta.json`` written last) when it is on disk, in memory otherwise. ``extras``: ``name ->
+        writer(path)`` (a tokenizer's ``save_pretrained``) stored beside the splits; ``features``: the ``Features`` of each
+        split's output (e.g. ``int32`` ids: half the bytes of the ``int64`` that Python ints become)."""
+        num_proc = num_proc if num_proc and num_proc > 1 else None
+
+        def mapped(split: str, dataset: Dataset, **kwargs) -> Dataset:
+            return dataset.map(
+                function[split] if isinstance(function, dict) else function,
+                batched=True,
+                batch_size=batch_size,
+                remove_columns=dataset.column_names,
+                num_proc=num_proc if len(dataset) > 1 else None,
+                desc=f"{desc} {split}",
+                new_fingerprint=f"{self.folder.name if self.folder else 'memory'}-{split}",
+                features=(features or {}).get(split),
+                **kwargs,
+            )
+
+        if self.folder is None:
+            return {split: mapped(split, dataset, keep_in_memory=True) for split, dataset in datasets_in.items()}
+
+        def build_into(tmp: Path) -> dict:
+            splits = {}
+            for split, dataset in datasets_in.items():
+                out = mapped(split, dataset, cache_file_name=str(tmp / f"{split}.arrow"), load_from_cache_file=False)
+                files = [Path(f["filename"]) for f in out.cache_files]
+                if not files or any(f.parent.resolve() != tmp.resolve() for f in files):
+                    raise RuntimeError(f"datasets.map did not write the {split} split into {tmp}: {files}")
+                splits[split] = {"files": [f.name for f in files], "num_rows": len(out)}
+                del out
+            for name, writer in (extras or {}).items():
+                writer(tmp / name)
+            return {"splits": splits, "extras": list(extras or {})}
+
+        folder, _ = cached_build(self.key_parts, build_into, self.root, overwrite=True, description=f"{desc} output")
+        self.overwrite = False
+        meta = read_meta(folder)
+        return {split: _open_split(folder, meta["splits"][split]) for split in datasets_in}
+
+    def save_extras_only(self, extras: dict[str, Callable[[Path], None]]) -> None:
+        """A folder that holds only extras (a tokenizer), ``meta.json`` last."""
+        if self.folder is None:
+            return
+
+        def build_into(tmp: Path) -> dict:
+            for name, writer in extras.items():
+                writer(tmp / name)
+            return {"splits": {}, "extras": list(extras)}
+
+        cached_build(self.key_parts, build_into, self.root, overwrite=True, description="tokenizer")
+        self.overwrite = False
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the flags
+# ---------------------------------------------------------------------------------------------------------------
+STREAMING_TOKENIZER_SAMPLES = 100_000
+
+
+def cache_root(args, data_args) -> Path | None:
+    """Where the features of this data go: ``None`` (in memory) for a preset / a ``datasets`` name or
+    ``--cache_dir none``."""
+    if data_files_of(data_args) is None or (args.cache_dir or "").lower() == "none":
+        return None
+    return default_cache_root(args.cache_dir)
+
+
+def data_key(data_args, splits: dict, **extra) -> dict:
+    """The key parts every task shares: the data files' fingerprints and how the splits are drawn and capped."""
+    files = data_files_of(data_args)
+    return {
+        "files": file_fingerprints(files) if files else None,
+        "dataset_name": data_args.dataset_name,
+        "dataset_config_name": data_args.dataset_config_name,
+        "validation_split_percentage": data_args.validation_split_percentage,
+        "split_seed": data_args.split_seed,
+        "caps": [data_args.max_train_samples, data_args.max_eval_samples, data_args.max_predict_samples],
+        "splits": {name: len(dataset) for name, dataset in splits.items()},
+        **extra,
+    }
+
+
+def check_streaming(args, training_args, data_args) -> None:
+    """``RecipeError`` naming the flag for what a stream cannot do."""
+    from hf_seq.train_scripts.arguments import RecipeError
+
+    if not args.streaming:
+        return
+    if training_args.max_steps is None or training_args.max_steps <= 0:
+        raise RecipeError("`streaming` true needs `max_steps` > 0: a stream has no length to count epochs by")
+    if getattr(training_args, "train_sampling_strategy", None) in ("length_buckets", "group_by_length"):
+        raise RecipeError(
+            f"`streaming` true cannot use `train_sampling_strategy` {training_args.train_sampling_strategy!r}: the "
+            "lengths of a stream are not known in advance; use 'random' (the seeded shuffle buffer)"
+        )
+    if not data_args.train_file:
+        raise RecipeError("`streaming` true reads data files: pass `train_file` (csv, tsv, json, jsonl, parquet)")
+    if not data_args.validation_file:
+        raise RecipeError(
+            "`streaming` true needs `validation_file`: a `validation_split_percentage` hold-out cannot be drawn "
+            "from a stream"
+        )
+
+
+def stream_file(path: str, split: str):
+    """``datasets.load_dataset(<builder>, data_files=path, streaming=True)`` (an IterableDataset) of a data file."""
+    import datasets
+
+    from hf_seq.data import check_data_file
+
+    builder = check_data_file(path, f"{split}_file")
+    kwargs = {"sep": "\t"} if Path(path).suffix.lower() == ".tsv" else {}
+    return datasets.load_dataset(builder, data_files={split: str(path)}, split=split, streaming=True, **kwargs)
+
+
+def head_dataset(stream, n: int | None) -> Dataset:
+    """The first ``n`` rows of a stream (all when ``None``) as an in-memory ``Dataset`` (the capped evaluation
+    splits and the tokenizer's sample)."""
+    rows = stream if n is None else stream.take(n)
+    return Dataset.from_list(list(rows))
+
+
+def cached_tokenizer(root, task: str, key_parts: dict, overwrite: bool, build: Callable[[], Any]):
+    """A tokenizer built by ``build()`` on the training split, cached in ``<root>/<task>-tokenizer-<hash>`` (keyed
+    by the data and the tokenizer settings in ``key_parts``): the next run loads it instead of training it again.
+    Every run (the first too) uses the saved copy, so that the features' key (its fingerprint) is the same."""
+    from transformers import AutoTokenizer
+
+    cache = FeatureCache(root, f"{task}_tokenizer", key_parts, overwrite=overwrite)
+    saved = cache.load_extra("tokenizer")
+    if saved is None:
+        tokenizer = build()
+        if not cache.on_disk:
+            return tokenizer
+        cache.save_extras_only({"tokenizer": tokenizer.save_pretrained})
+        saved = cache.load_extra("tokenizer")
+    return AutoTokenizer.from_pretrained(saved)
+
+
+def tokenized_splits(
+    root,
+    task: str,
+    key_parts: dict,
+    splits: dict,
+    functions,
+    num_proc: int | None,
+    overwrite: bool,
+    features: dict | None = None,
+) -> dict[str, Dataset]:
+    """The features of ``splits``: read from the cache folder of ``key_parts`` when complete and sound, else
+    ``map``-ed (``functions``: one, or one per split) into it (in memory when ``root`` is ``None``)."""
+    cache = FeatureCache(root, task, key_parts, overwrite=overwrite)
+    features = cache.load(list(splits))
+    if features is not None:
+        logger.info("tokenized splits read from %s", cache.folder)
+        return features
+    logger.info("tokenizing %s (cache: %s)", ", ".join(splits), cache.folder or "in memory")
+    return cache.build(splits, functions, num_proc=num_proc, features=features)
+
+
+def label_features(splits: dict, column: str) -> dict:
+    """The type of a label column per split (a ``ClassLabel``'s names, or the Arrow type): part of a key."""
+    return {name: str(dataset.features[column]) for name, dataset in splits.items()}
+
+
+def token_counts(dataset: Dataset, column: str, minlength: int):
+    """``bincount`` of the ids of a list column, read from the Arrow values (no Python lists)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from hf_seq.samplers import _arrow_column
+
+    column = _arrow_column(dataset, column)
+    counts = np.zeros(minlength, dtype=np.int64)
+    for chunk in getattr(column, "chunks", [column]):  # chunk by chunk: no copy of all the ids at once
+        values = pc.list_flatten(chunk).to_numpy(zero_copy_only=False).astype(np.int64)
+        found = np.bincount(values, minlength=minlength)
+        if len(found) > len(counts):
+            counts = np.pad(counts, (0, len(found) - len(counts)))
+        counts[: len(found)] += found
+    return counts
+
+
+def tokenizer_settings(model_args, max_length, samples, pre_tokenizer: str = "whitespace_punct") -> dict:
+    """The settings that shape a tokenizer built by ``tokenizer_for``: part of its cache key."""
+    return {
+        "tokenizer": {
+            "kind": model_args.tokenizer_kind,
+            "vocab_size": model_args.tokenizer_vocab_size,
+            "lowercase": model_args.lowercase,
+            "min_frequency": model_args.tokenizer_min_frequency,
+            "padding_side": model_args.padding_side,
+            "truncation_side": model_args.truncation_side,
+            "model_max_length": max_length,
+            "samples": samples,
+            "pre_tokenizer": pre_tokenizer,
+        }
+    }
+
+
+def no_streaming(args, script: str) -> None:
+    """``RecipeError`` for ``--streaming true`` in a script that reads its data through the cache only."""
+    from hf_seq.train_scripts.arguments import RecipeError
+
+    if getattr(args, "streaming", False):
+        raise RecipeError(
+            f"`streaming` true is not available in {script} (train_translation and train_lm stream); its data is "
+            "tokenized once into the on-disk cache, which keeps memory flat: leave `streaming` false"
+        )
