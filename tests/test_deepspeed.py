@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import assert_same_outputs
+from launchers import free_port, losses, torchrun
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.skipif(
@@ -35,32 +35,6 @@ DRIVER = ROOT / "tests" / "deepspeed_driver.py"
 FAMILIES = ("bert_mlm", "transformer", "rnn_lm")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
 STAGES = [3, pytest.param(2, marks=pytest.mark.slow(reason="one more 2-process DeepSpeed launch, ~40 s"))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def torchrun(*args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(free_port()),
-        *args,
-    ]
-
-
-def losses(folder: Path) -> list[tuple[int, float]]:
-    history = json.loads((folder / "trainer_state.json").read_text())["log_history"]
-    return [(row["step"], row["loss"]) for row in history if "loss" in row]
 
 
 @pytest.fixture(scope="module")

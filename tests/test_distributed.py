@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from launchers import losses, torchrun
 from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,38 +50,18 @@ COMMON = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def logged_losses(output_dir: Path) -> list[tuple[int, float]]:
-    history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
-    return [(row["step"], row["loss"]) for row in history if "loss" in row]
-
-
 @pytest.mark.data
 def test_two_processes_log_the_same_losses_as_one_process_on_the_same_global_batch(tmp_path):
     ddp_dir, single_dir = tmp_path / "ddp", tmp_path / "single"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(free_port()),
+    command = torchrun(
         str(ROOT / "train_scripts/train_classifier.py"),
         *COMMON,
         "--output_dir",
         str(ddp_dir),
         "--per_device_train_batch_size",
         "4",
-    ]
+    )
     ddp = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     from hf_seq.train_scripts import train_classifier  # the single-process reference runs here meanwhile
@@ -91,7 +70,7 @@ def test_two_processes_log_the_same_losses_as_one_process_on_the_same_global_bat
     log, _ = ddp.communicate(timeout=600)
     assert ddp.returncode == 0, log[-5000:]
 
-    single, parallel = logged_losses(single_dir), logged_losses(ddp_dir)
+    single, parallel = losses(single_dir), losses(ddp_dir)
     assert [s for s, _ in single] == [s for s, _ in parallel] == list(range(1, STEPS + 1))
     for (step, a), (_, b) in zip(single, parallel):
         assert abs(a - b) <= 1e-5, (step, a, b)
@@ -138,16 +117,7 @@ def test_torchrun_two_processes_of_train_lm_share_the_work_and_write_one_card(tm
         files.append(str(tmp_path / f"{name}.txt"))
     out = tmp_path / "lm"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(free_port()),
+    command = torchrun(
         str(ROOT / "train_scripts/train_lm.py"),
         "--level",
         "char",
@@ -181,7 +151,7 @@ def test_torchrun_two_processes_of_train_lm_share_the_work_and_write_one_card(tm
         "2",
         "--disable_tqdm",
         "true",
-    ]
+    )
     run = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
     results = json.loads((out / "results.json").read_text())
