@@ -154,7 +154,7 @@ class StoredDocuments(Sequence):
 def tokenize_documents_to_store(documents: Iterable[Any], tokenizer, folder, batch_documents: int = 1000):
     """:func:`tokenize_documents` into a :class:`hf_seq.preprocessing.TokenStore` in ``folder`` (sentences as rows,
     empty sentences dropped as there), written in chunks: a :class:`StoredDocuments`."""
-    from hf_seq.preprocessing import TokenStoreWriter, make_encoder
+    from .preprocessing import TokenStoreWriter, make_encoder
 
     encoder = make_encoder(tokenizer)
     writer = TokenStoreWriter(folder, max(len(tokenizer), tokenizer.backend_tokenizer.get_vocab_size()))

@@ -166,48 +166,18 @@ TASK = Task(
 
 
 def pairs_of(dataset, src: str, tgt: str) -> tuple[list[str], list[str]]:
-    """(sources, targets) of a split: from its ``translation`` dicts, or from columns named ``src`` and ``tgt``;
-    ``DataError`` naming the file, the columns (or dict keys) it has and the first empty row otherwise."""
-    where = split_source(dataset)
-    if "translation" in dataset.column_names:
-        kind = dataset.data.column("translation").type
-        keys = [kind.field(i).name for i in range(kind.num_fields)] if pa.types.is_struct(kind) else None
-        if keys is None:
-            raise DataError(f"{where}: column 'translation' must hold {{language: text}} dicts, got {kind}")
-        missing = [lang for lang in (src, tgt) if lang not in keys]
-        if missing:
-            raise DataError(
-                f"{where}: the `translation` dicts have no key(s) {missing} (`source_lang` / `target_lang`); their "
-                f"keys are {keys}"
-            )
+    """(sources, targets) of a split as Python lists (checked by :func:`check_pairs` first): the in-memory reading
+    that the cached features replace, kept as their reference."""
+    if check_pairs(dataset, src, tgt) == ["translation"]:
         pairs = dataset["translation"]
-        sources, targets = [p[src] for p in pairs], [p[tgt] for p in pairs]
-    elif src in dataset.column_names and tgt in dataset.column_names:
-        sources, targets = list(dataset[src]), list(dataset[tgt])
-    else:
-        raise DataError(
-            f"{where} has neither a 'translation' column nor columns {src!r} and {tgt!r} (`source_lang` / "
-            f"`target_lang`); its columns are {dataset.column_names}"
-        )
-    for side, texts in ((src, sources), (tgt, targets)):
-        if any(not isinstance(t, str) for t in texts):
-            # located in the Arrow table: the file's rows in order (a held-out split shares its file's table)
-            table = dataset.data
-            if "translation" in dataset.column_names:
-                column = pc.struct_field(table.column("translation").combine_chunks(), side).to_pylist()
-            else:
-                column = table.column(side).to_pylist()
-            row = next(i for i, t in enumerate(column) if not isinstance(t, str))
-            raise DataError(
-                f"{row_location(dataset, row)}: no {side!r} text (got {column[row]!r}); every pair needs both sides"
-            )
-    return sources, targets
+        return [p[src] for p in pairs], [p[tgt] for p in pairs]
+    return list(dataset[src]), list(dataset[tgt])
 
 
 def check_pairs(dataset, src: str, tgt: str) -> list[str]:
     """The columns a split's pairs are read from (``["translation"]`` or ``[src, tgt]``), checked on the Arrow
-    table without reading the texts into Python: the same ``DataError`` as :func:`pairs_of` for missing columns or
-    keys, non-text columns, and the first empty row."""
+    table without reading the texts into Python: ``DataError`` naming the file for missing columns or keys,
+    non-text columns, and the first empty row."""
     where = split_source(dataset)
     table = dataset.data
     if "translation" in dataset.column_names:
