@@ -586,6 +586,24 @@ def _run_jobs(jobs: list[tuple], worker: Callable, num_workers: int) -> list:
         return pool.map(worker, jobs)
 
 
+def _tokenize_in_parts(
+    worker: Callable, jobs: list[tuple], folder: Path, vocab_size: int, append_id: int | None, num_workers: int
+) -> TokenStore:
+    """Run ``worker`` on each job (its arguments, then the folder it writes, ``vocab_size`` and ``append_id``): one
+    job writes ``folder`` itself; several write part folders, joined in order into ``folder`` and then removed."""
+    if len(jobs) == 1:
+        worker((*jobs[0], str(folder), vocab_size, append_id))
+        return TokenStore(folder)
+    parts = [folder.parent / f"{folder.name}.part{k}" for k in range(len(jobs))]
+    _run_jobs(
+        [(*job, str(part), vocab_size, append_id) for job, part in zip(jobs, parts, strict=True)], worker, num_workers
+    )
+    store = concatenate_stores([TokenStore(p) for p in parts], folder)
+    for part in parts:
+        shutil.rmtree(part, ignore_errors=True)
+    return store
+
+
 def tokenize_text_file(
     path: str | os.PathLike,
     tokenizer,
@@ -602,19 +620,8 @@ def tokenize_text_file(
     folder = Path(folder)
     num_workers = max(1, int(num_workers or 1))
     ranges = text_file_ranges(path, num_workers)
-    if num_workers == 1:
-        _tokenize_range((encoder, str(path), 0, ranges[0][1], str(folder), vocab_size, append_id))
-        return TokenStore(folder)
-    parts = [folder.parent / f"{folder.name}.part{k}" for k in range(len(ranges))]
-    jobs = [
-        (encoder, str(path), start, end, str(part), vocab_size, append_id)
-        for (start, end), part in zip(ranges, parts, strict=True)
-    ]
-    _run_jobs(jobs, _tokenize_range, num_workers)
-    store = concatenate_stores([TokenStore(p) for p in parts], folder)
-    for part in parts:
-        shutil.rmtree(part, ignore_errors=True)
-    return store
+    jobs = [(encoder, str(path), start, end) for start, end in ranges]
+    return _tokenize_in_parts(_tokenize_range, jobs, folder, vocab_size, append_id, num_workers)
 
 
 def iter_column_batches(dataset, column: str, batch_size: int = 10_000, start: int = 0, end: int | None = None):
@@ -652,16 +659,5 @@ def tokenize_dataset(
     num_workers = max(1, min(int(num_workers or 1), len(dataset) or 1))
     n = len(dataset)
     bounds = [n * k // num_workers for k in range(num_workers + 1)]
-    if num_workers == 1:
-        _tokenize_dataset_range((encoder, dataset, column, 0, n, str(folder), vocab_size, append_id))
-        return TokenStore(folder)
-    parts = [folder.parent / f"{folder.name}.part{k}" for k in range(num_workers)]
-    jobs = [
-        (encoder, dataset, column, bounds[k], bounds[k + 1], str(parts[k]), vocab_size, append_id)
-        for k in range(num_workers)
-    ]
-    _run_jobs(jobs, _tokenize_dataset_range, num_workers)
-    store = concatenate_stores([TokenStore(p) for p in parts], folder)
-    for part in parts:
-        shutil.rmtree(part, ignore_errors=True)
-    return store
+    jobs = [(encoder, dataset, column, bounds[k], bounds[k + 1]) for k in range(num_workers)]
+    return _tokenize_in_parts(_tokenize_dataset_range, jobs, folder, vocab_size, append_id, num_workers)

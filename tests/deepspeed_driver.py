@@ -16,7 +16,6 @@ a probe batch (computed by the DeepSpeed engine on every process).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ from transformers import TrainerCallback, TrainingArguments
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fsdp_driver import Rows, build_model, probe_batch, rows  # noqa: E402
+from fsdp_driver import Rows, build_model, probe_batch, rows, write_report  # noqa: E402
 from hf_seq.train_scripts.common import run_training, save_run  # noqa: E402
 from hf_seq.train_scripts.trainer import HfSeqTrainer  # noqa: E402
 
@@ -99,16 +98,8 @@ def main() -> None:
         with torch.no_grad():
             logits = trainer.model_wrapped(**probe_batch(family)).logits  # the engine, on every process
         save_run(trainer, args.output_dir, {"family": family}, command="tests/deepspeed_driver.py")
-        info = {**report.info, "world": world, "engine": type(trainer.model_wrapped).__name__}
-        gathered = [None] * world
-        if world > 1:
-            torch.distributed.all_gather_object(gathered, info)
-        else:
-            gathered = [info]
-        if trainer.is_world_process_zero():
-            report_dir.mkdir(parents=True, exist_ok=True)
-            (report_dir / f"{family}.json").write_text(json.dumps(gathered))
-            torch.save(logits, report_dir / f"{family}_logits.pt")
+        info = {**report.info, "engine": type(trainer.model_wrapped).__name__}
+        write_report(trainer, report_dir, family, info, logits, world)
 
 
 if __name__ == "__main__":

@@ -175,16 +175,22 @@ def main() -> None:
         with torch.no_grad():
             logits = trainer.model(**probe_batch(family)).logits  # the sharded model, on every process
         save_run(trainer, args.output_dir, {"family": family}, command="tests/fsdp_driver.py")
-        info = {"local": report.local, "total": report.total, "world": world}
-        gathered = [None] * world
-        if world > 1:
-            torch.distributed.all_gather_object(gathered, info)
-        else:
-            gathered = [info]
-        if trainer.is_world_process_zero():
-            report_dir.mkdir(parents=True, exist_ok=True)
-            (report_dir / f"{family}.json").write_text(json.dumps(gathered))
-            torch.save(logits, report_dir / f"{family}_logits.pt")
+        write_report(trainer, report_dir, family, {"local": report.local, "total": report.total}, logits, world)
+
+
+def write_report(trainer, report_dir: Path, family: str, info: dict, logits: torch.Tensor, world: int) -> None:
+    """Every process's ``info`` (plus the world size) gathered into ``<family>.json`` and the probe ``logits`` into
+    ``<family>_logits.pt``, written by the main process."""
+    info = {**info, "world": world}
+    gathered = [None] * world
+    if world > 1:
+        torch.distributed.all_gather_object(gathered, info)
+    else:
+        gathered = [info]
+    if trainer.is_world_process_zero():
+        report_dir.mkdir(parents=True, exist_ok=True)
+        (report_dir / f"{family}.json").write_text(json.dumps(gathered))
+        torch.save(logits, report_dir / f"{family}_logits.pt")
 
 
 if __name__ == "__main__":
