@@ -243,11 +243,12 @@ def unpadded(batch: dict) -> list[dict]:
     ]
 
 
-@pytest.mark.slow(reason="a 2-process torchrun of train_translation, ~40 s")
+@pytest.mark.slow(reason="two 2-process torchruns of train_translation, ~80 s")
 def test_torchrun_translation_processes_read_their_own_part_and_log_one_process_losses(tmp_path, monkeypatch):
     """The loss of a batch is the mean over its target tokens, per process: one process with 2 accumulated
-    micro-batches (process 0's batch, then process 1's) makes the same update and logs the same loss."""
-    argv = translation_args(tmp_path, "--shuffle_buffer_size", "16")
+    micro-batches (process 0's batch, then process 1's) makes the same update and logs the same loss. Resumed from
+    the step-2 checkpoint, every process trains on the same batches with the same losses."""
+    argv = translation_args(tmp_path, "--shuffle_buffer_size", "16", "--save_strategy", "steps", "--save_steps", "2")
     argv[argv.index("--output_dir") + 1] = str(tmp_path / "ddp")
     recorded = launch(tmp_path, "translation", argv)
     parsed = parse_args(train_translation.TASK, argv)
@@ -270,6 +271,17 @@ def test_torchrun_translation_processes_read_their_own_part_and_log_one_process_
     one, two = losses(tmp_path / "single"), losses(tmp_path / "ddp")
     assert [s for s, _ in one] == [s for s, _ in two] == list(range(1, 6)) and len({v for _, v in one}) > 1
     torch.testing.assert_close([v for _, v in two], [v for _, v in one], rtol=1e-5, atol=1e-6)
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(tmp_path / "ddp" / "checkpoint-2", resumed / "checkpoint-2")
+    argv = without(argv, "--overwrite_output_dir") + ["--resume_from_checkpoint", "last"]
+    argv[argv.index("--output_dir") + 1] = str(resumed)
+    again = launch(tmp_path, "translation", argv, record="record_resumed")
+    for rank in range(2):
+        assert len(again[rank]) == 3
+        for before, after in zip(recorded[rank][2:], again[rank]):
+            assert unpadded(before) == unpadded(after)
+    torch.testing.assert_close(losses(resumed)[-3:], two[2:], rtol=1e-6, atol=1e-7)
 
 
 if __name__ == "__main__":
