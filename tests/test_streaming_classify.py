@@ -127,3 +127,26 @@ def test_the_label_set_of_a_stream_is_fixed_before_training(tmp_path):
         train_classifier.main(["--train_file", files["--train_file"], *argv[4:]])
     with pytest.raises(RecipeError, match="streaming_split_by_node"):  # the first process reads the stream here
         train_classifier.main([*argv, "--streaming_split_by_node", "true"])
+
+
+def test_a_class_label_stream_and_a_given_tokenizer(tmp_path):
+    """A parquet ``ClassLabel`` column keeps its names (and their order) in the stream; a given tokenizer is used as
+    it is."""
+    from datasets import ClassLabel, Dataset, Features, Value
+
+    features = Features({"review": Value("string"), "stars": ClassLabel(names=["pos", "neg"])})
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for split, rows in (("train", reviews(24)), ("validation", reviews(8, start=24))):
+        Dataset.from_list(rows, features=features).to_parquet(folder / f"{split}.parquet")
+    files = ["--train_file", str(folder / "train.parquet"), "--validation_file", str(folder / "validation.parquet")]
+    base = [*files, *REVIEW_COLUMNS, *TINY_RNN, *COMMON, *STREAM]
+    first = train_classifier.main([*base, "--output_dir", str(tmp_path / "first")])
+    assert first["labels"] == ["pos", "neg"]
+    again = train_classifier.main(
+        [*base, "--tokenizer_name", str(tmp_path / "first"), "--output_dir", str(tmp_path / "b")]
+    )
+    assert again["vocab_size"] == first["vocab_size"]
+    torch.testing.assert_close(step_losses(tmp_path / "b"), step_losses(tmp_path / "first"), rtol=1e-6, atol=1e-7)
+    with pytest.raises(RecipeError, match="ClassLabel"):
+        train_classifier.main([*base, "--streaming_label_names", "neg", "pos", "--output_dir", str(tmp_path / "c")])
