@@ -219,6 +219,15 @@ class PreprocessingArguments:
             "preprocessing pass, constant memory; needs max_steps."
         },
     )
+    streaming_split_by_node: bool = field(
+        default=False,
+        metadata={
+            "help": "--streaming under torchrun / accelerate launch: each process reads and tokenizes its own part of "
+            "the stream (datasets.distributed.split_dataset_by_node; accelerate's dispatch_batches off) instead of "
+            "the first process reading every batch; another batch composition than one process (train_lm, "
+            "train_translation)."
+        },
+    )
     tokenizer_max_train_lines: int | None = field(
         default=None,
         metadata={"help": "Build the tokenizer on the first N training rows only (None: all rows)."},
@@ -239,6 +248,8 @@ class PreprocessingArguments:
             )
         if self.shuffle_buffer_size < 0:
             raise ValueError(f"`shuffle_buffer_size` must be >= 0, got {self.shuffle_buffer_size}")
+        if self.streaming_split_by_node and not self.streaming:
+            raise ValueError("`streaming_split_by_node` true needs `streaming` true (it splits the training stream)")
         parent = getattr(super(), "__post_init__", None)
         if parent is not None:
             parent()

@@ -253,12 +253,18 @@ def data_key(data_args, splits: dict, **extra) -> dict:
     }
 
 
-def check_streaming(args, training_args, data_args) -> None:
-    """``RecipeError`` naming the flag for what a stream cannot do."""
+def check_streaming(args, training_args, data_args, splits_by_node: bool = False) -> None:
+    """``RecipeError`` naming the flag for what a stream cannot do (``streaming_split_by_node`` unless the script
+    ``splits_by_node``)."""
     from hf_seq.train_scripts.arguments import RecipeError
 
     if not args.streaming:
         return
+    if getattr(args, "streaming_split_by_node", False) and not splits_by_node:
+        raise RecipeError(
+            "`streaming_split_by_node` true is for train_lm and train_translation; here the first process reads the "
+            "stream and dispatches the batches: leave it false"
+        )
     if training_args.max_steps is None or training_args.max_steps <= 0:
         raise RecipeError("`streaming` true needs `max_steps` > 0: a stream has no length to count epochs by")
     if getattr(training_args, "train_sampling_strategy", None) in ("length_buckets", "group_by_length"):
@@ -291,6 +297,50 @@ def head_dataset(stream, n: int | None) -> Dataset:
     splits and the tokenizer's sample)."""
     rows = stream if n is None else stream.take(n)
     return Dataset.from_list(list(rows))
+
+
+def split_by_node_setup(args, training_args) -> int:
+    """``--streaming_split_by_node``: the number of parts to split the training stream into (the world size; 1
+    without it) and accelerate's ``dispatch_batches`` turned off through ``training_args.accelerator_config``, so
+    that each process iterates its own part. ``RecipeError`` for the ``accelerator_config`` settings that would
+    read or split the stream another way (``dispatch_batches`` / ``split_batches`` true)."""
+    from hf_seq.train_scripts.arguments import RecipeError
+
+    if not getattr(args, "streaming_split_by_node", False):
+        return 1
+    config = training_args.accelerator_config
+    for name in ("dispatch_batches", "split_batches"):
+        if getattr(config, name, None):
+            raise RecipeError(
+                f"`streaming_split_by_node` true cannot use `accelerator_config` {name}=true: each process reads its "
+                f"own part of the stream; leave {name} unset (or false), or leave `streaming_split_by_node` false"
+            )
+    config.dispatch_batches = False
+    return max(1, int(training_args.world_size))
+
+
+def split_stream_by_node(stream, world_size: int, rows: Callable | None = None, features=None):
+    """The training stream as a ``datasets`` IterableDataset of ``world_size`` shards, shard ``k`` holding
+    ``datasets.distributed.split_dataset_by_node(stream, rank=k, world_size)`` (every ``world_size``-th row from
+    row ``k`` for one file) passed through ``rows`` (``part -> examples``; default: its rows). With ``n_shards`` equal
+    to the number of processes, accelerate's ``prepare_data_loader`` (``dispatch_batches`` off) gives process ``i``
+    the shard ``.shard(num_shards, index=i)``: the stream is split exactly once (an ``IterableDataset`` with fewer
+    shards would be cut a second time by ``IterableDatasetShard``), and only that process tokenizes its rows. A seeded
+    ``.shuffle`` on top also permutes which part each process reads per epoch (the same permutation on every process:
+    the parts stay disjoint)."""
+    import datasets
+    from datasets.distributed import split_dataset_by_node
+
+    def parts(part, source, world, make_rows):
+        for k in part:
+            own = split_dataset_by_node(source, rank=k, world_size=world) if world > 1 else source
+            yield from (own if make_rows is None else make_rows(own))
+
+    return datasets.IterableDataset.from_generator(
+        parts,
+        features=stream.features if features is None else features,
+        gen_kwargs={"part": list(range(world_size)), "source": stream, "world": world_size, "make_rows": rows},
+    )
 
 
 def cached_tokenizer(root, task: str, key_parts: dict, overwrite: bool, build: Callable[[], Any]):
@@ -371,12 +421,96 @@ def tokenizer_settings(model_args, max_length, samples, pre_tokenizer: str = "wh
     }
 
 
-def no_streaming(args, script: str) -> None:
-    """``RecipeError`` for ``--streaming true`` in a script that reads its data through the cache only."""
-    from hf_seq.train_scripts.arguments import RecipeError
+def streamed_task_splits(args, training_args, data_args):
+    """``--streaming`` for the classifier and the tagger: ``(train_stream, splits)``. ``train_stream`` is the
+    training file as a ``datasets`` IterableDataset (:func:`stream_file`); ``splits`` a ``DatasetDict`` whose
+    ``train`` is the first ``tokenizer_max_train_lines`` (default 100,000) rows of it in memory — the rows a built
+    tokenizer is trained on, the column checks and the word-dropout counts read — and whose ``validation`` (and
+    ``test``) are those files, read whole (``max_*_samples`` caps them later). ``RecipeError`` naming the flag for what
+    a stream cannot do (:func:`check_streaming`), ``DataError`` for an empty file."""
+    from datasets import DatasetDict
 
-    if getattr(args, "streaming", False):
+    from hf_seq.data import DataError
+
+    check_streaming(args, training_args, data_args)
+    stream = stream_file(data_args.train_file, "train")
+    splits = DatasetDict()
+    for split, path, source in (
+        ("train", data_args.train_file, stream),
+        ("validation", data_args.validation_file, None),
+        ("test", data_args.test_file, None),
+    ):
+        if not path:
+            continue
+        source = source if source is not None else stream_file(path, split)
+        cap = (args.tokenizer_max_train_lines or STREAMING_TOKENIZER_SAMPLES) if split == "train" else None
+        rows = list(source if cap is None else source.take(cap))
+        if not rows:
+            raise DataError(f"`{split}_file` {path} has no data rows")
+        features = source.features
+        splits[split] = Dataset.from_list(rows, features=features) if features is not None else Dataset.from_list(rows)
+        splits[split].info.description = str(path)
+    return stream, splits
+
+
+def streamed_label_names(splits, column: str, flag: str, given, nested: bool = False) -> list[str]:
+    """The label set of a stream, known before training: a ``ClassLabel`` column's names, else the labels of the
+    validation (and test) file, of the first training rows (``splits['train']``) and ``--streaming_label_names``,
+    ordered as the cached path orders them (numbers numerically, strings sorted). ``RecipeError`` naming
+    ``streaming_label_names`` when fewer than two labels are known."""
+    from datasets import ClassLabel
+    from hf_seq.train_scripts.arguments import RecipeError
+    from hf_seq.train_scripts.common import _label_strings
+
+    feature = splits["train"].features[column]
+    inner = getattr(feature, "feature", None) if nested else feature
+    if isinstance(inner, ClassLabel):
+        names = list(inner.names)
+        if given and list(given) != names:
+            raise RecipeError(
+                f"`streaming_label_names` {list(given)} differs from the names of the ClassLabel column {column!r} "
+                f"({names}): leave it out"
+            )
+        return names
+    seen = set(given or ())
+    for dataset in splits.values():
+        seen |= set(_label_strings(dataset, column, nested))
+    try:
+        names = sorted(seen, key=float)
+    except ValueError:
+        names = sorted(seen)
+    if len(names) < 2:
         raise RecipeError(
-            f"`streaming` true is not available in {script} (train_translation and train_lm stream); its data is "
-            "tokenized once into the on-disk cache, which keeps memory flat: leave `streaming` false"
+            f"`streaming` true needs the label set before training: the validation file and the first training rows "
+            f"have {names} in column {column!r} (`{flag}`); pass every label with `streaming_label_names`"
         )
+    return names
+
+
+def streamed_lookup(lookup: Callable, path: str, column: str, names: list[str]) -> Callable:
+    """``lookup`` (a label -> id) of a training stream's rows, with a ``DataError`` naming the file and the flag for a
+    label outside the set fixed before training."""
+    from hf_seq.data import DataError
+
+    def convert(value):
+        try:
+            return lookup(value)
+        except (KeyError, IndexError):
+            raise DataError(
+                f"`train_file` {path}: a row has label {value!r} in column {column!r} that the label set fixed before "
+                f"training does not have ({names[:30]}: the validation file's labels, the first training rows' and "
+                "`streaming_label_names`); add it to `streaming_label_names`"
+            ) from None
+
+    return convert
+
+
+def streamed_train_features(stream, encode: Callable, keys, data_args, args, seed: int):
+    """The training stream's features: its first ``max_train_samples`` rows, through the seeded shuffle buffer
+    (``shuffle_buffer_size``; seed + epoch), tokenized batch by batch by ``encode`` (``IterableDataset.map``), keeping
+    ``keys``."""
+    if data_args.max_train_samples is not None:
+        stream = stream.take(data_args.max_train_samples)
+    if args.shuffle_buffer_size > 0:
+        stream = stream.shuffle(seed=seed, buffer_size=args.shuffle_buffer_size)
+    return stream.map(encode, batched=True).select_columns(list(keys))

@@ -68,7 +68,10 @@ from hf_seq.train_scripts.features import (
     cached_tokenizer,
     data_key,
     label_features,
-    no_streaming,
+    streamed_label_names,
+    streamed_lookup,
+    streamed_task_splits,
+    streamed_train_features,
     token_counts,
     tokenized_splits,
     tokenizer_settings,
@@ -233,7 +236,21 @@ def coverage_results(coverage, encoded: dict, pad_id) -> dict | None:
 
 
 @dataclass
-class ClassifierArguments(WordVectorArguments, PreprocessingArguments, BudgetArguments):
+class StreamLabelArguments:
+    """The label set of ``--streaming true`` (classifier, tagger), which a stream cannot count before training."""
+
+    streaming_label_names: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "--streaming: labels (tagger: tags) the training stream may have besides those of the validation "
+            "file and of its first tokenizer_max_train_lines rows; the label set is known before training, a "
+            "training row with another label is an error"
+        },
+    )
+
+
+@dataclass
+class ClassifierArguments(StreamLabelArguments, WordVectorArguments, PreprocessingArguments, BudgetArguments):
     """Word dropout, pretrained word vectors (recurrent models) and the preprocessing (cache, workers)."""
 
     word_dropout: float = field(
@@ -394,6 +411,21 @@ def _sigmoid_head(model_args, names: list[str]) -> bool:
     return requested == 1
 
 
+def streamed_data_line(data_args, args, raw) -> str:
+    """The model card's words about a streamed training file."""
+    sizes = " / ".join(f"{len(raw[s])} {s}" for s in ("validation", "test") if s in raw)
+    return (
+        f"own data files, training file `{data_args.train_file}` streamed (shuffle buffer {args.shuffle_buffer_size}), "
+        + ", ".join(f"{s} `{raw[s].info.description}`" for s in ("validation", "test") if s in raw)
+        + f"; used: {sizes} rows"
+    )
+
+
+def in_memory(encoded: dict) -> dict:
+    """The splits held as ``Dataset`` (a streamed training split left out)."""
+    return {split: dataset for split, dataset in encoded.items() if isinstance(dataset, Dataset)}
+
+
 def main(argv: list[str] | None = None) -> dict:
     use_cpu_processes_without_gpu()
     model_args, data_args, args, training_args = parse_args(TASK, argv)
@@ -406,14 +438,19 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
     if previous is not None:  # a finished run asked to resume: nothing to do
         return previous
     set_seed(training_args.seed)
-    no_streaming(args, task.name)
     text, label = data_args.text_column_name, data_args.label_column_name
 
     # ---- data: columns and labels checked on every split before anything is built
-    raw = load_task_data(task, data_args)
+    if args.streaming:  # `train`: the stream's first rows (the tokenizer's sample); the label set fixed up front
+        stream, raw = streamed_task_splits(args, training_args, data_args)
+    else:
+        stream, raw = None, load_task_data(task, data_args)
     require_columns(raw, {"text_column_name": text, "label_column_name": label})
     require_text(raw, text, "text_column_name")
-    names = label_names(raw, label, "label_column_name")
+    if stream is not None:
+        names = streamed_label_names(raw, label, "label_column_name", args.streaming_label_names)
+    else:
+        names = label_names(raw, label, "label_column_name")
     if len(names) < 2:
         raise DataError(f"column {label!r} (`label_column_name`) has a single label {names}: nothing to classify")
     raw = cap_splits(raw, data_args)
@@ -427,7 +464,7 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
             "loaded one (`tokenizer_name` / `model_name_or_path`) or a sub-word one"
         )
     also_keep, extra_words, vectors = vocabulary_words(args, model_args, model_args.tokenizer_kind)
-    root = cache_root(args, data_args)
+    root = None if stream is not None else cache_root(args, data_args)  # streamed: the first rows, in memory
     base = data_key(data_args, raw, text=text, label=label, names=names, labels=label_features(raw, label))
 
     def build_tokenizer():  # trained from batches of the Arrow column, never one list of all the texts
@@ -475,6 +512,15 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         encoded["labels"] = [lookup(value) for value in batch[label]]
         return encoded
 
+    def encode_stream(batch, lookup):
+        bad = next((t for t in batch[text] if not isinstance(t, str)), "")
+        if bad != "":
+            raise DataError(
+                f"`train_file` {data_args.train_file}: a row has no text in column {text!r} (`text_column_name`): "
+                f"got {bad!r}"
+            )
+        return encode(batch, lookup)
+
     with training_args.main_process_first(desc="tokenizing"):  # one process builds the cache, the others read it
         encoded = tokenized_splits(
             root,
@@ -485,6 +531,13 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
             args.preprocessing_num_workers,
             args.overwrite_cache,
         )
+    dropout_counts = encoded["train"]  # streamed: the counts of the first rows
+    if stream is not None:
+        lookup = streamed_lookup(label_lookup(raw["train"], label, names), data_args.train_file, label, names)
+        encoded["train"] = streamed_train_features(
+            stream, partial(encode_stream, lookup=lookup), encoded["train"].column_names, data_args, args,
+            training_args.seed,
+        )  # fmt: skip
     collator = DataCollatorWithPadding(tokenizer, padding="max_length" if flatten else "longest", max_length=max_length)
     accuracy = load_metric("accuracy")
 
@@ -503,7 +556,7 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         processing_class=tokenizer,
         data_collator=collator,
         train_collator=word_dropout_collator(
-            collator, tokenizer, encoded["train"], args.word_dropout, seed=training_args.seed
+            collator, tokenizer, dropout_counts, args.word_dropout, seed=training_args.seed
         ),
         compute_metrics=compute_metrics,
         callbacks=[budget],
@@ -515,6 +568,8 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
     test = trainer.evaluate(encoded["test"], metric_key_prefix="test") if "test" in encoded else {}
 
     data_line = describe_data(data_args, raw)
+    if stream is not None:
+        data_line = streamed_data_line(data_args, args, raw)
     results = {
         "task": f"text classification, {len(names)} labels",
         "data": data_line,
@@ -531,12 +586,12 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         "best_checkpoint": trainer.state.best_model_checkpoint,
         "torch_threads": torch.get_num_threads(),
         "parameters": count_parameters(model),
-        "splits": {k: len(v) for k, v in raw.items()},
+        "splits": {k: None if k == "train" and stream is not None else len(v) for k, v in raw.items()},
         "vocab_size": len(tokenizer),
         "model_name_or_path": model_args.model_name_or_path,
         "pretrained_embeddings": args.pretrained_embeddings,
         "pretrained_vocab_coverage": None if coverage is None else coverage.coverage,
-        "pretrained_coverage": coverage_results(coverage, encoded, tokenizer.pad_token_id),
+        "pretrained_coverage": coverage_results(coverage, in_memory(encoded), tokenizer.pad_token_id),
         "model_type": model.config.model_type,
         "model_config": model.config.to_diff_dict(),
     }

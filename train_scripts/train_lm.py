@@ -30,6 +30,7 @@ carried ones (the self-attention LSTM is evaluated per window: its tape would sp
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import itertools
@@ -63,6 +64,7 @@ from hf_seq.train_scripts.common import (
     training_command,
     use_cpu_processes_without_gpu,
 )
+from hf_seq.train_scripts.features import split_by_node_setup, split_stream_by_node
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 from torch.utils.data import Subset
 from transformers import set_seed
@@ -432,7 +434,8 @@ class LMStreamWindows(torch.utils.data.IterableDataset):
     ``segment_length`` as there; memory stays constant). ``shuffle_buffer_size`` > 0 draws them through a seeded
     shuffle buffer (seed + epoch). ``set_epoch`` is called by ``Trainer``; the stream restarts each epoch, so a
     resumed run that skips the batches already seen gets the same batches as an uninterrupted one. Under several
-    processes the batches are read by the first process and dispatched (``accelerate``'s ``dispatch_batches``)."""
+    processes the batches are read by the first process and dispatched (``accelerate``'s ``dispatch_batches``), or,
+    with ``--streaming_split_by_node``, each process reads its own part (:meth:`split_by_node`)."""
 
     def __init__(
         self,
@@ -467,6 +470,27 @@ class LMStreamWindows(torch.utils.data.IterableDataset):
                 start += self.stride
             carried = carried[start:]
 
+    def split_by_node(self, world_size: int):
+        """``--streaming_split_by_node``: a ``datasets`` IterableDataset of ``world_size`` shards
+        (:func:`hf_seq.train_scripts.features.split_stream_by_node`); shard ``k`` holds the windows of the rows
+        ``split_dataset_by_node`` gives rank ``k``, tokenized and cut by the process that reads it (its own token
+        stream: the windows are not those of the whole stream). ``shuffle_buffer_size`` > 0: ``datasets``' seeded
+        shuffle buffer (seed + epoch, which ``Trainer`` sets) over each process's windows."""
+        from datasets import Features, List, Value
+
+        def part_windows(part):
+            own = copy.copy(self)
+            own.source = part
+            for window in own.windows():
+                window = window.numpy()
+                yield {"input_ids": window, "labels": window}
+
+        features = Features({"input_ids": List(Value("int64")), "labels": List(Value("int64"))})
+        stream = split_stream_by_node(self.source, world_size, part_windows, features)
+        if self.shuffle_buffer_size:
+            stream = stream.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer_size)
+        return stream.with_format("torch")
+
     def __iter__(self):
         windows = self.windows()
         if self.shuffle_buffer_size:
@@ -485,10 +509,14 @@ class LMStreamWindows(torch.utils.data.IterableDataset):
             yield {"input_ids": window, "labels": window}
 
 
-def prepare_lm_stream(args: LMArguments, model_args, data_args, training_args=None) -> tuple[LMData, LMStreamWindows]:
+def prepare_lm_stream(
+    args: LMArguments, model_args, data_args, training_args=None, world_size: int | None = None
+) -> tuple[LMData, LMStreamWindows]:
     """``--streaming``: the training file as a ``datasets`` IterableDataset (``load_dataset(..., streaming=True)``,
     no preprocessing pass), the tokenizer given or built on its first ``tokenizer_max_train_lines`` rows; the
-    validation and test files tokenized into the cache as usual (they are needed whole)."""
+    validation and test files tokenized into the cache as usual (they are needed whole). With
+    ``--streaming_split_by_node`` the windows are :meth:`LMStreamWindows.split_by_node` of ``world_size`` parts
+    (default: the run's processes)."""
     import datasets
 
     if data_args.dataset_name or not data_args.train_file:
@@ -525,12 +553,18 @@ def prepare_lm_stream(args: LMArguments, model_args, data_args, training_args=No
     eval_model_args.tokenizer_name = str(saved)
     try:
         data = prepare_lm_data(
-            dataclasses.replace(args, streaming=False), eval_model_args, eval_data_args, training_args
+            dataclasses.replace(args, streaming=False, streaming_split_by_node=False),
+            eval_model_args,
+            eval_data_args,
+            training_args,
         )
     finally:
         shutil.rmtree(saved, ignore_errors=True)
     data.stores.pop("train", None)
-    data.data_line = f"own data files: train `{data_args.train_file}` (streamed), " + data.data_line.split(", ", 1)[-1]
+    streamed = "streamed, split by process" if args.streaming_split_by_node else "streamed"
+    data.data_line = (
+        f"own data files: train `{data_args.train_file}` ({streamed}), " + data.data_line.split(", ", 1)[-1]
+    )
     data.tokenizer = tokenizer
     windows = LMStreamWindows(
         source,
@@ -542,6 +576,9 @@ def prepare_lm_stream(args: LMArguments, model_args, data_args, training_args=No
         args.shuffle_buffer_size,
         training_args.seed if training_args is not None else 0,
     )
+    if args.streaming_split_by_node:
+        world = split_by_node_setup(args, training_args) if training_args is not None else 1
+        return data, windows.split_by_node(world_size or world)
     return data, windows
 
 
@@ -672,7 +709,8 @@ def main(argv: list[str] | None = None) -> dict:
     windows = "streamed" if args.streaming else f"{len(train_set):,}"
     print(
         f"vocabulary {len(tokenizer)}, {num_params:,} parameters, {windows} training windows of "
-        f"{args.segment_length}+1 tokens (stride {train_set.stride}), {train_tokens or 'streamed'} training tokens"
+        f"{args.segment_length}+1 tokens (stride {args.stride or args.segment_length}), "
+        f"{train_tokens or 'streamed'} training tokens"
     )
 
     budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)

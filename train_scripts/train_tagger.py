@@ -51,17 +51,23 @@ from hf_seq.train_scripts.features import (
     cached_tokenizer,
     data_key,
     label_features,
-    no_streaming,
+    streamed_label_names,
+    streamed_lookup,
+    streamed_task_splits,
+    streamed_train_features,
     tokenized_splits,
     tokenizer_settings,
 )
 from hf_seq.train_scripts.train_classifier import (
+    StreamLabelArguments,
     TrainCollatorTrainer,
     WordVectorArguments,
     apply_word_vectors,
     check_word_vector_arguments,
     count_parameters,
     coverage_results,
+    in_memory,
+    streamed_data_line,
     vocabulary_words,
     word_dropout_collator,
 )
@@ -73,7 +79,7 @@ from hf_seq.preprocessing import tokenizer_fingerprint
 
 
 @dataclass
-class TaggerArguments(WordVectorArguments, PreprocessingArguments, BudgetArguments):
+class TaggerArguments(StreamLabelArguments, WordVectorArguments, PreprocessingArguments, BudgetArguments):
     """Word dropout, pretrained word vectors (recurrent models) and the preprocessing (cache, workers)."""
 
     word_dropout: float = field(
@@ -144,18 +150,23 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
     if previous is not None:  # a finished run asked to resume: nothing to do
         return previous
     set_seed(training_args.seed)
-    no_streaming(args, task.name)
     words, tags = tagger_columns(data_args)
-    raw = load_task_data(task, data_args)
+    if args.streaming:  # `train`: the stream's first rows (the tokenizer's sample); the tag set fixed up front
+        stream, raw = streamed_task_splits(args, training_args, data_args)
+    else:
+        stream, raw = None, load_task_data(task, data_args)
     require_columns(raw, {"tokens_column_name": words, "tags_column_name": tags})
     require_text(raw, words, "tokens_column_name", words=True)
-    names = label_names(raw, tags, "tags_column_name", nested=True)
+    if stream is not None:
+        names = streamed_label_names(raw, tags, "tags_column_name", args.streaming_label_names, nested=True)
+    else:
+        names = label_names(raw, tags, "tags_column_name", nested=True)
     require_one_tag_per_word(raw, words, tags)
     raw = cap_splits(raw, data_args)
     max_length = data_args.max_seq_length
 
     also_keep, extra_words, vectors = vocabulary_words(args, model_args, model_args.tokenizer_kind)
-    root = cache_root(args, data_args)
+    root = None if stream is not None else cache_root(args, data_args)  # streamed: the first rows, in memory
     base = data_key(data_args, raw, words=words, tags=tags, names=names, labels=label_features(raw, tags))
 
     def build_tokenizer():
@@ -206,6 +217,15 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         enc["labels"] = labels
         return enc
 
+    def encode_stream(batch, lookup):
+        for row_words, row_tags in zip(batch[words], batch[tags]):
+            if not isinstance(row_words, list) or not isinstance(row_tags, list) or len(row_words) != len(row_tags):
+                raise DataError(
+                    f"`train_file` {data_args.train_file}: a row has {row_words!r} words and {row_tags!r} tags; every "
+                    f"word ({words!r}, `tokens_column_name`) needs one tag ({tags!r}, `tags_column_name`)"
+                )
+        return encode(batch, lookup)
+
     with training_args.main_process_first(desc="tokenizing"):  # one process builds the cache, the others read it
         encoded = tokenized_splits(
             root,
@@ -220,9 +240,17 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
             args.overwrite_cache,
         )
     collator = DataCollatorForTokenClassification(tokenizer)
-    train_collator = word_dropout_collator(
+    train_collator = word_dropout_collator(  # streamed: the counts of the first rows
         collator, tokenizer, encoded["train"], args.word_dropout, seed=training_args.seed
     )
+    if stream is not None:
+        lookup = streamed_lookup(
+            label_lookup(raw["train"], tags, names, nested=True), data_args.train_file, tags, names
+        )
+        encoded["train"] = streamed_train_features(
+            stream, partial(encode_stream, lookup=lookup), encoded["train"].column_names, data_args, args,
+            training_args.seed,
+        )  # fmt: skip
     accuracy = load_metric("accuracy")
     unk_id = tokenizer.unk_token_id
 
@@ -264,6 +292,8 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         test = dict(prediction.metrics, test_tokens=int((prediction.label_ids != -100).sum()))
 
     data_line = describe_data(data_args, raw, unit="sentences")
+    if stream is not None:
+        data_line = streamed_data_line(data_args, args, raw)
     results = {
         "task": f"token classification, {len(names)} tags (column {tags!r})",
         "data": data_line,
@@ -282,11 +312,11 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         "best_checkpoint": trainer.state.best_model_checkpoint,
         "torch_threads": torch.get_num_threads(),
         "parameters": count_parameters(model),
-        "splits": {k: len(v) for k, v in raw.items()},
+        "splits": {k: None if k == "train" and stream is not None else len(v) for k, v in raw.items()},
         "vocab_size": len(tokenizer),
         "model_name_or_path": model_args.model_name_or_path,
         "pretrained_embeddings": args.pretrained_embeddings,
-        "pretrained_coverage": coverage_results(coverage, encoded, tokenizer.pad_token_id),
+        "pretrained_coverage": coverage_results(coverage, in_memory(encoded), tokenizer.pad_token_id),
         "model_type": model.config.model_type,
         "tags": names,
     }

@@ -67,6 +67,8 @@ from hf_seq.train_scripts.features import (
     check_streaming,
     data_key,
     head_dataset,
+    split_by_node_setup,
+    split_stream_by_node,
     stream_file,
 )
 from hf_seq.train_scripts.trainer import HfSeqSeq2SeqTrainer
@@ -485,11 +487,13 @@ def cached_features(model_args, data_args, args, training_args, src: str, tgt: s
     return tokenizer, tokenized, pairs, describe_data(data_args, DatasetDict(tokenized), unit="pairs")
 
 
-def streamed_features(model_args, data_args, args, training_args, src: str, tgt: str):
+def streamed_features(model_args, data_args, args, training_args, src: str, tgt: str, world_size: int | None = None):
     """The same four things for ``--streaming true``: the training file as a seeded, shuffled, tokenized
     ``IterableDataset`` (tokenized on the fly by ``IterableDataset.map``); the (capped) validation / test files in
-    memory; a tokenizer given, or built on the first ``tokenizer_train_samples`` (default 100000) training rows."""
-    check_streaming(args, training_args, data_args)
+    memory; a tokenizer given, or built on the first ``tokenizer_train_samples`` (default 100000) training rows.
+    ``--streaming_split_by_node``: the training rows split into ``world_size`` parts (default: the run's processes),
+    one per process (:func:`hf_seq.train_scripts.features.split_stream_by_node`), each tokenized by its process."""
+    check_streaming(args, training_args, data_args, splits_by_node=True)
     train_stream = stream_file(data_args.train_file, "train")
     first = next(iter(train_stream.take(1)), None)
     if first is None:
@@ -544,6 +548,9 @@ def streamed_features(model_args, data_args, args, training_args, src: str, tgt:
         del head
     if data_args.max_train_samples is not None:
         train_stream = train_stream.take(data_args.max_train_samples)
+    if args.streaming_split_by_node:  # the first max_train_samples rows of the file, split between the processes
+        world = split_by_node_setup(args, training_args)  # dispatch_batches off; the number of processes
+        train_stream = split_stream_by_node(train_stream, world_size or world)
     if args.shuffle_buffer_size > 0:
         train_stream = train_stream.shuffle(seed=training_args.seed, buffer_size=args.shuffle_buffer_size)
     features = ["input_ids", "attention_mask", "labels"]
@@ -560,8 +567,9 @@ def streamed_features(model_args, data_args, args, training_args, src: str, tgt:
         pairs[split] = (list(mapped["source_text"]), list(mapped["target_text"]))
         tokenized[split] = mapped.remove_columns(TEXT_COLUMNS)
     sizes = " / ".join(str(len(tokenized[s])) for s in ("validation", "test") if s in tokenized)
+    split = ", split by process" if args.streaming_split_by_node else ""
     data_line = (
-        f"own data files, training file streamed (shuffle buffer {args.shuffle_buffer_size}): train "
+        f"own data files, training file streamed (shuffle buffer {args.shuffle_buffer_size}{split}): train "
         f"`{data_args.train_file}`, validation `{data_args.validation_file}`"
         + (f", test `{data_args.test_file}`" if data_args.test_file else "")
         + f"; used: {sizes} {' / '.join(s for s in ('validation', 'test') if s in tokenized)} pairs"
