@@ -20,6 +20,7 @@ from .validation import (
 
 POOLINGS = ("last", "mean", "max", "flatten")
 INPUT_ENCODINGS = ("embedding", "one_hot")
+PROJECTION_ACTIVATIONS = ("linear", "tanh", "relu", "gelu")
 
 
 class HfSeqRNNConfig(PretrainedConfig):
@@ -57,6 +58,19 @@ class HfSeqRNNConfig(PretrainedConfig):
         embedding_dropout: dropout on the word vectors.
         freeze_embeddings: keep the embedding table fixed during training (pretrained word vectors, see
             ``load_pretrained_embeddings``).
+        trainable_embedding_size: None (default) or the width of a second embedding table (``vocab_size`` rows,
+            always trainable, the models' own initialisation) whose vectors are concatenated after the word vectors:
+            the "two-channel" input of Kim (2014), a frozen pretrained channel beside one learned from the task
+            data. The embedding layer's output (and ``inputs_embeds``) is then ``embedding_size +
+            trainable_embedding_size`` wide (``config.embedding_output_size``). ``resize_token_embeddings`` resizes
+            both tables.
+        embedding_projection_size: None (default: the word vectors go straight into the recurrent stack) or the
+            width of a trainable ``Linear(embedding_output_size → embedding_projection_size)`` between the embedding
+            (after its dropout) and the recurrent stack, e.g. to train a mapping of frozen pretrained vectors; the
+            recurrent stack (and ``cell="none"``'s features) then see vectors of this width. ``inputs_embeds``
+            go through it too.
+        embedding_projection_activation: the nonlinearity after that projection: "linear" (none), "tanh", "relu",
+            "gelu". Only read with ``embedding_projection_size``.
         implementation: "fused" (``torch.nn`` kernels) or "cell" (the notes' explicit per-step equations).
         initializer_range: std of the normal initialisation of embeddings and linear heads.
         pad_token_id: id of the padding token (its embedding row is zero and untrained).
@@ -90,6 +104,9 @@ class HfSeqRNNConfig(PretrainedConfig):
         dropout: float = 0.0,
         embedding_dropout: float = 0.0,
         freeze_embeddings: bool = False,
+        embedding_projection_size: int | None = None,
+        trainable_embedding_size: int | None = None,
+        embedding_projection_activation: str = "linear",
         implementation: str = "fused",
         initializer_range: float = 0.1,
         pad_token_id: int | None = 0,
@@ -115,6 +132,9 @@ class HfSeqRNNConfig(PretrainedConfig):
         self.dropout = dropout
         self.embedding_dropout = embedding_dropout
         self.freeze_embeddings = freeze_embeddings
+        self.embedding_projection_size = embedding_projection_size
+        self.trainable_embedding_size = trainable_embedding_size
+        self.embedding_projection_activation = embedding_projection_activation
         self.implementation = implementation
         self.initializer_range = initializer_range
         self.input_encoding = input_encoding
@@ -143,6 +163,9 @@ class HfSeqRNNConfig(PretrainedConfig):
                 '`pooling="last"` needs a recurrent `cell`; with `cell="none"` use one of ["mean", "max", "flatten"]'
             )
         check_choice("implementation", self.implementation, IMPLEMENTATIONS)
+        check_positive_int("embedding_projection_size", self.embedding_projection_size, allow_none=True)
+        check_positive_int("trainable_embedding_size", self.trainable_embedding_size, allow_none=True)
+        check_choice("embedding_projection_activation", self.embedding_projection_activation, PROJECTION_ACTIVATIONS)
         for name in ("bidirectional", "freeze_embeddings"):
             check_bool(name, getattr(self, name))
         check_probability("dropout", self.dropout)
@@ -175,9 +198,22 @@ class HfSeqRNNConfig(PretrainedConfig):
         return 2 if self.bidirectional and self.cell != "none" else 1
 
     @property
+    def embedding_output_size(self) -> int:
+        """Width of the embedding layer's output: ``embedding_size`` (+ ``trainable_embedding_size``)."""
+        return self.embedding_size + (getattr(self, "trainable_embedding_size", None) or 0)
+
+    @property
+    def encoder_input_size(self) -> int:
+        """Width of the vectors the recurrent stack reads: ``embedding_projection_size`` if set, else
+        ``embedding_output_size``."""
+        projection = getattr(self, "embedding_projection_size", None)  # absent from configs saved before the field
+        return self.embedding_output_size if projection is None else projection
+
+    @property
     def feature_size(self) -> int:
-        """Width of ``last_hidden_state``: ``embedding_size`` for cell "none", else ``num_directions*hidden_size``."""
-        return self.embedding_size if self.cell == "none" else self.num_directions * self.hidden_size
+        """Width of ``last_hidden_state``: ``encoder_input_size`` for cell "none", else
+        ``num_directions*hidden_size``."""
+        return self.encoder_input_size if self.cell == "none" else self.num_directions * self.hidden_size
 
 
 # The former name, kept as an alias: imports of it and old folders whose auto_map names
@@ -185,4 +221,4 @@ class HfSeqRNNConfig(PretrainedConfig):
 # take a class called "RNNConfig" for one of its own, hence the new name.
 RNNConfig = HfSeqRNNConfig
 
-__all__ = ["HfSeqRNNConfig", "RNNConfig", "POOLINGS", "INPUT_ENCODINGS"]
+__all__ = ["HfSeqRNNConfig", "RNNConfig", "POOLINGS", "INPUT_ENCODINGS", "PROJECTION_ACTIVATIONS"]

@@ -1,7 +1,7 @@
 """Recurrent family as native ``transformers`` models: embedding → ``RecurrentStack`` → pooling → head.
 
 Classes: ``RNNPreTrainedModel`` (plumbing), ``RNNEmbeddings`` (learned table or the notes' fixed one-hot
-``OneHotEmbedding``), ``RNNPooler``, ``RNNModel`` (base), ``RNNForSequenceClassification``,
+``OneHotEmbedding``), ``RNNEmbeddingProjection`` (optional), ``RNNPooler``, ``RNNModel`` (base), ``RNNForSequenceClassification``,
 ``RNNForTokenClassification``, and the language model ``RNNForCausalLM`` whose recurrent state is the generation cache
 (``RNNCache``). Every variant of the notes (logistic regression on flattened embeddings, SimpleRNN, LSTM, GRU, stacked,
 bidirectional, the self-attention LSTM, the char-level text generator) is an ``HfSeqRNNConfig`` value.
@@ -40,10 +40,11 @@ class RNNModelOutput(ModelOutput):
     """Output of :class:`RNNModel`.
 
     Args:
-        last_hidden_state: (B, T, F) features of the top layer (F = num_directions * hidden_size, or embedding_size
-            for ``cell="none"``); zero at padded positions.
+        last_hidden_state: (B, T, F) features of the top layer (F = num_directions * hidden_size, or
+            ``config.encoder_input_size`` for ``cell="none"``); zero at padded positions.
         pooler_output: (B, P) the sequence vector chosen by ``config.pooling`` (None without a pooler).
-        hidden_states: embedding output followed by every recurrent layer's outputs (when asked).
+        hidden_states: embedding output (after ``embedding_projection``, if any) followed by every recurrent layer's
+            outputs (when asked).
         final_state: the recurrent state after each sequence's last real token, tuple of
             (num_layers * num_directions, B, H) tensors — ``(h,)`` or ``(h, c)``; None for ``cell="none"``.
     """
@@ -140,6 +141,19 @@ class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.base_model.embeddings.word_embeddings = value
 
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        """Resize the vocabulary; the second, trainable table (``config.trainable_embedding_size``) is resized too."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        layer = self.base_model.embeddings
+        channel = layer.trainable_embeddings
+        if channel is not None and channel.num_embeddings != embeddings.num_embeddings:
+            layer.trainable_embeddings = self._get_resized_embeddings(
+                channel, embeddings.num_embeddings, mean_resizing=mean_resizing
+            )
+        return embeddings
+
     def load_pretrained_embeddings(self, vectors, freeze: bool = True) -> None:
         """Copy pretrained word vectors into the embedding table and optionally freeze it (the notes' "pretrain,
         keep the embedding, freeze it").
@@ -200,12 +214,35 @@ class RNNEmbeddings(nn.Module):
         self.freeze = bool(config.freeze_embeddings) and isinstance(self.word_embeddings, nn.Embedding)
         if self.freeze:
             self.word_embeddings.weight.requires_grad_(False)
+        extra = getattr(config, "trainable_embedding_size", None)
+        self.trainable_embeddings = (
+            None if extra is None else nn.Embedding(config.vocab_size, extra, padding_idx=config.pad_token_id)
+        )
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.freeze:  # detached: no gradient even if a loader re-created the parameter with requires_grad=True
             table = self.word_embeddings
-            return self.dropout(F.embedding(input_ids, table.weight.detach(), table.padding_idx))  # (B, T, E)
-        return self.dropout(self.word_embeddings(input_ids))  # (B, T, E)
+            vectors = F.embedding(input_ids, table.weight.detach(), table.padding_idx)  # (B, T, E)
+        else:
+            vectors = self.word_embeddings(input_ids)  # (B, T, E)
+        if self.trainable_embeddings is not None:
+            vectors = torch.cat([vectors, self.trainable_embeddings(input_ids)], dim=-1)  # (B, T, E + K)
+        return self.dropout(vectors)
+
+
+class RNNEmbeddingProjection(nn.Module):
+    """``config.embedding_projection_size``: a trainable ``Linear(E → P)`` + optional nonlinearity between the word
+    vectors and the recurrent stack (a learned mapping of frozen pretrained vectors, for instance)."""
+
+    _activations = {"linear": nn.Identity, "tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
+
+    def __init__(self, config: HfSeqRNNConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.embedding_output_size, config.embedding_projection_size)
+        self.activation = self._activations[config.embedding_projection_activation]()
+
+    def forward(self, embedded: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.dense(embedded))  # (B, T, E) -> (B, T, P)
 
 
 class RNNPooler(nn.Module):
@@ -250,12 +287,16 @@ class RNNModel(RNNPreTrainedModel):
     def __init__(self, config: HfSeqRNNConfig, add_pooling_layer: bool = True) -> None:
         super().__init__(config)
         self.embeddings = RNNEmbeddings(config)
+        # absent (None) unless the config asks for it, so folders saved without the field load unchanged
+        self.embedding_projection = (
+            RNNEmbeddingProjection(config) if getattr(config, "embedding_projection_size", None) is not None else None
+        )
         self.encoder = (
             None
             if config.cell == "none"
             else RecurrentStack(
                 config.cell,
-                config.embedding_size,
+                config.encoder_input_size,
                 config.hidden_size,
                 num_layers=config.num_layers,
                 bidirectional=config.bidirectional,
@@ -278,9 +319,9 @@ class RNNModel(RNNPreTrainedModel):
                 raise ValueError(f"`input_ids` must not be empty, got shape {tuple(input_ids.shape)}")
             batch_size, seq_len = input_ids.shape
         else:
-            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.embedding_size:
+            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.embedding_output_size:
                 raise ValueError(
-                    f"`inputs_embeds` must have shape (batch, seq_len, {self.config.embedding_size}), "
+                    f"`inputs_embeds` must have shape (batch, seq_len, {self.config.embedding_output_size}), "
                     f"got {tuple(inputs_embeds.shape)}"
                 )
             batch_size, seq_len = inputs_embeds.shape[:2]
@@ -319,6 +360,8 @@ class RNNModel(RNNPreTrainedModel):
         )
         self._check_inputs(input_ids, attention_mask, inputs_embeds)
         embedded = self.embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # (B, T, E)
+        if self.embedding_projection is not None:
+            embedded = self.embedding_projection(embedded)  # (B, T, P)
         mask = None
         if attention_mask is not None:
             mask = attention_mask if attention_mask.dtype == torch.bool else attention_mask != 0  # (B, T)

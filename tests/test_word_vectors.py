@@ -298,3 +298,157 @@ def test_train_classifier_with_frozen_vectors_and_their_vocabulary(tmp_path, cap
 def _tags_file(tmp_path):
     rows = [{"tokens": t.split(), "tags": (["X", "Y"] * 4)[: len(t.split())]} for t in TEXTS * 4]
     (tmp_path / "tags.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+
+
+def projected_model(tokenizer, activation="tanh"):
+    config = HfSeqRNNConfig(
+        vocab_size=len(tokenizer),
+        embedding_size=4,
+        embedding_projection_size=10,
+        embedding_projection_activation=activation,
+        hidden_size=6,
+        cell="lstm",
+        bidirectional=True,
+        num_labels=2,
+        pad_token_id=tokenizer.pad_token_id,
+        freeze_embeddings=True,
+    )
+    return RNNForSequenceClassification(config)
+
+
+def test_projection_over_frozen_vectors_trains_and_round_trips(tmp_path, tokenizer):
+    torch.manual_seed(0)
+    model = projected_model(tokenizer)
+    init_embeddings_from_vectors(model, tokenizer, write_glove(tmp_path / "glove.txt"), freeze=True)
+    assert model.rnn.encoder.layers[0].input_size == 10  # the LSTM reads the projected vectors
+    frozen = model.get_input_embeddings().weight.detach().clone()
+    projection = model.rnn.embedding_projection.dense.weight.detach().clone()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    for _ in range(3):
+        model(**batch, labels=torch.tensor([0, 1, 1])).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert torch.equal(model.get_input_embeddings().weight, frozen)  # the frozen rows did not move
+    assert not torch.equal(model.rnn.embedding_projection.dense.weight, projection)  # the projection trained
+    model.eval()
+    with torch.no_grad():
+        logits = model(**batch).logits
+        # the projection is what the recurrent stack reads: inputs_embeds (E wide) go through it too
+        vectors = model.get_input_embeddings()(batch["input_ids"])
+        from_vectors = model(inputs_embeds=vectors, attention_mask=batch["attention_mask"]).logits
+    torch.testing.assert_close(from_vectors, logits, rtol=1e-6, atol=1e-6)
+    model.save_pretrained(tmp_path / "saved")
+    again = RNNForSequenceClassification.from_pretrained(tmp_path / "saved").eval()
+    assert again.config.embedding_projection_size == 10 and again.config.embedding_projection_activation == "tanh"
+    assert {k: v.shape for k, v in again.state_dict().items()} == {k: v.shape for k, v in model.state_dict().items()}
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(again.state_dict()[name], tensor), name
+    with torch.no_grad():
+        torch.testing.assert_close(again(**batch).logits, logits, rtol=1e-6, atol=1e-6)
+
+
+def test_folder_saved_without_the_projection_fields_loads_unchanged(tmp_path, tokenizer):
+    torch.manual_seed(0)
+    model = tiny_model(tokenizer, freeze=True).eval()
+    model.save_pretrained(tmp_path / "old")
+    config_file = tmp_path / "old" / "config.json"
+    fields = json.loads(config_file.read_text())
+    for name in ("embedding_projection_size", "embedding_projection_activation", "trainable_embedding_size"):
+        fields.pop(name, None)  # as written before the fields existed
+    config_file.write_text(json.dumps(fields))
+    again = RNNForSequenceClassification.from_pretrained(tmp_path / "old").eval()
+    assert again.config.embedding_projection_size is None and again.rnn.embedding_projection is None
+    assert again.config.trainable_embedding_size is None and again.rnn.embeddings.trainable_embeddings is None
+    assert not any("embedding_projection" in name or "trainable" in name for name in again.state_dict())
+    assert again.state_dict().keys() == model.state_dict().keys()
+    batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        torch.testing.assert_close(again(**batch).logits, model(**batch).logits, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"embedding_projection_size": 0}, r"`embedding_projection_size` must be a positive integer, got 0"),
+        ({"embedding_projection_size": 8.5}, r"`embedding_projection_size` must be a positive integer"),
+        (
+            {"embedding_projection_size": 8, "embedding_projection_activation": "sigmoid"},
+            r"`embedding_projection_activation` must be one of \['linear', 'tanh', 'relu', 'gelu'\], got 'sigmoid'",
+        ),
+    ],
+)
+def test_projection_config_errors_name_the_field(fields, message):
+    with pytest.raises(ValueError, match=message):
+        HfSeqRNNConfig(vocab_size=10, embedding_size=4, **fields)
+
+
+def test_projection_with_cell_none_sets_the_feature_width(tokenizer):
+    config = HfSeqRNNConfig(
+        vocab_size=len(tokenizer), embedding_size=4, cell="none", pooling="mean", embedding_projection_size=7
+    )
+    model = RNNForSequenceClassification(config)
+    assert config.feature_size == 7 and model.classifier.in_features == 7
+    batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    assert model(**batch).logits.shape == (3, 2)
+
+
+def two_channel_model(tokenizer, **fields):
+    config = HfSeqRNNConfig(
+        vocab_size=len(tokenizer),
+        embedding_size=4,
+        trainable_embedding_size=3,
+        hidden_size=6,
+        cell="lstm",
+        bidirectional=True,
+        num_labels=2,
+        pad_token_id=tokenizer.pad_token_id,
+        freeze_embeddings=True,
+        **fields,
+    )
+    return RNNForSequenceClassification(config)
+
+
+@pytest.mark.parametrize("projection", [None, 5])
+def test_two_channel_frozen_vectors_beside_a_trainable_table(tmp_path, tokenizer, projection):
+    torch.manual_seed(0)
+    model = two_channel_model(tokenizer, embedding_projection_size=projection)
+    init_embeddings_from_vectors(model, tokenizer, write_glove(tmp_path / "glove.txt"), freeze=True)
+    assert model.config.embedding_output_size == 7
+    assert model.rnn.encoder.layers[0].input_size == (7 if projection is None else 5)
+    frozen = model.get_input_embeddings().weight.detach().clone()
+    channel = model.rnn.embeddings.trainable_embeddings.weight.detach().clone()
+    assert torch.equal(channel[tokenizer.pad_token_id], torch.zeros(3))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.0)
+    batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    for _ in range(3):
+        model(**batch, labels=torch.tensor([0, 1, 1])).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert torch.equal(model.get_input_embeddings().weight, frozen)  # the pretrained channel did not move
+    trained = model.rnn.embeddings.trainable_embeddings.weight.detach()
+    cat = tokenizer.convert_tokens_to_ids("cat")
+    assert not torch.equal(trained[cat], channel[cat])  # the second channel learned
+    model.eval()
+    with torch.no_grad():
+        logits = model(**batch).logits
+        both = torch.cat([frozen[batch["input_ids"]], trained[batch["input_ids"]]], dim=-1)  # (B, T, 4 + 3)
+        from_vectors = model(inputs_embeds=both, attention_mask=batch["attention_mask"]).logits
+    torch.testing.assert_close(from_vectors, logits, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match=r"`inputs_embeds` must have shape \(batch, seq_len, 7\)"):
+        model(inputs_embeds=frozen[batch["input_ids"]])  # the pretrained channel alone is too narrow
+    model.save_pretrained(tmp_path / "saved")
+    again = RNNForSequenceClassification.from_pretrained(tmp_path / "saved").eval()
+    assert again.config.trainable_embedding_size == 3 and again.config.freeze_embeddings
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(again.state_dict()[name], tensor), name
+    with torch.no_grad():
+        torch.testing.assert_close(again(**batch).logits, logits, rtol=1e-6, atol=1e-6)
+    again.resize_token_embeddings(len(tokenizer) + 2, mean_resizing=False)  # both tables grow together
+    assert again.rnn.embeddings.trainable_embeddings.num_embeddings == len(tokenizer) + 2
+    assert again(input_ids=torch.tensor([[len(tokenizer) + 1, 2]])).logits.shape == (1, 2)
+
+
+def test_two_channel_config_error_names_the_field():
+    with pytest.raises(ValueError, match=r"`trainable_embedding_size` must be a positive integer, got -1"):
+        HfSeqRNNConfig(vocab_size=10, embedding_size=4, trainable_embedding_size=-1)
