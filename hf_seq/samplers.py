@@ -12,6 +12,10 @@
           def _get_train_sampler(self, train_dataset=None):
               dataset = train_dataset if train_dataset is not None else self.train_dataset
               return LengthBucketSampler.from_dataset(dataset, self._train_batch_size, seed=self.args.seed)
+
+* :class:`PermutationSampler` — ``Trainer``'s default shuffle (``accelerate``'s seeded ``randperm``, epoch by epoch)
+  without its Python list of every index: the train scripts' ``Trainer`` uses it for the language model's windows
+  (millions of them for a corpus of a few GB).
 """
 
 from __future__ import annotations
