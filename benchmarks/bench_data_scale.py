@@ -3,7 +3,7 @@
     python benchmarks/bench_data_scale.py [--sizes_mb 200 2000] [--task lm] [--work_dir /big/disk/tmp]
         [--modes first second streaming] [--keep]
 
-For each task and corpus size a deterministic corpus is generated into ``--work_dir`` (PTB-style word lines for the
+For each task and corpus size a deterministic corpus is generated into ``--work_dir`` (or reused from there) (PTB-style word lines for the
 language model: ~10k word types with Zipf frequencies, ``<unk>`` and ``N`` tokens, 5-40 words a line). Each mode runs
 the task's script as a subprocess with ``OMP_NUM_THREADS=1`` and ``--max_steps 3``:
 
@@ -169,6 +169,25 @@ TASKS = {
 }
 
 
+def corpus_of(writer, path: Path, megabytes: float, **kwargs) -> dict:
+    """The corpus ``writer`` writes at ``path``, reused when a previous run left it there: its description is kept in
+    ``<path>.json`` beside it and trusted only while the file still has the recorded size (the corpora are
+    deterministic, so a file of that name and size is the same text)."""
+    info_path = path.with_name(path.name + ".json")
+    if info_path.exists() and path.exists():
+        info = json.loads(info_path.read_text())
+        if (
+            info.get("bytes") == os.path.getsize(path)
+            and info.get("megabytes") == megabytes
+            and info.get("kwargs") == kwargs
+        ):
+            if "validation" not in info or Path(info["validation"]).exists():
+                return info
+    info = {**writer(path, megabytes, **kwargs), "megabytes": megabytes, "kwargs": kwargs}
+    info_path.write_text(json.dumps(info))
+    return info
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # measurement
 # ---------------------------------------------------------------------------------------------------------------
@@ -289,7 +308,7 @@ def main() -> None:
             label = f"{mb:g}"
             corpus_path = work / task["corpus_name"].format(mb=label)
             t0 = time.time()
-            corpus = task["corpus"](corpus_path, mb)
+            corpus = corpus_of(task["corpus"], corpus_path, mb)
             print(f"{task_name} {label} MB corpus: {corpus} ({time.time() - t0:.0f} s)", flush=True)
             cache = work / f"cache_{task_name}_{label}"
             shutil.rmtree(cache, ignore_errors=True)
@@ -314,7 +333,7 @@ def main() -> None:
                 if mode == "streaming":
                     if "validation" not in corpus:
                         validation = corpus_path.with_name(corpus_path.stem + "_validation.txt")
-                        corpus["validation"] = task["corpus"](validation, max(1.0, mb / 100), seed=7)["path"]
+                        corpus["validation"] = corpus_of(task["corpus"], validation, max(1.0, mb / 100), seed=7)["path"]
                     command += ["--streaming", "true", *task["streaming"](corpus)]
                 load = os.getloadavg()
                 imports = import_seconds(task["script"])

@@ -171,6 +171,39 @@ def test_holdout_mask_is_the_in_memory_hold_out():
     assert [str(i) for i in np.flatnonzero(mask)] == splits["validation"]["text"]
 
 
+@pytest.mark.parametrize("rows,percentage,seed", [(2, 5, 0), (101, 5, 7), (1000, 10, 42), (12_345, 2.5, 3)])
+def test_holdout_mask_chooses_the_rows_of_a_shuffled_list(rows, percentage, seed):
+    order = list(range(rows))  # the in-memory hold-out's shuffle, on a list of every row index
+    random.Random(seed).shuffle(order)
+    expected = np.zeros(rows, dtype=bool)
+    expected[order[: max(1, int(round(rows * percentage / 100)))]] = True
+    mask = pp.holdout_mask(rows, percentage, seed)
+    assert mask.dtype == bool and mask.tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("block_rows,block_tokens", [(3, 5), (4, 1000), (1 << 18, 1 << 22)])
+def test_store_copies_in_blocks_equal_the_rows(tmp_path, monkeypatch, block_rows, block_tokens):
+    monkeypatch.setattr(pp, "_COPY_ROWS", block_rows)
+    monkeypatch.setattr(pp, "_COPY_TOKENS", block_tokens)
+    rng = np.random.default_rng(0)
+    data = [rng.integers(0, 300, rng.choice([0, 1, 3, 12])).tolist() for _ in range(57)]
+    writer = pp.TokenStoreWriter(tmp_path / "s", vocab_size=300)
+    for k in range(0, len(data), 10):
+        writer.add(data[k : k + 10])
+    store = writer.close()
+    assert rows(store) == data and store.offsets.tolist() == np.cumsum([0] + [len(r) for r in data]).tolist()
+    keep = rng.random(len(data)) < 0.4
+    picked = pp.select_rows(store, keep, tmp_path / "picked")
+    assert rows(picked) == [r for r, k in zip(data, keep, strict=True) if k]
+    assert rows(pp.select_rows(store, np.zeros(len(data), bool), tmp_path / "none")) == []
+    wide = pp.TokenStoreWriter(tmp_path / "wide", vocab_size=70_000)
+    wide.add([[69_999], [], [5, 6]])
+    joined = pp.concatenate_stores([store, wide.close(), picked], tmp_path / "joined")
+    assert rows(joined) == data + [[69_999], [], [5, 6]] + rows(picked) and joined.dtype == np.uint32
+    with pytest.raises(ValueError, match="mask of 3 rows"):
+        pp.select_rows(store, np.ones(3, bool), tmp_path / "bad")
+
+
 def test_word_shortcut_gives_the_backend_ids_on_awkward_text():
     rng = random.Random(1)
     words = word_tokenizer(["a the <unk> é x"])

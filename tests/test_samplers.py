@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from conftest import REPO_ROOT
@@ -253,3 +254,76 @@ def test_resumed_mid_epoch_continues_the_same_batches_and_ends_with_the_same_wei
     assert final.keys() == weights.keys()
     for name in weights:  # dropout on: the RNG state is restored too, so the weights are equal
         assert torch.equal(final[name], weights[name]), name
+
+
+# the language model's windows: PermutationSampler gives Trainer's own shuffle, epoch after epoch, and resumes it
+# ---------------------------------------------------------------------------------------------------------------
+class _Scalar(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(1))
+
+    def forward(self, input_ids, labels=None, **kwargs):
+        return {"loss": (self.weight * input_ids.float().mean()).square().sum()}
+
+
+def _window_starts(trainer_class, out, resume=None, stop_at=None, **settings) -> list[list[int]]:
+    from hf_seq.collators import LMWindowDataset
+
+    class Recording(trainer_class):
+        def training_step(self, model, inputs, *args, **kwargs):
+            self.seen.append(inputs["input_ids"][:, 0].tolist())  # window i starts with token 3 i
+            return super().training_step(model, inputs, *args, **kwargs)
+
+    args = HfSeqTrainingArguments(
+        output_dir=str(out),
+        per_device_train_batch_size=3,
+        max_steps=40,  # 17 windows, 6 batches an epoch: epochs 0-5 and four batches of epoch 6
+        use_cpu=True,
+        report_to="none",
+        save_strategy="steps",
+        save_steps=15,
+        logging_steps=100,
+        disable_tqdm=True,
+        **settings,
+    )
+    trainer = Recording(
+        model=_Scalar(),
+        args=args,
+        train_dataset=LMWindowDataset(np.arange(52, dtype=np.uint16), 3),
+        callbacks=[_StopAt(stop_at)] if stop_at else None,
+    )
+    trainer.seen = []
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer, trainer.seen
+
+
+def test_lm_windows_are_shuffled_as_trainer_shuffles_them(tmp_path):
+    from hf_seq.train_scripts.trainer import HfSeqTrainer
+    from transformers import Trainer
+
+    from hf_seq.samplers import PermutationSampler
+
+    ours, seen = _window_starts(HfSeqTrainer, tmp_path / "ours", seed=3)
+    assert isinstance(ours._get_train_sampler(), PermutationSampler)
+    _, reference = _window_starts(Trainer, tmp_path / "reference", seed=3)  # RandomSampler, made seedable
+    assert len(seen) == 40 and seen == reference
+    epochs = [sorted(i for batch in seen[6 * e : 6 * e + 6] for i in batch) for e in range(6)]
+    assert all(e == list(range(0, 51, 3)) for e in epochs) and seen[:6] != seen[6:12]
+    _, resumed = _window_starts(HfSeqTrainer, tmp_path / "ours", resume=str(tmp_path / "ours" / "checkpoint-15"))
+    _, resumed_reference = _window_starts(
+        Trainer, tmp_path / "reference", resume=str(tmp_path / "reference" / "checkpoint-15")
+    )
+    assert len(resumed) == 25 and resumed == resumed_reference  # Trainer's own resume of its shuffle
+
+
+def test_permutation_sampler_is_the_seeded_randperm_in_blocks():
+    from hf_seq.samplers import PermutationSampler
+
+    sampler = PermutationSampler(range(1000), seed=5, block=7)
+    for epoch in range(2):
+        generator = torch.Generator().manual_seed(5 + epoch)
+        assert list(sampler) == torch.randperm(1000, generator=generator).tolist()  # then the next epoch
+    sampler.set_epoch(0)
+    assert list(sampler) == torch.randperm(1000, generator=torch.Generator().manual_seed(5)).tolist()
+    assert len(sampler) == 1000

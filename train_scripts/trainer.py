@@ -12,6 +12,9 @@ error on a full disk, and no step past the end when resumed from the final check
 * ``train_sampling_strategy="length_buckets"`` (:class:`~hf_seq.train_scripts.arguments.HfSeqTrainingArguments`): training
   batches from :class:`hf_seq.samplers.LengthBucketSampler` — examples of similar length in each batch, the batches
   in random order — seeded by ``data_seed`` (else ``seed``).
+* The language model's windows (:class:`hf_seq.collators.LMWindowDataset`) are shuffled by
+  :class:`hf_seq.samplers.PermutationSampler`: the order of ``Trainer``'s default shuffle, without its Python list of
+  every window index.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from hf_seq.train_scripts.outputs import CHECKPOINT_STAGING, disk_space_errors, 
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from hf_seq.collators import LMWindowDataset
 from hf_seq.compat import rotate_checkpoints
-from hf_seq.samplers import LengthBucketSampler
+from hf_seq.samplers import LengthBucketSampler, PermutationSampler
 
 LENGTH_BUCKETS = "length_buckets"  # the train_sampling_strategy added here
 
@@ -94,9 +98,16 @@ class HfSeqTrainerMixin:
             self.model = model
 
     def _get_train_sampler(self, train_dataset=None):
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        if (
+            self.args.train_sampling_strategy == "random"
+            and isinstance(dataset, LMWindowDataset)
+            and self.accelerator.dataloader_config.use_seedable_sampler
+        ):  # accelerate's seeded shuffle without a Python list of every window
+            seed = self.args.data_seed if self.args.data_seed is not None else torch.random.initial_seed()
+            return PermutationSampler(dataset, seed)
         if self.args.train_sampling_strategy != LENGTH_BUCKETS:
             return super()._get_train_sampler(train_dataset)
-        dataset = train_dataset if train_dataset is not None else self.train_dataset
         names = getattr(self.processing_class, "model_input_names", None) or ["input_ids"]
         args = self.args
         return LengthBucketSampler.from_dataset(
