@@ -268,9 +268,14 @@ class DataCollatorForBertPretraining:
             j += 1
         return chunk
 
-    def build_pair(self, doc_index: int, sentence_index: int, rng: random.Random) -> tuple[list[int], list[int], int]:
-        """Token ids of segments A and B (no special tokens) and the next-sentence label (0 next, 1 random)."""
-        doc = self.documents[doc_index]
+    def build_pair(
+        self, doc_index: int, sentence_index: int, rng: random.Random, documents: Sequence | None = None
+    ) -> tuple[list[int], list[int], int]:
+        """Token ids of segments A and B (no special tokens) and the next-sentence label (0 next, 1 random).
+
+        ``documents`` replaces the collator's documents for this pair (a stream's buffer of recent documents)."""
+        documents = self.documents if documents is None else documents
+        doc = documents[doc_index]
         max_tokens = self.max_length - 3
         target = max_tokens
         if rng.random() < self.short_seq_probability:
@@ -284,9 +289,9 @@ class DataCollatorForBertPretraining:
         split = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
         a = [t for s in chunk[:split] for t in s]
         if is_random or len(chunk) < 2:
-            other = rng.randrange(len(self.documents) - 1)
+            other = rng.randrange(len(documents) - 1)
             other = other + 1 if other >= doc_index else other  # any document but this one
-            other_doc = self.documents[other]
+            other_doc = documents[other]
             start = rng.randrange(len(other_doc)) if len(other_doc) else 0
             b = [t for s in self._segment(other_doc, start, max(1, target - len(a)), 1) for t in s]
             label = 1
@@ -318,18 +323,27 @@ class DataCollatorForBertPretraining:
         return input_ids, labels
 
     # --- batch -------------------------------------------------------------------------------------------------
+    def encode_pair(self, a: list[int], b: list[int], generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """``[CLS] A [SEP] B [SEP]`` masked: ``(input_ids, token_type_ids, labels)``, each ``(L,)``."""
+        cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        ids = torch.tensor([cls_id, *a, sep_id, *b, sep_id])  # (L_i,)
+        types = torch.tensor([0] * (len(a) + 2) + [1] * (len(b) + 1))
+        masked, labels = self.mask_tokens(ids, generator)
+        return masked, types, labels
+
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        cls_id, sep_id, pad_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id, self.tokenizer.pad_token_id
         rows = []
         for feature in features:
             seed = feature.get("example_seed")
             rng = self._rng if seed is None else random.Random(int(seed))
             generator = self._generator if seed is None else torch.Generator().manual_seed(int(seed))
             a, b, label = self.build_pair(int(feature["doc_index"]), int(feature["sentence_index"]), rng)
-            ids = torch.tensor([cls_id, *a, sep_id, *b, sep_id])  # (L_i,)
-            types = torch.tensor([0] * (len(a) + 2) + [1] * (len(b) + 1))
-            masked, labels = self.mask_tokens(ids, generator)
-            rows.append((masked, types, labels, label))
+            rows.append((*self.encode_pair(a, b, generator), label))
+        return self.pad_rows(rows)
+
+    def pad_rows(self, rows: Sequence[tuple]) -> dict[str, torch.Tensor]:
+        """The batch of ``(input_ids, token_type_ids, labels, next_sentence_label)`` rows, padded."""
+        pad_id = self.tokenizer.pad_token_id
         length = max(len(r[0]) for r in rows)
         if self.pad_to_multiple_of:
             length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
@@ -345,7 +359,7 @@ class DataCollatorForBertPretraining:
             batch["token_type_ids"][i, :n] = types
             batch["attention_mask"][i, :n] = 1
             batch["labels"][i, :n] = labels
-        batch["next_sentence_label"] = torch.tensor([r[3] for r in rows], dtype=torch.long)
+        batch["next_sentence_label"] = torch.tensor([int(r[3]) for r in rows], dtype=torch.long)
         return batch
 
 
