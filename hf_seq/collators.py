@@ -97,17 +97,28 @@ def bert_pretraining_anchors_from_lengths(
     lengths = np.asarray(sentence_lengths, dtype=np.int64)
     offsets = np.asarray(doc_offsets, dtype=np.int64)
     cumulative = np.concatenate([[0], np.cumsum(lengths)])  # tokens before sentence i
+    # the segment from sentence s ends at the first j >= s + 2 (two sentences at least) whose sentences s..j-1 hold
+    # >= budget tokens, or at its document's end: the next anchor; computed for every sentence at once
+    doc_of = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    ends = offsets[1:][doc_of]
+    following = np.searchsorted(cumulative, cumulative[:-1] + budget, side="left")
+    following = np.minimum(ends, np.maximum(following, np.arange(len(lengths)) + 2))
+    # follow every document's chain of anchors from its first sentence, all documents in step
     docs, starts = [], []
-    for d in range(len(offsets) - 1):
-        first, end = int(offsets[d]), int(offsets[d + 1])
-        s = first
-        while s < end - 1:
-            docs.append(d)
-            starts.append(s - first)
-            # the first j > s + 1 (two sentences at least) whose sentences s..j-1 hold >= budget tokens, or the end
-            j = int(np.searchsorted(cumulative, cumulative[s] + budget, side="left"))
-            s = min(end, max(j, s + 2))
-    return {"doc_index": np.asarray(docs, dtype=np.int64), "sentence_index": np.asarray(starts, dtype=np.int64)}
+    current, last = offsets[:-1].copy(), offsets[1:] - 1
+    active = np.flatnonzero(current < last)
+    while len(active):
+        docs.append(active)
+        starts.append(current[active] - offsets[active])
+        current[active] = following[current[active]]
+        active = active[current[active] < last[active]]
+    docs_array = np.concatenate(docs) if docs else np.zeros(0, np.int64)
+    starts_array = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+    order = np.lexsort((starts_array, docs_array))  # by document, then sentence: the order of the list version
+    return {
+        "doc_index": docs_array[order].astype(np.int64),
+        "sentence_index": starts_array[order].astype(np.int64),
+    }
 
 
 class StoredDocument(Sequence):

@@ -309,3 +309,5 @@ def test_streaming_needs_a_validation_file_max_steps_and_a_train_file(tmp_path):
         stream([*argv, "--max_train_samples", "5"])
     with pytest.raises(ValueError, match="stream_buffer_documents"):
         stream([*argv, "--stream_buffer_documents", "1"])
+    with pytest.raises(RecipeError, match="preprocessing_num_workers"):
+        stream([*argv, "--preprocessing_num_workers", "2"])

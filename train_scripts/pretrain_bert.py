@@ -54,6 +54,7 @@ import torch
 from datasets import Dataset
 from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task, parse_args
 from hf_seq.train_scripts.common import (
+    StepTimesCallback,
     TimeBudgetCallback,
     describe_data,
     load_or_build_model,
@@ -291,6 +292,11 @@ def prepare_bert_data(
     tokenizer built on the training documents (unless given) is cached beside them. Without a validation split the
     seeded ``validation_split_percentage`` % of the documents of before is held out. Keyed by the data files (or the
     data set's fingerprint), the split settings and the tokenizer; the token ids equal the in-memory path's."""
+    if (args.preprocessing_num_workers or 1) > 1:
+        raise RecipeError(
+            f"`preprocessing_num_workers` {args.preprocessing_num_workers}: pretrain_bert tokenizes its documents in "
+            "one process (pass 1 or leave it unset)"
+        )
     given = tokenizer if tokenizer is not None else load_tokenizer(model_args)
     column = data_args.text_column_name
     max_length = data_args.max_seq_length
@@ -739,7 +745,7 @@ def main(argv: list[str] | None = None) -> dict:
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=preprocess_logits_for_metrics,
-        callbacks=[budget],
+        callbacks=[budget, StepTimesCallback()],  # `[hf_seq] first training step begins at ...` for benchmarks
     )
     if args.eval_only:
         train_metrics = {}
