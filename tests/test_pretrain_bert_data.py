@@ -278,20 +278,22 @@ def test_streamed_documents_are_the_cached_documents_and_the_pairs_repeat_per_se
 
 
 def test_streaming_run_resumes_exactly_from_a_mid_stream_checkpoint(tmp_path):
-    # 12 documents give ~25 pairs (6-7 steps of 4): the checkpoint at step 7 lies in the stream's second pass
-    argv = streaming_args(tmp_path, "--shuffle_buffer_size", "8", "--save_strategy", "steps", "--save_steps", "7")
+    # 12 documents give 26 pairs, 7 steps of 4 a pass: checkpoint 4 lies in the first pass (its resumed run crosses
+    # into the second), checkpoint 8 in the second (the stream repeats within Trainer's one epoch of max_steps)
+    argv = streaming_args(tmp_path, "--shuffle_buffer_size", "8", "--save_strategy", "steps", "--save_steps", "4")
     pretrain_bert.main(argv)
     full = step_losses(tmp_path / "run")
-    assert len(full) == 10
-    resumed_dir = tmp_path / "resumed"
-    resumed_dir.mkdir()
-    shutil.copytree(tmp_path / "run" / "checkpoint-7", resumed_dir / "checkpoint-7")
-    resumed_argv = [*argv, "--resume_from_checkpoint", "last"]
-    resumed_argv[resumed_argv.index("--output_dir") + 1] = str(resumed_dir)
-    i = resumed_argv.index("--overwrite_output_dir")
-    pretrain_bert.main(resumed_argv[:i] + resumed_argv[i + 2 :])
-    state = json.loads((resumed_dir / "trainer_state.json").read_text())
-    assert [r["loss"] for r in state["log_history"] if "loss" in r and r["step"] > 7] == full[7:]
+    assert len(full) == 10 and len(set(full)) > 1
+    for step in (4, 8):
+        resumed_dir = tmp_path / f"resumed{step}"
+        resumed_dir.mkdir()
+        shutil.copytree(tmp_path / "run" / f"checkpoint-{step}", resumed_dir / f"checkpoint-{step}")
+        resumed_argv = [*argv, "--resume_from_checkpoint", "last"]
+        resumed_argv[resumed_argv.index("--output_dir") + 1] = str(resumed_dir)
+        i = resumed_argv.index("--overwrite_output_dir")
+        pretrain_bert.main(resumed_argv[:i] + resumed_argv[i + 2 :])
+        state = json.loads((resumed_dir / "trainer_state.json").read_text())
+        assert [r["loss"] for r in state["log_history"] if "loss" in r and r["step"] > step] == full[step:]
 
 
 def test_streaming_needs_a_validation_file_max_steps_and_a_train_file(tmp_path):

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import itertools
 import logging
 import os
 import random
@@ -446,8 +447,10 @@ class BertStreamPairs(torch.utils.data.IterableDataset):
     the last ``buffer_documents`` documents of the stream (the first document waits for the second). The examples
     then pass a seeded shuffle buffer of ``shuffle_buffer_size`` pairs (0: stream order). Every random draw comes from
     generators seeded by ``seed`` and the epoch (``set_epoch``, called by ``Trainer``), so the stream's batches are
-    the same on every pass: a resumed run that skips the batches already trained on gets the batches of an
-    uninterrupted one. Memory stays constant: the buffers, never the corpus."""
+    the same on every run; with ``repeat`` the stream is read again and again (each pass with its own seeded draws)
+    and never ends, so ``Trainer`` sees one epoch of ``max_steps`` steps and a resumed run that skips the batches
+    already trained on gets the batches of an uninterrupted one, wherever in a pass its checkpoint lies. Memory stays
+    constant: the buffers, never the corpus."""
 
     def __init__(
         self,
@@ -459,12 +462,13 @@ class BertStreamPairs(torch.utils.data.IterableDataset):
         seed: int = 0,
         batch_documents: int = 100,
         source: str = "the stream",
+        repeat: bool = False,
     ) -> None:
         if buffer_documents < 2:
             raise ValueError(f"`stream_buffer_documents` must be at least 2, got {buffer_documents}")
         self.documents, self.encoder, self.pairs = documents, encoder, pairs
         self.buffer_documents, self.shuffle_buffer_size = buffer_documents, shuffle_buffer_size
-        self.seed, self.batch_documents, self.source = seed, batch_documents, source
+        self.seed, self.batch_documents, self.source, self.repeat = seed, batch_documents, source, repeat
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -492,9 +496,10 @@ class BertStreamPairs(torch.utils.data.IterableDataset):
         if batch:
             yield from encode()
 
-    def examples(self) -> Iterator[dict]:
-        """The pairs in stream order: ``input_ids``, ``token_type_ids``, ``labels`` ``(L,)`` and the label."""
-        seed = self.seed * 1_000_003 + self.epoch
+    def examples(self, pass_index: int = 0) -> Iterator[dict]:
+        """The pairs of one pass over the stream, in stream order: ``input_ids``, ``token_type_ids``, ``labels``
+        ``(L,)`` and the label; every pass draws its own (seeded) pairs and masks."""
+        seed = (self.seed * 1_000_003 + self.epoch) * 1_000_003 + pass_index
         rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
         buffer: collections.deque = collections.deque(maxlen=self.buffer_documents)
         max_length = self.pairs.max_length
@@ -505,7 +510,7 @@ class BertStreamPairs(torch.utils.data.IterableDataset):
                 ids, types, labels = self.pairs.encode_pair(a, b, generator)
                 yield {"input_ids": ids, "token_type_ids": types, "labels": labels, "next_sentence_label": label}
 
-        read = 0
+        read = pairs = 0
         for document in self.tokenized():
             if not document:
                 continue
@@ -513,14 +518,18 @@ class BertStreamPairs(torch.utils.data.IterableDataset):
             read += 1
             if read == 1:
                 continue  # its random next segments need another document
-            if read == 2:
-                yield from pairs_of(0)
-            yield from pairs_of(len(buffer) - 1)
+            for index in (0, 1) if read == 2 else (len(buffer) - 1,):
+                for pair in pairs_of(index):
+                    pairs += 1
+                    yield pair
         if read < 2:
             raise _too_few(self.source, read)
+        if not pairs:
+            raise DataError(f"{self.source}: no document has two sentences, so no next-sentence pair can be drawn")
 
     def __iter__(self) -> Iterator[dict]:
-        examples = self.examples()
+        passes = itertools.count() if self.repeat else range(1)
+        examples = itertools.chain.from_iterable(self.examples(p) for p in passes)
         if self.shuffle_buffer_size:
             rng = np.random.default_rng([self.seed, self.epoch])
             buffer: list[dict] = []
@@ -683,6 +692,7 @@ def main(argv: list[str] | None = None) -> dict:
             args.shuffle_buffer_size,
             training_args.seed,
             source=f"`train_file` {data_args.train_file}",
+            repeat=True,  # read until max_steps: Trainer's epochs of an IterableDataset are max_steps long
         )
         train_collator = _StreamCollator(pairs)
     else:
