@@ -9,8 +9,9 @@ the task's script as a subprocess with ``OMP_NUM_THREADS=1`` and ``--max_steps 3
 
 * ``first``: a fresh cache folder (``--cache_dir``): tokenize into the cache, then train;
 * ``second``: the same command again: the cache is reused;
-* ``streaming``: ``--streaming true`` (no preprocessing pass), when the task has streaming flags: the LM gets a
-  validation file of 1% of the size (another seed) and a tokenizer built on the first 200,000 lines.
+* ``streaming``: ``--streaming true`` (no preprocessing pass), when the task has streaming flags: the LM and BERT
+  pretraining get a validation file of 1% of the size (another seed) and a tokenizer built on the first 200,000
+  lines (BERT: sentences).
 
 While a child runs, ``/proc/<pid>/status`` of it and of its descendants (preprocessing workers) is sampled every
 0.1 s: peak ``VmRSS`` (memory-mapped file pages count there), peak ``RssAnon`` (the process's own memory) and
@@ -115,6 +116,36 @@ def write_pairs_corpus(path: Path, megabytes: float, seed: int = 0) -> dict:
     return {"path": str(path), "bytes": os.path.getsize(path), "lines": lines, "validation": str(valid)}
 
 
+def write_documents_corpus(path: Path, megabytes: float, seed: int = 0) -> dict:
+    """BERT's pretraining format of about ``megabytes`` MB: one sentence per line (5-30 Zipf-drawn words from ~10k
+    types and a full stop), a blank line after each document of 2-30 sentences."""
+    vocabulary = _vocabulary(10_000, seed)
+    rng = np.random.default_rng(seed + 1)
+    weights = 1.0 / np.arange(1, len(vocabulary) + 1)
+    weights /= weights.sum()
+    target = int(megabytes * 1e6)
+    written, lines, documents = 0, 0, 0
+    with open(path, "w") as f:
+        while written < target:
+            lengths = rng.integers(5, 31, 20_000)
+            words = vocabulary[rng.choice(len(vocabulary), int(lengths.sum()), p=weights)].tolist()
+            chunk, pos, left = [], 0, int(rng.integers(2, 31))
+            for n in lengths.tolist():
+                chunk.append(" ".join(words[pos : pos + n]) + " .\n")
+                pos, left = pos + n, left - 1
+                if left == 0:
+                    chunk.append("\n")
+                    documents += 1
+                    left = int(rng.integers(2, 31))
+            chunk.append("\n")
+            documents += 1
+            text = "".join(chunk)
+            f.write(text)
+            written += len(text)
+            lines += len(chunk)
+    return {"path": str(path), "bytes": os.path.getsize(path), "lines": lines, "documents": documents}
+
+
 # one row per task: script, recipe, corpus writer, the flags that name the corpus and keep a 3-step run short
 TASKS = {
     "lm": {
@@ -165,6 +196,20 @@ TASKS = {
         ],
         # the recipe's length buckets need every length in advance: a stream samples through its shuffle buffer
         "streaming": lambda corpus: ["--train_sampling_strategy", "random"],
+    },
+    "pretrain_bert": {
+        "script": "train_scripts/pretrain_bert.py",
+        "recipe": "configs/bert_pretrain_brown.json",
+        "corpus": write_documents_corpus,
+        "corpus_name": "bert_documents_{mb}MB.txt",
+        "data_flags": lambda corpus: ["--train_file", corpus["path"]],  # 5% of the documents held out
+        "flags": ["--max_steps", "3", "--eval_strategy", "no", "--max_eval_samples", "256", "--logging_steps", "1"],
+        "streaming": lambda corpus: [
+            "--validation_file",
+            corpus["validation"],
+            "--tokenizer_max_train_lines",
+            "200000",
+        ],
     },
 }
 

@@ -97,17 +97,28 @@ def bert_pretraining_anchors_from_lengths(
     lengths = np.asarray(sentence_lengths, dtype=np.int64)
     offsets = np.asarray(doc_offsets, dtype=np.int64)
     cumulative = np.concatenate([[0], np.cumsum(lengths)])  # tokens before sentence i
+    # the segment from sentence s ends at the first j >= s + 2 (two sentences at least) whose sentences s..j-1 hold
+    # >= budget tokens, or at its document's end: the next anchor; computed for every sentence at once
+    doc_of = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    ends = offsets[1:][doc_of]
+    following = np.searchsorted(cumulative, cumulative[:-1] + budget, side="left")
+    following = np.minimum(ends, np.maximum(following, np.arange(len(lengths)) + 2))
+    # follow every document's chain of anchors from its first sentence, all documents in step
     docs, starts = [], []
-    for d in range(len(offsets) - 1):
-        first, end = int(offsets[d]), int(offsets[d + 1])
-        s = first
-        while s < end - 1:
-            docs.append(d)
-            starts.append(s - first)
-            # the first j > s + 1 (two sentences at least) whose sentences s..j-1 hold >= budget tokens, or the end
-            j = int(np.searchsorted(cumulative, cumulative[s] + budget, side="left"))
-            s = min(end, max(j, s + 2))
-    return {"doc_index": np.asarray(docs, dtype=np.int64), "sentence_index": np.asarray(starts, dtype=np.int64)}
+    current, last = offsets[:-1].copy(), offsets[1:] - 1
+    active = np.flatnonzero(current < last)
+    while len(active):
+        docs.append(active)
+        starts.append(current[active] - offsets[active])
+        current[active] = following[current[active]]
+        active = active[current[active] < last[active]]
+    docs_array = np.concatenate(docs) if docs else np.zeros(0, np.int64)
+    starts_array = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+    order = np.lexsort((starts_array, docs_array))  # by document, then sentence: the order of the list version
+    return {
+        "doc_index": docs_array[order].astype(np.int64),
+        "sentence_index": starts_array[order].astype(np.int64),
+    }
 
 
 class StoredDocument(Sequence):
@@ -268,9 +279,14 @@ class DataCollatorForBertPretraining:
             j += 1
         return chunk
 
-    def build_pair(self, doc_index: int, sentence_index: int, rng: random.Random) -> tuple[list[int], list[int], int]:
-        """Token ids of segments A and B (no special tokens) and the next-sentence label (0 next, 1 random)."""
-        doc = self.documents[doc_index]
+    def build_pair(
+        self, doc_index: int, sentence_index: int, rng: random.Random, documents: Sequence | None = None
+    ) -> tuple[list[int], list[int], int]:
+        """Token ids of segments A and B (no special tokens) and the next-sentence label (0 next, 1 random).
+
+        ``documents`` replaces the collator's documents for this pair (a stream's buffer of recent documents)."""
+        documents = self.documents if documents is None else documents
+        doc = documents[doc_index]
         max_tokens = self.max_length - 3
         target = max_tokens
         if rng.random() < self.short_seq_probability:
@@ -284,9 +300,9 @@ class DataCollatorForBertPretraining:
         split = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
         a = [t for s in chunk[:split] for t in s]
         if is_random or len(chunk) < 2:
-            other = rng.randrange(len(self.documents) - 1)
+            other = rng.randrange(len(documents) - 1)
             other = other + 1 if other >= doc_index else other  # any document but this one
-            other_doc = self.documents[other]
+            other_doc = documents[other]
             start = rng.randrange(len(other_doc)) if len(other_doc) else 0
             b = [t for s in self._segment(other_doc, start, max(1, target - len(a)), 1) for t in s]
             label = 1
@@ -318,18 +334,27 @@ class DataCollatorForBertPretraining:
         return input_ids, labels
 
     # --- batch -------------------------------------------------------------------------------------------------
+    def encode_pair(self, a: list[int], b: list[int], generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """``[CLS] A [SEP] B [SEP]`` masked: ``(input_ids, token_type_ids, labels)``, each ``(L,)``."""
+        cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        ids = torch.tensor([cls_id, *a, sep_id, *b, sep_id])  # (L_i,)
+        types = torch.tensor([0] * (len(a) + 2) + [1] * (len(b) + 1))
+        masked, labels = self.mask_tokens(ids, generator)
+        return masked, types, labels
+
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        cls_id, sep_id, pad_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id, self.tokenizer.pad_token_id
         rows = []
         for feature in features:
             seed = feature.get("example_seed")
             rng = self._rng if seed is None else random.Random(int(seed))
             generator = self._generator if seed is None else torch.Generator().manual_seed(int(seed))
             a, b, label = self.build_pair(int(feature["doc_index"]), int(feature["sentence_index"]), rng)
-            ids = torch.tensor([cls_id, *a, sep_id, *b, sep_id])  # (L_i,)
-            types = torch.tensor([0] * (len(a) + 2) + [1] * (len(b) + 1))
-            masked, labels = self.mask_tokens(ids, generator)
-            rows.append((masked, types, labels, label))
+            rows.append((*self.encode_pair(a, b, generator), label))
+        return self.pad_rows(rows)
+
+    def pad_rows(self, rows: Sequence[tuple]) -> dict[str, torch.Tensor]:
+        """The batch of ``(input_ids, token_type_ids, labels, next_sentence_label)`` rows, padded."""
+        pad_id = self.tokenizer.pad_token_id
         length = max(len(r[0]) for r in rows)
         if self.pad_to_multiple_of:
             length = -(-length // self.pad_to_multiple_of) * self.pad_to_multiple_of
@@ -345,7 +370,7 @@ class DataCollatorForBertPretraining:
             batch["token_type_ids"][i, :n] = types
             batch["attention_mask"][i, :n] = 1
             batch["labels"][i, :n] = labels
-        batch["next_sentence_label"] = torch.tensor([r[3] for r in rows], dtype=torch.long)
+        batch["next_sentence_label"] = torch.tensor([int(r[3]) for r in rows], dtype=torch.long)
         return batch
 
 

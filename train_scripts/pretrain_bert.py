@@ -15,7 +15,13 @@ a string with one sentence per line (rows that are single lines are read like a 
 split ``validation_split_percentage`` % of the DOCUMENTS are held out.
 
 Steps: a WordPiece tokenizer is trained on the training documents (unless ``--tokenizer_name`` /
-``--model_name_or_path`` gives one); training pairs come from :class:`hf_seq.collators.DataCollatorForBertPretraining`
+``--model_name_or_path`` gives one), from an iterator over their sentences (``--tokenizer_max_train_lines N``: the
+first N). Every split's sentences are tokenized once into a memory-mapped token store in the preprocessing cache
+(:func:`prepare_bert_data`; ``--cache_dir``, ``--overwrite_cache``; keyed by the data files, the split settings and
+the tokenizer), with the tokenizer built beside them: a second run on the same files starts training within
+seconds. ``--streaming true`` reads the training file as a ``datasets`` IterableDataset instead and draws the pairs
+on the fly (:class:`BertStreamPairs`: random next segments from the last ``--stream_buffer_documents`` documents;
+needs ``--max_steps`` and ``--validation_file``). Training pairs come from :class:`hf_seq.collators.DataCollatorForBertPretraining`
 (fresh next-sentence pairs and masks every epoch); validation / test pairs are fixed (one seed per example) and drawn
 from held-out documents. ``compute_metrics`` reports masked-LM accuracy (over the selected 15%) and next-sentence
 accuracy; ``preprocess_logits_for_metrics`` reduces logits to argmaxes so evaluation memory stays small. The model
@@ -29,23 +35,32 @@ pairs per held-out anchor.
 
 from __future__ import annotations
 
+import collections
+import hashlib
+import itertools
 import logging
 import os
+import random
 import resource
-import tempfile
+import shutil
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
 import torch
-from datasets import Dataset, DatasetDict
-from hf_seq.train_scripts.arguments import BudgetArguments, RecipeError, Task, parse_args
+from datasets import Dataset
+from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task, parse_args
 from hf_seq.train_scripts.common import (
+    StepTimesCallback,
     TimeBudgetCallback,
     describe_data,
     load_or_build_model,
     load_task_data,
+    load_tokenizer,
     require_columns,
     run_training,
     save_run,
@@ -57,15 +72,34 @@ from hf_seq.train_scripts.common import (
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 from transformers import set_seed
 
-from hf_seq.collators import DataCollatorForBertPretraining, bert_pretraining_anchors, tokenize_documents_to_store
-from hf_seq.data import DataError, hold_out_validation, split_source
+from hf_seq.collators import (
+    DataCollatorForBertPretraining,
+    StoredDocuments,
+    _flatten_sentences,
+    bert_pretraining_anchors,
+    tokenize_documents_to_store,
+)
+from hf_seq.data import DataError, check_data_file, load_data, split_source
+from hf_seq.preprocessing import (
+    TokenStore,
+    cached_build,
+    fingerprint_files,
+    holdout_mask,
+    iter_column_batches,
+    iter_text_file_lines,
+    make_encoder,
+    read_meta,
+    select_rows,
+    tokenizer_fingerprint,
+)
 
 logger = logging.getLogger(__name__)
+DOCUMENTS_FILE = "documents.npy"  # beside a split's token store: the first sentence of each document (+ the end)
 
 
 @dataclass
-class PretrainArguments(BudgetArguments):
-    """Pair construction, masking and evaluation."""
+class PretrainArguments(PreprocessingArguments, BudgetArguments):
+    """Pair construction, masking and evaluation; the preprocessing cache and ``--streaming``."""
 
     mlm_probability: float = 0.15
     nsp_probability: float = 0.5
@@ -82,8 +116,17 @@ class PretrainArguments(BudgetArguments):
         metadata={"help": "Only evaluate the model_name_or_path model (no training, nothing saved but results.json)."},
     )
     num_threads: int | None = field(default=None, metadata={"help": "torch threads (default: OMP_NUM_THREADS)."})
+    stream_buffer_documents: int = field(
+        default=1000,
+        metadata={
+            "help": "--streaming: random next segments come from a seeded choice among the last N documents read."
+        },
+    )
 
     def __post_init__(self):
+        super().__post_init__()
+        if self.stream_buffer_documents < 2:
+            raise ValueError(f"`stream_buffer_documents` must be at least 2, got {self.stream_buffer_documents}")
         for name in ("mlm_probability", "nsp_probability", "short_seq_probability"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"`{name}` must be in [0, 1], got {getattr(self, name)}")
@@ -118,75 +161,463 @@ TASK = Task(
 )
 
 
-def documents_of(dataset: Dataset, column: str) -> list[list]:
-    """The documents of a split: lists of sentences (or of paragraphs, lists of sentences).
+# ------------------------------------------------------------------------------------------------------------
+# documents, read in batches: never the whole corpus as Python lists
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _grouped_by_blank_rows(batches: Iterable[list[str]]) -> Iterator[list[str]]:
+    """Documents of one-sentence rows (BERT's txt format): blank rows separate documents; sentences stripped."""
+    current: list[str] = []
+    for rows in batches:
+        for row in rows:
+            if row.strip():
+                current.append(row.strip())
+            elif current:
+                yield current
+                current = []
+    if current:
+        yield current
+
+
+def iter_documents(dataset: Dataset, column: str) -> Iterator[list]:
+    """The documents of a split, read in Arrow batches: lists of sentences (or of paragraphs, lists of sentences).
 
     A list column holds one document per row. A string column holds one document per row with one sentence per line,
     unless every row is a single line (a txt file: one sentence per line): then blank rows separate documents."""
     kind = dataset.data.column(column).type
-    where = split_source(dataset)
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        return list(dataset[column])
+        for batch in iter_column_batches(dataset, column):
+            yield from batch
+        return
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise DataError(
-            f"{where}: column {column!r} (`text_column_name`) must hold documents (text, or lists of sentences), got "
-            f"{kind}; its columns are {dataset.column_names}"
+            f"{split_source(dataset)}: column {column!r} (`text_column_name`) must hold documents (text, or lists of "
+            f"sentences), got {kind}; its columns are {dataset.column_names}"
         )
-    rows = dataset[column]
-    if any("\n" in row.rstrip("\n") for row in rows):  # one document per row
-        return [[line for line in row.splitlines() if line.strip()] for row in rows]
-    documents, current = [], []
-    for row in rows:  # one sentence per row, blank rows between documents
-        if row.strip():
-            current.append(row.strip())
-        elif current:
-            documents.append(current)
-            current = []
-    if current:
-        documents.append(current)
+    if any("\n" in row.rstrip("\n") for batch in iter_column_batches(dataset, column) for row in batch):
+        for batch in iter_column_batches(dataset, column):  # one document per row
+            for row in batch:
+                yield [line for line in row.splitlines() if line.strip()]
+        return
+    yield from _grouped_by_blank_rows(iter_column_batches(dataset, column))
+
+
+def _file_documents(path: str, flag: str, column: str) -> Iterator[list]:
+    """The documents of a data file: a ``.txt`` file read in buffered chunks (the rows of ``datasets``' text loader),
+    any other format through ``datasets`` (memory-mapped Arrow)."""
+    if Path(path).suffix.lower() == ".txt":
+        try:
+            yield from _grouped_by_blank_rows(iter_text_file_lines(path))
+        except UnicodeDecodeError as error:
+            raise DataError(f"`{flag}` {path} could not be read as text (UnicodeDecodeError: {error})") from error
+        return
+    split = load_data(train_file=path, allow_text_files=True, require_validation=False)
+    require_columns(split, {"text_column_name": column})
+    yield from iter_documents(split["train"], column)
+
+
+def _training_sentences(documents: Iterable[list], held_out: np.ndarray | None, cap: int | None) -> Iterator[str]:
+    """The sentences of the training documents (those not ``held_out``) in order, the first ``cap`` of them."""
+    given = 0
+    for d, document in enumerate(documents):
+        if held_out is not None and held_out[d]:
+            continue
+        for item in document:
+            for sentence in [item] if isinstance(item, str) else item:
+                if cap is not None and given >= cap:
+                    return
+                yield sentence
+                given += 1
+
+
+def _dataset_key(dataset: Dataset) -> str:
+    """A split's part of the cache key: ``datasets``' own fingerprint for a split on disk (plus its files'
+    fingerprints), a hash of the column contents for an in-memory one (a preset)."""
+    if dataset.cache_files:
+        return f"{dataset._fingerprint}:{fingerprint_files([f['filename'] for f in dataset.cache_files])}"
+    digest = hashlib.blake2b(digest_size=16)
+    for column in dataset.column_names:
+        for values in iter_column_batches(dataset, column):
+            digest.update("\0".join(map(str, values)).encode())
+        digest.update(b"\1")
+    return digest.hexdigest()
+
+
+class _SplitSize:
+    """What :func:`describe_data` reads of a split (its length and where it came from), without loading it."""
+
+    def __init__(self, rows: int, description: str) -> None:
+        self.rows, self.info = rows, SimpleNamespace(description=description)
+
+    def __len__(self) -> int:
+        return self.rows
+
+
+def _select_documents(documents: StoredDocuments, keep: np.ndarray, folder: Path) -> StoredDocuments:
+    """The documents where ``keep`` is true, in order, copied into a new store in ``folder``."""
+    sizes = np.diff(documents.doc_offsets)
+    store = select_rows(documents.store, np.repeat(keep, sizes), folder)
+    offsets = np.concatenate([[0], np.cumsum(sizes[keep])]).astype(np.int64)
+    np.save(folder / DOCUMENTS_FILE, offsets)
+    return StoredDocuments(store, offsets)
+
+
+def _too_few(source: str, n: int) -> DataError:
+    return DataError(
+        f"{source} holds {n} document(s): next-sentence pairs need at least two (separate documents with a blank line)"
+    )
+
+
+@dataclass
+class BertData:
+    """The tokenizer and each split's documents (sentences in a memory-mapped token store), from the cache."""
+
+    tokenizer: object
+    documents: dict
+    data_line: str
+    folder: Path
+    reused: bool
+
+
+def prepare_bert_data(
+    args: PretrainArguments,
+    model_args,
+    data_args,
+    training_args=None,
+    tokenizer=None,
+    splits: tuple[str, ...] = ("train", "validation", "test"),
+) -> BertData:
+    """Tokenize every split's sentences once into a :class:`hf_seq.preprocessing.TokenStore` (one row per sentence,
+    ``documents.npy`` the first sentence of each document) in the preprocessing cache, or reuse it; a WordPiece
+    tokenizer built on the training documents (unless given) is cached beside them. Without a validation split the
+    seeded ``validation_split_percentage`` % of the documents of before is held out. Keyed by the data files (or the
+    data set's fingerprint), the split settings and the tokenizer; the token ids equal the in-memory path's."""
+    if (args.preprocessing_num_workers or 1) > 1:
+        raise RecipeError(
+            f"`preprocessing_num_workers` {args.preprocessing_num_workers}: pretrain_bert tokenizes its documents in "
+            "one process (pass 1 or leave it unset)"
+        )
+    given = tokenizer if tokenizer is not None else load_tokenizer(model_args)
+    column = data_args.text_column_name
+    max_length = data_args.max_seq_length
+    if data_args.dataset_name:
+        raw = load_task_data(TASK, data_args, require_validation=False)
+        require_columns(raw, {"text_column_name": column})
+        raw = {name: split for name, split in raw.items() if name in splits}
+        data_key: dict = {name: _dataset_key(split) for name, split in raw.items()}
+        data_key["source"] = [data_args.dataset_name, data_args.dataset_config_name]
+        readers = {name: (lambda split=split: iter_documents(split, column)) for name, split in raw.items()}
+        sources = {name: split_source(split) for name, split in raw.items()}
+    else:
+        files = {s: getattr(data_args, f"{s}_file") for s in splits if getattr(data_args, f"{s}_file")}
+        if "train" in splits and "train" not in files:
+            raise DataError("no training data: pass `dataset_name` or `train_file` (txt, csv, json, jsonl, parquet)")
+        for split, path in files.items():
+            check_data_file(path, f"{split}_file", allow_text=True)
+            if os.path.getsize(path) == 0:
+                raise DataError(f"`{split}_file` {path} is empty")
+        data_key = {split: fingerprint_files([path]) for split, path in files.items()}
+        readers = {
+            split: (lambda path=path, split=split: _file_documents(path, f"{split}_file", column))
+            for split, path in files.items()
+        }
+        sources = dict(files)
+    data_key["column"] = column
+    if given is not None:
+        tokenizer_key = {"fingerprint": tokenizer_fingerprint(given)}
+    else:
+        tokenizer_key = {
+            "built": "wordpiece v1",
+            "vocab_size": model_args.tokenizer_vocab_size,
+            "min_frequency": model_args.tokenizer_min_frequency,
+            "lowercase": model_args.lowercase,
+            "max_train_lines": args.tokenizer_max_train_lines,
+            "sides": [model_args.padding_side, model_args.truncation_side],
+        }
+    pct = data_args.validation_split_percentage
+    key = {
+        "task": "pretrain_bert",
+        "data": data_key,
+        "split": {"validation_split_percentage": pct, "split_seed": data_args.split_seed},
+        "tokenizer": tokenizer_key,
+    }
+
+    def build(tmp: Path) -> dict:
+        held_out = None
+        if "train" in readers and "validation" not in readers:
+            if not pct:
+                raise DataError(
+                    f"{sources['train']} has no validation split: pass `validation_file` or a "
+                    "`validation_split_percentage`"
+                )
+            if not 0 < pct < 100:
+                raise DataError(f"`validation_split_percentage` must be in (0, 100), got {pct}")
+            n = sum(1 for _ in readers["train"]())
+            if n < 2:
+                raise _too_few(sources["train"], n)
+            if max(1, int(round(n * pct / 100))) >= n:
+                raise DataError(f"{sources['train']}: {n} training documents are too few to hold out {pct:g}%")
+            held_out = holdout_mask(n, pct, data_args.split_seed)  # the documents hold_out_validation moves
+        built = given
+        if built is None:
+            cap = args.tokenizer_max_train_lines
+            built = tokenizer_for(
+                model_args, lambda: _training_sentences(readers["train"](), held_out, cap), max_length
+            )
+        counts = {}
+        for source, read in readers.items():
+            whole = held_out is not None and source == "train"
+            folder = tmp / ("_train_all" if whole else source)
+            documents = tokenize_documents_to_store(read(), built, folder)
+            if len(documents) < 2:
+                raise _too_few(sources[source], len(documents))
+            np.save(folder / DOCUMENTS_FILE, documents.doc_offsets)
+            if whole:
+                for split, keep in (("train", ~held_out), ("validation", held_out)):
+                    counts[split] = len(_select_documents(documents, keep, tmp / split))
+                shutil.rmtree(folder)
+            else:
+                counts[source] = len(documents)
+        if given is None:
+            built.save_pretrained(tmp / "tokenizer")
+        descriptions = dict(sources)
+        if held_out is not None:
+            descriptions["validation"] = (
+                f"{sources['train']} ({pct:g}% held out for validation, seed {data_args.split_seed})"
+            )
+        sized = {s: _SplitSize(counts[s], descriptions[s]) for s in ("train", "validation", "test") if s in counts}
+        return {"data_line": describe_data(data_args, sized, unit="documents"), "documents": counts}
+
+    first = training_args.main_process_first(desc="preprocessing") if training_args is not None else nullcontext()
+    with first:
+        folder, reused = cached_build(key, build, args.cache_dir, args.overwrite_cache, description="BERT documents")
+    if given is None:
+        from transformers import AutoTokenizer
+
+        given = AutoTokenizer.from_pretrained(folder / "tokenizer")
+    documents = {
+        split: StoredDocuments(TokenStore(folder / split), np.load(folder / split / DOCUMENTS_FILE))
+        for split in ("train", "validation", "test")
+        if (folder / split).is_dir()
+    }
+    return BertData(given, documents, read_meta(folder)["data_line"], folder, reused)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# --streaming: pairs drawn on the fly from a stream of documents
+# ------------------------------------------------------------------------------------------------------------
+
+
+def stream_documents(path: str, column: str) -> Callable[[], Iterator[list]]:
+    """A function giving the documents of ``path`` read as a ``datasets`` IterableDataset
+    (``load_dataset(..., streaming=True)``): a txt file's blank-line separated documents, or a row per document of
+    csv / json / jsonl / parquet (a list of sentences or paragraphs, or a string with one sentence per line)."""
+    import datasets
+
+    builder = check_data_file(path, "train_file", allow_text=True)
+    kwargs = {"keep_linebreaks": True} if builder == "text" else {}
+    source = datasets.load_dataset(builder, data_files={"train": path}, split="train", streaming=True, **kwargs)
+    if builder == "text":
+        return lambda: _grouped_by_blank_rows(batch["text"] for batch in source.iter(batch_size=1000))
+    source = source.select_columns([column])
+
+    def documents() -> Iterator[list]:
+        for batch in source.iter(batch_size=1000):
+            for value in batch[column]:
+                if isinstance(value, str):
+                    yield [line for line in value.splitlines() if line.strip()]
+                elif isinstance(value, list):
+                    yield value
+                else:
+                    raise DataError(
+                        f"`train_file` {path}: column {column!r} (`text_column_name`) must hold documents (text, or "
+                        f"lists of sentences), got {type(value).__name__}"
+                    )
+
     return documents
 
 
-def load_documents(data_args) -> DatasetDict:
-    """Splits of documents; without a validation split, whole documents are held out."""
-    raw = load_task_data(TASK, data_args, require_validation=False)
+class BertStreamPairs(torch.utils.data.IterableDataset):
+    """``--streaming``: masked next-sentence pairs drawn on the fly from a stream of documents.
+
+    Documents are tokenized ``batch_documents`` at a time; each document's anchors are
+    :func:`hf_seq.collators.bert_pretraining_anchors`' and its pairs :class:`DataCollatorForBertPretraining`'s
+    (``pairs``: ``build_pair`` and ``encode_pair``), except that a random next segment comes from a seeded choice among
+    the last ``buffer_documents`` documents of the stream (the first document waits for the second). The examples
+    then pass a seeded shuffle buffer of ``shuffle_buffer_size`` pairs (0: stream order). Every random draw comes from
+    generators seeded by ``seed`` and the epoch (``set_epoch``, called by ``Trainer``), so the stream's batches are
+    the same on every run; with ``repeat`` the stream is read again and again (each pass with its own seeded draws)
+    and never ends, so ``Trainer`` sees one epoch of ``max_steps`` steps and a resumed run that skips the batches
+    already trained on gets the batches of an uninterrupted one, wherever in a pass its checkpoint lies. Memory stays
+    constant: the buffers, never the corpus."""
+
+    def __init__(
+        self,
+        documents: Callable[[], Iterable[list]],
+        encoder,
+        pairs: DataCollatorForBertPretraining,
+        buffer_documents: int = 1000,
+        shuffle_buffer_size: int = 0,
+        seed: int = 0,
+        batch_documents: int = 100,
+        source: str = "the stream",
+        repeat: bool = False,
+    ) -> None:
+        if buffer_documents < 2:
+            raise ValueError(f"`stream_buffer_documents` must be at least 2, got {buffer_documents}")
+        self.documents, self.encoder, self.pairs = documents, encoder, pairs
+        self.buffer_documents, self.shuffle_buffer_size = buffer_documents, shuffle_buffer_size
+        self.seed, self.batch_documents, self.source, self.repeat = seed, batch_documents, source, repeat
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def tokenized(self) -> Iterator[list[list[int]]]:
+        """The stream's documents as lists of sentences' token ids (empty sentences dropped, as the cache does)."""
+        batch: list[list[str]] = []
+
+        def encode() -> list[list[list[int]]]:
+            sentences = [s for doc in batch for s in doc]
+            flat, lengths = self.encoder.encode(sentences) if sentences else (np.zeros(0, np.int64), np.zeros(0))
+            rows = np.split(flat, np.cumsum(lengths)[:-1].astype(np.int64)) if sentences else []
+            out, k = [], 0
+            for doc in batch:
+                out.append([row.tolist() for row in rows[k : k + len(doc)] if len(row)])
+                k += len(doc)
+            batch.clear()
+            return out
+
+        for document in self.documents():
+            batch.append(_flatten_sentences(document))
+            if len(batch) >= self.batch_documents:
+                yield from encode()
+        if batch:
+            yield from encode()
+
+    def examples(self, pass_index: int = 0) -> Iterator[dict]:
+        """The pairs of one pass over the stream, in stream order: ``input_ids``, ``token_type_ids``, ``labels``
+        ``(L,)`` and the label; every pass draws its own (seeded) pairs and masks."""
+        seed = (self.seed * 1_000_003 + self.epoch) * 1_000_003 + pass_index
+        rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
+        buffer: collections.deque = collections.deque(maxlen=self.buffer_documents)
+        max_length = self.pairs.max_length
+
+        def pairs_of(index: int) -> Iterator[dict]:
+            for start in bert_pretraining_anchors([buffer[index]], max_length)["sentence_index"]:
+                a, b, label = self.pairs.build_pair(index, start, rng, documents=buffer)
+                ids, types, labels = self.pairs.encode_pair(a, b, generator)
+                yield {"input_ids": ids, "token_type_ids": types, "labels": labels, "next_sentence_label": label}
+
+        read = pairs = 0
+        for document in self.tokenized():
+            if not document:
+                continue
+            buffer.append(document)
+            read += 1
+            if read == 1:
+                continue  # its random next segments need another document
+            for index in (0, 1) if read == 2 else (len(buffer) - 1,):
+                for pair in pairs_of(index):
+                    pairs += 1
+                    yield pair
+        if read < 2:
+            raise _too_few(self.source, read)
+        if not pairs:
+            raise DataError(f"{self.source}: no document has two sentences, so no next-sentence pair can be drawn")
+
+    def __iter__(self) -> Iterator[dict]:
+        passes = itertools.count() if self.repeat else range(1)
+        examples = itertools.chain.from_iterable(self.examples(p) for p in passes)
+        if self.shuffle_buffer_size:
+            rng = np.random.default_rng([self.seed, self.epoch])
+            buffer: list[dict] = []
+            for example in examples:
+                if len(buffer) < self.shuffle_buffer_size:
+                    buffer.append(example)
+                    continue
+                i = int(rng.integers(len(buffer)))
+                example, buffer[i] = buffer[i], example
+                yield example
+            examples = (buffer[i] for i in rng.permutation(len(buffer)))
+        yield from examples
+
+
+class _StreamCollator:
+    """Pads the stream's ready pairs (:meth:`DataCollatorForBertPretraining.pad_rows`)."""
+
+    def __init__(self, pairs: DataCollatorForBertPretraining) -> None:
+        self.pairs = pairs
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        keys = ("input_ids", "token_type_ids", "labels", "next_sentence_label")
+        return self.pairs.pad_rows([tuple(f[k] for k in keys) for f in features])
+
+
+def prepare_bert_stream(args: PretrainArguments, model_args, data_args, training_args) -> tuple[BertData, Callable]:
+    """``--streaming``: the training file's documents as a ``datasets`` IterableDataset (no preprocessing pass), the
+    tokenizer given or built on the first ``tokenizer_max_train_lines`` sentences of the stream (cached, keyed by the
+    file and the settings), the validation and test files through the cache as usual."""
+    if data_args.dataset_name or not data_args.train_file:
+        raise RecipeError(
+            "`streaming` reads `train_file` (txt, csv, json, jsonl, parquet); give it instead of `dataset_name`"
+        )
+    if not data_args.validation_file:
+        raise RecipeError("`streaming` needs a `validation_file` (a held-out share of a stream is not defined)")
+    if data_args.max_train_samples is not None:
+        raise RecipeError("`max_train_samples` does not apply to `streaming` (a stream is read until `max_steps`)")
+    if training_args.max_steps is None or training_args.max_steps <= 0:
+        raise RecipeError("`streaming` needs `max_steps` (a stream has no length to count epochs by)")
     column = data_args.text_column_name
-    require_columns(raw, {"text_column_name": column})
-    splits = DatasetDict()
-    for name, dataset in raw.items():
-        splits[name] = Dataset.from_dict({"document": documents_of(dataset, column)})
-        splits[name].info.description = split_source(dataset)
-        if len(splits[name]) < 2:
-            raise DataError(
-                f"{split_source(dataset)} holds {len(splits[name])} document(s): next-sentence pairs need at least two "
-                "(separate documents with a blank line)"
-            )
-    if "validation" not in splits:
-        if not data_args.validation_split_percentage:
-            raise DataError(
-                f"{split_source(splits['train'])} has no validation split: pass `validation_file` or a "
-                "`validation_split_percentage`"
-            )
-        splits = hold_out_validation(splits, data_args.validation_split_percentage, data_args.split_seed)
-    return splits
+    documents = stream_documents(data_args.train_file, column)
+    tokenizer = load_tokenizer(model_args)
+    if tokenizer is None:
+        key = {
+            "task": "pretrain_bert_stream_tokenizer",
+            "data": fingerprint_files([data_args.train_file]),
+            "column": column,
+            "tokenizer": {
+                "built": "wordpiece v1",
+                "vocab_size": model_args.tokenizer_vocab_size,
+                "min_frequency": model_args.tokenizer_min_frequency,
+                "lowercase": model_args.lowercase,
+                "max_train_lines": args.tokenizer_max_train_lines,
+                "sides": [model_args.padding_side, model_args.truncation_side],
+            },
+        }
+
+        def build(tmp: Path) -> None:
+            texts = lambda: _training_sentences(documents(), None, args.tokenizer_max_train_lines)  # noqa: E731
+            tokenizer_for(model_args, texts, data_args.max_seq_length).save_pretrained(tmp / "tokenizer")
+
+        from transformers import AutoTokenizer
+
+        with training_args.main_process_first(desc="tokenizer"):
+            folder, _ = cached_build(key, build, args.cache_dir, args.overwrite_cache, description="stream tokenizer")
+        tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
+    data = prepare_bert_data(args, model_args, data_args, training_args, tokenizer, splits=("validation", "test"))
+    train = f"train `{data_args.train_file}`"
+    data.data_line = data.data_line.replace(train, f"{train} (streamed)", 1)
+    return data, documents
 
 
 def _anchor_dataset(
     documents, max_length: int, seed_offset: int | None, limit: int | None = None, pairs_per_anchor: int = 1
 ) -> Dataset:
-    """Anchors as a Dataset; ``seed_offset`` adds a fixed per-example seed (deterministic evaluation pairs), and
-    ``pairs_per_anchor`` repeats every anchor with distinct seeds (evaluation only)."""
+    """Anchors as a Dataset (numpy columns, computed from the store's offsets); ``seed_offset`` adds a fixed
+    per-example seed (deterministic evaluation pairs), and ``pairs_per_anchor`` repeats every anchor with distinct
+    seeds (evaluation only)."""
     if pairs_per_anchor < 1:
         raise ValueError(f"`eval_pairs_per_anchor` must be at least 1, got {pairs_per_anchor}")
-    anchors = bert_pretraining_anchors(documents, max_length)
+    anchors = {k: np.asarray(v, dtype=np.int64) for k, v in bert_pretraining_anchors(documents, max_length).items()}
     if pairs_per_anchor > 1:
-        anchors = {key: [v for v in values for _ in range(pairs_per_anchor)] for key, values in anchors.items()}
+        anchors = {key: np.repeat(values, pairs_per_anchor) for key, values in anchors.items()}
     if seed_offset is not None:
-        anchors["example_seed"] = [seed_offset + i for i in range(len(anchors["doc_index"]))]
-    ds = Dataset.from_dict(anchors)
-    if limit is not None and len(ds) > limit:
-        ds = ds.select(range(limit))
-    return ds
+        anchors["example_seed"] = seed_offset + np.arange(len(anchors["doc_index"]), dtype=np.int64)
+    if limit is not None:
+        anchors = {key: values[:limit] for key, values in anchors.items()}
+    return Dataset.from_dict(anchors)
 
 
 def preprocess_logits_for_metrics(logits, labels):
@@ -233,35 +664,12 @@ def main(argv: list[str] | None = None) -> dict:
     max_length = data_args.max_seq_length
     command = training_command(__file__, argv)
 
-    documents = load_documents(data_args)
-    tokenizer = tokenizer_for(
-        model_args,
-        lambda: [
-            s
-            for doc in documents["train"]["document"]
-            for item in doc
-            for s in ([item] if isinstance(item, str) else item)
-        ],
-        max_length,
-    )
+    if args.streaming:
+        data, stream = prepare_bert_stream(args, model_args, data_args, training_args)
+    else:
+        data = prepare_bert_data(args, model_args, data_args, training_args)
+    tokenizer, docs = data.tokenizer, data.documents  # sentences in memory-mapped token stores, documents row ranges
     tokenizer.model_max_length = max_length
-    # sentences tokenized into memory-mapped token stores (documents = row ranges), not lists of lists of ids
-    store_dir = tempfile.TemporaryDirectory(prefix="hf_seq_bert_tokens_")
-    docs = {
-        name: tokenize_documents_to_store(split["document"], tokenizer, Path(store_dir.name) / name)
-        for name, split in documents.items()
-    }
-    train_ds = _anchor_dataset(docs["train"], max_length, None, data_args.max_train_samples)
-    repeats = args.eval_pairs_per_anchor
-    eval_ds = _anchor_dataset(docs["validation"], max_length, 1_000_000, data_args.max_eval_samples, repeats)
-    test_ds = (
-        _anchor_dataset(docs["test"], max_length, 2_000_000, data_args.max_predict_samples, repeats)
-        if "test" in docs
-        else None
-    )
-    logger.info(
-        "pairs per epoch: train %d, validation %d, test %s", len(train_ds), len(eval_ds), len(test_ds) if test_ds else 0
-    )
 
     def collator_for(split: str) -> DataCollatorForBertPretraining:
         return DataCollatorForBertPretraining(
@@ -273,6 +681,37 @@ def main(argv: list[str] | None = None) -> dict:
             short_seq_probability=args.short_seq_probability,
             seed=training_args.seed,
         )
+
+    if args.streaming:
+        pairs = collator_for("validation")  # its pair and mask code; the documents are the stream's buffer
+        train_ds = BertStreamPairs(
+            stream,
+            make_encoder(tokenizer),
+            pairs,
+            args.stream_buffer_documents,
+            args.shuffle_buffer_size,
+            training_args.seed,
+            source=f"`train_file` {data_args.train_file}",
+            repeat=True,  # read until max_steps: Trainer's epochs of an IterableDataset are max_steps long
+        )
+        train_collator = _StreamCollator(pairs)
+    else:
+        train_ds = _anchor_dataset(docs["train"], max_length, None, data_args.max_train_samples)
+        train_collator = collator_for("train")
+    train_pairs = None if args.streaming else len(train_ds)
+    repeats = args.eval_pairs_per_anchor
+    eval_ds = _anchor_dataset(docs["validation"], max_length, 1_000_000, data_args.max_eval_samples, repeats)
+    test_ds = (
+        _anchor_dataset(docs["test"], max_length, 2_000_000, data_args.max_predict_samples, repeats)
+        if "test" in docs
+        else None
+    )
+    logger.info(
+        "pairs per epoch: train %s, validation %d, test %s",
+        train_pairs if train_pairs is not None else "streamed",
+        len(eval_ds),
+        len(test_ds) if test_ds else 0,
+    )
 
     model = load_or_build_model(
         TASK,
@@ -289,7 +728,8 @@ def main(argv: list[str] | None = None) -> dict:
     # Random "next" segments must come from held-out documents of the same split: each split gets its own collator.
     class _SplitCollator:
         def __init__(self) -> None:
-            self.by_split = {split: collator_for(split) for split in docs}
+            self.by_split = {split: collator_for(split) for split in docs if split != "train"}
+            self.by_split["train"] = train_collator
             self.active = self.by_split["train"]
 
         def __call__(self, features):
@@ -315,7 +755,7 @@ def main(argv: list[str] | None = None) -> dict:
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=preprocess_logits_for_metrics,
-        callbacks=[budget],
+        callbacks=[budget, StepTimesCallback()],  # `[hf_seq] first training step begins at ...` for benchmarks
     )
     if args.eval_only:
         train_metrics = {}
@@ -324,7 +764,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_metrics = train_result.metrics
     validation = trainer.evaluate()
     test = trainer.evaluate(test_ds, metric_key_prefix="test") if test_ds is not None else {}
-    data_line = describe_data(data_args, documents, unit="documents")
+    data_line = data.data_line
     results = {
         "data": data_line,
         "train": train_metrics,
@@ -334,7 +774,7 @@ def main(argv: list[str] | None = None) -> dict:
         "model_name_or_path": model_args.model_name_or_path,
         "num_parameters": model.num_parameters(),
         "process_cpu_minutes": round(resource.getrusage(resource.RUSAGE_SELF).ru_utime / 60.0, 2),
-        "pairs": {"train_per_epoch": len(train_ds), "validation": len(eval_ds), "test": len(test_ds) if test_ds else 0},
+        "pairs": {"train_per_epoch": train_pairs, "validation": len(eval_ds), "test": len(test_ds) if test_ds else 0},
     }
     metrics = {
         "validation_mlm_accuracy": round(validation["eval_mlm_accuracy"], 4),
@@ -355,8 +795,14 @@ def main(argv: list[str] | None = None) -> dict:
         else "trained on the training documents"
     )
     card = {
-        "dataset": f"{data_line}. Masked-LM + next-sentence pairs of at most {max_length} tokens: {len(train_ds)} "
-        f"anchors per training epoch (fresh pairs and masks each epoch), {len(eval_ds)} validation and "
+        "dataset": f"{data_line}. Masked-LM + next-sentence pairs of at most {max_length} tokens: "
+        + (
+            f"drawn from the streamed training documents (random next segments from the last "
+            f"{args.stream_buffer_documents} documents), "
+            if args.streaming
+            else f"{train_pairs} anchors per training epoch (fresh pairs and masks each epoch), "
+        )
+        + f"{len(eval_ds)} validation and "
         f"{results['pairs']['test']} test pairs fixed by a per-example seed, each drawn from held-out documents of its "
         f"split; mask probability {args.mlm_probability}, random-next probability {args.nsp_probability}. WordPiece "
         f"tokenizer of {len(tokenizer)} tokens {source}.",
