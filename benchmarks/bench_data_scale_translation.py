@@ -36,6 +36,16 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 RECIPE = ROOT / "configs" / "translation_transformer.json"
 SCRIPT = ROOT / "train_scripts" / "train_translation.py"
+MODES = {
+    "first run": [],
+    "second run": [],
+    "streaming": ["--streaming", "true", "--train_sampling_strategy", "random"],
+}
+PHASES = {  # log lines that mark where the first run's time goes (seconds from the start)
+    "tokenizer_cached": "cached tokenizer in",
+    "tokenizing_starts": "train_translation: tokenizing train",
+    "features_cached": "cached tokenizing output",
+}
 
 
 def _vocabulary(rng: random.Random, size: int) -> list[str]:
@@ -118,6 +128,7 @@ def run_once(argv: list[str], env: dict, log_path: Path) -> dict:
     sampler.start()
     first_step = cached_at = None
     steps_per_second = None
+    phases: dict[str, float] = {}  # first time each phase's log line appears
     with open(log_path, "w") as log:
         for line in proc.stdout:
             now = time.perf_counter() - start
@@ -126,6 +137,9 @@ def run_once(argv: list[str], env: dict, log_path: Path) -> dict:
                 first_step = now
             if cached_at is None and "cached tokenizing output" in line:
                 cached_at = now
+            for phase, marker in PHASES.items():
+                if phase not in phases and marker in line:
+                    phases[phase] = round(now, 2)
             match = re.search(r"'train_steps_per_second': '([0-9.]+)'", line)
             if match:
                 steps_per_second = float(match.group(1))
@@ -138,6 +152,7 @@ def run_once(argv: list[str], env: dict, log_path: Path) -> dict:
         "seconds_to_first_step": None if first_step is None else round(first_step, 2),
         "seconds_to_cache_written": None if cached_at is None else round(cached_at, 2),
         "train_steps_per_second": steps_per_second,
+        "phase_seconds": phases,
         "peak_rss_gb": round(peaks["rss"] / 2**30, 3),
         "peak_rss_anon_gb": round(peaks["anon"] / 2**30, 3),
         "peak_tree_rss_gb": round(peaks["tree_rss"] / 2**30, 3),
@@ -146,7 +161,9 @@ def run_once(argv: list[str], env: dict, log_path: Path) -> dict:
     }
 
 
-def bench_size(n: int, work: Path, seed: int, workers: int | None) -> dict:
+def bench_size(n: int, work: Path, seed: int, workers: int | None, tokenizer_lines: int | None, modes, on_run) -> dict:
+    """The runs of ``modes`` on ``n`` generated pairs (one preprocessing cache for them); ``on_run(size)`` after each
+    run (the results so far are written)."""
     data = work / f"pairs_{n}"
     data.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -155,6 +172,7 @@ def bench_size(n: int, work: Path, seed: int, workers: int | None) -> dict:
     generated = time.perf_counter() - t0
     megabytes = train.stat().st_size / 1e6
     cache = Path(tempfile.mkdtemp(prefix="cache_", dir=work))
+    load = os.getloadavg()
     env = os.environ | {
         "OMP_NUM_THREADS": "1",
         "HF_SEQ_CACHE": str(cache / "hf_seq"),
@@ -167,52 +185,83 @@ def bench_size(n: int, work: Path, seed: int, workers: int | None) -> dict:
     base += ["--save_strategy", "no", "--report_to", "none"]
     if workers:
         base += ["--preprocessing_num_workers", str(workers)]
+    if tokenizer_lines:  # the BPE is trained on the first N training pairs (the streaming run's too)
+        base += ["--tokenizer_max_train_lines", str(tokenizer_lines)]
     runs = {}
-    for name, extra in (
-        ("first run", []),
-        ("second run", []),
-        ("streaming", ["--streaming", "true", "--train_sampling_strategy", "random"]),
-    ):
+    size = {"pairs": n, "train_file_mb": round(megabytes, 1), "generation_seconds": round(generated, 1), "runs": runs}
+    for name in modes:
         out = work / f"run_{n}_{name.replace(' ', '_')}"
-        runs[name] = run_once(base + extra + ["--output_dir", str(out)], env, work / f"log_{n}_{name.split()[0]}.txt")
+        argv = base + MODES[name] + ["--output_dir", str(out)]
+        runs[name] = run_once(argv, env, work / f"log_{n}_{name.split()[0]}.txt")
+        runs[name]["load_average_before"] = load
+        load = runs[name]["load_average_after"] = os.getloadavg()
+        if name == "first run" and runs[name]["seconds_to_cache_written"]:
+            runs[name]["preprocessing_mb_per_second"] = round(megabytes / runs[name]["seconds_to_cache_written"], 2)
         print(n, name, runs[name], flush=True)
-    first = runs["first run"]
-    if first["seconds_to_cache_written"]:
-        first["preprocessing_mb_per_second"] = round(megabytes / first["seconds_to_cache_written"], 2)
-    return {"pairs": n, "train_file_mb": round(megabytes, 1), "generation_seconds": round(generated, 1), "runs": runs}
+        on_run(size)
+    return size
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, action="append", help="corpus sizes (default 1000000)")
+    parser.add_argument("--pairs", type=int, nargs="+", action="extend", help="corpus sizes (default 1000000)")
     parser.add_argument("--work_dir", default=None, help="folder of the corpora, caches and runs (default: a tmp dir)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--preprocessing_num_workers", type=int, default=None)
+    parser.add_argument(
+        "--tokenizer_max_train_lines",
+        type=int,
+        default=200_000,
+        help="train the BPE on the first N training pairs at every size (0: on all of them)",
+    )
+    parser.add_argument(
+        "--modes", nargs="+", default=list(MODES), choices=list(MODES), help="which of the three runs to make"
+    )
     parser.add_argument("--output", default=str(RESULTS / "data_scale_translation"))
     args = parser.parse_args(argv)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_data_scale_translation_"))
     work.mkdir(parents=True, exist_ok=True)
     sizes = args.pairs or [1_000_000]
-    command = "OMP_NUM_THREADS=1 python benchmarks/bench_data_scale_translation.py " + " ".join(
-        f"--pairs {n}" for n in sizes
-    )
+    command = "OMP_NUM_THREADS=1 python benchmarks/bench_data_scale_translation.py --pairs " + " ".join(map(str, sizes))
+    if args.modes != list(MODES):
+        command += " --modes " + " ".join(f"'{m}'" for m in args.modes)
+    if args.tokenizer_max_train_lines != 200_000:
+        command += f" --tokenizer_max_train_lines {args.tokenizer_max_train_lines}"
     results = {
         "command": command,
         "load_average_before": os.getloadavg(),
         "cpus": os.cpu_count(),
-        "sizes": [bench_size(n, work, args.seed, args.preprocessing_num_workers) for n in sizes],
+        "tokenizer_max_train_lines": args.tokenizer_max_train_lines or None,
+        "sizes": [],
     }
-    results["load_average_after"] = os.getloadavg()
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(results, indent=1))
+
+    def write(size: dict | None = None) -> None:
+        if size is not None and size not in results["sizes"]:
+            results["sizes"].append(size)
+        results["load_average_after"] = os.getloadavg()
+        out.with_suffix(".json").write_text(json.dumps(results, indent=1))
+        out.with_suffix(".md").write_text(table(results))
+
+    for n in sizes:
+        bench_size(
+            n, work, args.seed, args.preprocessing_num_workers, args.tokenizer_max_train_lines, args.modes, write
+        )
+    write()
+    print(table(results))
+
+
+def table(results: dict) -> str:
+    """The results as a markdown table (load averages per run: 1, 5, 15 minutes before it)."""
     lines = [
-        f"`{command}` (load average before {results['load_average_before'][0]:.2f}, after "
-        f"{results['load_average_after'][0]:.2f}, {results['cpus']} CPUs)",
+        f"`{results['command']}` (load average before {results['load_average_before'][0]:.2f}, after "
+        f"{results['load_average_after'][0]:.2f}, {results['cpus']} CPUs; BPE trained on the first "
+        f"{results['tokenizer_max_train_lines'] or 'all'} training pairs)",
         "",
         "| pairs (MB) | run | peak RSS GB (anon) | tree peak RSS GB (anon) | preprocessing MB/s | s to first step | "
-        "steps/s |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "steps/s | load before |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for size in results["sizes"]:
         for name, run in size["runs"].items():
@@ -220,10 +269,9 @@ def main(argv: list[str] | None = None) -> None:
                 f"| {size['pairs']:,} ({size['train_file_mb']:.0f}) | {name} | {run['peak_rss_gb']:.2f} "
                 f"({run['peak_rss_anon_gb']:.2f}) | {run['peak_tree_rss_gb']:.2f} ({run['peak_tree_rss_anon_gb']:.2f}) "
                 f"| {run.get('preprocessing_mb_per_second', '')} | {run['seconds_to_first_step']} | "
-                f"{run['train_steps_per_second']} |"
+                f"{run['train_steps_per_second']} | {run['load_average_before'][0]:.1f} |"
             )
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

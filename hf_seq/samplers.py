@@ -78,13 +78,13 @@ def example_lengths(dataset, length_column_name: str = "length", model_input_nam
                 f"the examples; the dataset's columns are {columns}"
             )
         inputs = _arrow_column(dataset, model_input_name)
-        lengths = _to_numpy(pc.fill_null(pc.list_value_length(inputs), 0)).astype(np.int64)
+        lengths = _to_numpy(pc.fill_null(pc.list_value_length(inputs), 0))  # int32 (int64 for large lists)
         if "labels" in columns:
             labels = _arrow_column(dataset, "labels")
             if _is_list_type(labels.type):
                 target = _to_numpy(pc.fill_null(pc.list_value_length(labels), 0))
-                lengths = np.maximum(lengths, target.astype(np.int64))
-        return lengths
+                lengths = np.maximum(lengths, target, out=lengths if lengths.flags.writeable else None)
+        return lengths.astype(np.int64, copy=False)
     lengths = []
     for i in range(len(dataset)):
         example = dataset[i]
@@ -115,7 +115,7 @@ class LengthBucketSampler(Sampler[int]):
 
     Args:
         lengths: one length per example (e.g. ``max(source tokens, target tokens)``; :func:`example_lengths`): a
-            1-D integer numpy array (used without a copy when it is ``int64``), a tensor or a sequence of ints.
+            1-D integer numpy array, a tensor or a sequence of ints (kept as ``int16`` when under 32,768).
         batch_size: examples per batch — the batch size of the data loader that reads the sampler.
         seed: seed of the per-epoch shuffles.
         drop_last: leave out the incomplete batch.
@@ -135,10 +135,8 @@ class LengthBucketSampler(Sampler[int]):
         array = np.asarray(lengths) if isinstance(lengths, np.ndarray) else np.asarray(list(lengths))
         if array.ndim != 1 or array.dtype.kind not in "iub" or bool((array < 0).any()):
             raise ValueError("`lengths` must be a flat sequence of non-negative ints (one per example)")
-        array = array.astype(np.int64, copy=False)
-        if not array.flags.writeable:  # e.g. a zero-copy view of an Arrow column: torch wants its own buffer
-            array = array.copy()
-        self.lengths = torch.from_numpy(array)
+        # the smallest integer type that holds them: 2 bytes an example for sentence lengths (10 M pairs: 20 MB)
+        self.lengths = torch.from_numpy(np.array(array, dtype=np.int16 if array.max() < 2**15 else np.int64))
         self.batch_size = batch_size
         self.seed = seed
         self.drop_last = bool(drop_last)
@@ -164,22 +162,37 @@ class LengthBucketSampler(Sampler[int]):
         n = len(self.lengths)
         return n - n % self.batch_size if self.drop_last else n
 
+    def _order(self) -> tuple[np.ndarray, np.ndarray, bool]:
+        """(the indices sorted by length, ties in random order; the order of the full batches; whether an
+        incomplete batch follows them) of this epoch. One numpy array per epoch, no tensor per batch: 10 M examples
+        take 40 MB, not the 0.5 GB of 300,000 tensors."""
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        shuffled = torch.randperm(len(self.lengths), generator=generator).numpy()
+        if len(shuffled) < 2**31:  # half the bytes
+            shuffled = shuffled.astype(np.int32)
+        # a stable sort of the lengths (radix sort of int16 keys): ties keep their shuffled, random order
+        by_length = shuffled[np.argsort(self.lengths.numpy()[shuffled], kind="stable")]
+        del shuffled
+        full, rest = divmod(len(by_length), self.batch_size)
+        order = torch.randperm(full, generator=generator)  # the full batches; an incomplete one comes last
+        return by_length, order.numpy(), rest > 0
+
     def batches(self) -> list[torch.Tensor]:
         """This epoch's batches (tensors of indices), in the order they are yielded."""
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        shuffled = torch.randperm(len(self.lengths), generator=generator)
-        by_length = shuffled[torch.sort(self.lengths[shuffled], stable=True).indices]  # ties in random order
-        batches = list(by_length.split(self.batch_size))
-        last = batches.pop() if len(batches[-1]) < self.batch_size else None
-        order = torch.randperm(len(batches), generator=generator).tolist()
-        batches = [batches[i] for i in order]
-        if last is not None and not self.drop_last:
-            batches.append(last)
+        by_length, order, incomplete = self._order()
+        size = self.batch_size
+        batches = [torch.from_numpy(by_length[i * size : (i + 1) * size].astype(np.int64)) for i in order]
+        if incomplete and not self.drop_last:
+            batches.append(torch.from_numpy(by_length[len(order) * size :].astype(np.int64)))
         return batches
 
     def __iter__(self) -> Iterator[int]:
-        for batch in self.batches():
-            yield from batch.tolist()
+        by_length, order, incomplete = self._order()
+        size = self.batch_size
+        for i in order:
+            yield from by_length[i * size : (i + 1) * size].tolist()
+        if incomplete and not self.drop_last:
+            yield from by_length[len(order) * size :].tolist()
 
 
 class PermutationSampler(Sampler[int]):

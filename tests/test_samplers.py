@@ -81,6 +81,30 @@ def test_drop_last_leaves_out_only_the_incomplete_batch():
     assert sorted(list(LengthBucketSampler([3] * 16, batch_size=8, drop_last=True))) == list(range(16))
 
 
+def reference_batches(lengths, batch_size, seed, epoch, drop_last):
+    """The sampler's order written with torch's stable sort and one tensor per batch (its first implementation)."""
+    lengths = torch.as_tensor(lengths, dtype=torch.int64)
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    shuffled = torch.randperm(len(lengths), generator=generator)
+    by_length = shuffled[torch.sort(lengths[shuffled], stable=True).indices]
+    batches = list(by_length.split(batch_size))
+    last = batches.pop() if len(batches[-1]) < batch_size else None
+    batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+    return [b.tolist() for b in batches + ([last] if last is not None and not drop_last else [])]
+
+
+@pytest.mark.parametrize("n,batch_size,drop_last", [(1, 4, False), (3, 4, True), (8, 4, False), (1001, 32, True)])
+def test_order_equals_a_torch_sort_of_the_lengths(n, batch_size, drop_last):
+    """One numpy index array and a radix sort of int16 lengths: the batches of a stable torch sort."""
+    for lengths in (torch.randint(0, 60, (n,)).tolist(), torch.randint(0, 70_000, (n,)).tolist()):
+        for seed, epoch in ((0, 0), (42, 3)):
+            sampler = LengthBucketSampler(lengths, batch_size, seed=seed, drop_last=drop_last)
+            sampler.set_epoch(epoch)
+            expected = reference_batches(lengths, batch_size, seed, epoch, drop_last)
+            assert [b.tolist() for b in sampler.batches()] == expected
+            assert list(sampler) == [i for b in expected for i in b]
+
+
 def test_bad_arguments_are_named():
     for bad in (0, -1, 2.0, True):
         with pytest.raises(ValueError, match="batch_size"):

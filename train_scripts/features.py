@@ -184,7 +184,8 @@ class FeatureCache:
                 remove_columns=dataset.column_names,
                 num_proc=num_proc if len(dataset) > 1 else None,
                 desc=f"{desc} {split}",
-                new_fingerprint=f"{self.folder.name if self.folder else 'memory'}-{split}",
+                # the key's hash (datasets allows 64 characters, `_00000_of_00002` added per worker included)
+                new_fingerprint=f"{self.folder.name.rsplit('-', 1)[-1] if self.folder else 'memory'}-{split}",
                 features=(features or {}).get(split),
                 **kwargs,
             )
