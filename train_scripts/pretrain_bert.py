@@ -280,6 +280,18 @@ class BertData:
     reused: bool
 
 
+def built_tokenizer_key(args, model_args) -> dict:
+    """The settings of a WordPiece tokenizer this script builds: the cache key of the cached and streamed runs."""
+    return {
+        "built": "wordpiece v1",
+        "vocab_size": model_args.tokenizer_vocab_size,
+        "min_frequency": model_args.tokenizer_min_frequency,
+        "lowercase": model_args.lowercase,
+        "max_train_lines": args.tokenizer_max_train_lines,
+        "sides": [model_args.padding_side, model_args.truncation_side],
+    }
+
+
 def prepare_bert_data(
     args: PretrainArguments,
     model_args,
@@ -327,14 +339,7 @@ def prepare_bert_data(
     if given is not None:
         tokenizer_key = {"fingerprint": tokenizer_fingerprint(given)}
     else:
-        tokenizer_key = {
-            "built": "wordpiece v1",
-            "vocab_size": model_args.tokenizer_vocab_size,
-            "min_frequency": model_args.tokenizer_min_frequency,
-            "lowercase": model_args.lowercase,
-            "max_train_lines": args.tokenizer_max_train_lines,
-            "sides": [model_args.padding_side, model_args.truncation_side],
-        }
+        tokenizer_key = built_tokenizer_key(args, model_args)
     pct = data_args.validation_split_percentage
     key = {
         "task": "pretrain_bert",
@@ -577,14 +582,7 @@ def prepare_bert_stream(args: PretrainArguments, model_args, data_args, training
             "task": "pretrain_bert_stream_tokenizer",
             "data": fingerprint_files([data_args.train_file]),
             "column": column,
-            "tokenizer": {
-                "built": "wordpiece v1",
-                "vocab_size": model_args.tokenizer_vocab_size,
-                "min_frequency": model_args.tokenizer_min_frequency,
-                "lowercase": model_args.lowercase,
-                "max_train_lines": args.tokenizer_max_train_lines,
-                "sides": [model_args.padding_side, model_args.truncation_side],
-            },
+            "tokenizer": built_tokenizer_key(args, model_args),
         }
 
         def build(tmp: Path) -> None:
