@@ -328,8 +328,9 @@ def split_stream_by_node(stream, world_size: int, rows: Callable | None = None, 
     to the number of processes, accelerate's ``prepare_data_loader`` (``dispatch_batches`` off) gives process ``i``
     the shard ``.shard(num_shards, index=i)``: the stream is split exactly once (an ``IterableDataset`` with fewer
     shards would be cut a second time by ``IterableDatasetShard``), and only that process tokenizes its rows. A seeded
-    ``.shuffle`` on top also permutes which part each process reads per epoch (the same permutation on every process:
-    the parts stay disjoint)."""
+    ``.shuffle`` on top may also permute which part each process reads (by its seed, the same permutation on every
+    process: the parts stay disjoint; ``.shard`` picks the part before an epoch reshuffles, so a process reads the
+    same part in every pass of :func:`repeated_stream`)."""
     import datasets
     from datasets.distributed import split_dataset_by_node
 
@@ -384,7 +385,7 @@ def _stream_passes(part: list[int], stream, parts: int, source: str):
 def repeated_stream(stream, source: str, parts: int = 1):
     """A ``datasets`` IterableDataset of the training ``stream`` repeated until ``max_steps``
     (:func:`repeated_passes`): pass ``k`` is ``stream`` at epoch ``k`` (``set_epoch(k)``: its seeded shuffle buffer
-    reshuffled as for epoch ``k``; pass 0 is today's order). ``parts`` > 1 (``--streaming_split_by_node``, ``stream``
+    reshuffled as for epoch ``k``; pass 0 is the order of the stream read once). ``parts`` > 1 (``--streaming_split_by_node``, ``stream``
     of :func:`split_stream_by_node`): a stream of ``parts`` shards, shard ``i`` repeating ``stream.shard(parts,
     index=i)``, so that accelerate's ``prepare_data_loader`` still gives process ``i`` its own part, every pass.
     The examples pass unchanged (the ``features`` of ``stream``)."""

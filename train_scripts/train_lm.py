@@ -433,8 +433,8 @@ class LMStreamWindows(torch.utils.data.IterableDataset):
     :class:`hf_seq.collators.LMWindowDataset`'s over the whole token stream, in order (``stride`` and
     ``segment_length`` as there; memory stays constant). ``shuffle_buffer_size`` > 0 draws them through a seeded
     shuffle buffer (seed + epoch). With ``repeat`` (the script's stream) the file is read again and again
-    (:func:`hf_seq.train_scripts.features.repeated_passes`): pass ``k`` holds the windows of pass 1 (each pass cut from
-    the start of the file, its last partial window dropped, as the cached path's epochs), shuffled with the seed of
+    (:func:`hf_seq.train_scripts.features.repeated_passes`): every pass holds the same windows (cut from the start of
+    the file, its last partial window dropped, as the cached path's epochs), pass ``k`` shuffled with the seed of
     epoch ``k``, and the passes are joined; ``Trainer`` sees one epoch of ``max_steps`` steps, so a resumed run that
     skips the batches already seen gets the same batches as an uninterrupted one, in any pass. Under several
     processes the batches are read by the first process and dispatched (``accelerate``'s ``dispatch_batches``), or,
