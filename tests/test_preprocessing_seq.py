@@ -5,6 +5,7 @@ lengths come from the Arrow offsets with the same batches as from Python lists."
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -174,7 +175,9 @@ def test_streamed_pairs_tokenize_like_the_cache(tmp_path):
         model_args, data_args, args, training_args, "en", "es"
     )
     assert streamed_tok.get_vocab() == tokenizer.get_vocab()  # built on the first rows: here all of them
-    rows = list(streamed["train"])
+    rows = list(itertools.islice(streamed["train"], 2 * len(cached["train"])))  # read until max_steps: never ends
+    assert rows[len(cached["train"]) :] == rows[: len(cached["train"])]  # the second pass: no shuffle buffer
+    rows = rows[: len(cached["train"])]
     assert [r["input_ids"] for r in rows] == list(cached["train"]["input_ids"])
     assert [r["labels"] for r in rows] == list(cached["train"]["labels"])
     assert list(streamed["validation"]["input_ids"]) == list(cached["validation"]["input_ids"])
@@ -315,20 +318,22 @@ def test_cached_run_trains_like_the_old_in_memory_lists(tmp_path, monkeypatch):
 
 
 def test_streaming_run_resumed_mid_stream_has_the_same_losses(tmp_path, monkeypatch):
+    """20 pairs, 8 a step: the file is read 3.2 times in 8 steps, the passes joined; killed after the checkpoint at
+    step 4 (in the second pass), the resumed run has the uninterrupted run's losses, into the fourth pass."""
     from hf_seq.train_scripts.trainer import HfSeqSeq2SeqTrainer
 
-    train = write_pairs(tmp_path / "pairs.jsonl", 200)
+    train = write_pairs(tmp_path / "pairs.jsonl", 20)
     valid = write_pairs(tmp_path / "valid.jsonl", 8, seed=3)
     argv = [str(REPO / "configs" / "translation_transformer.json"), "--train_file", str(train), "--validation_file",
-            str(valid), "--streaming", "true", "--train_sampling_strategy", "random", "--shuffle_buffer_size", "50",
-            "--tokenizer_vocab_size", "300", "--max_steps", "6", "--save_steps", "3", *TINY_RUN]  # fmt: skip
+            str(valid), "--streaming", "true", "--train_sampling_strategy", "random", "--shuffle_buffer_size", "8",
+            "--tokenizer_vocab_size", "300", "--max_steps", "8", "--save_steps", "4", *TINY_RUN]  # fmt: skip
     train_translation.main([*argv, "--output_dir", str(tmp_path / "whole")])
-    expected = logged_losses(tmp_path / "whole" / "checkpoint-6")
+    expected = logged_losses(tmp_path / "whole" / "checkpoint-8")
 
     original = HfSeqSeq2SeqTrainer.training_step
 
     def killed_after_the_checkpoint(self, *args, **kwargs):
-        if self.state.global_step == 4:
+        if self.state.global_step == 5:
             raise KeyboardInterrupt("killed mid-stream")
         return original(self, *args, **kwargs)
 
@@ -336,10 +341,10 @@ def test_streaming_run_resumed_mid_stream_has_the_same_losses(tmp_path, monkeypa
     with pytest.raises(KeyboardInterrupt):
         train_translation.main([*argv, "--output_dir", str(tmp_path / "resumed")])
     monkeypatch.setattr(HfSeqSeq2SeqTrainer, "training_step", original)
-    assert (tmp_path / "resumed" / "checkpoint-3").is_dir() and not (tmp_path / "resumed" / "checkpoint-6").exists()
+    assert (tmp_path / "resumed" / "checkpoint-4").is_dir() and not (tmp_path / "resumed" / "checkpoint-8").exists()
     train_translation.main([*argv, "--output_dir", str(tmp_path / "resumed"), "--resume_from_checkpoint", "last"])
-    resumed = logged_losses(tmp_path / "resumed" / "checkpoint-6")
-    assert len(expected) == len(resumed) == 6
+    resumed = logged_losses(tmp_path / "resumed" / "checkpoint-8")
+    assert len(expected) == len(resumed) == 8
     torch.testing.assert_close(torch.tensor(resumed), torch.tensor(expected), rtol=1e-6, atol=1e-7)
 
 

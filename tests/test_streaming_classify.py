@@ -1,10 +1,11 @@
 """``--streaming true`` in train_classifier and train_tagger: the training file read as a ``datasets`` stream gives
-the cached path's tokens and, with the shuffle buffer off, its per-step losses; a run killed mid-stream resumes with
-the same losses; the label set is fixed before training (the validation file, the first training rows,
+the cached path's tokens and, with the shuffle buffer off, its per-step losses; the file is read again until
+``max_steps``, and a run killed in its second pass resumes with the same losses; the label set is fixed before training (the validation file, the first training rows,
 ``--streaming_label_names``) and a label outside it is an error naming the flag."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -44,14 +45,16 @@ def classifier_files(tmp_path: Path, suffix: str = ".csv") -> list[str]:
     return flags(write_splits(tmp_path / "data", suffix, {"train": rows, "validation": reviews(8, start=24)}))
 
 
-def recorded_train_rows(monkeypatch) -> list:
-    """The training rows each run gives Trainer (``train_dataset``), read in order."""
+def recorded_train_rows(monkeypatch, n: int) -> list:
+    """The first ``n`` training rows each run gives Trainer (``train_dataset``; a stream is read again and again
+    until ``max_steps``: it never ends), in order."""
     seen = []
     original = HfSeqTrainer.__init__
 
     def init(self, *args, **kwargs):
         original(self, *args, **kwargs)
-        seen.append([(tuple(r["input_ids"]), int(r["labels"])) for r in kwargs["train_dataset"]])
+        rows = itertools.islice(kwargs["train_dataset"], n)
+        seen.append([(tuple(r["input_ids"]), int(r["labels"])) for r in rows])
 
     monkeypatch.setattr(HfSeqTrainer, "__init__", init)
     return seen
@@ -60,12 +63,12 @@ def recorded_train_rows(monkeypatch) -> list:
 def test_streamed_classifier_has_the_cached_tokens_and_losses(tmp_path, monkeypatch):
     files = classifier_files(tmp_path)
     base = [*files, *REVIEW_COLUMNS, *TINY_RNN, *COMMON]
-    seen = recorded_train_rows(monkeypatch)
+    seen = recorded_train_rows(monkeypatch, 48)
     cached = train_classifier.main(
         [*base, "--train_sampling_strategy", "sequential", "--output_dir", str(tmp_path / "c")]
     )
     streamed = train_classifier.main([*base, *STREAM, "--output_dir", str(tmp_path / "s")])
-    assert seen[0] == seen[1] and len(seen[0]) == 24  # same ids, same labels, same order
+    assert len(seen[0]) == 24 and seen[1] == seen[0] * 2  # same ids, labels, order; then the second pass
     assert streamed["labels"] == cached["labels"] == ["neg", "pos"] and streamed["vocab_size"] == cached["vocab_size"]
     assert streamed["splits"]["train"] is None and "streamed" in streamed["data"]
     losses = step_losses(tmp_path / "c")
@@ -86,26 +89,45 @@ def test_streamed_tagger_has_the_cached_tokens_and_losses(tmp_path):
     torch.testing.assert_close(step_losses(tmp_path / "s"), losses, rtol=1e-6, atol=1e-7)
 
 
-def test_streamed_classifier_resumes_mid_stream_with_the_same_losses(tmp_path, monkeypatch):
-    files = classifier_files(tmp_path)
-    argv = [*files, *REVIEW_COLUMNS, *TINY_RNN, *COMMON, *STREAM, "--shuffle_buffer_size", "8",
-            "--save_strategy", "steps", "--save_steps", "2"]  # fmt: skip
-    train_classifier.main([*argv, "--output_dir", str(tmp_path / "whole")])
-    expected = step_losses(tmp_path / "whole")
+def killed_and_resumed(main, argv: list[str], tmp_path: Path, monkeypatch, kill_at: int) -> tuple[list, list]:
+    """The per-step losses of an uninterrupted run of ``argv`` and of one killed when step ``kill_at`` begins (after
+    its last checkpoint), then resumed with ``--resume_from_checkpoint last``."""
+    main([*argv, "--output_dir", str(tmp_path / "whole")])
     original = HfSeqTrainer.training_step
 
     def killed(self, *args, **kwargs):
-        if self.state.global_step == 3:
+        if self.state.global_step == kill_at - 1:
             raise KeyboardInterrupt("killed mid-stream")
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(HfSeqTrainer, "training_step", killed)
     with pytest.raises(KeyboardInterrupt):
-        train_classifier.main([*argv, "--output_dir", str(tmp_path / "resumed")])
+        main([*argv, "--output_dir", str(tmp_path / "resumed")])
     monkeypatch.setattr(HfSeqTrainer, "training_step", original)
-    train_classifier.main([*argv, "--output_dir", str(tmp_path / "resumed"), "--resume_from_checkpoint", "last"])
-    resumed = step_losses(tmp_path / "resumed")
-    assert len(expected) == len(resumed) == 5
+    main([*argv, "--output_dir", str(tmp_path / "resumed"), "--resume_from_checkpoint", "last"])
+    return step_losses(tmp_path / "whole"), step_losses(tmp_path / "resumed")
+
+
+def test_streamed_classifier_resumes_in_the_second_pass_with_the_same_losses(tmp_path, monkeypatch):
+    """The first 10 rows (``max_train_samples``), 4 a step: 3.2 passes in 8 steps, the passes joined (step 3 holds
+    the last 2 rows of the first pass and the first 2 of the second); killed after the checkpoint at step 4 (in the
+    second pass), the resumed run has the uninterrupted run's losses."""
+    files = classifier_files(tmp_path)
+    argv = [*files, *REVIEW_COLUMNS, *TINY_RNN, *COMMON, *STREAM, "--shuffle_buffer_size", "8",
+            "--max_train_samples", "10", "--max_steps", "8", "--save_strategy", "steps", "--save_steps", "4"]  # fmt: skip
+    expected, resumed = killed_and_resumed(train_classifier.main, argv, tmp_path, monkeypatch, kill_at=6)
+    assert (tmp_path / "resumed" / "checkpoint-4").is_dir()
+    assert len(expected) == len(resumed) == 8 and len(set(expected)) > 1
+    torch.testing.assert_close(resumed, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_streamed_tagger_resumes_in_the_second_pass_with_the_same_losses(tmp_path, monkeypatch):
+    """10 sentences, 4 a step: killed after the checkpoint at step 4 (the second pass), resumed into the third."""
+    files = flags(write_splits(tmp_path / "data", ".jsonl", {"train": tagged(10), "validation": tagged(6, 30)}))
+    argv = [*files, *TINY_TAGGER, *COMMON, *STREAM, "--shuffle_buffer_size", "4", "--max_steps", "7",
+            "--save_strategy", "steps", "--save_steps", "4"]  # fmt: skip
+    expected, resumed = killed_and_resumed(train_tagger.main, argv, tmp_path, monkeypatch, kill_at=5)
+    assert len(expected) == len(resumed) == 7 and len(set(expected)) > 1
     torch.testing.assert_close(resumed, expected, rtol=1e-6, atol=1e-7)
 
 

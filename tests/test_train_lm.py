@@ -3,6 +3,7 @@ text files (results, samples, saved folder usable through Auto classes and pipel
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -389,7 +390,7 @@ def test_windows_over_a_memory_map_equal_the_tensor_windows(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# --streaming true: the windows of the cached stream, in order; exact mid-stream resume
+# --streaming true: the windows of the cached stream, in order, pass after pass; exact mid-stream resume
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -409,37 +410,73 @@ def test_streamed_windows_equal_the_cached_windows(tmp_path):
     cached = train_lm.prepare_lm_data(args, model_args, data_args)
     assert cached.tokenizer.get_vocab() == data.tokenizer.get_vocab()
     windows = LMWindowDataset(cached.streams["train"], args.segment_length, 5)
-    got = [w["input_ids"].tolist() for w in streamed]
-    assert got == [windows[i]["input_ids"].tolist() for i in range(len(windows))]
+    n = len(windows)
+    expected = [windows[i]["input_ids"].tolist() for i in range(n)]
+
+    def read(count: int) -> list[list[int]]:
+        return [w["input_ids"].tolist() for w in itertools.islice(streamed, count)]
+
+    # the file is read again from its start after its last whole window (the remainder dropped, as each cached
+    # epoch): every pass has the cached windows
+    assert read(2 * n + 3) == expected * 2 + expected[:3]
     assert data.streams["validation"].tolist() == cached.streams["validation"].tolist()
     streamed.shuffle_buffer_size = 10  # a seeded shuffle buffer: the same windows in another, repeatable order
-    shuffled = [w["input_ids"].tolist() for w in streamed]
-    assert shuffled != got and sorted(shuffled) == sorted(got)
-    assert shuffled == [w["input_ids"].tolist() for w in streamed]
-    streamed.set_epoch(1)
-    assert [w["input_ids"].tolist() for w in streamed] != shuffled
+    shuffled = read(2 * n)
+    assert shuffled[:n] != expected and sorted(shuffled[:n]) == sorted(expected) == sorted(shuffled[n:])
+    assert shuffled[n:] != shuffled[:n]  # each pass reshuffled
+    assert shuffled == read(2 * n)
+    streamed.repeat = False  # one pass: the first pass of the repeated stream ...
+    assert [w["input_ids"].tolist() for w in streamed] == shuffled[:n]
+    streamed.set_epoch(1)  # ... whose second pass is drawn with the seed of epoch 1
+    assert [w["input_ids"].tolist() for w in streamed] == shuffled[n:]
 
 
 def test_streaming_run_equals_the_cached_run_and_resumes_exactly(tmp_path):
-    cached = train_lm.main(streaming_args(tmp_path, "--train_sampling_strategy", "sequential"))
+    # 4 steps: the whole batches of the first pass (its last batch joins the next pass: the cached epoch's is short)
+    first = ("--max_steps", "4")
+    cached = train_lm.main(streaming_args(tmp_path, *first, "--train_sampling_strategy", "sequential"))
     cached_losses = step_losses(tmp_path / "run")
-    streamed = train_lm.main(streaming_args(tmp_path, "--streaming", "true", "--shuffle_buffer_size", "0"))
-    assert step_losses(tmp_path / "run") == cached_losses  # the same windows in the same order
+    streamed = train_lm.main(streaming_args(tmp_path, *first, "--streaming", "true", "--shuffle_buffer_size", "0"))
+    assert len(cached_losses) == 4 and step_losses(tmp_path / "run") == cached_losses  # the same windows, in order
     assert streamed["validation_carried_loss_nats"] == cached["validation_carried_loss_nats"]
-    # shuffled stream, checkpoint at step 4; resuming from it gives the uninterrupted run's steps 5-8
-    shuffled = ("--streaming", "true", "--shuffle_buffer_size", "16", "--save_strategy", "steps", "--save_steps", "4")
-    train_lm.main(streaming_args(tmp_path, *shuffled))
-    full = step_losses(tmp_path / "run")
-    resumed_dir = tmp_path / "resumed"
+    # a shuffled stream of a short file, read 2.3 times in 12 steps; resumed from the checkpoint at step 8 (in the
+    # second pass), the run has the uninterrupted run's steps 9-12 (into the third pass)
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "words.txt").write_text("".join(WORD_TEXT.splitlines(keepends=True)[:60]))
+    shuffled = ("--streaming", "true", "--shuffle_buffer_size", "16", "--max_steps", "12", "--stride", "16",
+                "--save_strategy", "steps", "--save_steps", "8")  # fmt: skip
+    model_args, data_args, args, training_args = parse_args(train_lm.TASK, streaming_args(small, *shuffled))
+    _, one_pass = train_lm.prepare_lm_stream(args, model_args, data_args, training_args)
+    one_pass.repeat = False
+    per_pass = sum(1 for _ in one_pass)  # windows; 4 a step
+    assert per_pass < 8 * 4 <= 2 * per_pass < 12 * 4
+    train_lm.main(streaming_args(small, *shuffled))
+    full = step_losses(small / "run")
+    assert len(full) == 12
+    resumed_dir = small / "resumed"
     resumed_dir.mkdir()
-    shutil.copytree(tmp_path / "run" / "checkpoint-4", resumed_dir / "checkpoint-4")
-    argv = streaming_args(tmp_path, *shuffled, "--resume_from_checkpoint", "last")
+    shutil.copytree(small / "run" / "checkpoint-8", resumed_dir / "checkpoint-8")
+    argv = streaming_args(small, *shuffled, "--resume_from_checkpoint", "last")
     argv[argv.index("--output_dir") + 1] = str(resumed_dir)
     i = argv.index("--overwrite_output_dir")
     train_lm.main(argv[:i] + argv[i + 2 :])
     state = json.loads((resumed_dir / "trainer_state.json").read_text())
-    resumed = [r["loss"] for r in state["log_history"] if "loss" in r and r["step"] > 4]
-    assert resumed == full[4:]
+    resumed = [r["loss"] for r in state["log_history"] if "loss" in r and r["step"] > 8]
+    assert len(resumed) == 4
+    torch.testing.assert_close(resumed, full[8:], rtol=1e-6, atol=1e-7)
+
+
+def test_a_stream_without_a_window_is_an_error(tmp_path):
+    """Read until ``max_steps``, a stream that gives no window would loop for ever: a ``DataError`` naming the file."""
+    from hf_seq.data import DataError
+
+    (tmp_path / "words.txt").write_text("the cat sat\n")  # 4 tokens: no window of 17
+    argv = streaming_args(tmp_path, "--streaming", "true")
+    model_args, data_args, args, training_args = parse_args(train_lm.TASK, argv)
+    _, streamed = train_lm.prepare_lm_stream(args, model_args, data_args, training_args)
+    with pytest.raises(DataError, match=r"words\.txt.*no training example"):
+        next(iter(streamed))
 
 
 def test_streaming_needs_a_validation_file_and_max_steps(tmp_path):

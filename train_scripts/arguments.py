@@ -216,7 +216,10 @@ class PreprocessingArguments:
         default=False,
         metadata={
             "help": "Read the training data as a datasets IterableDataset (load_dataset(..., streaming=True)): no "
-            "preprocessing pass, constant memory; needs max_steps."
+            "preprocessing pass, constant memory; needs max_steps. The file is read again and again until max_steps, "
+            "each pass with its own seeded shuffle; the passes are joined (the batch that crosses the end "
+            "of a pass holds its last examples and the first of the next: no short batch), so a resumed run has the "
+            "batches of an uninterrupted one in any pass."
         },
     )
     streaming_split_by_node: bool = field(

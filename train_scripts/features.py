@@ -22,9 +22,10 @@ of all the texts; it yields the texts in the same order as the lists of before, 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -327,8 +328,9 @@ def split_stream_by_node(stream, world_size: int, rows: Callable | None = None, 
     to the number of processes, accelerate's ``prepare_data_loader`` (``dispatch_batches`` off) gives process ``i``
     the shard ``.shard(num_shards, index=i)``: the stream is split exactly once (an ``IterableDataset`` with fewer
     shards would be cut a second time by ``IterableDatasetShard``), and only that process tokenizes its rows. A seeded
-    ``.shuffle`` on top also permutes which part each process reads per epoch (the same permutation on every process:
-    the parts stay disjoint)."""
+    ``.shuffle`` on top may also permute which part each process reads (by its seed, the same permutation on every
+    process: the parts stay disjoint; ``.shard`` picks the part before an epoch reshuffles, so a process reads the
+    same part in every pass of :func:`repeated_stream`)."""
     import datasets
     from datasets.distributed import split_dataset_by_node
 
@@ -341,6 +343,58 @@ def split_stream_by_node(stream, world_size: int, rows: Callable | None = None, 
         parts,
         features=stream.features if features is None else features,
         gen_kwargs={"part": list(range(world_size)), "source": stream, "world": world_size, "make_rows": rows},
+    )
+
+
+def repeated_passes(one_pass: Callable[[int], Iterable], source: str) -> Iterator:
+    """The items of ``one_pass(0)``, ``one_pass(1)``, ... one after the other, never ending: a training stream read
+    again and again until ``max_steps``. ``one_pass(k)`` is pass ``k`` over the data, drawn with the seeds of epoch
+    ``k`` (so pass 0 is the order of one pass without repetition). ``Trainer`` counts one epoch of an
+    ``IterableDataset`` as ``max_steps`` updates: over a stream that ended after each pass, it would start an epoch of
+    its own, and a run resumed from a checkpoint past the first pass would skip the wrong batches. Over this stream it
+    sees one epoch and skips the batches trained on, wherever the checkpoint lies. The passes are joined: the batch
+    that crosses the end of a pass holds its last examples and the first of the next (no short batch). ``DataError``
+    naming ``source`` when a pass has no example (an endless loop otherwise)."""
+    from hf_seq.data import DataError
+
+    for index in itertools.count():
+        empty = True
+        for item in one_pass(index):
+            empty = False
+            yield item
+        if empty:
+            raise DataError(
+                f"{source} gives no training example (pass {index + 1} over it is empty), so it cannot be read until "
+                "`max_steps`: check the file, the filters and `max_train_samples`"
+            )
+
+
+def _stream_passes(part: list[int], stream, parts: int, source: str):
+    """The examples of ``repeated_stream``'s shard ``part[0]``."""
+    for k in part:
+
+        def one_pass(index: int, k=k):
+            own = stream.shard(num_shards=parts, index=k)  # a new IterableDataset: ``stream`` keeps its epoch
+            own.set_epoch(index)
+            return own
+
+        name = source if parts == 1 else f"{source} (part {k + 1} of {parts})"
+        yield from repeated_passes(one_pass, name)
+
+
+def repeated_stream(stream, source: str, parts: int = 1):
+    """A ``datasets`` IterableDataset of the training ``stream`` repeated until ``max_steps``
+    (:func:`repeated_passes`): pass ``k`` is ``stream`` at epoch ``k`` (``set_epoch(k)``: its seeded shuffle buffer
+    reshuffled as for epoch ``k``; pass 0 is the order of the stream read once). ``parts`` > 1 (``--streaming_split_by_node``, ``stream``
+    of :func:`split_stream_by_node`): a stream of ``parts`` shards, shard ``i`` repeating ``stream.shard(parts,
+    index=i)``, so that accelerate's ``prepare_data_loader`` still gives process ``i`` its own part, every pass.
+    The examples pass unchanged (the ``features`` of ``stream``)."""
+    import datasets
+
+    return datasets.IterableDataset.from_generator(
+        _stream_passes,
+        features=stream.features,
+        gen_kwargs={"part": list(range(parts)), "stream": stream, "parts": parts, "source": source},
     )
 
 
@@ -509,9 +563,10 @@ def streamed_lookup(lookup: Callable, path: str, column: str, names: list[str]) 
 def streamed_train_features(stream, encode: Callable, keys, data_args, args, seed: int):
     """The training stream's features: its first ``max_train_samples`` rows, through the seeded shuffle buffer
     (``shuffle_buffer_size``; seed + epoch), tokenized batch by batch by ``encode`` (``IterableDataset.map``), keeping
-    ``keys``."""
+    ``keys``; read again and again until ``max_steps`` (:func:`repeated_stream`: pass ``k`` shuffled as epoch ``k``)."""
     if data_args.max_train_samples is not None:
         stream = stream.take(data_args.max_train_samples)
     if args.shuffle_buffer_size > 0:
         stream = stream.shuffle(seed=seed, buffer_size=args.shuffle_buffer_size)
-    return stream.map(encode, batched=True).select_columns(list(keys))
+    stream = stream.map(encode, batched=True).select_columns(list(keys))
+    return repeated_stream(stream, f"`train_file` {data_args.train_file}")

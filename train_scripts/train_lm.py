@@ -64,7 +64,7 @@ from hf_seq.train_scripts.common import (
     training_command,
     use_cpu_processes_without_gpu,
 )
-from hf_seq.train_scripts.features import split_by_node_setup, split_stream_by_node
+from hf_seq.train_scripts.features import repeated_passes, repeated_stream, split_by_node_setup, split_stream_by_node
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 from torch.utils.data import Subset
 from transformers import set_seed
@@ -432,8 +432,11 @@ class LMStreamWindows(torch.utils.data.IterableDataset):
     Rows are encoded ``batch_rows`` at a time and appended to a carried remainder, so the windows are exactly
     :class:`hf_seq.collators.LMWindowDataset`'s over the whole token stream, in order (``stride`` and
     ``segment_length`` as there; memory stays constant). ``shuffle_buffer_size`` > 0 draws them through a seeded
-    shuffle buffer (seed + epoch). ``set_epoch`` is called by ``Trainer``; the stream restarts each epoch, so a
-    resumed run that skips the batches already seen gets the same batches as an uninterrupted one. Under several
+    shuffle buffer (seed + epoch). With ``repeat`` (the script's stream) the file is read again and again
+    (:func:`hf_seq.train_scripts.features.repeated_passes`): every pass holds the same windows (cut from the start of
+    the file, its last partial window dropped, as the cached path's epochs), pass ``k`` shuffled with the seed of
+    epoch ``k``, and the passes are joined; ``Trainer`` sees one epoch of ``max_steps`` steps, so a resumed run that
+    skips the batches already seen gets the same batches as an uninterrupted one, in any pass. Under several
     processes the batches are read by the first process and dispatched (``accelerate``'s ``dispatch_batches``), or,
     with ``--streaming_split_by_node``, each process reads its own part (:meth:`split_by_node`)."""
 
@@ -448,10 +451,13 @@ class LMStreamWindows(torch.utils.data.IterableDataset):
         shuffle_buffer_size: int = 0,
         seed: int = 0,
         batch_rows: int = 1000,
+        repeat: bool = False,
+        name: str = "the training stream",
     ) -> None:
         self.source, self.column, self.encoder, self.append_id = source, column, encoder, append_id
         self.segment_length, self.stride = segment_length, stride or segment_length
         self.shuffle_buffer_size, self.seed, self.batch_rows = shuffle_buffer_size, seed, batch_rows
+        self.repeat, self.name = repeat, name
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -475,12 +481,13 @@ class LMStreamWindows(torch.utils.data.IterableDataset):
         (:func:`hf_seq.train_scripts.features.split_stream_by_node`); shard ``k`` holds the windows of the rows
         ``split_dataset_by_node`` gives rank ``k``, tokenized and cut by the process that reads it (its own token
         stream: the windows are not those of the whole stream). ``shuffle_buffer_size`` > 0: ``datasets``' seeded
-        shuffle buffer (seed + epoch, which ``Trainer`` sets) over each process's windows."""
+        shuffle buffer (seed + epoch) over each process's windows. With ``repeat`` each shard reads its part again and
+        again (:func:`hf_seq.train_scripts.features.repeated_stream`: pass ``k`` shuffled as epoch ``k``)."""
         from datasets import Features, List, Value
 
         def part_windows(part):
             own = copy.copy(self)
-            own.source = part
+            own.source, own.repeat = part, False
             for window in own.windows():
                 window = window.numpy()
                 yield {"input_ids": window, "labels": window}
@@ -489,12 +496,16 @@ class LMStreamWindows(torch.utils.data.IterableDataset):
         stream = split_stream_by_node(self.source, world_size, part_windows, features)
         if self.shuffle_buffer_size:
             stream = stream.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer_size)
+        if self.repeat:
+            stream = repeated_stream(stream, self.name, parts=world_size)
         return stream.with_format("torch")
 
-    def __iter__(self):
+    def one_pass(self, index: int = 0):
+        """Pass ``index`` over the stream: its windows through the shuffle buffer seeded with epoch
+        ``self.epoch + index``."""
         windows = self.windows()
         if self.shuffle_buffer_size:
-            rng = np.random.default_rng([self.seed, self.epoch])
+            rng = np.random.default_rng([self.seed, self.epoch + index])
             buffer = []
             for window in windows:
                 if len(buffer) < self.shuffle_buffer_size:
@@ -507,6 +518,9 @@ class LMStreamWindows(torch.utils.data.IterableDataset):
             windows = (buffer[i] for i in order)
         for window in windows:
             yield {"input_ids": window, "labels": window}
+
+    def __iter__(self):
+        return repeated_passes(self.one_pass, self.name) if self.repeat else self.one_pass(0)
 
 
 def prepare_lm_stream(
@@ -575,6 +589,8 @@ def prepare_lm_stream(
         args.stride,
         args.shuffle_buffer_size,
         training_args.seed if training_args is not None else 0,
+        repeat=True,  # read until max_steps: Trainer's epochs of an IterableDataset are max_steps long
+        name=f"`train_file` {data_args.train_file}",
     )
     if args.streaming_split_by_node:
         world = split_by_node_setup(args, training_args) if training_args is not None else 1

@@ -70,6 +70,7 @@ from hf_seq.train_scripts.features import (
     check_streaming,
     data_key,
     head_dataset,
+    repeated_stream,
     split_by_node_setup,
     split_stream_by_node,
     stream_file,
@@ -716,7 +717,9 @@ def cached_features(model_args, data_args, args, training_args, src: str, tgt: s
 
 def streamed_features(model_args, data_args, args, training_args, src: str, tgt: str, world_size: int | None = None):
     """The same four things for ``--streaming true``: the training file as a seeded, shuffled, tokenized
-    ``IterableDataset`` (tokenized on the fly by ``IterableDataset.map``); the (capped) validation / test files in
+    ``IterableDataset`` (tokenized on the fly by ``IterableDataset.map``), read again and again until ``max_steps``
+    (:func:`hf_seq.train_scripts.features.repeated_stream`: pass ``k`` shuffled as epoch ``k``, in every process's
+    part under ``--streaming_split_by_node``); the (capped) validation / test files in
     memory; a tokenizer given, or built on the first ``tokenizer_train_samples`` (default 100000) training rows.
     ``--streaming_split_by_node``: the training rows split into ``world_size`` parts (default: the run's processes),
     one per process (:func:`hf_seq.train_scripts.features.split_stream_by_node`), each tokenized by its process."""
@@ -775,14 +778,18 @@ def streamed_features(model_args, data_args, args, training_args, src: str, tgt:
         del head
     if data_args.max_train_samples is not None:
         train_stream = train_stream.take(data_args.max_train_samples)
+    parts = 1
     if args.streaming_split_by_node:  # the first max_train_samples rows of the file, split between the processes
         world = split_by_node_setup(args, training_args)  # dispatch_batches off; the number of processes
-        train_stream = split_stream_by_node(train_stream, world_size or world)
+        parts = world_size or world
+        train_stream = split_stream_by_node(train_stream, parts)
     if args.shuffle_buffer_size > 0:
         train_stream = train_stream.shuffle(seed=training_args.seed, buffer_size=args.shuffle_buffer_size)
     features = ["input_ids", "attention_mask", "labels"]
     tokenize = make_tokenize(tokenizer, src, tgt, data_args.max_source_length, data_args.max_target_length, False)
-    tokenized = {"train": train_stream.map(tokenize, batched=True).select_columns(features)}
+    train_stream = train_stream.map(tokenize, batched=True).select_columns(features)
+    # read until max_steps (pass k shuffled as epoch k): Trainer's epochs of an IterableDataset are max_steps long
+    tokenized = {"train": repeated_stream(train_stream, f"`train_file` {data_args.train_file}", parts=parts)}
     pairs = {}
     for split, dataset in evaluation.items():
         mapped = dataset.map(
