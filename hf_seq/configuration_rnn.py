@@ -7,6 +7,7 @@ from transformers import PretrainedConfig
 # attention.py: recurrent.py imports it, and 5.0–5.6's remote-code loader copies only the siblings imported here
 from .attention import SCORE_FUNCTIONS  # noqa: F401
 from .compat import check_transformers_version  # noqa: F401  (importing .compat refuses an unsupported release)
+from .fast_paths import reads_values  # noqa: F401  (validation.py imports it; 5.0–5.6 copy only these siblings)
 from .recurrent import CELL_TYPES, IMPLEMENTATIONS
 from .validation import (
     PROBLEM_TYPES,

@@ -56,7 +56,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from .attention import AttentionScore, attend
-from .validation import eager_cpu
+from .fast_paths import drop_all_ones_mask, packs_padding
 
 State = tuple[torch.Tensor, ...]
 
@@ -287,7 +287,7 @@ def make_padding_plan(
 ) -> PaddingPlan | None:
     """Describe the padding of ``attention_mask`` ``(B, T)`` for the layers; ``None`` when there is none.
 
-    Eager on CPU (:func:`~.validation.eager_cpu`) the mask's values are read: a mask with holes raises
+    Eager on CPU (:func:`~.fast_paths.packs_padding`) the mask's values are read: a mask with holes raises
     ``ValueError``, a mask without padding gives ``None``, and a "packed" layout becomes "aligned" when at least
     ``aligned_fill`` of the ``B*T`` positions are real tokens (running the kernel over the padding is then faster than
     packing). Anywhere else nothing is read on the host: a fused-kernel layout becomes "aligned", the mask is trusted
@@ -302,9 +302,9 @@ def make_padding_plan(
             f"got {tuple(attention_mask.shape)}"
         )
     mask = attention_mask if attention_mask.dtype == torch.bool else attention_mask != 0  # (B, T)
-    eager = eager_cpu(mask)
-    if eager and bool(mask.all()):
+    if drop_all_ones_mask(mask) is None:
         return None  # nothing padded, nothing to pack
+    eager = packs_padding(mask)
     lengths = mask.sum(dim=1)  # (B,)
     starts = mask.to(torch.uint8).argmax(dim=1)  # (B,) first real token (0 for empty rows)
     if not eager:  # static path: no host reads, no data-dependent shapes
