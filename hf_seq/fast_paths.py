@@ -17,13 +17,13 @@ no mask when nothing is padded          attention / pooling / recurrence without
 (:func:`drop_all_ones_mask`)            mask (static path: the mask is kept)                      modeling_transformer,
                                                                                                   modeling_rnn,
                                                                                                   modeling_rnn_seq2seq,
-                                                                                                  recurrent
+                                                                                                  recurrent_kernels
 skip the repair of rows without a       two elementwise passes of ``sdpa_attend``    eager CPU    attention
 visible key (:func:`every_row_sees_a_   (static path: ``mask | ~has_key``, then
 key`)                                   those rows zeroed)
 padding-free feed-forward               the encoder FFN of padded rows (static path: eager CPU    modeling_transformer,
 (:func:`padding_free_rows`)             every row, padding put back with ``where``)               blocks
-packed / aligned recurrence             no recurrent work on padding, or oneDNN's    eager CPU    recurrent
+packed / aligned recurrence             no recurrent work on padding, or oneDNN's    eager CPU    recurrent_kernels
 (:func:`packs_padding`)                 faster unpacked LSTM by fill (static path:
                                         rows aligned, carry column, no host read)
 fused LM-head loss                      backward over the labelled rows only         eager CPU    losses

@@ -33,6 +33,8 @@ from .fast_paths import drop_all_ones_mask
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
 from .recurrent import RecurrentLayer, RecurrentStack, State, to_torch_rnn_modules_
+from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
+from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
 from .validation import IGNORE_INDEX, GenerationArgumentsMixin, check_label_range, check_token_ids
 
 

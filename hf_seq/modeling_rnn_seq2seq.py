@@ -37,6 +37,8 @@ from .fast_paths import drop_all_ones_mask
 from .losses import lm_head_and_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
 from .recurrent import RecurrentStack, to_torch_rnn_modules_
+from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
+from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
 from .validation import GenerationArgumentsMixin, check_token_ids
