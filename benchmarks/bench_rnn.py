@@ -83,25 +83,12 @@ class BarePackedLSTMClassifier(BareLSTMClassifier):
 
 @contextlib.contextmanager
 def accelerator_paths():
-    """hf_seq's eager-CPU test answers "no": CPU tensors take the static path of an accelerator / a traced forward."""
-    import hf_seq.losses
-    import hf_seq.modeling_rnn
-    import hf_seq.recurrent
-    import hf_seq.validation
+    """hf_seq's CPU fast paths off (``hf_seq.fast_paths.disabled()``): CPU tensors take the static path of an
+    accelerator / a traced forward."""
+    from hf_seq import fast_paths
 
-    saved = [
-        (module, name, getattr(module, name))
-        for module in (hf_seq.validation, hf_seq.losses, hf_seq.recurrent, hf_seq.modeling_rnn)
-        for name in ("eager_cpu", "checks_values")
-        if hasattr(module, name)
-    ]
-    try:
-        for module, name, _ in saved:
-            setattr(module, name, lambda tensor: False)
+    with fast_paths.disabled():
         yield
-    finally:
-        for module, name, value in saved:
-            setattr(module, name, value)
 
 
 def bench_padded_shape(batch: int, seq_len: int, layers: int, bidirectional: bool, args) -> dict:

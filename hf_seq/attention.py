@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .validation import eager_cpu
+from .fast_paths import every_row_sees_a_key
 
 SCORE_FUNCTIONS = ("dot", "scaled_dot", "general", "additive", "cosine")
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
@@ -210,13 +210,13 @@ def sdpa_attend(
     come out as zeros instead of SDPA's NaN). ``is_causal`` is used only when there is no other mask.
 
     One static-shape path everywhere: the mask goes to SDPA as a mask, and rows without a visible key are repaired
-    with two elementwise passes, without reading a value on the host. Only in eager mode on CPU (:func:`eager_cpu`,
+    with two elementwise passes, without reading a value on the host. Only in eager mode on CPU (:func:`~.fast_paths.every_row_sees_a_key`,
     where reading a value costs no device synchronisation) is the repair skipped when every row sees a key.
     """
     if mask is None:
         return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, is_causal=is_causal)
     has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1): rows with at least one visible key
-    if eager_cpu(mask) and bool(has_key.all()):
+    if every_row_sees_a_key(has_key):
         # Every row sees a key (the usual padding mask): nothing to repair (saves two elementwise passes).
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p)
     safe_mask = mask | ~has_key  # let empty rows see everything (finite), then zero them below

@@ -12,7 +12,7 @@ final LayerNorm after the last block — the owning stack adds it.
 The two blocks are ``transformers``' ``GradientCheckpointingLayer``: ``model.gradient_checkpointing_enable()`` (and
 Trainer's ``gradient_checkpointing=True``) recompute each block in the backward pass instead of keeping its
 activations. Their CPU speed tricks (:class:`Dropout`'s cheaper mask, the padding-free feed-forward) run only in eager
-mode on CPU (``eager_cpu``); compiled, exported or on an accelerator the blocks are plain static-shape code.
+mode on CPU (``hf_seq.fast_paths``); compiled, exported or on an accelerator the blocks are plain static-shape code.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from .attention import MultiHeadAttention
-from .validation import eager_cpu
+from .fast_paths import cheap_dropout
 
 NORM_POSITIONS = ("post", "pre")
 
@@ -68,7 +68,7 @@ class Dropout(nn.Dropout):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0:
             return x
-        if not eager_cpu(x) or self.inplace or not 0.0 < self.p < 1.0:
+        if not cheap_dropout(x) or self.inplace or not 0.0 < self.p < 1.0:
             return super().forward(x)
         n = x.numel()
         bits = torch.empty((n + 1) // 2, dtype=torch.int32).random_()  # uniform in [0, 2^31)

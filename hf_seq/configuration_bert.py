@@ -6,6 +6,7 @@ from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 
 from .compat import check_transformers_version  # noqa: F401  (importing .compat refuses an unsupported release)
+from .fast_paths import reads_values  # noqa: F401  (validation.py imports it; 5.0–5.6 copy only these siblings)
 from .validation import (
     PROBLEM_TYPES,
     check_bool,

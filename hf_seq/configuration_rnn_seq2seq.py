@@ -6,7 +6,10 @@ from transformers import PretrainedConfig
 
 from .attention import SCORE_FUNCTIONS
 from .compat import check_transformers_version  # noqa: F401  (importing .compat refuses an unsupported release)
+from .fast_paths import reads_values  # noqa: F401  (validation.py imports it; 5.0–5.6 copy only these siblings)
 from .recurrent import IMPLEMENTATIONS
+from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
+from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
 from .validation import (
     check_bool,
     check_choice,

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .validation import IGNORE_INDEX, check_integer_labels, check_label_range, checks_values, eager_cpu
+from .fast_paths import fuses_lm_loss, reads_values
+from .validation import IGNORE_INDEX, check_integer_labels, check_label_range
 
 
 def masked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -140,7 +141,7 @@ def linear_cross_entropy(
     logits_shape = (*hidden.shape[:-1], weight.shape[0])
     flat_hidden, flat_labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1).long()  # (N, D), (N,)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
-    if needs_grad and eager_cpu(hidden):
+    if needs_grad and fuses_lm_loss(hidden):
         logits, loss = _LinearCrossEntropy.apply(flat_hidden, weight, bias, flat_labels)
         return logits.view(logits_shape), loss
     logits = F.linear(flat_hidden, weight, bias).view(logits_shape)  # plain path: no graph needed, traced, accelerator
@@ -211,7 +212,7 @@ def sequence_classification_loss(
             f"`labels` for multi-label classification must have shape {tuple(logits.shape)}, got {tuple(labels.shape)}"
         )
     labels = labels.to(logits.dtype)
-    if checks_values(labels):
+    if reads_values(labels):
         low, high = (float(v) for v in torch.aminmax(labels))
         if low < 0.0 or high > 1.0:
             raise ValueError(

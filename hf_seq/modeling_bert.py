@@ -11,7 +11,7 @@ Every class has :meth:`BertPreTrainedModel.from_transformers_bert`, which loads 
 
 The forward passes compile with ``torch.compile(fullgraph=True)`` and export with ``torch.export`` / ONNX: value checks
 and the data-dependent CPU fast paths (no mask when nothing is padded, the fused masked-LM loss) run only in eager mode
-on CPU (``validation.eager_cpu``). ``sparse_prediction=True`` selects the labelled positions (a data-dependent shape),
+on CPU (``hf_seq.fast_paths``). ``sparse_prediction=True`` selects the labelled positions (a data-dependent shape),
 so that opt-in breaks the graph there when compiled.
 """
 
@@ -37,9 +37,10 @@ from .attention import make_attention_mask
 from .blocks import TransformerEncoderBlock, resolve_output_flags
 from .compat import check_transformers_version  # noqa: F401  (importing .compat refuses an unsupported release)
 from .configuration_bert import HfSeqBertConfig
+from .fast_paths import drop_all_ones_mask, reads_values
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
 from .modeling_utils import CheckedLoadingMixin
-from .validation import IGNORE_INDEX, check_batch_shape, check_label_range, check_token_ids, eager_cpu
+from .validation import IGNORE_INDEX, check_batch_shape, check_label_range, check_token_ids
 
 logger = logging.get_logger(__name__)
 
@@ -515,7 +516,7 @@ class BertModel(BertPreTrainedModel):
 
         embeddings = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, H)
         mask = None  # no mask: attention without one (eager CPU checks whether anything is padded)
-        if attention_mask is not None and not (eager_cpu(attention_mask) and bool(attention_mask.all())):
+        if drop_all_ones_mask(attention_mask) is not None:
             mask = make_attention_mask(attention_mask, embeddings.shape[1])  # (B, 1, 1, T) True = attend
         attn_implementation = getattr(self.config, "_attn_implementation", None) or "sdpa"
         last, all_states, all_weights = self.encoder(
@@ -690,7 +691,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
     ) -> SequenceClassifierOutput | tuple:
         """``labels`` ``(B,)`` class ids (or floats for regression / multi-label) → ``loss``; ``logits`` ``(B, C)``."""
         mean_pooling = self.config.classifier_pooling == "mean"
-        if mean_pooling and attention_mask is not None and eager_cpu(attention_mask):
+        if mean_pooling and attention_mask is not None and reads_values(attention_mask):
             if not bool(attention_mask.any(dim=-1).all()):
                 raise ValueError(
                     "`attention_mask` has a row without any token; classifier_pooling='mean' averages over the "

@@ -29,10 +29,13 @@ from transformers.utils import can_return_tuple
 from .attention import attend  # noqa: F401
 from .compat import cache_argument, cache_output, init, shift_labels_when_smoothing
 from .configuration_rnn import HfSeqRNNConfig
+from .fast_paths import drop_all_ones_mask
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
 from .recurrent import RecurrentLayer, RecurrentStack, State, to_torch_rnn_modules_
-from .validation import IGNORE_INDEX, GenerationArgumentsMixin, check_label_range, check_token_ids, eager_cpu
+from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
+from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
+from .validation import IGNORE_INDEX, GenerationArgumentsMixin, check_label_range, check_token_ids
 
 
 @dataclass
@@ -376,8 +379,7 @@ class RNNModel(RNNPreTrainedModel):
             features, final_state = result[0], result[1]  # (B, T, D*H)
             if output_hidden_states:
                 hidden_states = (embedded, *result[2])
-        if mask is not None and eager_cpu(mask) and bool(mask.all()):
-            mask = None  # eager CPU shortcut; traced or on an accelerator the pooler takes the mask as it is
+        mask = drop_all_ones_mask(mask)  # eager CPU shortcut; traced or on an accelerator the pooler takes the mask
         pooled = self.pooler(features, mask, final_state) if self.pooler is not None else None
         return RNNModelOutput(
             last_hidden_state=features, pooler_output=pooled, hidden_states=hidden_states, final_state=final_state

@@ -33,12 +33,15 @@ from transformers.utils import can_return_tuple
 from .attention import AttentionScore, attend
 from .compat import cache_argument, cache_output, init, output_cache
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
+from .fast_paths import drop_all_ones_mask
 from .losses import lm_head_and_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
 from .recurrent import RecurrentStack, to_torch_rnn_modules_
+from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
+from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
-from .validation import GenerationArgumentsMixin, check_token_ids, eager_cpu
+from .validation import GenerationArgumentsMixin, check_token_ids
 
 State = tuple[torch.Tensor, ...]
 
@@ -568,8 +571,7 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
                     f"`decoder_attention_mask` must have shape {tuple(decoder_inputs_embeds.shape[:2])}, "
                     f"got {tuple(decoder_attention_mask.shape)}"
                 )
-            if eager_cpu(decoder_attention_mask) and bool(decoder_attention_mask.bool().all()):
-                decoder_attention_mask = None  # eager CPU shortcut: nothing padded
+            decoder_attention_mask = drop_all_ones_mask(decoder_attention_mask)  # eager CPU: None if nothing padded
 
         decoder = self.decoder
         if cache is not None:

@@ -12,7 +12,7 @@ Hugging Face plumbing (outputs, ``EncoderDecoderCache``, ``generate()``).
 
 The forward passes compile with ``torch.compile(fullgraph=True)`` and export with ``torch.export`` / ONNX: value checks
 and the data-dependent CPU fast paths (no mask when nothing is padded, the padding-free encoder feed-forward) run only
-in eager mode on CPU (``validation.eager_cpu``); everywhere else one static-shape path runs with no host reads.
+in eager mode on CPU (``hf_seq.fast_paths``); everywhere else one static-shape path runs with no host reads.
 """
 
 from __future__ import annotations
@@ -42,11 +42,12 @@ from .blocks import (
 )
 from .compat import CACHE_NAME, cache_argument, cache_output, init, output_cache
 from .configuration_transformer import HfSeqTransformerConfig
+from .fast_paths import appends_in_place, drop_all_ones_mask, padding_free_rows
 from .losses import lm_head_and_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
-from .validation import GenerationArgumentsMixin, check_batch_shape, check_token_ids, eager_cpu, is_tracing
+from .validation import GenerationArgumentsMixin, check_batch_shape, check_token_ids
 
 
 def _padding_only(mask: torch.Tensor | None, name: str, shape: tuple[int, int]) -> torch.Tensor | None:
@@ -56,9 +57,7 @@ def _padding_only(mask: torch.Tensor | None, name: str, shape: tuple[int, int]) 
         return None
     if tuple(mask.shape) != tuple(shape):
         raise ValueError(f"`{name}` must have shape {tuple(shape)} (batch, length), got {tuple(mask.shape)}")
-    if eager_cpu(mask) and bool(mask.all()):
-        return None
-    return mask
+    return drop_all_ones_mask(mask)
 
 
 class AppendBufferLayer(DynamicLayer):
@@ -88,7 +87,7 @@ class AppendBufferLayer(DynamicLayer):
         )
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if is_tracing():
+        if not appends_in_place():
             return super().update(key_states, value_states, *args, **kwargs)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
@@ -254,10 +253,9 @@ class TransformerEncoder(nn.Module):
         pad = _padding_only(attention_mask, "attention_mask", hidden.shape[:2])
         mask = make_attention_mask(pad, hidden.shape[1]) if pad is not None else None  # (B, 1, 1, S) or None
         token_rows = token_mask = None  # the real tokens, for the feed-forward sub-layers (padding rows pass through)
-        if pad is not None and eager_cpu(pad):
-            token_rows = pad.reshape(-1).nonzero().squeeze(1)  # (N_tok,) flat indices: padding rows skipped
-        elif pad is not None:
-            token_mask = pad.bool()  # (B, S): static shapes when traced or on an accelerator
+        if pad is not None:
+            token_rows = padding_free_rows(pad)  # (N_tok,) flat indices (eager CPU): padding rows skipped
+            token_mask = pad.bool() if token_rows is None else None  # (B, S): static shapes elsewhere
         impl = self.config._attn_implementation or "sdpa"
         all_hidden = (hidden,) if output_hidden_states else None
         all_attn = () if output_attentions else None

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from transformers import PretrainedConfig
 
-from .validation import IGNORE_INDEX, check_label_range, checks_values
+from .fast_paths import reads_values
+from .validation import IGNORE_INDEX, check_label_range
 
 
 def shift_tokens_right(
@@ -27,7 +28,7 @@ def shift_tokens_right(
     shifted[:, 1:] = labels[:, :-1].clone()
     shifted[:, 0] = decoder_start_token_id
     if pad_token_id is None:
-        if checks_values(shifted) and bool((shifted == IGNORE_INDEX).any()):
+        if reads_values(shifted) and bool((shifted == IGNORE_INDEX).any()):
             raise ValueError("`pad_token_id` is None in the config but labels contain -100; set config.pad_token_id.")
         return shifted
     return shifted.masked_fill(shifted == IGNORE_INDEX, pad_token_id)

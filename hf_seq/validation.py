@@ -7,7 +7,7 @@ or argument and the allowed values. Config and modelling files import this modul
 
 Checks of tensor *values* (ids in range, labels in range) read the tensor on the host, which is a graph break under
 ``torch.compile`` / ``torch.export`` and a device synchronisation on an accelerator. They run only where that costs
-nothing: in eager mode, on CPU tensors (:func:`checks_values`). Shape and dtype checks run everywhere.
+nothing: in eager mode, on CPU tensors (:func:`~.fast_paths.reads_values`). Shape and dtype checks run everywhere.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+
+from .fast_paths import is_tracing, reads_values
 
 IGNORE_INDEX = -100  # label value skipped by the losses (``F.cross_entropy(..., ignore_index=-100)``)
 PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")  # classifier losses
@@ -91,19 +93,10 @@ def check_token_id_fields(config: Any, vocab_size: int) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def is_tracing() -> bool:
-    """True while ``torch.compile``, ``torch.export`` (and so ``torch.onnx.export(dynamo=True)``) or ``torch.jit``
-    trace the code: branches that read tensor values or produce data-dependent shapes must not run then."""
-    return torch.compiler.is_compiling() or torch.jit.is_tracing()
-
-
-def eager_cpu(tensor: torch.Tensor) -> bool:
-    """True for a CPU tensor outside tracing: where reading values on the host is free (no graph break, no device
-    synchronisation). Value checks and the CPU-only data-dependent fast paths run only then."""
-    return tensor.device.type == "cpu" and not is_tracing()
-
-
-checks_values = eager_cpu  # value checks (ids and labels in range) run where reading values is free
+# ``is_tracing`` and the rule for value checks live with the CPU fast paths (``fast_paths.reads_values``); the two
+# names below are that one function, kept importable from here.
+eager_cpu = reads_values  # True for a CPU tensor outside tracing, fast paths on: reading values on the host is free
+checks_values = reads_values  # value checks (ids and labels in range) run where reading values is free
 
 
 def check_batch_shape(name: str, shape: tuple[int, ...]) -> None:
@@ -123,12 +116,12 @@ def check_token_ids(
     """ValueError naming ``name`` unless ``ids`` holds integer ids in ``[0, upper)`` (``upper_name`` names the
     config field that sets ``upper``); with ``batched`` the tensor must also be 2-D ``(batch, length)`` with at least
     one sequence and one position (an empty batch has no loss and no output to speak of). The range is checked only
-    where :func:`checks_values` (eager, CPU); shape and dtype always."""
+    where :func:`~.fast_paths.reads_values` (eager, CPU); shape and dtype always."""
     if batched:
         check_batch_shape(name, tuple(ids.shape))
     if ids.is_floating_point() or ids.dtype == torch.bool:
         raise ValueError(f"`{name}` must hold integer token ids, got dtype {ids.dtype}")
-    if ids.numel() == 0 or not checks_values(ids):
+    if ids.numel() == 0 or not reads_values(ids):
         return
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= upper:
@@ -148,9 +141,9 @@ def check_label_range(
     """ValueError unless every label is ``ignore_index`` (skipped by the loss; None: no label is skipped) or a class id
     in ``[0, num_classes)``; ``what`` names the config field that sets ``num_classes`` ("num_labels", "vocab_size").
     The dtype (integer class ids, never floats that a cast would truncate) is checked everywhere, the range only where
-    :func:`checks_values` (eager, CPU)."""
+    :func:`~.fast_paths.reads_values` (eager, CPU)."""
     check_integer_labels(name, labels)
-    if not checks_values(labels):
+    if not reads_values(labels):
         return
     valid = labels if ignore_index is None else labels[labels != ignore_index]
     if valid.numel() == 0:

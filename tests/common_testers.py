@@ -52,5 +52,5 @@ class HfSeqTesterMixin:
         # override: eager CPU training fuses the output projection with the loss (its value equals the cross-entropy
         # of the returned logits, tests/test_losses.py), so autograd has no edge from the loss to `logits`; the
         # mixin's gradient oracle runs on the static path that compiled and accelerator runs take
-        with mock.patch.object(hf_seq.losses, "eager_cpu", lambda tensor: False):
+        with hf_seq.fast_paths.disabled():
             super().test_encoder_decoder_loss_no_double_shift()

@@ -10,13 +10,12 @@ Used by the Transformer and BERT test files, one call per head:
 * :func:`assert_quantize_dynamic_covers_every_linear` — ``quantize_dynamic(model, {nn.Linear})`` leaves no float
   ``nn.Linear`` and gives finite outputs;
 * :func:`accelerator_path` + :class:`HostReads` — run the eager model on the code path an accelerator takes (every
-  ``eager_cpu()`` answers False) and record every operator that reads a tensor value on the host (a device
+  CPU fast path off: ``hf_seq.fast_paths.disabled()``) and record every operator that reads a tensor value on the host (a device
   synchronisation on an accelerator).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -25,7 +24,7 @@ from conftest import assert_same_outputs
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from hf_seq import validation
+from hf_seq import fast_paths
 
 
 def gradients(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -182,18 +181,8 @@ class HostReads(TorchDispatchMode):
 
 @contextmanager
 def accelerator_path() -> Iterator[None]:
-    """Within the block, every hf_seq module's ``eager_cpu`` / ``checks_values`` answers False: eager CPU tensors take
-    the code path of an accelerator (and of compiled or exported code)."""
-    original = validation.eager_cpu
-    patched = []
-    for module in [m for name, m in sys.modules.items() if name == "hf_seq" or name.startswith("hf_seq.")]:
-        for attr in ("eager_cpu", "checks_values"):
-            if getattr(module, attr, None) is original:
-                patched.append((module, attr))
-                setattr(module, attr, lambda tensor: False)
-    assert patched
-    try:
+    """Within the block every CPU fast path of hf_seq is off (``hf_seq.fast_paths.disabled()``): eager CPU tensors
+    take the code path of an accelerator (and of compiled or exported code)."""
+    with fast_paths.disabled():
+        assert not fast_paths.reads_values(torch.zeros(1))
         yield
-    finally:
-        for module, attr in patched:
-            setattr(module, attr, original)

@@ -139,29 +139,10 @@ def to_meta(inputs: dict) -> dict:
 
 @contextlib.contextmanager
 def on_accelerator_paths():
-    """Run CPU tensors through the code an accelerator (or a traced forward) runs: every ``eager_cpu`` /
-    ``checks_values`` decision of hf_seq answers False, so value checks, packing and the other eager-CPU shortcuts
-    are skipped while the values stay readable for comparisons."""
-    import hf_seq.losses
-    import hf_seq.modeling_rnn
-    import hf_seq.modeling_rnn_seq2seq
-    import hf_seq.recurrent
-    import hf_seq.seq2seq_utils
-    import hf_seq.validation
+    """Run CPU tensors through the code an accelerator (or a traced forward) runs: every CPU fast path of hf_seq is
+    off (``hf_seq.fast_paths.disabled()``), so value checks, packing and the other eager-CPU shortcuts are skipped
+    while the values stay readable for comparisons."""
+    from hf_seq import fast_paths
 
-    modules = (
-        hf_seq.validation,
-        hf_seq.losses,
-        hf_seq.seq2seq_utils,
-        hf_seq.recurrent,
-        hf_seq.modeling_rnn,
-        hf_seq.modeling_rnn_seq2seq,
-    )
-    saved = [(m, n, getattr(m, n)) for m in modules for n in ("eager_cpu", "checks_values") if hasattr(m, n)]
-    try:
-        for module, name, _ in saved:
-            setattr(module, name, lambda tensor: False)
+    with fast_paths.disabled():
         yield
-    finally:
-        for module, name, value in saved:
-            setattr(module, name, value)

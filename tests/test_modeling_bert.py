@@ -530,7 +530,7 @@ def test_quantize_dynamic_quantizes_every_projection(head):
 
 
 def test_accelerator_path_reads_no_value_on_the_host_and_equals_the_cpu_path():
-    """The code an accelerator runs (every eager_cpu() False) has no host read in a pretraining step (forward and
+    """The code an accelerator runs (every CPU fast path off) has no host read in a pretraining step (forward and
     backward) or an inference forward, and computes what the CPU fast paths compute."""
     from compile_checks import HostReads, accelerator_path, gradients
 

@@ -313,7 +313,13 @@ def test_remote_code_load_without_hf_seq(tmp_path):
     torch.manual_seed(0)
     model = RNNForSequenceClassification(tiny(bidirectional=True)).eval()
     model.save_pretrained(tmp_path / "m")
-    for name in ("modeling_rnn.py", "configuration_rnn.py", "recurrent.py"):
+    for name in (
+        "modeling_rnn.py",
+        "configuration_rnn.py",
+        "recurrent.py",
+        "recurrent_cells.py",
+        "recurrent_kernels.py",
+    ):
         assert (tmp_path / "m" / name).exists()
     (tmp_path / "check.py").write_text(REMOTE)
     proc = subprocess.run(

@@ -546,6 +546,9 @@ def test_remote_code_load_without_hf_seq(saved_translator, clean_python, tmp_pat
         "configuration_rnn_seq2seq.py",
         "attention.py",
         "recurrent.py",
+        "recurrent_cells.py",
+        "recurrent_kernels.py",
+        "fast_paths.py",
         "seq2seq_pipelines.py",
     ):
         assert (path / name).exists(), name

@@ -279,3 +279,22 @@ def test_eager_cpu_padding_plan_packs_sparse_batches_and_aligns_dense_lstm_batch
     assert make_padding_plan(sparse, 4, 4, PACKED, ALIGNED_FILL["LSTM"]).layout == PACKED
     assert make_padding_plan(dense, 2, 4, PACKED, ALIGNED_FILL.get("GRU")).layout == PACKED
     assert make_padding_plan(torch.ones(2, 4, dtype=torch.long), 2, 4, PACKED, 0.5) is None
+
+
+def test_choose_kernel_is_the_one_rule_for_a_layer():
+    from hf_seq import fast_paths
+    from hf_seq.recurrent import ALIGNED_FILL, RecurrentLayer, choose_kernel, make_padding_plan
+
+    fused, cell = RecurrentLayer("lstm", 3, 4), RecurrentLayer("lstm", 3, 4, implementation="cell")
+    x = torch.zeros(2, 4, 3)
+    sparse = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0]])  # fill 3/8: packed
+    dense = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])  # fill 7/8: aligned (the LSTM)
+    assert choose_kernel(fused, x, None) == "full"
+    assert choose_kernel(fused, x, make_padding_plan(sparse, 2, 4, "packed", ALIGNED_FILL["LSTM"])) == "packed"
+    assert choose_kernel(fused, x, make_padding_plan(dense, 2, 4, "packed", ALIGNED_FILL["LSTM"])) == "aligned"
+    step = make_padding_plan(torch.tensor([[1], [0]]), 2, 1, "packed", ALIGNED_FILL["LSTM"])
+    assert step.layout == "aligned" and choose_kernel(fused, x[:, :1], step) == "one_step"
+    assert choose_kernel(cell, x, make_padding_plan(sparse, 2, 4, "padded")) == "cell"
+    assert choose_kernel(cell, x, None) == "cell"
+    with fast_paths.disabled():  # the static path: never packed
+        assert choose_kernel(fused, x, make_padding_plan(sparse, 2, 4, "packed", ALIGNED_FILL["LSTM"])) == "aligned"

@@ -1,0 +1,148 @@
+"""The CPU fast paths of hf_seq: every shortcut that depends on tensor *values*, behind one predicate each.
+
+Some of hf_seq's CPU speed comes from code whose shapes or branches depend on what a tensor holds: skipping padded
+rows, leaving out a mask when nothing is padded. Reading a value on the host is a graph break under ``torch.compile``
+(an error with ``fullgraph=True`` and in ``torch.export`` / ONNX export) and a device synchronisation on an
+accelerator, so each fast path runs only **eager, on CPU, outside tracing** (:func:`reads_values`); everywhere else
+the code takes one static-shape path without host reads, with the same values. The models ask the functions below
+and never branch on the device or the tracing state themselves.
+
+======================================  ===========================================  ===========  ====================
+fast path (function)                    what it saves on CPU                         runs         where used
+======================================  ===========================================  ===========  ====================
+value checks (:func:`reads_values`)     clear ``ValueError``\\s for ids / labels out  eager CPU    validation, losses,
+                                        of range, a mask with holes, an empty row                 seq2seq_utils,
+                                        (static path: shape and dtype checks only)                modeling_bert
+no mask when nothing is padded          attention / pooling / recurrence without a   eager CPU    modeling_bert,
+(:func:`drop_all_ones_mask`)            mask (static path: the mask is kept)                      modeling_transformer,
+                                                                                                  modeling_rnn,
+                                                                                                  modeling_rnn_seq2seq,
+                                                                                                  recurrent_kernels
+skip the repair of rows without a       two elementwise passes of ``sdpa_attend``    eager CPU    attention
+visible key (:func:`every_row_sees_a_   (static path: ``mask | ~has_key``, then
+key`)                                   those rows zeroed)
+padding-free feed-forward               the encoder FFN of padded rows (static path: eager CPU    modeling_transformer,
+(:func:`padding_free_rows`)             every row, padding put back with ``where``)               blocks
+packed / aligned recurrence             no recurrent work on padding, or oneDNN's    eager CPU    recurrent_kernels
+(:func:`packs_padding`)                 faster unpacked LSTM by fill (static path:
+                                        rows aligned, carry column, no host read)
+fused LM-head loss                      backward over the labelled rows only         eager CPU    losses
+(:func:`fuses_lm_loss`)                 (static path: ``F.linear`` + one masked
+                                        cross-entropy)
+cheaper CPU dropout mask                two keep decisions per random int32          eager CPU    blocks
+(:func:`cheap_dropout`)                 (static path: ``nn.Dropout``)
+self-attention KV cache appended in     a ``torch.cat`` copy of the cache per        eager, any   modeling_transformer
+place (:func:`appends_in_place`)        decoding step (static path: ``torch.cat``)   device
+======================================  ===========================================  ===========  ====================
+
+One switch turns every eager-CPU fast path off: inside ``with hf_seq.fast_paths.disabled():`` (or with the
+environment variable ``HF_SEQ_FAST_PATHS=0`` set when hf_seq is imported) eager CPU code runs exactly the code that an
+accelerator runs eagerly, which is the static path of compiled and exported code except for the in-place KV cache
+(no host read, so it stays on), while its values stay readable. That is how the tests check each fast path against
+the static path and prove the accelerator path free of host reads.
+
+Config and modelling files import this module relatively (``from .fast_paths import ...``), so ``save_pretrained``
+copies it next to the weights for ``trust_remote_code``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+# [enabled]: a list so that the switch is one mutable cell read at each call
+_ENABLED = [os.environ.get("HF_SEQ_FAST_PATHS", "1").strip().lower() not in ("0", "false", "off", "no")]
+
+
+def is_tracing() -> bool:
+    """True while ``torch.compile``, ``torch.export`` (and so ``torch.onnx.export(dynamo=True)``) or ``torch.jit``
+    trace the code: branches that read tensor values or produce data-dependent shapes must not run then."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
+
+
+def enabled() -> bool:
+    """Whether the fast paths are switched on (see :func:`disabled`); they still run only where their rule allows."""
+    return _ENABLED[0]
+
+
+@contextmanager
+def disabled() -> Iterator[None]:
+    """Within the block every fast path is off: eager CPU tensors take the static path of compiled, exported and
+    accelerator code (value checks skipped, masks kept, no packing, ``nn.Dropout``, ``torch.cat`` KV cache)."""
+    previous = _ENABLED[0]
+    _ENABLED[0] = False
+    try:
+        yield
+    finally:
+        _ENABLED[0] = previous
+
+
+def reads_values(tensor: torch.Tensor) -> bool:
+    """True where reading ``tensor``'s values on the host is free: a CPU tensor, eager (not traced), fast paths on.
+    Value checks and every data-dependent CPU fast path run only then."""
+    return _ENABLED[0] and tensor.device.type == "cpu" and not is_tracing()
+
+
+def drop_all_ones_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """``None`` for a mask with nothing masked out (all ones / True) where :func:`reads_values`, so the caller runs
+    without a mask; the mask itself otherwise (also on the static path, where a mask of ones is kept)."""
+    if mask is not None and reads_values(mask) and bool(mask.all()):
+        return None
+    return mask
+
+
+def every_row_sees_a_key(has_key: torch.Tensor) -> bool:
+    """True where :func:`reads_values` and every query row of ``has_key`` ``(..., T_q, 1)`` sees at least one key:
+    ``sdpa_attend`` then skips the repair of fully masked rows. False on the static path (the repair always runs)."""
+    return reads_values(has_key) and bool(has_key.all())
+
+
+def padding_free_rows(token_mask: torch.Tensor) -> torch.Tensor | None:
+    """The flat indices ``(N_tok,)`` of the real tokens of ``token_mask`` ``(B, T)`` where :func:`reads_values` (a
+    data-dependent length), for a feed-forward that skips padded rows; ``None`` on the static path."""
+    if not reads_values(token_mask):
+        return None
+    return token_mask.reshape(-1).nonzero().squeeze(1)
+
+
+def packs_padding(mask: torch.Tensor) -> bool:
+    """True where :func:`reads_values`: the recurrent core validates the mask (one block of tokens per row), packs
+    a padded batch or runs it aligned by its fill. False: the static aligned path, the mask trusted as it is."""
+    return reads_values(mask)
+
+
+def fuses_lm_loss(hidden: torch.Tensor) -> bool:
+    """True where :func:`reads_values` on the LM head's input: its loss runs the fused projection + cross-entropy
+    whose backward selects the labelled rows (``nonzero``). False: ``F.linear`` + a masked cross-entropy."""
+    return reads_values(hidden)
+
+
+def cheap_dropout(x: torch.Tensor) -> bool:
+    """True where :func:`reads_values`: ``blocks.Dropout`` draws its mask from random int32s (two decisions each)
+    instead of ``nn.Dropout``'s one random number per element (whose compiled and device kernels are fused)."""
+    return reads_values(x)
+
+
+def appends_in_place() -> bool:
+    """True outside tracing, on any device: the self-attention KV cache writes each step into a doubling buffer (its
+    storage-pointer bookkeeping cannot be traced, but reads no tensor value, so an eager accelerator keeps it and
+    :func:`disabled` leaves it on). False under tracing: it appends with ``torch.cat``."""
+    return not is_tracing()
+
+
+__all__ = [
+    "appends_in_place",
+    "cheap_dropout",
+    "disabled",
+    "drop_all_ones_mask",
+    "enabled",
+    "every_row_sees_a_key",
+    "fuses_lm_loss",
+    "is_tracing",
+    "packs_padding",
+    "padding_free_rows",
+    "reads_values",
+]

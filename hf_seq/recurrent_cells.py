@@ -1,0 +1,272 @@
+"""The recurrent cells of hf_seq: the lecture notes' equations, one step at a time, and the registry of cell types.
+
+* SimpleRNN :func:`rnn_step`, LSTM :func:`lstm_step` (the four gates and the cell "conveyor belt"), GRU
+  :func:`gru_step`: ``step(W_ih·x_t + b_ih, state, W_hh, b_hh) -> state``, the notes' ``A·[h_{t-1}; x_t] + b`` with
+  PyTorch's parameter blocks;
+* the self-attention LSTM (LSTMN): :func:`self_attention_lstm_scan`, attention over all previous states;
+* :func:`step_scan`: a step function over time with padding (the cell path of ``implementation="cell"``);
+* :class:`CellType` / :func:`register_cell` / :data:`CELL_TYPES`: how a cell is built and run.
+
+How the fused kernels run these cells over padded batches is in ``recurrent_kernels.py``; the stack that users call is
+``recurrent.py`` (which re-exports every public name of both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import AttentionScore, attend
+
+State = tuple[torch.Tensor, ...]
+
+IMPLEMENTATIONS = ("fused", "cell")
+# torch.nn.RNNBase modes that have a fused kernel (torch._VF.rnn_tanh / lstm / gru; see recurrent_kernels.py)
+KERNEL_MODES = ("RNN_TANH", "LSTM", "GRU")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Cell equations (the cell path). Notation of the notes: the state update multiplies a parameter matrix A with the
+# concatenation [h_{t-1}; x_t]. PyTorch stores A as two blocks, A = [W_hh | W_ih], and two biases b_ih + b_hh, so
+# A·[h_{t-1}; x_t] + b = W_ih·x_t + b_ih + W_hh·h_{t-1} + b_hh. The input half ``W_ih·x_t + b_ih`` of every step is
+# computed for all time steps at once (``gates_x``); the step functions add the recurrent half.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def rnn_step(gates_x: torch.Tensor, state: State, weight_hh: torch.Tensor, bias_hh: torch.Tensor | None) -> State:
+    """SimpleRNN step: ``h_t = tanh(A·[h_{t-1}; x_t] + b)``."""
+    (h,) = state  # (B, H)
+    return (torch.tanh(gates_x + F.linear(h, weight_hh, bias_hh)),)
+
+
+def lstm_step(gates_x: torch.Tensor, state: State, weight_hh: torch.Tensor, bias_hh: torch.Tensor | None) -> State:
+    """LSTM step with the notes' four gates and the cell "conveyor belt" ``c``.
+
+    Gate rows are in PyTorch's order (input, forget, new value, output)::
+
+        f_t = σ(W_f·[h_{t-1}; x_t] + b_f)          forget gate
+        i_t = σ(W_i·[h_{t-1}; x_t] + b_i)          input gate
+        c̃_t = tanh(W_c·[h_{t-1}; x_t] + b_c)       new value
+        o_t = σ(W_o·[h_{t-1}; x_t] + b_o)          output gate
+        c_t = f_t ⊙ c_{t-1} + i_t ⊙ c̃_t            conveyor belt
+        h_t = o_t ⊙ tanh(c_t)
+    """
+    h, c = state  # (B, H), (B, H)
+    gates = gates_x + F.linear(h, weight_hh, bias_hh)  # (B, 4H)
+    i, f, g, o = gates.chunk(4, dim=-1)  # each (B, H)
+    input_gate, forget_gate = torch.sigmoid(i), torch.sigmoid(f)
+    new_value, output_gate = torch.tanh(g), torch.sigmoid(o)
+    c = forget_gate * c + input_gate * new_value
+    h = output_gate * torch.tanh(c)
+    return (h, c)
+
+
+def gru_step(gates_x: torch.Tensor, state: State, weight_hh: torch.Tensor, bias_hh: torch.Tensor | None) -> State:
+    """GRU step (PyTorch's formulation: reset gate r, update gate z, candidate n; ``h_t = (1-z)⊙n + z⊙h_{t-1}``)."""
+    (h,) = state  # (B, H)
+    gates_h = F.linear(h, weight_hh, bias_hh)  # (B, 3H)
+    x_r, x_z, x_n = gates_x.chunk(3, dim=-1)
+    h_r, h_z, h_n = gates_h.chunk(3, dim=-1)
+    reset = torch.sigmoid(x_r + h_r)
+    update = torch.sigmoid(x_z + h_z)
+    candidate = torch.tanh(x_n + reset * h_n)
+    return ((1.0 - update) * candidate + update * h,)
+
+
+StepFn = Callable[[torch.Tensor, State, torch.Tensor, "torch.Tensor | None"], State]
+# scan(layer, suffix, inputs (B,T,I), mask (B,T) bool | None, state tuple of (B, ...) | None) -> (outputs (B,T,H), state)
+ScanFn = Callable[[nn.Module, str, torch.Tensor, "torch.Tensor | None", "State | None"], "tuple[torch.Tensor, State]"]
+
+
+@dataclass(frozen=True)
+class CellType:
+    """How one kind of recurrent cell is built and run.
+
+    Attributes:
+        name: the value of ``cell=`` in configs.
+        num_gates: rows of ``weight_ih`` per hidden unit (1 rnn, 4 lstm, 3 gru); used for parameter shapes.
+        num_states: tensors in the state tuple (1 = ``(h,)``, 2 = ``(h, c)``).
+        step: per-step equations for the cell path (``step(gates_x_t, state, weight_hh, bias_hh) -> state``).
+        mode: ``torch.nn.RNNBase`` mode of the fused kernel ("RNN_TANH", "LSTM", "GRU"); ``None``: the cell path is
+            always used. Without ``build_layer`` the layer is a :class:`RecurrentLayer` of this mode.
+        build_layer: ``build_layer(input_size, hidden_size, bidirectional) -> nn.Module`` holding one layer's
+            parameters under PyTorch's names (``weight_ih_l0``, ``weight_hh_l0``, ``bias_ih_l0``, ``bias_hh_l0`` and
+            ``*_reverse``) plus anything extra. Defaults to a :class:`RecurrentLayer`.
+        scan: optional replacement of the step loop for one direction of one layer (cells whose step needs more
+            than the previous state, e.g. attention over all previous states). It receives the direction's input
+            already reversed for the backward direction, a bool mask (``True`` = real token, one contiguous block
+            per row; ``None`` = no padding) and the direction's initial state (tuple of ``(B, ...)`` or ``None``),
+            and must return outputs ``(B, T, H)`` (zero at padding) and the state after each row's last real token.
+    """
+
+    name: str
+    num_gates: int
+    num_states: int
+    step: StepFn | None = None
+    mode: str | None = None
+    build_layer: Callable[[int, int, bool], nn.Module] | None = None
+    scan: ScanFn | None = None
+
+    @property
+    def has_kernel(self) -> bool:
+        """True when a fused ``torch.nn`` kernel runs this cell (no custom layer, no custom scan)."""
+        return self.mode is not None and self.build_layer is None and self.scan is None
+
+    def make_layer(self, input_size: int, hidden_size: int, bidirectional: bool, implementation: str) -> nn.Module:
+        """Create the parameter holder of one layer (both directions)."""
+        if self.build_layer is not None:
+            return self.build_layer(input_size, hidden_size, bidirectional)
+        if self.mode is None:
+            raise ValueError(f"cell type {self.name!r} needs either `mode` or `build_layer`")
+        from .recurrent_kernels import RecurrentLayer  # the kernels module builds on this one
+
+        return RecurrentLayer(self.name, input_size, hidden_size, bidirectional, implementation)
+
+
+CELL_TYPES: dict[str, CellType] = {}
+
+
+def register_cell(cell_type: CellType) -> CellType:
+    """Make ``cell_type`` available as ``RecurrentStack(cell=cell_type.name, ...)`` (and thus as a config value)."""
+    if cell_type.step is None and cell_type.scan is None:
+        raise ValueError(f"cell type {cell_type.name!r} needs a `step` or a `scan` function")
+    if cell_type.mode is not None and cell_type.mode not in KERNEL_MODES:
+        raise ValueError(f"`mode` of cell type {cell_type.name!r} must be one of {sorted(KERNEL_MODES)} or None")
+    CELL_TYPES[cell_type.name] = cell_type
+    return cell_type
+
+
+register_cell(CellType("rnn", num_gates=1, num_states=1, step=rnn_step, mode="RNN_TANH"))
+register_cell(CellType("lstm", num_gates=4, num_states=2, step=lstm_step, mode="LSTM"))
+register_cell(CellType("gru", num_gates=3, num_states=1, step=gru_step, mode="GRU"))
+
+
+def get_cell_type(name: str) -> CellType:
+    """Look up a registered cell type; ``ValueError`` naming the allowed values otherwise."""
+    if name not in CELL_TYPES:
+        raise ValueError(f"`cell` must be one of {sorted(CELL_TYPES)}, got {name!r}")
+    return CELL_TYPES[name]
+
+
+def step_scan(cell_type: CellType, hidden_size: int, layer, suffix, x, mask, init):
+    """The cell path of one direction of one layer: ``cell_type.step`` at every time step of ``x`` (B, T, I);
+    padded steps (``mask`` False) keep the state and output zeros. Returns ``(outputs (B, T, H), state)``."""
+    step = cell_type.step
+    weight_ih = getattr(layer, f"weight_ih_l0{suffix}")
+    weight_hh = getattr(layer, f"weight_hh_l0{suffix}")
+    bias_ih = getattr(layer, f"bias_ih_l0{suffix}", None)
+    bias_hh = getattr(layer, f"bias_hh_l0{suffix}", None)
+    batch_size, seq_len, _ = x.shape
+    if init is None:
+        zeros = x.new_zeros(batch_size, hidden_size)
+        init = tuple(zeros for _ in range(cell_type.num_states))
+    state = init
+    gates_x = F.linear(x, weight_ih, bias_ih)  # (B, T, G*H): the W_ih·x_t half of A·[h_{t-1}; x_t] for all t
+    outputs = []
+    for t in range(seq_len):
+        new_state = step(gates_x[:, t], state, weight_hh, bias_hh)
+        if mask is not None:
+            real = mask[:, t].unsqueeze(-1)  # (B, 1)
+            new_state = tuple(torch.where(real, new, old) for new, old in zip(new_state, state))
+            outputs.append(torch.where(real, new_state[0], torch.zeros_like(new_state[0])))
+        else:
+            outputs.append(new_state[0])
+        state = new_state
+    return torch.stack(outputs, dim=1), state  # (B, T, H)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Self-attention LSTM (LSTMN, Cheng, Dong & Lapata 2016, "Long Short-Term Memory-Networks for Machine Reading").
+# The notes' self-attention RNN: the recurrence does not read only h_{t-1} but an attention-weighted summary of ALL
+# previous states. With the memory tape of previous hidden states h_1..h_{t-1} and memory cells c_1..c_{t-1}:
+#
+#     a_i^t = vᵀ tanh(W_h h_i + W_x x_t + W_h̃ h̃_{t-1})      additive score (query [x_t; h̃_{t-1}], keys h_i)
+#     s^t   = softmax(a^t)                                    over the previous, non-padded steps only
+#     h̃_t   = Σ_i s_i^t h_i,   c̃_t = Σ_i s_i^t c_i           one weighted sum of the values [h_i; c_i]
+#     (h_t, c_t) = lstm_step(W_ih x_t + b_ih, (h̃_t, c̃_t))    the LSTM gates with (h̃_t, c̃_t) in place of (h_{t-1}, c_{t-1})
+#
+# The scores, masked softmax and weighted sum are the shared attention core (``attend`` + ``AttentionScore``). At the
+# first step the tape is empty and h̃ = c̃ = 0, i.e. the plain LSTM's zero initial state.
+#
+# State of one direction (tuple of (B, ...) tensors; the stack adds the leading num_layers*num_directions dim):
+#     (h_t (B,H), c_t (B,H), h̃_t (B,H), tape_h (B,S,H), tape_c (B,S,H), tape_mask (B,S) bool)
+# so ``state[0]`` is still the last hidden state, and a generation cache holds the whole tape (S = tokens read so far).
+# Its parameter holder (``SelfAttentionLSTMLayer``: the LSTM gates + one AttentionScore per direction) and its
+# registration are in recurrent.py.
+# ----------------------------------------------------------------------------------------------------------------
+
+SELF_ATTENTION_LSTM_STATES = ("h", "c", "h_tilde", "tape_h", "tape_c", "tape_mask")
+
+
+def self_attention_lstm_scan(
+    layer: nn.Module, suffix: str, x: torch.Tensor, mask: torch.Tensor | None, init: State | None
+) -> tuple[torch.Tensor, State]:
+    """One direction of one self-attention LSTM layer over time (see the section comment for the equations).
+
+    x: (B, T, I); mask: (B, T) bool (True = real token) or None; init: the direction's state from a previous call
+    (the tape continues) or None. Returns outputs (B, T, H) (zero at padding) and the new state.
+    """
+    weight_ih = getattr(layer, f"weight_ih_l0{suffix}")  # (4H, I)
+    weight_hh = getattr(layer, f"weight_hh_l0{suffix}")  # (4H, H)
+    bias_ih = getattr(layer, f"bias_ih_l0{suffix}", None)
+    bias_hh = getattr(layer, f"bias_hh_l0{suffix}", None)
+    scorer: AttentionScore = getattr(layer, f"attention_l0{suffix}")
+    batch_size, seq_len, _ = x.shape
+    hidden_size = weight_hh.shape[1]
+    if init is None:
+        h = c = h_tilde = x.new_zeros(batch_size, hidden_size)  # (B, H)
+        tape_h = tape_c = x.new_zeros(batch_size, 0, hidden_size)  # (B, 0, H)
+        tape_mask = torch.zeros(batch_size, 0, dtype=torch.bool, device=x.device)  # (B, 0)
+    else:
+        h, c, h_tilde, tape_h, tape_c, tape_mask = init
+        tape_mask = tape_mask.bool()
+    tape_keys = scorer.prepare_keys(tape_h)  # (B, S, A): W_h h_i, computed once per tape entry
+    gates_x = F.linear(x, weight_ih, bias_ih)  # (B, T, 4H)
+    outputs = []
+    for t in range(seq_len):
+        if tape_h.shape[1] > 0:
+            query = torch.cat([x[:, t], h_tilde], dim=-1).unsqueeze(1)  # (B, 1, I+H)
+            values = torch.cat([tape_h, tape_c], dim=-1)  # (B, S, 2H): one weighted sum gives h̃ and c̃
+            context, _ = attend(query, tape_keys, values, tape_mask.unsqueeze(1), score=scorer.score)  # (B, 1, 2H)
+            new_h_tilde, c_tilde = context.squeeze(1).split(hidden_size, dim=-1)  # (B, H) each
+        else:  # empty tape: the summary of nothing is the zero state
+            new_h_tilde, c_tilde = h_tilde.new_zeros(batch_size, hidden_size), c.new_zeros(batch_size, hidden_size)
+        new_h, new_c = lstm_step(gates_x[:, t], (new_h_tilde, c_tilde), weight_hh, bias_hh)  # (B, H) each
+        if mask is not None:
+            real = mask[:, t].unsqueeze(-1)  # (B, 1)
+            new_h, new_c = torch.where(real, new_h, h), torch.where(real, new_c, c)
+            new_h_tilde = torch.where(real, new_h_tilde, h_tilde)
+            outputs.append(torch.where(real, new_h, torch.zeros_like(new_h)))
+            entry_mask = mask[:, t : t + 1]  # (B, 1) padded steps enter the tape masked out
+        else:
+            outputs.append(new_h)
+            entry_mask = torch.ones(batch_size, 1, dtype=torch.bool, device=x.device)
+        h, c, h_tilde = new_h, new_c, new_h_tilde
+        tape_h = torch.cat([tape_h, h.unsqueeze(1)], dim=1)  # (B, S+1, H)
+        tape_c = torch.cat([tape_c, c.unsqueeze(1)], dim=1)
+        tape_keys = torch.cat([tape_keys, scorer.prepare_keys(h.unsqueeze(1))], dim=1)  # (B, S+1, A)
+        tape_mask = torch.cat([tape_mask, entry_mask], dim=1)  # (B, S+1)
+    return torch.stack(outputs, dim=1), (h, c, h_tilde, tape_h, tape_c, tape_mask)  # (B, T, H), state
+
+
+__all__ = [
+    "CELL_TYPES",
+    "IMPLEMENTATIONS",
+    "KERNEL_MODES",
+    "SELF_ATTENTION_LSTM_STATES",
+    "CellType",
+    "ScanFn",
+    "State",
+    "StepFn",
+    "get_cell_type",
+    "gru_step",
+    "lstm_step",
+    "register_cell",
+    "rnn_step",
+    "self_attention_lstm_scan",
+    "step_scan",
+]
