@@ -130,7 +130,10 @@ def feed_forward_sublayer(
 
 
 class TransformerEncoderBlock(GradientCheckpointingLayer):
-    """Encoder block: self-attention + feed-forward, each with residual + LayerNorm."""
+    """Encoder block: self-attention + feed-forward, each with residual + LayerNorm.
+
+    ``config`` (the model's) is handed to the attention module, whose attention function
+    ``config._attn_implementation`` names (no config: ``"sdpa"``)."""
 
     def __init__(
         self,
@@ -173,7 +176,9 @@ class TransformerEncoderBlock(GradientCheckpointingLayer):
 
 
 class TransformerDecoderBlock(GradientCheckpointingLayer):
-    """Decoder block: masked self-attention + cross-attention + feed-forward, each with residual + LayerNorm."""
+    """Decoder block: masked self-attention + cross-attention + feed-forward, each with residual + LayerNorm.
+
+    ``config`` (the model's) is handed to both attention modules, as in :class:`TransformerEncoderBlock`."""
 
     def __init__(
         self,
