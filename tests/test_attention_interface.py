@@ -334,7 +334,7 @@ def _flex_usable() -> str | None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(_flex_usable() is not None, reason=str(_flex_usable()))
-def test_flex_attention_equals_sdpa_for_bert_and_the_transformer():
+def test_flex_attention_equals_sdpa_for_bert():
     bert = seeded(BertModel(bert_config()))
     batch = bert_batch()
     with torch.no_grad():
@@ -344,7 +344,12 @@ def test_flex_attention_equals_sdpa_for_bert_and_the_transformer():
         got = bert(**batch).last_hidden_state
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
 
-    model = seeded(TransformerForConditionalGeneration(transformer_config()))
+
+@pytest.mark.slow
+@pytest.mark.skipif(_flex_usable() is not None, reason=str(_flex_usable()))
+def test_flex_attention_equals_sdpa_for_the_transformer():
+    # head size 8: torch 2.13's CPU flex-attention kernel fails to compile (a C++ codegen error) for head size 4
+    model = seeded(TransformerForConditionalGeneration(transformer_config(d_model=32)))
     for target_padding in (True, False):  # a padding + causal mask, and plain causal masking
         batch = seq2seq_batch(target_padding)
         with torch.no_grad():
