@@ -23,11 +23,11 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers import AttentionInterface
 
 from .fast_paths import every_row_sees_a_key
 
 SCORE_FUNCTIONS = ("dot", "scaled_dot", "general", "additive", "cosine")
-ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -203,34 +203,151 @@ def sdpa_attend(
     mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     is_causal: bool = False,
+    scale: float | None = None,
 ) -> torch.Tensor:
     """Fast path of :func:`attend` with the scaled dot score: ``torch.nn.functional.scaled_dot_product_attention``.
 
     Gives the same numbers as ``attend(query, key, value, mask)`` (also for rows whose keys are all masked, which
-    come out as zeros instead of SDPA's NaN). ``is_causal`` is used only when there is no other mask.
+    come out as zeros instead of SDPA's NaN). ``is_causal`` is used only when there is no other mask; ``scale``
+    (default ``1 / sqrt(d)``) is SDPA's.
 
     One static-shape path everywhere: the mask goes to SDPA as a mask, and rows without a visible key are repaired
     with two elementwise passes, without reading a value on the host. Only in eager mode on CPU (:func:`~.fast_paths.every_row_sees_a_key`,
     where reading a value costs no device synchronisation) is the repair skipped when every row sees a key.
     """
     if mask is None:
-        return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, is_causal=is_causal)
+        return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
     has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1): rows with at least one visible key
     if every_row_sees_a_key(has_key):
         # Every row sees a key (the usual padding mask): nothing to repair (saves two elementwise passes).
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p)
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale)
     safe_mask = mask | ~has_key  # let empty rows see everything (finite), then zero them below
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=safe_mask, dropout_p=dropout_p)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=safe_mask, dropout_p=dropout_p, scale=scale)
     return out.masked_fill(~has_key, 0.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Attention functions behind ``attn_implementation`` (transformers' AttentionInterface)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _non_default_scale(scaling: float | None, query: torch.Tensor) -> float | None:
+    """``scaling`` when it differs from ``1 / sqrt(head_dim)``, else None (the functions' own default formula)."""
+    return None if scaling is None or scaling == query.size(-1) ** -0.5 else scaling
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool = False,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """hf_seq's ``"eager"`` attention function (transformers' attention-function signature): :func:`attend`.
+
+    ``query`` / ``key`` / ``value`` ``(B, nh, T, hs)``, ``attention_mask`` boolean ``(B or 1, 1, T_q, T_k)`` (True =
+    attend) or None; ``is_causal`` masks future keys when there is no mask. Returns ``((B, T_q, nh, hs), weights
+    (B, nh, T_q, T_k))``; a query row whose keys are all masked gets zero weights and a zero output, never NaN.
+    """
+    mask = attention_mask
+    if is_causal and mask is None:
+        mask = make_attention_mask(None, query.shape[-2], key.shape[-2], causal=True, device=query.device)
+    scale = _non_default_scale(scaling, query)
+    score = None if scale is None else (lambda q, k: (q @ k.transpose(-1, -2)) * scale)
+    context, weights = attend(query, key, value, mask, score=score, dropout_p=dropout, training=module.training)
+    return context.transpose(1, 2), weights  # (B, T_q, nh, hs), (B, nh, T_q, T_k)
+
+
+def sdpa_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool = False,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """hf_seq's ``"sdpa"`` attention function: :func:`sdpa_attend` (same inputs and numbers as
+    :func:`eager_attention_forward`, fully-masked rows give zeros). SDPA computes no weights: a call with
+    ``output_attentions=True`` runs :func:`eager_attention_forward` and returns its weights."""
+    if kwargs.get("output_attentions"):
+        return eager_attention_forward(module, query, key, value, attention_mask, dropout, scaling, is_causal)
+    scale = _non_default_scale(scaling, query)
+    context = sdpa_attend(query, key, value, attention_mask, dropout_p=dropout, is_causal=is_causal, scale=scale)
+    return context.transpose(1, 2), None  # (B, T_q, nh, hs)
+
+
+class HfSeqAttentionInterface(AttentionInterface):
+    """transformers' ``AttentionInterface`` with hf_seq's own ``"eager"`` and ``"sdpa"`` in its LOCAL mapping.
+
+    Those two keys run :func:`eager_attention_forward` / :func:`sdpa_attention_forward` for hf_seq's models only
+    (transformers' global entries, which its own models use, stay as they are); every other key comes from the
+    global registry: ``"flex_attention"`` and any function registered with ``AttentionInterface.register(name, fn)``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._local_mapping = {"eager": eager_attention_forward, "sdpa": sdpa_attention_forward}
+
+    def attention_function(self, attn_implementation: str | None) -> Callable:
+        """The function for ``attn_implementation`` (None: ``"sdpa"``); a ValueError naming the registered ones if
+        there is none (plain dict look-ups, which ``torch.compile(fullgraph=True)`` traces)."""
+        name = attn_implementation or "sdpa"
+        function = self._local_mapping.get(name) or self._global_mapping.get(name)
+        if function is None:
+            raise ValueError(
+                f"attn_implementation must be one of {sorted(self.keys())} (register another with "
+                f"transformers.AttentionInterface.register(name, function)), got {name!r}."
+            )
+        return function
+
+
+ALL_ATTENTION_FUNCTIONS = HfSeqAttentionInterface()
+
+
+def flex_block_mask(
+    mask: torch.Tensor | None, is_causal: bool, query: torch.Tensor, key: torch.Tensor
+):  # -> torch.nn.attention.flex_attention.BlockMask | None
+    """The ``BlockMask`` that flex attention needs for hf_seq's boolean mask ``(B or 1, 1, T_q, T_k)`` (True =
+    attend) or for plain causal masking (``mask`` None, ``is_causal``); None when nothing is masked."""
+    if mask is None and not is_causal:
+        return None
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    batch, _, query_length, _ = query.shape
+    key_length = key.shape[-2]
+    if mask is None:
+        past = key_length - query_length
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            return kv_idx <= q_idx + past
+
+    else:
+        dense = mask.expand(batch, 1, query_length, key_length)
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            return dense[b, 0, q_idx, kv_idx]
+
+    return create_block_mask(mask_mod, batch, None, query_length, key_length, device=query.device)
 
 
 class MultiHeadAttention(nn.Module):
     """Multi-head attention: ``l`` heads of scaled-dot attention concatenated, then ``W_O``.
 
     Self-attention uses one fused ``W_QKV`` projection; cross-attention (``is_cross_attention=True``) projects the
-    queries with ``W_Q`` and the encoder states with a fused ``W_KV``. ``attn_implementation="sdpa"`` runs
-    :func:`sdpa_attend`; ``"eager"`` runs :func:`attend` and returns the attention weights. With a ``cache``
-    (``DynamicCache`` or ``EncoderDecoderCache``) self-attention appends this step's keys/values, and
+    queries with ``W_Q`` and the encoder states with a fused ``W_KV``. The attention function is the one
+    ``config._attn_implementation`` names in :data:`ALL_ATTENTION_FUNCTIONS` (read at every call, so
+    ``model.set_attn_implementation(...)`` applies at once; no config: ``"sdpa"``): ``"sdpa"`` runs
+    :func:`sdpa_attention_forward`, ``"eager"`` :func:`eager_attention_forward` (which returns the attention
+    weights), ``"flex_attention"`` transformers' flex attention (given a ``BlockMask``), any other registered name its
+    function, given the boolean mask (True = attend, or None with ``is_causal=True`` for plain causal masking). With a
+    ``cache`` (``DynamicCache`` or ``EncoderDecoderCache``) self-attention appends this step's keys/values, and
     cross-attention computes the encoder keys/values once and reuses them (beam search reorders the cache).
     """
 
@@ -243,6 +360,7 @@ class MultiHeadAttention(nn.Module):
         is_cross_attention: bool = False,
         kv_dim: int | None = None,
         layer_idx: int | None = None,
+        config=None,
     ) -> None:
         super().__init__()
         if embed_dim % num_heads != 0:
@@ -252,9 +370,11 @@ class MultiHeadAttention(nn.Module):
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
+        self.scaling = self.head_dim**-0.5
         self.dropout = dropout
         self.is_cross_attention = is_cross_attention
         self.layer_idx = layer_idx
+        self.config = config  # the model's config: its `_attn_implementation` picks the attention function
         if is_cross_attention:
             self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)  # W_Q
             self.kv_proj = nn.Linear(kv_dim or embed_dim, 2 * embed_dim, bias=bias)  # [W_K; W_V]
@@ -287,8 +407,7 @@ class MultiHeadAttention(nn.Module):
         attention_mask: torch.Tensor | None = None,
         cache=None,
         is_causal: bool = False,
-        attn_implementation: str = "sdpa",
-        output_attentions: bool = False,
+        **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``hidden_states`` ``(B, T, E)``.
 
@@ -297,10 +416,11 @@ class MultiHeadAttention(nn.Module):
             attention_mask: boolean ``(B or 1, 1, T, T_k)`` from :func:`make_attention_mask` (True = attend), or None.
             cache: ``DynamicCache`` / ``EncoderDecoderCache`` for incremental decoding.
             is_causal: causal self-attention without an explicit mask (lets SDPA use its causal kernel).
-            output_attentions: return the weights ``(B, nh, T, T_k)`` (forces the eager path).
+            kwargs: transformers' keyword arguments (``output_attentions=True``: ``"sdpa"`` returns the weights too),
+                passed on to the attention function.
 
         Returns:
-            ``(output (B, T, E), weights or None)``.
+            ``(output (B, T, E), weights (B, nh, T, T_k) or None)`` (the weights the attention function gives).
         """
         batch, length, _ = hidden_states.shape
         if self.is_cross_attention:
@@ -318,21 +438,23 @@ class MultiHeadAttention(nn.Module):
             if length > 1:
                 attention_mask = make_attention_mask(None, length, key.shape[-2], causal=True, device=key.device)
 
-        dropout_p = self.dropout if self.training else 0.0
-        weights = None
-        if output_attentions or attn_implementation == "eager":
-            mask = attention_mask
-            if is_causal:
-                mask = make_attention_mask(None, length, key.shape[-2], causal=True, device=key.device)
-            context, weights = attend(query, key, value, mask, dropout_p=dropout_p, training=self.training)
-        elif attn_implementation == "sdpa":
-            context = sdpa_attend(query, key, value, attention_mask, dropout_p=dropout_p, is_causal=is_causal)
-        else:
-            raise ValueError(
-                f"attn_implementation must be one of {ATTENTION_IMPLEMENTATIONS}, got {attn_implementation!r}."
-            )
-        context = context.transpose(1, 2).reshape(batch, length, self.embed_dim)  # (B, T, E)
-        return self.out_proj(context), (weights if output_attentions else None)
+        implementation = getattr(self.config, "_attn_implementation", None)
+        attention_function = ALL_ATTENTION_FUNCTIONS.attention_function(implementation)
+        if implementation == "flex_attention":
+            attention_mask, is_causal = flex_block_mask(attention_mask, is_causal, query, key), False
+        context, weights = attention_function(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            is_causal=is_causal,
+            **kwargs,
+        )
+        context = context.reshape(batch, length, self.embed_dim)  # (B, T, E)
+        return self.out_proj(context), weights
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, cross={self.is_cross_attention}"

@@ -43,18 +43,6 @@ def sinusoidal_position_table(num_positions: int, dim: int) -> torch.Tensor:
     return table
 
 
-def resolve_output_flags(
-    config, output_attentions: bool | None, output_hidden_states: bool | None
-) -> tuple[bool, bool]:
-    """``(output_attentions, output_hidden_states)`` for a stack of blocks: the call's value when given, else the
-    config's (``config.output_attentions`` / ``config.output_hidden_states``), as in ``transformers``' models."""
-    if output_attentions is None:
-        output_attentions = config.output_attentions
-    if output_hidden_states is None:
-        output_hidden_states = config.output_hidden_states
-    return bool(output_attentions), bool(output_hidden_states)
-
-
 class Dropout(nn.Dropout):
     """``nn.Dropout`` (same ``p``, same scaling by ``1 / (1 - p)``) with a cheaper random mask on CPU.
 
@@ -142,7 +130,10 @@ def feed_forward_sublayer(
 
 
 class TransformerEncoderBlock(GradientCheckpointingLayer):
-    """Encoder block: self-attention + feed-forward, each with residual + LayerNorm."""
+    """Encoder block: self-attention + feed-forward, each with residual + LayerNorm.
+
+    ``config`` (the model's) is handed to the attention module, whose attention function
+    ``config._attn_implementation`` names (no config: ``"sdpa"``)."""
 
     def __init__(
         self,
@@ -156,9 +147,10 @@ class TransformerEncoderBlock(GradientCheckpointingLayer):
         norm_position: str = "post",
         layer_norm_eps: float = 1e-5,
         layer_idx: int | None = None,
+        config=None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, layer_idx=layer_idx)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, layer_idx=layer_idx, config=config)
         self.self_attn_residual = ResidualNorm(d_model, dropout, norm_position, layer_norm_eps)
         self.ffn = FeedForward(d_model, ffn_dim, activation, activation_dropout)
         self.ffn_residual = ResidualNorm(d_model, dropout, norm_position, layer_norm_eps)
@@ -167,29 +159,26 @@ class TransformerEncoderBlock(GradientCheckpointingLayer):
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        attn_implementation: str = "sdpa",
-        output_attentions: bool = False,
         token_rows: torch.Tensor | None = None,
         token_mask: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``hidden_states`` ``(B, T, d)``, boolean ``attention_mask`` ``(B, 1, 1|T, T)`` → ``(B, T, d)``, weights.
+        **kwargs,
+    ) -> torch.Tensor:
+        """``hidden_states`` ``(B, T, d)``, boolean ``attention_mask`` ``(B, 1, 1|T, T)`` → ``(B, T, d)``.
 
         ``token_rows`` (eager CPU) or ``token_mask``: the real tokens; the feed-forward sub-layer leaves the padding
-        rows unchanged (see :func:`feed_forward_sublayer`).
+        rows unchanged (see :func:`feed_forward_sublayer`). ``kwargs`` (transformers' keyword arguments) go to the
+        attention function; the attention weights are the ``self_attn`` module's second output.
         """
         x = hidden_states
-        attn_out, weights = self.self_attn(
-            self.self_attn_residual.normed_input(x),
-            attention_mask=attention_mask,
-            attn_implementation=attn_implementation,
-            output_attentions=output_attentions,
-        )
+        attn_out, _ = self.self_attn(self.self_attn_residual.normed_input(x), attention_mask=attention_mask, **kwargs)
         x = self.self_attn_residual.add(x, attn_out)
-        return feed_forward_sublayer(self.ffn_residual, self.ffn, x, token_rows, token_mask), weights
+        return feed_forward_sublayer(self.ffn_residual, self.ffn, x, token_rows, token_mask)
 
 
 class TransformerDecoderBlock(GradientCheckpointingLayer):
-    """Decoder block: masked self-attention + cross-attention + feed-forward, each with residual + LayerNorm."""
+    """Decoder block: masked self-attention + cross-attention + feed-forward, each with residual + LayerNorm.
+
+    ``config`` (the model's) is handed to both attention modules, as in :class:`TransformerEncoderBlock`."""
 
     def __init__(
         self,
@@ -203,12 +192,13 @@ class TransformerDecoderBlock(GradientCheckpointingLayer):
         norm_position: str = "post",
         layer_norm_eps: float = 1e-5,
         layer_idx: int | None = None,
+        config=None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, layer_idx=layer_idx)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, layer_idx=layer_idx, config=config)
         self.self_attn_residual = ResidualNorm(d_model, dropout, norm_position, layer_norm_eps)
         self.cross_attn = MultiHeadAttention(
-            d_model, num_heads, attention_dropout, is_cross_attention=True, layer_idx=layer_idx
+            d_model, num_heads, attention_dropout, is_cross_attention=True, layer_idx=layer_idx, config=config
         )
         self.cross_attn_residual = ResidualNorm(d_model, dropout, norm_position, layer_norm_eps)
         self.ffn = FeedForward(d_model, ffn_dim, activation, activation_dropout)
@@ -221,33 +211,31 @@ class TransformerDecoderBlock(GradientCheckpointingLayer):
         self_attention_mask: torch.Tensor | None = None,
         cross_attention_mask: torch.Tensor | None = None,
         cache=None,
-        attn_implementation: str = "sdpa",
-        output_attentions: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """Decoder states ``(B, T, d)`` → ``(B, T, d)``, self-attention weights, cross-attention weights.
+        **kwargs,
+    ) -> torch.Tensor:
+        """Decoder states ``(B, T, d)`` → ``(B, T, d)``.
 
         ``self_attention_mask`` None means plain causal masking (SDPA's causal kernel); pass a boolean mask from
         :func:`~.attention.make_attention_mask` (``causal=True``) when the decoder input has padding. Pass
         ``encoder_hidden_states`` positionally: under gradient checkpointing with ``use_reentrant=True`` only
-        positional tensors carry their gradient.
+        positional tensors carry their gradient. ``kwargs`` (transformers' keyword arguments) go to the attention
+        functions; the weights are the second outputs of the ``self_attn`` and ``cross_attn`` modules.
         """
         x = hidden_states
-        attn_out, self_weights = self.self_attn(
+        attn_out, _ = self.self_attn(
             self.self_attn_residual.normed_input(x),
             attention_mask=self_attention_mask,
             cache=cache,
             is_causal=self_attention_mask is None,
-            attn_implementation=attn_implementation,
-            output_attentions=output_attentions,
+            **kwargs,
         )
         x = self.self_attn_residual.add(x, attn_out)
-        cross_out, cross_weights = self.cross_attn(
+        cross_out, _ = self.cross_attn(
             self.cross_attn_residual.normed_input(x),
             key_value_states=encoder_hidden_states,
             attention_mask=cross_attention_mask,
             cache=cache,
-            attn_implementation=attn_implementation,
-            output_attentions=output_attentions,
+            **kwargs,
         )
         x = self.cross_attn_residual.add(x, cross_out)
-        return feed_forward_sublayer(self.ffn_residual, self.ffn, x), self_weights, cross_weights
+        return feed_forward_sublayer(self.ffn_residual, self.ffn, x)

@@ -18,6 +18,12 @@ What differs, and what this module gives instead:
 * **Saving the code**: 5.0 has no ``PreTrainedModel.is_remote_code()`` (:func:`registered_for_auto_class`).
 * **Checkpoint rotation**: ``trainer_utils.rotate_checkpoints`` exists from 5.6 on, 5.0 has only
   ``Trainer._rotate_checkpoints`` (:func:`rotate_checkpoints`, used by the train scripts' atomic checkpoints).
+* **Output capturing** (``hidden_states`` / ``attentions`` / ``cross_attentions`` recorded from the layers that
+  ``_can_record_outputs`` names): the decorator is ``transformers.utils.output_capturing.capture_outputs`` (forward
+  hooks) in 5.24, ``transformers.utils.generic.check_model_inputs`` (forward wrappers) in 5.0; :func:`capture_outputs`
+  is the release's. Both look the recorders up by class in a registry that ``PreTrainedModel.__init__`` fills; a
+  plain ``nn.Module`` stack with its own recorders (the Transformer's encoder and decoder) adds itself with
+  :func:`register_output_recorders`.
 * **Trainer's label smoother** shifts labels only for class names in ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``, which no
   public API extends (:func:`shift_labels_when_smoothing`).
 
@@ -61,6 +67,12 @@ from transformers.modeling_outputs import CausalLMOutputWithPast  # noqa: E402
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES  # noqa: E402
 from transformers.utils.deprecation import deprecate_kwarg  # noqa: E402
 
+try:  # 5.24: hooks
+    from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY, OutputRecorder, capture_outputs
+except ImportError:  # 5.0: forward wrappers, same recorder specification
+    from transformers.utils.generic import _CAN_RECORD_REGISTRY, OutputRecorder  # noqa: E402
+    from transformers.utils.generic import check_model_inputs as capture_outputs  # noqa: E402
+
 # "cache" from 5.24 on, "past_key_values" before: the name of generate()'s cache argument and output field
 CACHE_NAME = "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
 
@@ -91,6 +103,14 @@ def cache_argument(forward):
         return forward(*args, **kwargs)
 
     return wrapper
+
+
+def register_output_recorders(module) -> None:
+    """Let :func:`capture_outputs` decorate ``module.forward`` for an ``nn.Module`` that is not a ``PreTrainedModel``
+    (which registers itself): adds ``type(module)._can_record_outputs`` to transformers' recorder registry, keyed by
+    the class's name as ``PreTrainedModel.__init__`` keys it in every release of the range. ``module`` needs a
+    ``config`` attribute (the decorator reads the output flags' defaults there)."""
+    dict.__setitem__(_CAN_RECORD_REGISTRY, str(type(module)), type(module)._can_record_outputs)
 
 
 def shift_labels_when_smoothing(model_type: str, class_name: str) -> None:
@@ -136,10 +156,13 @@ __all__ = [
     "TRANSFORMERS_VERSION",
     "UnsupportedTransformersError",
     "cache_argument",
+    "OutputRecorder",
     "cache_output",
+    "capture_outputs",
     "check_transformers_version",
     "init",
     "output_cache",
+    "register_output_recorders",
     "registered_for_auto_class",
     "rotate_checkpoints",
     "shift_labels_when_smoothing",

@@ -30,12 +30,13 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.utils import ModelOutput, logging
+from transformers.processing_utils import Unpack
+from transformers.utils import ModelOutput, TransformersKwargs, logging
 from transformers.utils.generic import can_return_tuple
 
-from .attention import make_attention_mask
-from .blocks import TransformerEncoderBlock, resolve_output_flags
-from .compat import check_transformers_version  # noqa: F401  (importing .compat refuses an unsupported release)
+from .attention import MultiHeadAttention, make_attention_mask
+from .blocks import TransformerEncoderBlock
+from .compat import OutputRecorder, capture_outputs
 from .configuration_bert import HfSeqBertConfig
 from .fast_paths import drop_all_ones_mask, reads_values
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
@@ -115,28 +116,19 @@ class BertEncoder(nn.Module):
                 norm_position="post",
                 layer_norm_eps=config.layer_norm_eps,
                 layer_idx=i,
+                config=config,
             )
             for i in range(config.num_hidden_layers)
         )
 
     def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        attn_implementation: str,
-        output_hidden_states: bool,
-        output_attentions: bool,
-    ) -> tuple[torch.Tensor, tuple | None, tuple | None]:
-        """``(B, T, H)`` → last states ``(B, T, H)``, all states (embeddings + every layer), attention weights."""
-        all_states = (hidden_states,) if output_hidden_states else None
-        all_weights = () if output_attentions else None
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, **kwargs: Unpack[TransformersKwargs]
+    ) -> torch.Tensor:
+        """``(B, T, H)`` → last states ``(B, T, H)`` (each block's output is recorded by ``BertModel``'s
+        ``capture_outputs`` when asked)."""
         for layer in self.layers:  # hidden states positional: gradient checkpointing passes their gradient
-            hidden_states, weights = layer(hidden_states, attention_mask, attn_implementation, output_attentions)
-            if output_hidden_states:
-                all_states = all_states + (hidden_states,)
-            if output_attentions:
-                all_weights = all_weights + (weights,)
-        return hidden_states, all_states, all_weights
+            hidden_states = layer(hidden_states, attention_mask, **kwargs)
+        return hidden_states
 
 
 class BertPooler(nn.Module):
@@ -332,7 +324,14 @@ class BertPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
+    _supports_flex_attn = True
     _no_split_modules = ["TransformerEncoderBlock"]
+    accepts_loss_kwargs = False  # the losses are means over the batch: Trainer scales them for accumulation
+    # what `capture_outputs` records: the embeddings and every block's output, every self-attention's weights
+    _can_record_outputs = {
+        "hidden_states": TransformerEncoderBlock,
+        "attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="self_attn"),
+    }
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)  # normal(0, initializer_range) linears/embeddings, zero biases, unit LayerNorms
@@ -493,7 +492,7 @@ class BertModel(BertPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.word_embeddings = value
 
-    @can_return_tuple
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -501,32 +500,22 @@ class BertModel(BertPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling | tuple:
         """Encode ``input_ids`` ``(B, T)`` (1 = token, 0 = padding in ``attention_mask``; segment ids 0/1).
 
         Returns ``BaseModelOutputWithPooling`` with ``last_hidden_state`` ``(B, T, H)``, ``pooler_output`` ``(B, H)``
-        and, when asked, ``hidden_states`` (embeddings + each layer) and ``attentions`` ``(B, nh, T, T)`` per layer.
+        and, when asked (``output_hidden_states`` / ``output_attentions``, from the call or the config),
+        ``hidden_states`` (embeddings + each layer) and ``attentions`` ``(B, nh, T, T)`` per layer.
         """
         self._check_inputs(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        output_attentions, output_hidden_states = resolve_output_flags(
-            self.config, output_attentions, output_hidden_states
-        )
-
         embeddings = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (B, T, H)
         mask = None  # no mask: attention without one (eager CPU checks whether anything is padded)
         if drop_all_ones_mask(attention_mask) is not None:
             mask = make_attention_mask(attention_mask, embeddings.shape[1])  # (B, 1, 1, T) True = attend
-        attn_implementation = getattr(self.config, "_attn_implementation", None) or "sdpa"
-        last, all_states, all_weights = self.encoder(
-            embeddings, mask, attn_implementation, output_hidden_states, output_attentions
-        )
+        last = self.encoder(embeddings, mask, **kwargs)  # (B, T, H)
         pooled = self.pooler(last) if self.pooler is not None else None  # (B, H)
-        out = BaseModelOutputWithPooling(
-            last_hidden_state=last, pooler_output=pooled, hidden_states=all_states, attentions=all_weights
-        )
-        return out
+        return BaseModelOutputWithPooling(last_hidden_state=last, pooler_output=pooled)
 
 
 def _masked_lm_logits(
@@ -572,8 +561,7 @@ class BertForPreTraining(BertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         next_sentence_label: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BertForPreTrainingOutput | tuple:
         """``labels`` ``(B, T)``: original ids at masked positions, -100 elsewhere; ``next_sentence_label`` ``(B,)``:
         0 = B is the true continuation of A, 1 = B is random. ``loss`` = masked-LM CE + next-sentence CE."""
@@ -587,9 +575,8 @@ class BertForPreTraining(BertPreTrainedModel):
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
+            **kwargs,
         )
         prediction_logits, mlm_loss = _masked_lm_logits(
             self.cls.predictions, outputs.last_hidden_state, labels, self.config.sparse_prediction
@@ -635,8 +622,7 @@ class BertForMaskedLM(BertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput | tuple:
         """``labels`` ``(B, T)``: original ids at masked positions, -100 elsewhere → masked-LM cross-entropy."""
         if labels is not None:
@@ -647,9 +633,8 @@ class BertForMaskedLM(BertPreTrainedModel):
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
+            **kwargs,
         )
         logits, loss = _masked_lm_logits(
             self.cls.predictions, outputs.last_hidden_state, labels, self.config.sparse_prediction
@@ -686,8 +671,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput | tuple:
         """``labels`` ``(B,)`` class ids (or floats for regression / multi-label) → ``loss``; ``logits`` ``(B, C)``."""
         mean_pooling = self.config.classifier_pooling == "mean"
@@ -703,9 +687,8 @@ class BertForSequenceClassification(BertPreTrainedModel):
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
+            **kwargs,
         )
         if mean_pooling:
             pooled = self.bert.pooler.transform(masked_mean(outputs.last_hidden_state, attention_mask))  # (B, H)
@@ -744,8 +727,7 @@ class BertForTokenClassification(BertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> TokenClassifierOutput | tuple:
         """``labels`` ``(B, T)`` tag ids, -100 on positions to ignore (special tokens, word-piece continuations)."""
         outputs = self.bert(
@@ -754,9 +736,8 @@ class BertForTokenClassification(BertPreTrainedModel):
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
+            **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, C)
         loss = None

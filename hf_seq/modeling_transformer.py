@@ -30,17 +30,22 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
 from transformers.utils.generic import can_return_tuple
 
-from .attention import make_attention_mask
-from .blocks import (
-    Dropout,
-    TransformerDecoderBlock,
-    TransformerEncoderBlock,
-    resolve_output_flags,
-    sinusoidal_position_table,
+from .attention import MultiHeadAttention, make_attention_mask
+from .blocks import Dropout, TransformerDecoderBlock, TransformerEncoderBlock, sinusoidal_position_table
+from .compat import (
+    CACHE_NAME,
+    OutputRecorder,
+    cache_argument,
+    cache_output,
+    capture_outputs,
+    init,
+    output_cache,
+    register_output_recorders,
 )
-from .compat import CACHE_NAME, cache_argument, cache_output, init, output_cache
 from .configuration_transformer import HfSeqTransformerConfig
 from .fast_paths import appends_in_place, drop_all_ones_mask, padding_free_rows
 from .losses import lm_head_and_loss
@@ -202,6 +207,7 @@ def _block_stack(block_cls: type[nn.Module], config: HfSeqTransformerConfig, num
             norm_position=config.norm_position,
             layer_norm_eps=config.layer_norm_eps,
             layer_idx=i,
+            config=config,
         )
         for i in range(num_layers)
     )
@@ -221,6 +227,12 @@ class TransformerEncoder(nn.Module):
     """
 
     main_input_name = "input_ids"
+    # what `capture_outputs` records: the embeddings and every block's output (the last one after the final
+    # LayerNorm of a pre-LN stack: the last hidden state), every self-attention's weights
+    _can_record_outputs = {
+        "hidden_states": TransformerEncoderBlock,
+        "attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="self_attn"),
+    }
 
     def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding) -> None:
         super().__init__()
@@ -228,27 +240,23 @@ class TransformerEncoder(nn.Module):
         self.embeddings = TransformerEmbeddings(config, embed_tokens)
         self.layers = _block_stack(TransformerEncoderBlock, config, config.encoder_layers)
         self.layer_norm = _final_layer_norm(config)
+        register_output_recorders(self)
 
     @property
     def embed_tokens(self) -> nn.Embedding:
         return self.embeddings.embed_tokens
 
-    @can_return_tuple
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput | tuple:
         """Source ``input_ids`` ``(B, S)`` with ``attention_mask`` ``(B, S)`` (1 = token) → states ``(B, S, d)``.
 
         ``output_attentions`` / ``output_hidden_states`` / ``return_dict`` default to the config's values."""
-        output_attentions, output_hidden_states = resolve_output_flags(
-            self.config, output_attentions, output_hidden_states
-        )
         hidden = self.embeddings(input_ids, inputs_embeds)  # (B, S, d)
         pad = _padding_only(attention_mask, "attention_mask", hidden.shape[:2])
         mask = make_attention_mask(pad, hidden.shape[1]) if pad is not None else None  # (B, 1, 1, S) or None
@@ -256,31 +264,23 @@ class TransformerEncoder(nn.Module):
         if pad is not None:
             token_rows = padding_free_rows(pad)  # (N_tok,) flat indices (eager CPU): padding rows skipped
             token_mask = pad.bool() if token_rows is None else None  # (B, S): static shapes elsewhere
-        impl = self.config._attn_implementation or "sdpa"
-        all_hidden = (hidden,) if output_hidden_states else None
-        all_attn = () if output_attentions else None
         for layer in self.layers:
-            hidden, weights = layer(
-                hidden,
-                mask,
-                attn_implementation=impl,
-                output_attentions=output_attentions,
-                token_rows=token_rows,
-                token_mask=token_mask,
-            )
-            if output_hidden_states:
-                all_hidden += (hidden,)
-            if output_attentions:
-                all_attn += (weights,)
+            hidden = layer(hidden, mask, token_rows=token_rows, token_mask=token_mask, **kwargs)
         if self.layer_norm is not None:
             hidden = self.layer_norm(hidden)
-            if output_hidden_states:
-                all_hidden = all_hidden[:-1] + (hidden,)
-        return BaseModelOutput(last_hidden_state=hidden, hidden_states=all_hidden, attentions=all_attn)
+        return BaseModelOutput(last_hidden_state=hidden)
 
 
 class TransformerDecoder(nn.Module):
     """Decoder stack: embeddings → ``decoder_layers`` × (masked self-attn + cross-attn + FFN) [→ LayerNorm, pre-LN]."""
+
+    # what `capture_outputs` records: the embeddings and every block's output (the last one after the final
+    # LayerNorm of a pre-LN stack), every masked self-attention's and every cross-attention's weights
+    _can_record_outputs = {
+        "hidden_states": TransformerDecoderBlock,
+        "attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="cross_attn"),
+    }
 
     def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding) -> None:
         super().__init__()
@@ -288,12 +288,13 @@ class TransformerDecoder(nn.Module):
         self.embeddings = TransformerEmbeddings(config, embed_tokens)
         self.layers = _block_stack(TransformerDecoderBlock, config, config.decoder_layers)
         self.layer_norm = _final_layer_norm(config)
+        register_output_recorders(self)
 
     @property
     def embed_tokens(self) -> nn.Embedding:
         return self.embeddings.embed_tokens
 
-    @can_return_tuple
+    @capture_outputs
     @cache_argument
     def forward(
         self,
@@ -303,18 +304,13 @@ class TransformerDecoder(nn.Module):
         encoder_attention_mask: torch.Tensor | None = None,
         cache: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions | tuple:
         """Target ``input_ids`` ``(B, T)`` attending to ``encoder_hidden_states`` ``(B, S, d)`` → ``(B, T, d)``.
 
         ``attention_mask`` ``(B, past + T)`` masks padded target positions (on top of the causal mask);
         ``encoder_attention_mask`` ``(B, S)`` masks source padding in every cross-attention.
         """
-        output_attentions, output_hidden_states = resolve_output_flags(
-            self.config, output_attentions, output_hidden_states
-        )
         if encoder_hidden_states is None:
             raise ValueError("The decoder needs `encoder_hidden_states` (run the encoder or pass `encoder_outputs`).")
         past_length = cache.get_seq_length() if cache is not None else 0
@@ -332,36 +328,18 @@ class TransformerDecoder(nn.Module):
             if target_pad is not None
             else None  # plain causal masking (SDPA's causal kernel)
         )
-        impl = self.config._attn_implementation or "sdpa"
-        all_hidden = (hidden,) if output_hidden_states else None
-        all_self = () if output_attentions else None
-        all_cross = () if output_attentions else None
         for layer in self.layers:
-            hidden, self_w, cross_w = layer(
+            hidden = layer(
                 hidden,
                 encoder_hidden_states,  # positional: gradient checkpointing passes its gradient
                 self_attention_mask=self_mask,
                 cross_attention_mask=cross_mask,
                 cache=cache,
-                attn_implementation=impl,
-                output_attentions=output_attentions,
+                **kwargs,
             )
-            if output_hidden_states:
-                all_hidden += (hidden,)
-            if output_attentions:
-                all_self += (self_w,)
-                all_cross += (cross_w,)
         if self.layer_norm is not None:
             hidden = self.layer_norm(hidden)
-            if output_hidden_states:
-                all_hidden = all_hidden[:-1] + (hidden,)
-        return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden,
-            hidden_states=all_hidden,
-            attentions=all_self,
-            cross_attentions=all_cross,
-            **cache_output(cache),
-        )
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden, **cache_output(cache))
 
 
 class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
@@ -378,6 +356,7 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
+    _supports_flex_attn = True
     _no_split_modules = ["TransformerEncoderBlock", "TransformerDecoderBlock"]
     accepts_loss_kwargs = False
 
@@ -468,9 +447,7 @@ class TransformerModel(TransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput | tuple:
         """Encode ``input_ids`` ``(B, S)`` (unless ``encoder_outputs`` are given), decode ``decoder_input_ids`` ``(B, T)``.
 
@@ -489,9 +466,8 @@ class TransformerModel(TransformerPreTrainedModel):
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 inputs_embeds=inputs_embeds,
-                output_attentions=output_attentions,
-                output_hidden_states=output_hidden_states,
                 return_dict=True,
+                **kwargs,
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(
@@ -512,9 +488,8 @@ class TransformerModel(TransformerPreTrainedModel):
             encoder_attention_mask=attention_mask,
             cache=cache if use_cache else None,
             inputs_embeds=decoder_inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
+            **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
@@ -602,9 +577,7 @@ class TransformerForConditionalGeneration(
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput | tuple:
         """Logits ``(B, T, vocab_size)`` for every target position (+ ``loss`` with ``labels``).
 
@@ -625,9 +598,8 @@ class TransformerForConditionalGeneration(
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
+            **kwargs,
         )
         logits, loss = lm_head_and_loss(self.lm_head, outputs.last_hidden_state, labels)  # (B, T, V), loss or None
         return Seq2SeqLMOutput(

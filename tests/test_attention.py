@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 from torch import nn
+from transformers import PreTrainedConfig
 
 from hf_seq.attention import (
     AttentionScore,
@@ -89,7 +90,8 @@ def test_multihead_matches_torch_multihead_attention():
     pad = torch.tensor([[1] * 6, [1, 1, 1, 1, 0, 0]])
     expected, expected_w = ref(x, x, x, key_padding_mask=~pad.bool(), average_attn_weights=False)
     for impl in ("eager", "sdpa"):
-        out, w = mha(x, attention_mask=make_attention_mask(pad, 6), attn_implementation=impl, output_attentions=True)
+        mha.config = PreTrainedConfig(attn_implementation=impl)  # the model's config picks the attention function
+        out, w = mha(x, attention_mask=make_attention_mask(pad, 6), output_attentions=True)
         assert torch.allclose(out, expected, atol=1e-5)
         assert torch.allclose(w, expected_w, atol=1e-6)
     with pytest.raises(ValueError, match="divisible"):
@@ -111,7 +113,7 @@ def test_encoder_block_post_ln_matches_torch_layer():
     x = torch.randn(2, 5, 16)
     pad = torch.tensor([[1] * 5, [1, 1, 1, 0, 0]])
     expected = ref(x, src_key_padding_mask=~pad.bool())
-    out, _ = blk(x, make_attention_mask(pad, 5))
+    out = blk(x, make_attention_mask(pad, 5))
     assert torch.allclose(out[0], expected[0], atol=1e-5)
     assert torch.allclose(out[1, :3], expected[1, :3], atol=1e-5)
 
@@ -123,9 +125,9 @@ def test_decoder_block_cached_steps_equal_full_pass():
     blk = TransformerDecoderBlock(16, 4, 32, dropout=0.0, layer_idx=0).eval()
     x, enc = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
     enc_mask = make_attention_mask(torch.tensor([[1] * 7, [1] * 4 + [0] * 3]), 1)
-    full, _, _ = blk(x, enc, cross_attention_mask=enc_mask)
+    full = blk(x, enc, cross_attention_mask=enc_mask)
     cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-    steps = [blk(x[:, t : t + 1], enc, cross_attention_mask=enc_mask, cache=cache)[0] for t in range(5)]
+    steps = [blk(x[:, t : t + 1], enc, cross_attention_mask=enc_mask, cache=cache) for t in range(5)]
     assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
     assert cache.is_updated[0]
 
