@@ -63,9 +63,9 @@ class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
     """
 
     model_type = "hf_seq_rnn_seq2seq"
-    # the decoder's layer count, as in HfSeqTransformerConfig: the layers a generation cache holds
     # former field names -> current ones: accepted by the constructor and in config.json, never saved
     renamed_fields = {"bidirectional_encoder": "bidirectional", "init_range": "uniform_init_range"}
+    # num_hidden_layers: the decoder's layer count, as in HfSeqTransformerConfig (the layers a generation cache holds)
     attribute_map = {"num_hidden_layers": "decoder_layers", **renamed_fields}
     keys_to_ignore_at_inference = ["cache"]
 
