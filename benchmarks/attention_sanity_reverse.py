@@ -64,7 +64,7 @@ def main() -> dict:
             embedding_size=32,
             hidden_size=64,
             attention=attention,
-            bidirectional_encoder=True,
+            bidirectional=True,
             dropout=0.0,
             max_target_length=args.max_len + 2,
         )

@@ -44,7 +44,9 @@ class BareLSTMLM(nn.Module):
         super().__init__()
         config = model.config
         self.embedding = nn.Embedding(config.vocab_size, config.embedding_size)
-        self.lstm = nn.LSTM(config.embedding_size, config.hidden_size, num_layers=config.num_layers, batch_first=True)
+        self.lstm = nn.LSTM(
+            config.embedding_size, config.hidden_size, num_layers=config.num_hidden_layers, batch_first=True
+        )
         self.head = nn.Linear(config.hidden_size, config.vocab_size)
         self.embedding.weight.data.copy_(model.rnn.embeddings.word_embeddings.weight.data)
         for k, layer in enumerate(model.rnn.encoder.layers):
@@ -118,7 +120,7 @@ def main() -> None:
             vocab_size=args.vocab_size,
             embedding_size=args.embedding_size,
             hidden_size=args.hidden_size,
-            num_layers=args.num_layers,
+            num_hidden_layers=args.num_layers,
             cell=cell,
             pad_token_id=0,
         )

@@ -49,11 +49,11 @@ def build_models(args: argparse.Namespace) -> dict[str, torch.nn.Module]:
     """Both models with identical sizes (post-LN, ReLU, sinusoidal positions, scaled + tied embeddings, sdpa)."""
     ours = HfSeqTransformerConfig(
         vocab_size=args.vocab,
-        d_model=args.d_model,
+        hidden_size=args.d_model,
         encoder_layers=args.layers,
         decoder_layers=args.layers,
-        attention_heads=args.heads,
-        ffn_dim=args.ffn,
+        num_attention_heads=args.heads,
+        intermediate_size=args.ffn,
         dropout=0.1,
         max_position_embeddings=512,
         pad_token_id=PAD,

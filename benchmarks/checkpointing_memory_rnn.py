@@ -50,11 +50,11 @@ def saved_bytes(model: torch.nn.Module, inputs: dict) -> int:
 def main() -> None:
     torch.manual_seed(0)
     cases = []
-    lm = RNNForCausalLM(RNNConfig(vocab_size=10000, embedding_size=650, hidden_size=650, num_layers=2))
+    lm = RNNForCausalLM(RNNConfig(vocab_size=10000, embedding_size=650, hidden_size=650, num_hidden_layers=2))
     ids = torch.randint(1, 10000, (64, 35))
     cases.append(("LSTM LM 2x650, vocab 10k, batch 64 x 35", lm, {"input_ids": ids, "labels": ids}))
     classifier = RNNForSequenceClassification(
-        RNNConfig(vocab_size=10000, embedding_size=64, hidden_size=64, num_layers=2, bidirectional=True)
+        RNNConfig(vocab_size=10000, embedding_size=64, hidden_size=64, num_hidden_layers=2, bidirectional=True)
     )
     ids = torch.randint(1, 10000, (64, 40))
     cases.append(("BiLSTM classifier 2x64, batch 64 x 40", classifier, {"input_ids": ids, "labels": ids[:, 0] % 2}))
@@ -65,7 +65,7 @@ def main() -> None:
             hidden_size=256,
             attention=attention,
             dropout=0.0,
-            bidirectional_encoder=True,
+            bidirectional=True,
             encoder_layers=2,
             decoder_layers=2,
         )

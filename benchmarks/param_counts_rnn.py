@@ -27,7 +27,7 @@ RECIPES = {
     ),
     "SimpleRNN(32), x=32": dict(cell="rnn", embedding_size=32, hidden_size=32),
     "LSTM(32), x=32": dict(cell="lstm", embedding_size=32, hidden_size=32),
-    "stacked LSTM 3x32, x=32": dict(cell="lstm", embedding_size=32, hidden_size=32, num_layers=3),
+    "stacked LSTM 3x32, x=32": dict(cell="lstm", embedding_size=32, hidden_size=32, num_hidden_layers=3),
     "bidirectional LSTM(32), x=32": dict(cell="lstm", embedding_size=32, hidden_size=32, bidirectional=True),
     "GRU(32), x=32": dict(cell="gru", embedding_size=32, hidden_size=32),
 }

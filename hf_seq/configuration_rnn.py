@@ -19,6 +19,7 @@ from .validation import (
     check_positive_int,
     check_probability,
     check_token_id,
+    take_renamed_fields,
 )
 
 POOLINGS = ("last", "mean", "max", "flatten")
@@ -34,15 +35,15 @@ class HfSeqRNNConfig(PretrainedConfig):
 
     * ``cell="none", pooling="flatten", max_seq_length=20, embedding_size=8`` — Embedding → Flatten → logistic regression;
     * ``cell="rnn"`` — SimpleRNN ``h_t = tanh(A·[h_{t-1}; x_t] + b)``, last state → classifier;
-    * ``cell="lstm"`` / ``"gru"``; ``num_layers > 1`` — stacked ("return sequences"); ``bidirectional=True`` —
+    * ``cell="lstm"`` / ``"gru"``; ``num_hidden_layers > 1`` — stacked ("return sequences"); ``bidirectional=True`` —
       both directions, the two final states concatenated.
 
     Args:
         vocab_size: rows of the embedding table.
         embedding_size: word vector size ``x``.
         hidden_size: recurrent state size ``h`` (per direction).
-        num_layers: stacked recurrent layers (also readable and settable as ``num_hidden_layers``, transformers'
-            generic name).
+        num_hidden_layers: stacked recurrent layers (transformers' name for the layer count; the former name
+            ``num_layers`` is accepted by the constructor and in config.json, and reads and sets this field).
         cell: "none" (no recurrence: the embeddings are the features), "rnn", "lstm", "gru",
             "self_attention_lstm" (the notes' self-attention RNN, LSTMN of Cheng et al. 2016: each step's recurrent
             input is an attention-weighted summary of all previous states; cell path only), or a cell type added
@@ -74,8 +75,11 @@ class HfSeqRNNConfig(PretrainedConfig):
             go through it too.
         embedding_projection_activation: the nonlinearity after that projection: "linear" (none), "tanh", "relu",
             "gelu". Only read with ``embedding_projection_size``.
-        implementation: "fused" (``torch.nn`` kernels) or "cell" (the notes' explicit per-step equations).
-        initializer_range: std of the normal initialisation of embeddings and linear heads.
+        recurrent_implementation: "fused" (``torch.nn`` kernels) or "cell" (the notes' explicit per-step equations);
+            the same field as ``HfSeqRNNSeq2SeqConfig.recurrent_implementation`` (former name: ``implementation``).
+        initializer_range: standard deviation of the normal initialisation ``N(0, initializer_range²)`` of embeddings
+            and linear heads (transformers' name and meaning; the RNN seq2seq family's uniform bound is a different
+            field, ``uniform_init_range``).
         pad_token_id: id of the padding token (its embedding row is zero and untrained).
         input_encoding: "embedding" (learned table, ``embedding_size`` wide) or "one_hot" (the notes' char
             generator: each token is its one-hot vector, a fixed identity embedding without parameters; needs
@@ -92,14 +96,16 @@ class HfSeqRNNConfig(PretrainedConfig):
     """
 
     model_type = "hf_seq_rnn"
-    attribute_map = {"num_hidden_layers": "num_layers"}  # transformers' generic name for the layer count
+    # former field names -> current ones: accepted by the constructor and in config.json, never saved
+    renamed_fields = {"num_layers": "num_hidden_layers", "implementation": "recurrent_implementation"}
+    attribute_map = dict(renamed_fields)  # config.num_layers reads and sets num_hidden_layers
 
     def __init__(
         self,
         vocab_size: int = 10000,
         embedding_size: int = 32,
         hidden_size: int = 32,
-        num_layers: int = 1,
+        num_hidden_layers: int = 1,
         cell: str = "lstm",
         bidirectional: bool = False,
         pooling: str = "last",
@@ -110,7 +116,7 @@ class HfSeqRNNConfig(PretrainedConfig):
         embedding_projection_size: int | None = None,
         trainable_embedding_size: int | None = None,
         embedding_projection_activation: str = "linear",
-        implementation: str = "fused",
+        recurrent_implementation: str = "fused",
         initializer_range: float = 0.1,
         pad_token_id: int | None = 0,
         input_encoding: str = "embedding",
@@ -124,7 +130,7 @@ class HfSeqRNNConfig(PretrainedConfig):
         self.vocab_size = vocab_size
         self.embedding_size = embedding_size
         self.hidden_size = hidden_size
-        self.num_layers = num_layers
+        self.num_hidden_layers = num_hidden_layers
         self.cell = cell
         self.bidirectional = bidirectional
         self.pooling = pooling
@@ -138,10 +144,11 @@ class HfSeqRNNConfig(PretrainedConfig):
         self.embedding_projection_size = embedding_projection_size
         self.trainable_embedding_size = trainable_embedding_size
         self.embedding_projection_activation = embedding_projection_activation
-        self.implementation = implementation
+        self.recurrent_implementation = recurrent_implementation
         self.initializer_range = initializer_range
         self.input_encoding = input_encoding
         self.use_cache = use_cache
+        take_renamed_fields(self, kwargs)
         super().__init__(
             pad_token_id=pad_token_id,
             bos_token_id=bos_token_id,
@@ -154,7 +161,7 @@ class HfSeqRNNConfig(PretrainedConfig):
 
     def validate_rnn_config(self) -> None:
         """Raise ``ValueError`` naming the field and the allowed values for any invalid setting."""
-        for name in ("vocab_size", "embedding_size", "hidden_size", "num_layers"):
+        for name in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers"):
             check_positive_int(name, getattr(self, name))
         check_positive_int("max_seq_length", self.max_seq_length, allow_none=True)
         check_choice("cell", self.cell, ["none", *sorted(CELL_TYPES)])
@@ -165,7 +172,7 @@ class HfSeqRNNConfig(PretrainedConfig):
             raise ValueError(
                 '`pooling="last"` needs a recurrent `cell`; with `cell="none"` use one of ["mean", "max", "flatten"]'
             )
-        check_choice("implementation", self.implementation, IMPLEMENTATIONS)
+        check_choice("recurrent_implementation", self.recurrent_implementation, IMPLEMENTATIONS)
         check_positive_int("embedding_projection_size", self.embedding_projection_size, allow_none=True)
         check_positive_int("trainable_embedding_size", self.trainable_embedding_size, allow_none=True)
         check_choice("embedding_projection_activation", self.embedding_projection_activation, PROJECTION_ACTIVATIONS)

@@ -17,6 +17,7 @@ from .validation import (
     check_positive_int,
     check_probability,
     check_token_id,
+    take_renamed_fields,
 )
 
 ATTENTION_TYPES = ("none", *SCORE_FUNCTIONS)
@@ -44,15 +45,20 @@ class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
             ``num_hidden_layers`` is an alias of ``decoder_layers``: the layers whose state a generation cache holds
             (as ``HfSeqTransformerConfig.num_hidden_layers``; reading and setting it reads and sets ``decoder_layers``).
         cell: "rnn" (SimpleRNN), "lstm" or "gru" (encoder and decoder).
-        bidirectional_encoder: read the source in both directions; the two final states of each layer are
-            concatenated and mapped to ``hidden_size`` by a learned bridge (``tanh`` for ``h``, linear for ``c``).
+        bidirectional: the encoder reads the source in both directions (the decoder generates left to right); the
+            two final states of each layer are concatenated and mapped to ``hidden_size`` by a learned bridge
+            (``tanh`` for ``h``, linear for ``c``). The same field as ``HfSeqRNNConfig.bidirectional`` (former name:
+            ``bidirectional_encoder``).
         attention: one of ``ATTENTION_TYPES``; the score function of :class:`hf_seq.attention.AttentionScore`.
         attention_hidden_size: hidden size ``A`` of the additive (Bahdanau) score; default ``hidden_size``.
         input_feeding: Luong-style input feeding: feed the previous attentional vector ``h̃_{j-1} = tanh(W_c
             [s_{j-1}; c_{j-1}])`` to the next step instead of the raw context ``c_{j-1}`` (needs attention).
         dropout: dropout on embeddings, between stacked layers and on the decoder outputs.
         recurrent_implementation: "fused" (``torch.nn`` kernels) or "cell" (the notes' step equations).
-        init_range: weights are initialised uniformly in ``[-init_range, init_range]`` (Sutskever et al. / Luong et al.).
+        uniform_init_range: every weight is initialised uniformly in ``[-uniform_init_range,
+            uniform_init_range]`` (Sutskever et al. / Luong et al.). A bound of a uniform distribution, not the
+            standard deviation that ``initializer_range`` is in the other families and in transformers, hence its own
+            name (former name: ``init_range``).
         tie_word_embeddings: share the embedding matrix with the output projection.
         max_target_length: default ``max_length`` of ``generate()`` (written into the generation config).
         pad_token_id / bos_token_id / eos_token_id / decoder_start_token_id: special token ids (the decoder starts
@@ -60,8 +66,10 @@ class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
     """
 
     model_type = "hf_seq_rnn_seq2seq"
-    # the decoder's layer count, as in HfSeqTransformerConfig: the layers a generation cache holds
-    attribute_map = {"num_hidden_layers": "decoder_layers"}
+    # former field names -> current ones: accepted by the constructor and in config.json, never saved
+    renamed_fields = {"bidirectional_encoder": "bidirectional", "init_range": "uniform_init_range"}
+    # num_hidden_layers: the decoder's layer count, as in HfSeqTransformerConfig (the layers a generation cache holds)
+    attribute_map = {"num_hidden_layers": "decoder_layers", **renamed_fields}
     keys_to_ignore_at_inference = ["cache"]
 
     def __init__(
@@ -72,13 +80,13 @@ class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
         encoder_layers: int = 1,
         decoder_layers: int = 1,
         cell: str = "lstm",
-        bidirectional_encoder: bool = False,
+        bidirectional: bool = False,
         attention: str = "additive",
         attention_hidden_size: int | None = None,
         input_feeding: bool = False,
         dropout: float = 0.1,
         recurrent_implementation: str = "fused",
-        init_range: float = 0.1,
+        uniform_init_range: float = 0.1,
         tie_word_embeddings: bool = True,
         max_target_length: int = 128,
         use_cache: bool = True,
@@ -96,16 +104,17 @@ class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
         self.encoder_layers = encoder_layers
         self.decoder_layers = decoder_layers
         self.cell = cell
-        self.bidirectional_encoder = bidirectional_encoder
+        self.bidirectional = bidirectional
         self.attention = attention
         self.attention_hidden_size = attention_hidden_size
         self.input_feeding = input_feeding
         self.dropout = dropout
         self.recurrent_implementation = recurrent_implementation
-        self.init_range = init_range
+        self.uniform_init_range = uniform_init_range
         self.max_target_length = max_target_length
         self.use_cache = use_cache
         self.decoder_start_token_id = decoder_start_token_id
+        take_renamed_fields(self, kwargs)
         super().__init__(
             pad_token_id=pad_token_id,
             bos_token_id=bos_token_id,
@@ -126,7 +135,7 @@ class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
         check_choice("attention", self.attention, ATTENTION_TYPES)
         check_choice("recurrent_implementation", self.recurrent_implementation, IMPLEMENTATIONS)
         for name in (
-            "bidirectional_encoder",
+            "bidirectional",
             "input_feeding",
             "tie_word_embeddings",
             "use_cache",
@@ -140,7 +149,7 @@ class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
                 '`input_feeding=True` needs an `attention` other than "none" (it feeds the attentional vector)'
             )
         check_probability("dropout", self.dropout)
-        check_positive_float("init_range", self.init_range)
+        check_positive_float("uniform_init_range", self.uniform_init_range)
         for name in ("pad_token_id", "bos_token_id", "decoder_start_token_id"):
             check_token_id(name, getattr(self, name), self.vocab_size)
         check_token_id("eos_token_id", self.eos_token_id, self.vocab_size, allow_list=True)

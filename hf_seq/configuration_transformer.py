@@ -14,6 +14,7 @@ from .validation import (
     check_positive_int,
     check_probability,
     check_token_id_fields,
+    take_renamed_fields,
 )
 
 NORM_POSITIONS = ("post", "pre")
@@ -29,10 +30,11 @@ class HfSeqTransformerConfig(PretrainedConfig):
 
     Args:
         vocab_size: rows of the token embedding tables and columns of the output projection.
-        d_model: model width.
-        encoder_layers / decoder_layers: number of encoder / decoder blocks.
-        attention_heads: heads per attention layer; must divide ``d_model``.
-        ffn_dim: inner width of the position-wise feed-forward network.
+        hidden_size: model width (the paper's ``d_model``).
+        encoder_layers / decoder_layers: number of encoder / decoder blocks (``num_hidden_layers`` reads and sets
+            ``decoder_layers``: the layers a generation cache holds).
+        num_attention_heads: heads per attention layer; must divide ``hidden_size``.
+        intermediate_size: inner width of the position-wise feed-forward network (the paper's ``d_ff``).
         dropout: dropout on the (token + position) embeddings and on every sub-layer output.
         attention_dropout: dropout on the attention weights.
         activation_dropout: dropout after the feed-forward activation.
@@ -42,32 +44,40 @@ class HfSeqTransformerConfig(PretrainedConfig):
         position_embedding: "sinusoidal" (the paper's fixed table) or "learned" (a trained table).
         max_position_embeddings: rows of the position table = the longest accepted source or target sequence (for
             both kinds; longer inputs raise ``ValueError``).
-        scale_embedding: multiply token embeddings by ``sqrt(d_model)`` (the paper does).
+        scale_embedding: multiply token embeddings by ``sqrt(hidden_size)`` (the paper does).
         tie_word_embeddings: share one matrix between the source embedding, the target embedding and the output
             projection (the paper does; needs a joint vocabulary).
         layer_norm_eps: LayerNorm epsilon.
-        init_std: std of the normal initialisation of the linear layers (token embeddings use ``d_model ** -0.5``
-            when ``scale_embedding`` is set, so that scaled embeddings have unit variance).
+        initializer_range: standard deviation of the normal initialisation ``N(0, initializer_range²)`` of the linear
+            layers, as in transformers (token embeddings use ``hidden_size ** -0.5`` when ``scale_embedding`` is set,
+            so that scaled embeddings have unit variance).
+
+    Field names follow transformers' BERT names where the concept is the same as in ``HfSeqBertConfig``. The former
+    names ``d_model``, ``attention_heads``, ``ffn_dim`` and ``init_std`` are accepted by the constructor and in a
+    config.json, and read and set the current fields (``renamed_fields``); a saved config has the current names only.
         pad_token_id / bos_token_id / eos_token_id / decoder_start_token_id: special token ids (the decoder starts
             from ``decoder_start_token_id``; labels are shifted right behind it).
         use_cache: return an ``EncoderDecoderCache`` for incremental decoding.
     """
 
     model_type = "hf_seq_transformer"
-    attribute_map = {
-        "hidden_size": "d_model",
-        "num_attention_heads": "attention_heads",
-        "num_hidden_layers": "decoder_layers",
+    # former field names -> current ones: accepted by the constructor and in config.json, never saved
+    renamed_fields = {
+        "d_model": "hidden_size",
+        "attention_heads": "num_attention_heads",
+        "ffn_dim": "intermediate_size",
+        "init_std": "initializer_range",
     }
+    attribute_map = {"num_hidden_layers": "decoder_layers", **renamed_fields}
 
     def __init__(
         self,
         vocab_size: int = 8000,
-        d_model: int = 512,
+        hidden_size: int = 512,
         encoder_layers: int = 6,
         decoder_layers: int = 6,
-        attention_heads: int = 8,
-        ffn_dim: int = 2048,
+        num_attention_heads: int = 8,
+        intermediate_size: int = 2048,
         dropout: float = 0.1,
         attention_dropout: float = 0.0,
         activation_dropout: float = 0.0,
@@ -78,7 +88,7 @@ class HfSeqTransformerConfig(PretrainedConfig):
         scale_embedding: bool = True,
         tie_word_embeddings: bool = True,
         layer_norm_eps: float = 1e-5,
-        init_std: float = 0.02,
+        initializer_range: float = 0.02,
         pad_token_id: int | None = 0,
         bos_token_id: int | None = 2,
         eos_token_id: int | None = 3,
@@ -88,11 +98,11 @@ class HfSeqTransformerConfig(PretrainedConfig):
         **kwargs,
     ) -> None:
         self.vocab_size = vocab_size
-        self.d_model = d_model
+        self.hidden_size = hidden_size
         self.encoder_layers = encoder_layers
         self.decoder_layers = decoder_layers
-        self.attention_heads = attention_heads
-        self.ffn_dim = ffn_dim
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
         self.dropout = dropout
         self.attention_dropout = attention_dropout
         self.activation_dropout = activation_dropout
@@ -102,13 +112,14 @@ class HfSeqTransformerConfig(PretrainedConfig):
         self.max_position_embeddings = max_position_embeddings
         self.scale_embedding = scale_embedding
         self.layer_norm_eps = layer_norm_eps
-        self.init_std = init_std
+        self.initializer_range = initializer_range
         self.use_cache = use_cache
         self.pad_token_id = pad_token_id
         self.bos_token_id = bos_token_id
         self.eos_token_id = eos_token_id
         self.decoder_start_token_id = decoder_start_token_id
         self.tie_word_embeddings = tie_word_embeddings
+        take_renamed_fields(self, kwargs)
         self._validate_transformer_fields()  # before transformers' own checks, which would trip over vocab_size="20"
         super().__init__(is_encoder_decoder=is_encoder_decoder, **kwargs)
         self.validate_transformer_config()
@@ -125,17 +136,18 @@ class HfSeqTransformerConfig(PretrainedConfig):
         """The fields this class defines (everything but ``is_encoder_decoder`` and the special token ids)."""
         for name in (
             "vocab_size",
-            "d_model",
+            "hidden_size",
             "encoder_layers",
             "decoder_layers",
-            "attention_heads",
-            "ffn_dim",
+            "num_attention_heads",
+            "intermediate_size",
             "max_position_embeddings",
         ):
             check_positive_int(name, getattr(self, name))
-        if self.d_model % self.attention_heads != 0:
+        if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(
-                f"`d_model` ({self.d_model}) must be divisible by `attention_heads` ({self.attention_heads})"
+                f"`hidden_size` ({self.hidden_size}) must be divisible by `num_attention_heads` "
+                f"({self.num_attention_heads})"
             )
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             check_probability(name, getattr(self, name))
@@ -143,7 +155,7 @@ class HfSeqTransformerConfig(PretrainedConfig):
         check_choice("norm_position", self.norm_position, NORM_POSITIONS)
         check_choice("position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
         check_positive_float("layer_norm_eps", self.layer_norm_eps)
-        check_positive_float("init_std", self.init_std)
+        check_positive_float("initializer_range", self.initializer_range)
         for name in ("scale_embedding", "tie_word_embeddings", "use_cache"):
             check_bool(name, getattr(self, name))
 

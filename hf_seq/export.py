@@ -124,7 +124,7 @@ def _activation(field_name: str, value: Any):
 def check_exportable(config) -> None:
     """Raise :class:`ExportError` naming the field for a config CTranslate2 cannot run as the same model.
 
-    Every field of ``HfSeqTransformerConfig`` / ``HfSeqBertConfig`` was checked: the dropouts, ``init_std`` /
+    Every field of ``HfSeqTransformerConfig`` / ``HfSeqBertConfig`` was checked: the dropouts,
     ``initializer_range``, ``use_cache`` and the classifier fields do not change inference; the others map to the
     spec (activation, LayerNorm position and epsilon, position table, embedding scale, tying, special tokens)."""
     model_type = getattr(config, "model_type", None)
@@ -241,7 +241,7 @@ def _transformer_spec(model, tokenizer):
     pre_norm = config.norm_position == "pre"
     spec = specs.TransformerSpec.from_config(
         (config.encoder_layers, config.decoder_layers),
-        config.attention_heads,
+        config.num_attention_heads,
         pre_norm=pre_norm,
         activation=_activation("activation_function", config.activation_function),
     )

@@ -301,10 +301,10 @@ class RNNModel(RNNPreTrainedModel):
                 config.cell,
                 config.encoder_input_size,
                 config.hidden_size,
-                num_layers=config.num_layers,
+                num_layers=config.num_hidden_layers,
                 bidirectional=config.bidirectional,
                 dropout=config.dropout,
-                implementation=config.implementation,
+                implementation=config.recurrent_implementation,
             )
         )
         self.pooler = RNNPooler(config) if add_pooling_layer else None
@@ -618,7 +618,7 @@ class RNNForCausalLM(
                 )
             return cache
         if cache is None or (hasattr(cache, "get_seq_length") and cache.get_seq_length() == 0):
-            return RNNCache(self.config.num_layers)
+            return RNNCache(self.config.num_hidden_layers)
         raise ValueError(
             f"`cache` must be an RNNCache (the recurrent state returned as output.cache), got {type(cache).__name__}"
         )

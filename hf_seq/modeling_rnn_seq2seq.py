@@ -170,7 +170,7 @@ class RNNSeq2SeqEncoder(nn.Module):
             config.embedding_size,
             config.hidden_size,
             num_layers=config.encoder_layers,
-            bidirectional=config.bidirectional_encoder,
+            bidirectional=config.bidirectional,
             dropout=config.dropout,
             implementation=config.recurrent_implementation,
         )
@@ -229,7 +229,7 @@ class RNNSeq2SeqBridge(nn.Module):
 
     def __init__(self, config: HfSeqRNNSeq2SeqConfig) -> None:
         super().__init__()
-        self.num_directions = 2 if config.bidirectional_encoder else 1
+        self.num_directions = 2 if config.bidirectional else 1
         self.encoder_layers = config.encoder_layers
         self.decoder_layers = config.decoder_layers
         self.is_lstm = config.cell == "lstm"
@@ -395,7 +395,7 @@ class RNNSeq2SeqDecoder(nn.Module):
 
 
 class RNNSeq2SeqPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
-    """Weight initialisation (uniform in ``[-init_range, init_range]``) and HF plumbing for the RNN seq2seq family."""
+    """Weight initialisation (uniform in ``[-uniform_init_range, uniform_init_range]``) and HF plumbing for the RNN seq2seq family."""
 
     config_class = HfSeqRNNSeq2SeqConfig
     # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
@@ -413,7 +413,7 @@ class RNNSeq2SeqPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     accepts_loss_kwargs = False
 
     def _init_weights(self, module: nn.Module) -> None:
-        bound = self.config.init_range
+        bound = self.config.uniform_init_range
         if isinstance(module, nn.Embedding):
             init.uniform_(module.weight, -bound, bound)
             if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):

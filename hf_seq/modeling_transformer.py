@@ -154,10 +154,10 @@ class TransformerEmbeddings(nn.Module):
         super().__init__()
         self.embed_tokens = embed_tokens
         if config.position_embedding == "sinusoidal":
-            self.embed_positions = SinusoidalPositionEmbedding(config.max_position_embeddings, config.d_model)
+            self.embed_positions = SinusoidalPositionEmbedding(config.max_position_embeddings, config.hidden_size)
         else:
-            self.embed_positions = LearnedPositionEmbedding(config.max_position_embeddings, config.d_model)
-        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+            self.embed_positions = LearnedPositionEmbedding(config.max_position_embeddings, config.hidden_size)
+        self.scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
         self.max_positions = config.max_position_embeddings
         self.dropout = Dropout(config.dropout)
 
@@ -178,7 +178,7 @@ class TransformerEmbeddings(nn.Module):
             embeds_name = name.replace("input_ids", "inputs_embeds")  # inputs_embeds / decoder_inputs_embeds
             if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.embed_tokens.embedding_dim:
                 raise ValueError(
-                    f"`{embeds_name}` must have shape (batch, length, d_model={self.embed_tokens.embedding_dim}), "
+                    f"`{embeds_name}` must have shape (batch, length, hidden_size={self.embed_tokens.embedding_dim}), "
                     f"got {tuple(inputs_embeds.shape)}"
                 )
             check_batch_shape(embeds_name, tuple(inputs_embeds.shape[:2]))
@@ -197,9 +197,9 @@ def _block_stack(block_cls: type[nn.Module], config: HfSeqTransformerConfig, num
     """``num_layers`` encoder or decoder blocks (``block_cls``) sized by ``config``, ``layer_idx`` = position."""
     return nn.ModuleList(
         block_cls(
-            config.d_model,
-            config.attention_heads,
-            config.ffn_dim,
+            config.hidden_size,
+            config.num_attention_heads,
+            config.intermediate_size,
             dropout=config.dropout,
             attention_dropout=config.attention_dropout,
             activation_dropout=config.activation_dropout,
@@ -215,7 +215,7 @@ def _block_stack(block_cls: type[nn.Module], config: HfSeqTransformerConfig, num
 
 def _final_layer_norm(config: HfSeqTransformerConfig) -> nn.LayerNorm | None:
     """The LayerNorm after a pre-LN stack (post-LN blocks already end normalised: None)."""
-    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
+    return nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
 
 
 class TransformerEncoder(nn.Module):
@@ -377,8 +377,8 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
             target.embed_tokens = source.embed_tokens
 
     def _init_weights(self, module: nn.Module) -> None:
-        """Linear layers ~ N(0, init_std); token embeddings ~ N(0, d^-0.5) when scaled by sqrt(d), else N(0, init_std)."""
-        std = self.config.init_std
+        """Linear layers ~ N(0, initializer_range); token embeddings ~ N(0, d^-0.5) when scaled by sqrt(d), else N(0, initializer_range)."""
+        std = self.config.initializer_range
         if isinstance(module, nn.Linear):
             init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
@@ -386,7 +386,7 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
         elif isinstance(module, LearnedPositionEmbedding):
             init.normal_(module.weight, mean=0.0, std=std)
         elif isinstance(module, nn.Embedding):
-            emb_std = self.config.d_model**-0.5 if self.config.scale_embedding else std
+            emb_std = self.config.hidden_size**-0.5 if self.config.scale_embedding else std
             init.normal_(module.weight, mean=0.0, std=emb_std)
             if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
                 init.zeros_(module.weight[module.padding_idx])
@@ -413,8 +413,8 @@ class TransformerModel(TransformerPreTrainedModel):
     def __init__(self, config: HfSeqTransformerConfig) -> None:
         super().__init__(config)
         pad = config.pad_token_id
-        source_embed = nn.Embedding(config.vocab_size, config.d_model, padding_idx=pad)
-        target_embed = nn.Embedding(config.vocab_size, config.d_model, padding_idx=pad)
+        source_embed = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=pad)
+        target_embed = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=pad)
         self.encoder = TransformerEncoder(config, source_embed)
         self.decoder = TransformerDecoder(config, target_embed)
         self.gradient_checkpointing = False  # set by gradient_checkpointing_enable(); turns use_cache off in training
@@ -520,7 +520,7 @@ class TransformerForConditionalGeneration(
     def __init__(self, config: HfSeqTransformerConfig) -> None:
         super().__init__(config)
         self.model = TransformerModel(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
         if not getattr(config, "custom_pipelines", None):  # pipeline("translation") (see seq2seq_pipelines.py)
             config.custom_pipelines = copy.deepcopy(SEQ2SEQ_CUSTOM_PIPELINES)

@@ -61,6 +61,31 @@ def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:
         raise ValueError(f"`{name}` must be one of {allowed}, got {value!r}")
 
 
+def take_renamed_fields(config: Any, kwargs: dict) -> None:
+    """Move the values that ``kwargs`` gives under a field's former name onto the field itself.
+
+    ``type(config).renamed_fields`` maps each former name to the current one (the same pairs are in the class's
+    ``attribute_map``, so ``config.<former name>`` reads and writes the field). A config constructor calls this after
+    setting its fields from its own arguments and before validating them: ``HfSeqTransformerConfig(d_model=64)`` and
+    a config.json written with the former names build the same config, which is saved under the current names only.
+    ValueError when a former and a current name are both given with different values."""
+    import inspect
+
+    renamed = getattr(type(config), "renamed_fields", {})
+    parameters = inspect.signature(type(config).__init__).parameters
+    for old, new in renamed.items():
+        if old not in kwargs:
+            continue
+        value = kwargs.pop(old)
+        current = getattr(config, new)
+        default = parameters[new].default if new in parameters else inspect.Parameter.empty
+        if current != default and current != value:
+            raise ValueError(
+                f"`{old}` is the former name of `{new}`: pass one of them, got {old}={value!r} and {new}={current!r}"
+            )
+        setattr(config, new, value)
+
+
 def _is_token_id(value: Any, vocab_size: int) -> bool:
     return value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < vocab_size)
 

@@ -56,11 +56,11 @@ def build_model(family: str):
     if family == "transformer":
         config = hf_seq.HfSeqTransformerConfig(
             vocab_size=VOCAB,
-            d_model=16,
+            hidden_size=16,
             encoder_layers=2,
             decoder_layers=2,
-            attention_heads=2,
-            ffn_dim=32,
+            num_attention_heads=2,
+            intermediate_size=32,
             dropout=0.0,
             pad_token_id=0,
             bos_token_id=1,
@@ -69,7 +69,13 @@ def build_model(family: str):
         )
         return hf_seq.TransformerForConditionalGeneration(config)
     config = hf_seq.HfSeqRNNConfig(
-        vocab_size=VOCAB, cell="lstm", embedding_size=16, hidden_size=16, num_layers=2, dropout=0.0, pad_token_id=0
+        vocab_size=VOCAB,
+        cell="lstm",
+        embedding_size=16,
+        hidden_size=16,
+        num_hidden_layers=2,
+        dropout=0.0,
+        pad_token_id=0,
     )
     return hf_seq.RNNForCausalLM(config)
 

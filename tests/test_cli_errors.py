@@ -52,7 +52,12 @@ def folders(tmp_path_factory):
     AutoModelForSequenceClassification.from_config(rnn).save_pretrained(root / "classifier")
     tokenizer.save_pretrained(root / "classifier")
     transformer = hf_seq.HfSeqTransformerConfig(
-        vocab_size=len(tokenizer), d_model=8, encoder_layers=1, decoder_layers=1, attention_heads=2, ffn_dim=8
+        vocab_size=len(tokenizer),
+        hidden_size=8,
+        encoder_layers=1,
+        decoder_layers=1,
+        num_attention_heads=2,
+        intermediate_size=8,
     )
     AutoModelForSeq2SeqLM.from_config(transformer).save_pretrained(root / "translator")
     tokenizer.save_pretrained(root / "translator")

@@ -70,7 +70,7 @@ class RNNModelTester:
             vocab_size=self.vocab_size,
             embedding_size=self.embedding_size,  # = hidden_size: the mixin expects hidden_states[0] hidden_size wide
             hidden_size=self.hidden_size,
-            num_layers=self.num_hidden_layers,
+            num_hidden_layers=self.num_hidden_layers,
             cell=self.cell,
             dropout=self.dropout,
             initializer_range=self.initializer_range,  # 0.5, not 0.1: log-probs 1e-3 apart make argmax noise

@@ -82,11 +82,11 @@ class TransformerModelTester:
     def get_config(self):
         return TransformerConfig(
             vocab_size=self.vocab_size,
-            d_model=self.hidden_size,
+            hidden_size=self.hidden_size,
             encoder_layers=self.num_hidden_layers,
             decoder_layers=self.num_hidden_layers,
-            attention_heads=self.num_attention_heads,
-            ffn_dim=self.intermediate_size,
+            num_attention_heads=self.num_attention_heads,
+            intermediate_size=self.intermediate_size,
             dropout=self.hidden_dropout_prob,
             attention_dropout=self.attention_probs_dropout_prob,
             activation_function=self.hidden_act,

@@ -68,7 +68,7 @@ def peer_model(name: str, vocab_size: int) -> transformers.PreTrainedModel:
     if name == "MarianMTModel":
         config = transformers.MarianConfig(
             vocab_size=vocab_size,
-            d_model=16,
+            hidden_size=16,
             encoder_layers=1,
             decoder_layers=1,
             encoder_attention_heads=2,
@@ -432,7 +432,7 @@ def test_recurrent_models_are_stateful(head, assist, tokenizer):
 @pytest.mark.parametrize(
     ("config", "expected"),
     [
-        (hf_seq.RNNConfig(num_layers=3), 3),
+        (hf_seq.RNNConfig(num_hidden_layers=3), 3),
         (hf_seq.RNNSeq2SeqConfig(encoder_layers=2, decoder_layers=3), 3),  # the decoder's, as TransformerConfig's
         (hf_seq.TransformerConfig(encoder_layers=2, decoder_layers=3), 3),
         (hf_seq.BertConfig(num_hidden_layers=3), 3),

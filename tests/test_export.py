@@ -30,18 +30,18 @@ def tiny_transformer(vocab_size: int, seed: int = 0, **overrides) -> hf_seq.Tran
     torch.manual_seed(seed)
     fields = dict(
         vocab_size=vocab_size,
-        d_model=16,
+        hidden_size=16,
         encoder_layers=2,
         decoder_layers=2,
-        attention_heads=2,
-        ffn_dim=32,
+        num_attention_heads=2,
+        intermediate_size=32,
         dropout=0.0,
         max_position_embeddings=40,
         pad_token_id=PAD,
         bos_token_id=BOS,
         eos_token_id=EOS,
         decoder_start_token_id=BOS,
-        init_std=0.3,  # large random weights: outputs that depend on every weight
+        initializer_range=0.3,  # large random weights: outputs that depend on every weight
     )
     fields.update(overrides)
     return hf_seq.TransformerForConditionalGeneration(hf_seq.HfSeqTransformerConfig(**fields)).eval()
@@ -268,8 +268,8 @@ def test_average_refuses_mismatched_checkpoints(tokenizer, tmp_path):
     bert = _saved(tiny_bert(len(tokenizer)), tokenizer, tmp_path / "bert")
     with pytest.raises(ExportError, match="different families.*'hf_seq_transformer'.*'hf_seq_bert'"):
         average_state_dicts([base, bert])
-    wider = _saved(tiny_transformer(len(tokenizer), ffn_dim=48), tokenizer, tmp_path / "wider")
-    with pytest.raises(ExportError, match="config field `ffn_dim` is 32"):
+    wider = _saved(tiny_transformer(len(tokenizer), intermediate_size=48), tokenizer, tmp_path / "wider")
+    with pytest.raises(ExportError, match="config field `intermediate_size` is 32"):
         average_state_dicts([base, wider])
     reshaped = tmp_path / "reshaped"
     _saved(tiny_transformer(len(tokenizer)), tokenizer, reshaped)
@@ -299,7 +299,7 @@ TINY_RUN = [
     "--tokenizer_vocab_size",
     "300",
     "--config_overrides",
-    "d_model=16,ffn_dim=32,attention_heads=2,encoder_layers=1,decoder_layers=1",
+    "hidden_size=16,intermediate_size=32,num_attention_heads=2,encoder_layers=1,decoder_layers=1",
     "--test_num_beams",
     "1,2",
     "--plot_attention",

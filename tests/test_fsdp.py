@@ -147,7 +147,7 @@ def test_accelerate_launch_with_the_fsdp_config_shards_a_train_script(tmp_path):
         *("--level", "char", "--output_dir", str(out), "--segment_length", "16"),
         *("--train_file", str(tmp_path / "train.txt"), "--validation_file", str(tmp_path / "valid.txt")),
         *("--test_file", str(tmp_path / "test.txt")),
-        *("--model_config", '{"hidden_size": 8, "embedding_size": 8, "num_layers": 2}'),
+        *("--model_config", '{"hidden_size": 8, "embedding_size": 8, "num_hidden_layers": 2}'),
         *("--per_device_train_batch_size", "4", "--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2"),
         *("--eval_strategy", "no", "--report_to", "none", "--sample_length", "5", "--sample_temperatures", "1.0"),
         *("--eval_streams", "2", "--disable_tqdm", "true"),

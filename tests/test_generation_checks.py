@@ -27,11 +27,11 @@ def models():
     transformer = AutoModelForSeq2SeqLM.from_config(
         hf_seq.HfSeqTransformerConfig(
             vocab_size=V,
-            d_model=8,
+            hidden_size=8,
             encoder_layers=1,
             decoder_layers=1,
-            attention_heads=2,
-            ffn_dim=8,
+            num_attention_heads=2,
+            intermediate_size=8,
             decoder_start_token_id=1,
             **special,
         )

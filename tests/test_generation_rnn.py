@@ -21,14 +21,14 @@ V = 13
 CELLS = ["lstm", "gru", "self_attention_lstm"]
 
 
-def tiny_lm(cell="lstm", seed=0, num_layers=2, **overrides) -> RNNForCausalLM:
+def tiny_lm(cell="lstm", seed=0, num_hidden_layers=2, **overrides) -> RNNForCausalLM:
     """A random tiny LM with sharp-ish logits (larger init) so that decoding paths actually diverge."""
     torch.manual_seed(seed)
     kwargs = dict(
         vocab_size=V,
         embedding_size=8,
         hidden_size=12,
-        num_layers=num_layers,
+        num_hidden_layers=num_hidden_layers,
         cell=cell,
         pad_token_id=0,
         initializer_range=0.6,
@@ -157,7 +157,7 @@ def bigram_lm(table: dict[int, list[float]]) -> RNNForCausalLM:
         vocab_size=5,
         embedding_size=5,
         hidden_size=5,
-        num_layers=1,
+        num_hidden_layers=1,
         cell="rnn",
         input_encoding="one_hot",
         pad_token_id=PAD,
@@ -366,7 +366,7 @@ def test_self_attention_lstm_classifier_bidirectional_padding_invariant():
         vocab_size=V,
         embedding_size=6,
         hidden_size=5,
-        num_layers=2,
+        num_hidden_layers=2,
         cell="self_attention_lstm",
         bidirectional=True,
         num_labels=3,
@@ -499,7 +499,7 @@ def save_char_lm(path, cell="self_attention_lstm"):
         vocab_size=len(tokenizer),
         embedding_size=8,
         hidden_size=10,
-        num_layers=1,
+        num_hidden_layers=1,
         cell=cell,
         pad_token_id=tokenizer.pad_token_id,
         initializer_range=0.5,

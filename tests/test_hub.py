@@ -382,11 +382,11 @@ def test_model_card_has_metadata_architecture_data_metrics_command_and_use():
         assert section in body, section
     assert 'AutoModelForSeq2SeqLM.from_pretrained("PATH_OR_HUB_ID", trust_remote_code=True)' in body
     assert 'AutoTokenizer.from_pretrained("PATH_OR_HUB_ID", trust_remote_code=True)' in body
-    assert "| d_model | 16 |" in body and "| bleu | 12.3456 |" in body and "| epochs | 2 |" in body
+    assert "| hidden_size | 16 |" in body and "| bleu | 12.3456 |" in body and "| epochs | 2 |" in body
     assert "KJV / RV1909 verse pairs" in body and "English to Spanish verse translation." in body
     assert "python train_scripts/train_translation.py configs/translation_transformer.json" in body
     config_json = body.split("```json\n")[1].split("```")[0]
-    assert json.loads(config_json)["d_model"] == 16
+    assert json.loads(config_json)["hidden_size"] == 16
 
 
 @pytest.mark.data

@@ -37,7 +37,7 @@ V = 30
 
 
 def tiny(**overrides) -> HfSeqRNNConfig:
-    kwargs = dict(vocab_size=V, embedding_size=6, hidden_size=5, num_layers=1, cell="lstm")
+    kwargs = dict(vocab_size=V, embedding_size=6, hidden_size=5, num_hidden_layers=1, cell="lstm")
     kwargs.update(overrides)
     return HfSeqRNNConfig(**kwargs)
 
@@ -69,11 +69,11 @@ ROWS = [[3, 4, 5, 6, 7], [8, 9], [10, 11, 12]]
         ({"hidden_size": 0}, "hidden_size"),
         ({"embedding_size": -3}, "embedding_size"),
         ({"vocab_size": 0}, "vocab_size"),
-        ({"num_layers": 0}, "num_layers"),
+        ({"num_hidden_layers": 0}, "num_hidden_layers"),
         ({"max_seq_length": 0}, "max_seq_length"),
         ({"dropout": 1.0}, "dropout"),
         ({"embedding_dropout": -0.1}, "embedding_dropout"),
-        ({"implementation": "cudnn"}, "implementation"),
+        ({"recurrent_implementation": "cudnn"}, "recurrent_implementation"),
         ({"bidirectional": "yes"}, "bidirectional"),
         ({"pad_token_id": V}, "pad_token_id"),
         ({"initializer_range": 0}, "initializer_range"),
@@ -100,7 +100,9 @@ def test_config_round_trip(tmp_path):
 @pytest.mark.parametrize("pooling", ["last", "mean", "max"])
 def test_left_and_right_padding_give_the_unpadded_logits(cell, pooling):
     torch.manual_seed(0)
-    model = RNNForSequenceClassification(tiny(cell=cell, bidirectional=True, num_layers=2, pooling=pooling)).eval()
+    model = RNNForSequenceClassification(
+        tiny(cell=cell, bidirectional=True, num_hidden_layers=2, pooling=pooling)
+    ).eval()
     ids_r, mask_r = pad(ROWS, "right")
     ids_l, mask_l = pad(ROWS, "left")
     logits_r = model(input_ids=ids_r, attention_mask=mask_r).logits
@@ -112,7 +114,7 @@ def test_left_and_right_padding_give_the_unpadded_logits(cell, pooling):
 
 def test_last_pooling_concatenates_both_final_states():
     torch.manual_seed(0)
-    model = RNNModel(tiny(bidirectional=True, num_layers=2)).eval()
+    model = RNNModel(tiny(bidirectional=True, num_hidden_layers=2)).eval()
     ids, mask = pad(ROWS, "right")
     out = model(input_ids=ids, attention_mask=mask)
     h = 5
@@ -125,17 +127,17 @@ def test_last_pooling_concatenates_both_final_states():
 
 def test_cell_implementation_gives_the_fused_logits(tmp_path):
     torch.manual_seed(0)
-    fused = RNNForSequenceClassification(tiny(cell="lstm", bidirectional=True, num_layers=2)).eval()
+    fused = RNNForSequenceClassification(tiny(cell="lstm", bidirectional=True, num_hidden_layers=2)).eval()
     fused.save_pretrained(tmp_path)
-    explicit = AutoModelForSequenceClassification.from_pretrained(tmp_path, implementation="cell").eval()
-    assert explicit.config.implementation == "cell" and not explicit.rnn.encoder.uses_fused_path
+    explicit = AutoModelForSequenceClassification.from_pretrained(tmp_path, recurrent_implementation="cell").eval()
+    assert explicit.config.recurrent_implementation == "cell" and not explicit.rnn.encoder.uses_fused_path
     ids, mask = pad(ROWS, "left")
     torch.testing.assert_close(explicit(ids, mask).logits, fused(ids, mask).logits, atol=1e-5, rtol=0)
 
 
 def test_hidden_states_and_shapes():
     torch.manual_seed(0)
-    model = RNNForSequenceClassification(tiny(num_layers=3, bidirectional=True, num_labels=4)).eval()
+    model = RNNForSequenceClassification(tiny(num_hidden_layers=3, bidirectional=True, num_labels=4)).eval()
     ids, mask = pad(ROWS, "right")
     out = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
     assert out.logits.shape == (3, 4)
@@ -283,7 +285,7 @@ def test_load_pretrained_embeddings_and_freeze(tmp_path):
 )
 def test_save_load_bit_exact_through_auto(tmp_path, auto, cls):
     torch.manual_seed(0)
-    model = cls(tiny(cell="gru", bidirectional=True, num_layers=2, num_labels=3)).eval()
+    model = cls(tiny(cell="gru", bidirectional=True, num_hidden_layers=2, num_labels=3)).eval()
     model.save_pretrained(tmp_path)
     loaded = auto.from_pretrained(tmp_path).eval()
     assert type(loaded) is cls
@@ -401,7 +403,9 @@ MIXED_MASK = (MIXED_IDS != 0).long()
 
 def toolchain_model(head, cell, bidirectional, **overrides):
     torch.manual_seed(0)
-    config = tiny(**{"cell": cell, "bidirectional": bidirectional, "num_layers": 2, "num_labels": 3, **overrides})
+    config = tiny(
+        **{"cell": cell, "bidirectional": bidirectional, "num_hidden_layers": 2, "num_labels": 3, **overrides}
+    )
     return head(config)
 
 
@@ -420,7 +424,7 @@ def toolchain_inputs(head, labels: bool) -> dict:
 def test_compiled_training_step_equals_eager_and_inference_has_no_graph_break(head, cell, bidirectional, layers):
     """fullgraph=True compiles the training forward (labels, padded batch): no graph break, same loss and gradients;
     TorchDynamo finds no graph break in the inference forward either."""
-    model = toolchain_model(head, cell, bidirectional, num_layers=layers)
+    model = toolchain_model(head, cell, bidirectional, num_hidden_layers=layers)
     assert_compiled_training_step_matches(model, toolchain_inputs(head, labels=True), backend="aot_eager")
     assert graph_breaks(model.eval(), toolchain_inputs(head, labels=False)) == 0
 
@@ -428,7 +432,7 @@ def test_compiled_training_step_equals_eager_and_inference_has_no_graph_break(he
 @pytest.mark.slow  # the first Inductor compile of a process builds C++ kernels (~10 s warm, ~60 s cold here)
 def test_inductor_compiled_lm_training_step_equals_eager():
     """The default backend once for the family: an LSTM language model on a padded batch."""
-    model = toolchain_model(RNNForCausalLM, "lstm", False, num_layers=1)
+    model = toolchain_model(RNNForCausalLM, "lstm", False, num_hidden_layers=1)
     assert_compiled_training_step_matches(model, toolchain_inputs(RNNForCausalLM, labels=True), backend="inductor")
 
 
@@ -436,7 +440,7 @@ def test_inductor_compiled_lm_training_step_equals_eager():
 def test_export_and_onnx_match_eager(head, cell, bidirectional, layers, tmp_path):
     """torch.export and ONNX (onnxruntime) of the inference forward give every output of eager (≤ 1e-4): the
     causal LM's cache comes out as its state tensors."""
-    model = toolchain_model(head, cell, bidirectional, num_layers=layers)
+    model = toolchain_model(head, cell, bidirectional, num_hidden_layers=layers)
     names = assert_export_and_onnx_match(model, toolchain_inputs(head, labels=False), tmp_path)
     if head is RNNForCausalLM:
         assert len(names) == 3  # logits, h, c
@@ -444,9 +448,9 @@ def test_export_and_onnx_match_eager(head, cell, bidirectional, layers, tmp_path
 
 PREPARE_CASES = [
     (RNNForSequenceClassification, "lstm", True, {}),
-    (RNNForTokenClassification, "gru", True, {"implementation": "cell"}),
+    (RNNForTokenClassification, "gru", True, {"recurrent_implementation": "cell"}),
     (RNNForCausalLM, "rnn", False, {}),
-    (RNNModel, "lstm", True, {"num_layers": 3, "dropout": 0.3}),
+    (RNNModel, "lstm", True, {"num_hidden_layers": 3, "dropout": 0.3}),
 ]
 
 
@@ -520,7 +524,7 @@ def test_quantize_dynamic_quantizes_every_linear_and_recurrent_layer(head, cell)
 def test_gradient_checkpointing_same_gradients_less_memory(head, cell, bidirectional, max_ratio):
     """Per-layer activation checkpointing: the same gradients, and well under the saved activation bytes (the
     recurrent layers' saved tensors are dropped; their inputs are kept)."""
-    model = toolchain_model(head, cell, bidirectional, num_layers=3, hidden_size=16, embedding_size=8)
+    model = toolchain_model(head, cell, bidirectional, num_hidden_layers=3, hidden_size=16, embedding_size=8)
     layers = model.rnn.encoder.layers
     plain, checkpointed = assert_checkpointing_saves_memory(model, toolchain_inputs(head, labels=True), max_ratio)
     assert plain > 0 and not any(layer.gradient_checkpointing for layer in layers)  # disabled again
@@ -584,12 +588,12 @@ def test_lm_batch_without_mask_runs_one_fused_kernel_call_per_layer():
             model(**inputs)
         return sum(e.count for e in prof.key_averages() if e.key == "aten::lstm")
 
-    lm = toolchain_model(RNNForCausalLM, "lstm", False, num_layers=3).train()
+    lm = toolchain_model(RNNForCausalLM, "lstm", False, num_hidden_layers=3).train()
     assert lstm_calls(lm, input_ids=MIXED_IDS) == 3
     with on_accelerator_paths():
         assert lstm_calls(lm, input_ids=MIXED_IDS) == 3
         assert lstm_calls(lm, input_ids=MIXED_IDS, attention_mask=MIXED_MASK) == 3
-        bi = toolchain_model(RNNModel, "lstm", True, num_layers=2)
+        bi = toolchain_model(RNNModel, "lstm", True, num_hidden_layers=2)
         assert lstm_calls(bi, input_ids=MIXED_IDS, attention_mask=MIXED_MASK) == 4
 
 
@@ -601,7 +605,7 @@ def test_no_split_modules_name_each_recurrent_layer():
     from hf_seq.recurrent import RecurrentLayer
 
     for cell, expected in (("lstm", {"RecurrentLayer"}), ("self_attention_lstm", {"SelfAttentionLSTMLayer"})):
-        model = toolchain_model(RNNForCausalLM, cell, False, num_layers=3)
+        model = toolchain_model(RNNForCausalLM, cell, False, num_hidden_layers=3)
         assert set(model._no_split_modules) == expected
         classes = {get_module_class_from_name(model, name) for name in model._no_split_modules}
         units = [m for m in model.modules() if isinstance(m, tuple(classes))]
@@ -614,7 +618,7 @@ def test_checkpoints_of_torch_nn_layers_still_load(tmp_path):
     modules (one per layer) loads with every tensor in place."""
     from safetensors.torch import save_file
 
-    config = tiny(bidirectional=True, num_layers=2, num_labels=3)
+    config = tiny(bidirectional=True, num_hidden_layers=2, num_labels=3)
     torch.manual_seed(1)
     lstms = [nn.LSTM(6 if k == 0 else 10, 5, batch_first=True, bidirectional=True) for k in range(2)]
     weights = {f"rnn.encoder.layers.{k}.{n}": t for k, m in enumerate(lstms) for n, t in m.state_dict().items()}
@@ -658,11 +662,13 @@ def test_config_level_and_call_level_output_flags_agree(head):
 
 
 def test_num_hidden_layers_is_the_layer_count(tmp_path):
-    config = tiny(num_layers=2)
-    assert config.num_hidden_layers == 2
-    config.num_hidden_layers = 3
-    assert config.num_layers == 3
+    config = tiny(num_hidden_layers=2)
+    assert config.num_layers == 2  # the former name reads the field
+    config.num_layers = 3  # ... and sets it
+    assert config.num_hidden_layers == 3
     config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["num_hidden_layers"] == 3 and "num_layers" not in saved
     assert HfSeqRNNConfig.from_pretrained(tmp_path).num_hidden_layers == 3
-    assert HfSeqRNNConfig(num_hidden_layers=4).num_layers == 4
-    assert len(RNNModel(tiny(num_hidden_layers=2)).encoder.layers) == 2
+    assert HfSeqRNNConfig(num_layers=4).num_hidden_layers == 4
+    assert len(RNNModel(tiny(num_layers=2)).encoder.layers) == 2

@@ -46,7 +46,7 @@ def tiny(**overrides) -> HfSeqRNNSeq2SeqConfig:
         hidden_size=10,
         attention="additive",
         dropout=0.0,
-        init_range=0.8,
+        uniform_init_range=0.8,
         max_target_length=10,
         pad_token_id=PAD,
         bos_token_id=BOS,
@@ -76,8 +76,8 @@ def source_batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
 
 # one entry per attention type, plus variants of cell / direction / input feeding / depth
 VARIANTS = [dict(attention=a) for a in ATTENTION_TYPES] + [
-    dict(attention="additive", bidirectional_encoder=True, encoder_layers=2, decoder_layers=2),
-    dict(attention="dot", bidirectional_encoder=True, cell="gru", input_feeding=True),
+    dict(attention="additive", bidirectional=True, encoder_layers=2, decoder_layers=2),
+    dict(attention="dot", bidirectional=True, cell="gru", input_feeding=True),
     dict(attention="general", cell="rnn", input_feeding=True, encoder_layers=2, decoder_layers=3),
 ]
 
@@ -101,7 +101,7 @@ def variant_id(v: dict) -> str:
         (dict(dropout=1.0), "dropout"),
         (dict(attention="none", input_feeding=True), "input_feeding"),
         (dict(decoder_start_token_id=VOCAB), "decoder_start_token_id"),
-        (dict(bidirectional_encoder="yes"), "bidirectional_encoder"),
+        (dict(bidirectional="yes"), "bidirectional"),
         (dict(recurrent_implementation="cudnn"), "recurrent_implementation"),
         (dict(use_cache="yes"), "use_cache"),
         (dict(vocab_size="20"), "vocab_size"),
@@ -120,7 +120,7 @@ def test_config_error_lists_allowed_attention_types():
 
 
 def test_auto_classes_and_save_load_bit_exact(tmp_path):
-    model = model_for(bidirectional_encoder=True)
+    model = model_for(bidirectional=True)
     model.save_pretrained(tmp_path)
     assert isinstance(AutoConfig.from_pretrained(tmp_path), HfSeqRNNSeq2SeqConfig)
     loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
@@ -171,7 +171,7 @@ def test_loss_is_cross_entropy_ignoring_minus_100():
 
 @pytest.mark.parametrize("attention", [a for a in ATTENTION_TYPES if a != "none"])
 def test_cross_attention_maps_sum_to_one_and_are_zero_on_padding(attention):
-    model = model_for(attention=attention, bidirectional_encoder=True)
+    model = model_for(attention=attention, bidirectional=True)
     ids, mask = source_batch()
     dec = torch.tensor([[BOS, 5, 6, 7], [BOS, 7, 8, 9], [BOS, 9, 9, 4]])
     out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True)
@@ -279,7 +279,7 @@ def test_plain_seq2seq_final_state_is_the_only_link():
 
 
 def test_bidirectional_bridge_gives_decoder_sized_state():
-    model = model_for(bidirectional_encoder=True, encoder_layers=2, decoder_layers=3, hidden_size=6)
+    model = model_for(bidirectional=True, encoder_layers=2, decoder_layers=3, hidden_size=6)
     ids, mask = source_batch()
     enc = model.get_encoder()(input_ids=ids, attention_mask=mask)
     assert enc.last_hidden_state.shape == (3, 6, 12) and enc.final_hidden_state.shape == (3, 4, 6)
@@ -309,7 +309,7 @@ def test_cached_equals_uncached_greedy_and_beam(variant):
 
 
 def test_generate_returns_recurrent_cache_and_continues_from_it():
-    model = model_for(bidirectional_encoder=True, input_feeding=True)
+    model = model_for(bidirectional=True, input_feeding=True)
     ids, mask = source_batch()
     dec = torch.tensor([[BOS, 5, 6, 7], [BOS, 7, 8, 9], [BOS, 9, 9, 4]])
     full = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, use_cache=True)
@@ -320,7 +320,7 @@ def test_generate_returns_recurrent_cache_and_continues_from_it():
 
 
 def test_num_beams_1_equals_greedy_and_a_manual_argmax_loop():
-    model = model_for(attention="general", bidirectional_encoder=True)
+    model = model_for(attention="general", bidirectional=True)
     ids, mask = source_batch()
     greedy = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
     one_beam = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6, num_beams=1)
@@ -339,7 +339,7 @@ def test_num_beams_1_equals_greedy_and_a_manual_argmax_loop():
 
 def test_disabling_cache_reordering_breaks_beam_search(monkeypatch):
     """Beam search must reorder the recurrent state: with a no-op reorder, cached beams stop matching uncached ones."""
-    model = model_for(attention="additive", bidirectional_encoder=True, init_range=1.5)
+    model = model_for(attention="additive", bidirectional=True, uniform_init_range=1.5)
     kw = dict(max_new_tokens=8, num_beams=4, output_scores=True, return_dict_in_generate=True)
     sources = [source_batch(seed) for seed in range(1, 3)]
     reference = [model.generate(input_ids=i, attention_mask=m, use_cache=False, **kw) for i, m in sources]
@@ -356,7 +356,7 @@ def test_disabling_cache_reordering_breaks_beam_search(monkeypatch):
 
 
 def test_source_padding_does_not_change_the_translation():
-    model = model_for(attention="scaled_dot", bidirectional_encoder=True)
+    model = model_for(attention="scaled_dot", bidirectional=True)
     ids, mask = source_batch()
     kw = dict(max_new_tokens=7, num_beams=3, output_scores=True, return_dict_in_generate=True)
     batch = model.generate(input_ids=ids, attention_mask=mask, **kw)
@@ -451,7 +451,7 @@ def test_bad_inputs_raise_value_error_naming_the_argument(kwargs, name):
 
 
 def test_encoder_outputs_of_wrong_size_raise():
-    model = model_for(bidirectional_encoder=True)
+    model = model_for(bidirectional=True)
     ids, mask = source_batch()
     enc = model.get_encoder()(input_ids=ids, attention_mask=mask)
     bad = type(enc)(
@@ -487,7 +487,7 @@ def saved_translator(tmp_path_factory):
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         decoder_start_token_id=tok.bos_token_id,
-        bidirectional_encoder=True,
+        bidirectional=True,
     )
     model = RNNSeq2SeqForConditionalGeneration(config).eval()
     model.save_pretrained(path)
@@ -574,12 +574,12 @@ def toolchain_case(head, overrides, slow=False):
 
 # (head, config overrides): both heads, attention and plain, uni- and bidirectional encoders, all three cells
 TOOLCHAIN_CASES = [
-    toolchain_case(RNNSeq2SeqForConditionalGeneration, dict(attention="additive", bidirectional_encoder=True)),
+    toolchain_case(RNNSeq2SeqForConditionalGeneration, dict(attention="additive", bidirectional=True)),
     toolchain_case(RNNSeq2SeqForConditionalGeneration, dict(attention="none", cell="gru", decoder_layers=2)),
     toolchain_case(RNNSeq2SeqModel, dict(attention="dot", cell="rnn", input_feeding=True), slow=True),
 ]
 EXPORT_CASES = [
-    toolchain_case(RNNSeq2SeqForConditionalGeneration, dict(attention="additive", bidirectional_encoder=True)),
+    toolchain_case(RNNSeq2SeqForConditionalGeneration, dict(attention="additive", bidirectional=True)),
     toolchain_case(RNNSeq2SeqForConditionalGeneration, dict(attention="none", cell="gru", decoder_layers=2), True),
     toolchain_case(RNNSeq2SeqModel, dict(attention="dot", cell="rnn", input_feeding=True), slow=True),
 ]
@@ -600,7 +600,7 @@ def toolchain_inputs(head, labels: bool) -> dict:
 
 def toolchain_model(head, **overrides):
     torch.manual_seed(0)
-    return head(tiny(init_range=0.3, **overrides))
+    return head(tiny(uniform_init_range=0.3, **overrides))
 
 
 @pytest.mark.parametrize("head,overrides", TOOLCHAIN_CASES)
@@ -629,7 +629,7 @@ def test_export_and_onnx_match_eager(head, overrides, tmp_path):
 @pytest.mark.parametrize(
     "overrides",
     [
-        dict(attention="dot", bidirectional_encoder=True, encoder_layers=2, decoder_layers=2),
+        dict(attention="dot", bidirectional=True, encoder_layers=2, decoder_layers=2),
         dict(attention="none", cell="gru", decoder_layers=2),
     ],
 )
@@ -699,7 +699,7 @@ def test_gradient_checkpointing_same_gradients_less_memory(attention, max_ratio)
 def test_training_and_decode_steps_read_no_tensor_values_on_the_host():
     """On the meta device (a value read raises) training and cached decoding take the static path: no host reads."""
     head = RNNSeq2SeqForConditionalGeneration
-    for overrides in (dict(bidirectional_encoder=True), dict(attention="none", cell="gru")):
+    for overrides in (dict(bidirectional=True), dict(attention="none", cell="gru")):
         model = toolchain_model(head, **overrides).to("meta").train()
         inputs = to_meta(toolchain_inputs(head, labels=True))
         model(**inputs).loss.backward()
@@ -719,7 +719,7 @@ def test_training_and_decode_steps_read_no_tensor_values_on_the_host():
 def test_static_path_gives_the_eager_outputs():
     """What an accelerator runs (no packing, no shortcuts) gives the eager CPU outputs and gradients."""
     head = RNNSeq2SeqForConditionalGeneration
-    model = toolchain_model(head, bidirectional_encoder=True, encoder_layers=2).train()
+    model = toolchain_model(head, bidirectional=True, encoder_layers=2).train()
     inputs = toolchain_inputs(head, labels=True)
     results = []
     for accelerator in (False, True):
@@ -819,7 +819,7 @@ def test_generate_continues_from_a_returned_cache_as_one_uninterrupted_generate(
     """``generate(decoder_input_ids=<whole decoder sequence>, cache=<returned cache>)`` reads only the decoder tokens
     the cache has not read (generate() does not cut them for a recurrent cache): the same tokens as one uninterrupted
     generate. A decoder prefix the cache has read entirely (nothing to continue from) is a clear error."""
-    model = model_for(bidirectional_encoder=True)
+    model = model_for(bidirectional=True)
     ids, mask = source_batch()
     kw = dict(input_ids=ids, attention_mask=mask, do_sample=False)
     whole = model.generate(**kw, max_new_tokens=5, min_new_tokens=5)

@@ -45,11 +45,11 @@ def _one_thread():
 def tiny(**overrides) -> HfSeqTransformerConfig:
     fields = dict(
         vocab_size=40,
-        d_model=16,
+        hidden_size=16,
         encoder_layers=2,
         decoder_layers=2,
-        attention_heads=4,
-        ffn_dim=32,
+        num_attention_heads=4,
+        intermediate_size=32,
         dropout=0.0,
         max_position_embeddings=64,
         pad_token_id=PAD,
@@ -86,10 +86,10 @@ def source_batch():
 @pytest.mark.parametrize(
     "overrides, field",
     [
-        (dict(d_model=10, attention_heads=3), "d_model"),
+        (dict(hidden_size=10, num_attention_heads=3), "hidden_size"),
         (dict(norm_position="middle"), "norm_position"),
         (dict(position_embedding="rotary"), "position_embedding"),
-        (dict(ffn_dim=0), "ffn_dim"),
+        (dict(intermediate_size=0), "intermediate_size"),
         (dict(encoder_layers=-1), "encoder_layers"),
         (dict(vocab_size=0), "vocab_size"),
         (dict(dropout=1.5), "dropout"),
@@ -137,7 +137,7 @@ def test_model_uses_the_sinusoidal_table_formula():
 
 
 def test_tied_embeddings_share_one_matrix_and_init_scale():
-    model = TransformerForConditionalGeneration(tiny(vocab_size=400, d_model=64))
+    model = TransformerForConditionalGeneration(tiny(vocab_size=400, hidden_size=64))
     enc = model.model.encoder.embeddings.embed_tokens.weight
     assert enc is model.model.decoder.embeddings.embed_tokens.weight and enc is model.lm_head.weight
     assert enc.std().item() == pytest.approx(64**-0.5, rel=0.1)  # scaled embeddings start at unit variance
@@ -932,7 +932,7 @@ def test_empty_batches_and_float_labels_are_clear_errors():
         model(input_ids=src, attention_mask=src_mask, labels=torch.tensor([[4.0, 1.7], [5.0, 6.0]]))
     with pytest.raises(ValueError, match=r"`inputs_embeds` must hold at least one sequence"):
         model(inputs_embeds=torch.zeros(2, 0, 16), decoder_input_ids=torch.full((2, 1), BOS))
-    with pytest.raises(ValueError, match=r"`decoder_inputs_embeds` must have shape \(batch, length, d_model=16\)"):
+    with pytest.raises(ValueError, match=r"`decoder_inputs_embeds` must have shape \(batch, length, hidden_size=16\)"):
         model(input_ids=src, decoder_inputs_embeds=torch.zeros(2, 3, 8))
 
 
@@ -940,7 +940,7 @@ def test_empty_batches_and_float_labels_are_clear_errors():
     "overrides, field",
     [
         (dict(vocab_size="20"), "vocab_size"),
-        (dict(d_model="16"), "d_model"),
+        (dict(hidden_size="16"), "hidden_size"),
         (dict(bos_token_id=40), "bos_token_id"),
         (dict(decoder_start_token_id=-1), "decoder_start_token_id"),
         (dict(sep_token_id=45), "sep_token_id"),

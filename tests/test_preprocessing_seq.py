@@ -288,7 +288,7 @@ def test_demo_recipe_on_the_preset_keeps_its_tokens_and_batches(tmp_path):
 
 
 TINY_RUN = [
-    "--config_overrides", "d_model=16,ffn_dim=32,encoder_layers=1,decoder_layers=1,attention_heads=2",
+    "--config_overrides", "hidden_size=16,intermediate_size=32,encoder_layers=1,decoder_layers=1,num_attention_heads=2",
     "--per_device_train_batch_size", "8", "--logging_steps", "1", "--eval_strategy", "no", "--do_predict", "false",
     "--plot_attention", "false", "--save_strategy", "steps", "--warmup_steps", "0", "--learning_rate", "0.01",
 ]  # fmt: skip

@@ -201,7 +201,13 @@ class _RecordingTrainer(HfSeqSeq2SeqTrainer):
 
 def _train(out, resume=None, stop_at=None) -> _RecordingTrainer:
     config = TransformerConfig(
-        vocab_size=32, d_model=8, encoder_layers=1, decoder_layers=1, attention_heads=2, ffn_dim=16, dropout=0.3
+        vocab_size=32,
+        hidden_size=8,
+        encoder_layers=1,
+        decoder_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        dropout=0.3,
     )
     torch.manual_seed(0)
     model = TransformerForConditionalGeneration(config)
@@ -257,7 +263,7 @@ def test_trainer_trains_on_length_buckets_in_a_new_order_each_epoch(uninterrupte
 def test_other_strategies_are_transformers_own(tmp_path):
     trainer = _RecordingTrainer(
         model=TransformerForConditionalGeneration(
-            TransformerConfig(vocab_size=32, d_model=8, encoder_layers=1, decoder_layers=1, attention_heads=2)
+            TransformerConfig(vocab_size=32, hidden_size=8, encoder_layers=1, decoder_layers=1, num_attention_heads=2)
         ),
         args=HfSeqSeq2SeqTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none"),
         train_dataset=_pairs(),

@@ -80,7 +80,7 @@ def translation_args(tmp_path: Path, *extra: str, pairs: int = 120) -> list[str]
     return [
         str(REPO / "configs" / "translation_transformer.json"), "--train_file", str(train),
         "--validation_file", str(valid), "--output_dir", str(tmp_path / "run"), "--tokenizer_vocab_size", "300",
-        "--config_overrides", "d_model=16,ffn_dim=32,encoder_layers=1,decoder_layers=1,attention_heads=2,dropout=0.0,"
+        "--config_overrides", "hidden_size=16,intermediate_size=32,encoder_layers=1,decoder_layers=1,num_attention_heads=2,dropout=0.0,"
         "attention_dropout=0.0,activation_dropout=0.0",
         "--per_device_train_batch_size", "3", "--max_steps", "5", "--logging_steps", "1", "--eval_strategy", "no",
         "--do_predict", "false", "--plot_attention", "false", "--save_strategy", "no", "--warmup_steps", "0",

@@ -78,7 +78,7 @@ def test_train_tagger_end_to_end(tmp_path):
             "--output_dir",
             str(out),
             "--config_overrides",
-            "hidden_size=8,embedding_size=8,num_layers=1",
+            "hidden_size=8,embedding_size=8,num_hidden_layers=1",
             *TINY,
         ]
     )

@@ -57,11 +57,11 @@ def _seq2seq(family: str, tok, **overrides):
     torch.manual_seed(0)
     if family == "transformer":
         config = HfSeqTransformerConfig(
-            d_model=16,
+            hidden_size=16,
             encoder_layers=1,
             decoder_layers=2,
-            attention_heads=4,
-            ffn_dim=32,
+            num_attention_heads=4,
+            intermediate_size=32,
             dropout=0.0,
             **ids,
             **overrides,

@@ -27,7 +27,7 @@ FAMILIES: dict[str, tuple[type, dict, list[type]]] = {
         dict(
             embedding_size=6,
             hidden_size=5,
-            num_layers=1,
+            num_hidden_layers=1,
             cell="lstm",
             bidirectional=True,
             pad_token_id=PAD,
@@ -54,11 +54,11 @@ FAMILIES: dict[str, tuple[type, dict, list[type]]] = {
     "transformer": (
         hf_seq.HfSeqTransformerConfig,
         dict(
-            d_model=16,
+            hidden_size=16,
             encoder_layers=1,
             decoder_layers=1,
-            attention_heads=2,
-            ffn_dim=32,
+            num_attention_heads=2,
+            intermediate_size=32,
             dropout=0.0,
             max_position_embeddings=32,
             pad_token_id=PAD,

@@ -504,7 +504,7 @@ def _config_field_hint(key: str, model_type: Any, task: Task) -> str:
         config = AutoConfig.for_model(model_type)
     except Exception:  # noqa: BLE001 - a hint only
         return ""
-    if key in config.to_dict():
+    if key in config.to_dict() or key in getattr(type(config), "renamed_fields", {}):
         return f" (`{key}` is a field of the {model_type} config: put it under `model_config`, or pass --config_overrides {key}=VALUE)"
     return ""
 
@@ -727,12 +727,14 @@ TRIAL_VOCAB_SIZE = 1000  # the vocabulary size of the up-front check (the real o
 
 
 def config_fields(config) -> set[str]:
-    """The fields a config class takes: its attributes and its (and ``PretrainedConfig``'s) ``__init__`` arguments."""
+    """The fields a config class takes: its attributes, its (and ``PretrainedConfig``'s) ``__init__`` arguments and the
+    former names of renamed fields (hf_seq configs' ``renamed_fields``, which the config class maps to the current
+    ones)."""
     import inspect
 
     from transformers import PretrainedConfig
 
-    names = set(config.to_dict()) | {"num_labels"}
+    names = set(config.to_dict()) | {"num_labels"} | set(getattr(type(config), "renamed_fields", {}))
     for cls in (type(config), PretrainedConfig):
         names |= set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
     return names

@@ -756,7 +756,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "input_encoding",
                 "embedding_size",
                 "hidden_size",
-                "num_layers",
+                "num_hidden_layers",
                 "dropout",
                 "embedding_dropout",
                 "tie_word_embeddings",
