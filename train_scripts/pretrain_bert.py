@@ -645,7 +645,7 @@ def compute_metrics(eval_pred) -> dict[str, float]:
     }
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None, command_prefix: list[str] | None = None) -> dict:
     use_cpu_processes_without_gpu()
     model_args, data_args, args, training_args = parse_args(TASK, argv)
     previous = start_run(training_args)
@@ -660,7 +660,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise RecipeError("`eval_only` needs `model_name_or_path` (the pretrained folder to evaluate)")
     set_seed(training_args.seed)
     max_length = data_args.max_seq_length
-    command = training_command(__file__, argv)
+    command = training_command(__file__, argv, command_prefix)
 
     if args.streaming:
         data, stream = prepare_bert_stream(args, model_args, data_args, training_args)

@@ -675,7 +675,7 @@ def sample_texts(model: RNNForCausalLM, tokenizer, data: LMArguments) -> tuple[s
 # ------------------------------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None, command_prefix: list[str] | None = None) -> dict:
     use_cpu_processes_without_gpu()
     model_args, data_args, args, training_args = parse_args(TASK, argv)
     previous = start_run(training_args)
@@ -685,7 +685,7 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     set_seed(training_args.seed)
     training_args.prediction_loss_only = True  # full-vocabulary logits of the whole eval set are never needed
-    command = training_command(__file__, argv)
+    command = training_command(__file__, argv, command_prefix)
 
     if args.streaming:
         data, train_set = prepare_lm_stream(args, model_args, data_args, training_args)

@@ -28,6 +28,19 @@ import numpy as np
 import pyarrow.compute as pc
 import torch
 from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task, parse_args
+from hf_seq.train_scripts.classification import (
+    StreamLabelArguments,
+    TrainCollatorTrainer,
+    WordVectorArguments,
+    apply_word_vectors,
+    check_word_vector_arguments,
+    count_parameters,
+    coverage_results,
+    in_memory,
+    streamed_data_line,
+    vocabulary_words,
+    word_dropout_collator,
+)
 from hf_seq.train_scripts.common import (
     TimeBudgetCallback,
     cap_splits,
@@ -57,19 +70,6 @@ from hf_seq.train_scripts.features import (
     streamed_train_features,
     tokenized_splits,
     tokenizer_settings,
-)
-from hf_seq.train_scripts.train_classifier import (
-    StreamLabelArguments,
-    TrainCollatorTrainer,
-    WordVectorArguments,
-    apply_word_vectors,
-    check_word_vector_arguments,
-    count_parameters,
-    coverage_results,
-    in_memory,
-    streamed_data_line,
-    vocabulary_words,
-    word_dropout_collator,
 )
 from transformers import DataCollatorForTokenClassification, set_seed
 
@@ -138,10 +138,10 @@ def require_one_tag_per_word(splits, words: str, tags: str) -> None:
             )
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None, command_prefix: list[str] | None = None) -> dict:
     use_cpu_processes_without_gpu()
     model_args, data_args, args, training_args = parse_args(TASK, argv)
-    return run(model_args, data_args, args, training_args, command=training_command(__file__, argv))
+    return run(model_args, data_args, args, training_args, command=training_command(__file__, argv, command_prefix))
 
 
 def run(model_args, data_args, args, training_args, command: str, task: Task = TASK) -> dict:

@@ -804,7 +804,7 @@ def streamed_features(model_args, data_args, args, training_args, src: str, tgt:
     return tokenizer, tokenized, pairs, data_line
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None, command_prefix: list[str] | None = None) -> dict:
     use_cpu_processes_without_gpu()
     model_args, data_args, args, training_args = parse_args(TASK, argv)
     previous = start_run(training_args, results_name=args.results_file)
@@ -815,7 +815,7 @@ def main(argv: list[str] | None = None) -> dict:
     if threads:
         torch.set_num_threads(int(threads))
     set_seed(training_args.seed)
-    command = training_command(__file__, argv)
+    command = training_command(__file__, argv, command_prefix)
     check_averaging(args, training_args)
     src, tgt = data_args.source_lang, data_args.target_lang
     if not src or not tgt:
