@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -286,3 +287,32 @@ def streamed_data_line(data_args, args, raw) -> str:
 def in_memory(encoded: dict) -> dict:
     """The splits held as ``Dataset`` (a streamed training split left out)."""
     return {split: dataset for split, dataset in encoded.items() if isinstance(dataset, Dataset)}
+
+
+def training_results(trainer, train_output, train_minutes: float, budget) -> dict:
+    """``results.json``'s training keys: minutes, loss (None if not finite), steps, whether the time budget stopped
+    the run, epochs, the best checkpoint and torch's threads."""
+    return {
+        "train_minutes": round(train_minutes, 3),
+        "train_loss": train_output.training_loss if math.isfinite(train_output.training_loss) else None,
+        "train_steps": trainer.state.global_step,
+        "stopped_by_time_budget": budget.stopped_by_budget,
+        "epochs_run": trainer.state.epoch,
+        "best_checkpoint": trainer.state.best_model_checkpoint,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def card_origins(model_args) -> tuple[str, str]:
+    """The model card's words on where the tokenizer and the weights come from."""
+    source = (
+        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
+        if (model_args.tokenizer_name or model_args.model_name_or_path)
+        else f"built on the training split ({model_args.tokenizer_kind})"
+    )
+    origin = (
+        f" Fine-tuned from `{model_args.model_name_or_path}`."
+        if model_args.model_name_or_path
+        else " Trained from a random initialisation."
+    )
+    return source, origin

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from hf_seq.train_scripts import tasks
-from hf_seq.train_scripts.arguments import BudgetArguments, Task, parse_args
-from hf_seq.train_scripts.common import training_command, use_cpu_processes_without_gpu
+from hf_seq.train_scripts.arguments import BudgetArguments, Task
+from hf_seq.train_scripts.skeleton import parse_script_args
 
 HEADS = {
     "text-classification": "AutoModelForSequenceClassification",
@@ -76,13 +76,11 @@ TASK = Task(
 
 
 def main(argv: list[str] | None = None, command_prefix: list[str] | None = None) -> dict:
-    use_cpu_processes_without_gpu()
-    model_args, data_args, args, training_args = parse_args(TASK, argv)
+    model_args, data_args, args, training_args, command = parse_script_args(TASK, argv, __file__, command_prefix)
     task = dataclasses.replace(
         TASK, model_head=HEADS[args.task], convert_transformers_bert=args.convert_transformers_bert
     )
     budget = {"max_train_minutes": args.max_train_minutes, "max_train_cpu_minutes": args.max_train_cpu_minutes}
-    command = training_command(__file__, argv, command_prefix)
     if args.task == "text-classification":
         data_args.text_column_name = data_args.text_column_name or "text"
         data_args.label_column_name = data_args.label_column_name or "label"

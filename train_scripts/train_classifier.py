@@ -26,13 +26,11 @@ saved ``id2label`` makes ``pipeline("text-classification", model=output_dir)`` p
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
-import torch
 from hf_seq.train_scripts.arguments import (
     BudgetArguments,
     PreprocessingArguments,
@@ -40,7 +38,6 @@ from hf_seq.train_scripts.arguments import (
     Task,
     model_config_dict,
     override_values,
-    parse_args,
 )
 from hf_seq.train_scripts.classification import (
     WORD_PRE_TOKENIZERS,
@@ -48,11 +45,13 @@ from hf_seq.train_scripts.classification import (
     TrainCollatorTrainer,
     WordVectorArguments,
     apply_word_vectors,
+    card_origins,
     check_word_vector_arguments,
     count_parameters,
     coverage_results,
     in_memory,
     streamed_data_line,
+    training_results,
     vocabulary_words,
     word_dropout_collator,
 )
@@ -68,10 +67,7 @@ from hf_seq.train_scripts.common import (
     require_text,
     run_training,
     save_run,
-    start_run,
     tokenizer_for,
-    training_command,
-    use_cpu_processes_without_gpu,
 )
 from hf_seq.train_scripts.features import (
     ColumnTexts,
@@ -86,7 +82,8 @@ from hf_seq.train_scripts.features import (
     tokenized_splits,
     tokenizer_settings,
 )
-from transformers import AutoConfig, DataCollatorWithPadding, set_seed
+from hf_seq.train_scripts.skeleton import parse_script_args, start_script_run
+from transformers import AutoConfig, DataCollatorWithPadding
 
 from hf_seq.data import DataError
 from hf_seq.metrics import load_metric
@@ -173,17 +170,91 @@ def _sigmoid_head(model_args, names: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None, command_prefix: list[str] | None = None) -> dict:
-    use_cpu_processes_without_gpu()
-    model_args, data_args, args, training_args = parse_args(TASK, argv)
-    return run(model_args, data_args, args, training_args, command=training_command(__file__, argv, command_prefix))
+    model_args, data_args, args, training_args, command = parse_script_args(TASK, argv, __file__, command_prefix)
+    return run(model_args, data_args, args, training_args, command=command)
+
+
+def build_classifier_model(task, model_args, data_args, tokenizer, names: list[str]):
+    """(model, whether it flattens ``max_seq_length`` positions): a new model with the head the labels need
+    (one sigmoid output for the notes' logistic regression, else one output per label) or the saved one."""
+    if _sigmoid_head(model_args, names):  # one sigmoid output = P(second label): the notes' logistic regression
+        head = {"num_labels": 1, "problem_type": "multi_label_classification", "id2label": {0: names[1]}}
+    else:
+        head = {"problem_type": "single_label_classification", "id2label": dict(enumerate(names))}
+    head["label2id"] = {v: k for k, v in head["id2label"].items()}
+    model = load_or_build_model(
+        task,
+        model_args,
+        data_args,
+        tokenizer,
+        {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id},
+        **head,
+    )
+    flatten = getattr(model.config, "pooling", None) == "flatten"
+    max_length = data_args.max_seq_length
+    if flatten and model.config.max_seq_length != max_length:
+        raise RecipeError(
+            f"the model flattens exactly {model.config.max_seq_length} positions: set `max_seq_length` to it, not "
+            f"{max_length}"
+        )
+    return model, flatten
+
+
+def accuracy_metrics():
+    """``compute_metrics``: accuracy of the argmax (of the sign, for one sigmoid output)."""
+    accuracy = load_metric("accuracy")
+
+    def compute_metrics(eval_pred):
+        logits, labels = eval_pred
+        logits = logits[0] if isinstance(logits, tuple) else logits
+        preds = (logits[:, 0] > 0).astype(np.int64) if logits.shape[-1] == 1 else logits.argmax(-1)
+        return accuracy.compute(predictions=preds, references=np.asarray(labels).reshape(-1).astype(np.int64))
+
+    return compute_metrics
+
+
+def model_results(model_args, args, model, tokenizer, coverage, raw, encoded, streamed: bool) -> dict:
+    """``results.json``'s keys on the model: parameters, split sizes, vocabulary, where it started from, the
+    pretrained vectors' coverage, its type and config."""
+    return {
+        "parameters": count_parameters(model),
+        "splits": {k: None if k == "train" and streamed else len(v) for k, v in raw.items()},
+        "vocab_size": len(tokenizer),
+        "model_name_or_path": model_args.model_name_or_path,
+        "pretrained_embeddings": args.pretrained_embeddings,
+        "pretrained_vocab_coverage": None if coverage is None else coverage.coverage,
+        "pretrained_coverage": coverage_results(coverage, in_memory(encoded), tokenizer.pad_token_id),
+        "model_type": model.config.model_type,
+        "model_config": model.config.to_diff_dict(),
+    }
+
+
+def classifier_card(model_args, training_args, tokenizer, names: list[str], results: dict, max_length: int) -> dict:
+    """The model card's data set, metrics, intended use and limitations."""
+    source, origin = card_origins(model_args)
+    card_metrics = {
+        k: results[k]
+        for k in ("validation_accuracy", "test_accuracy", "test_loss", "train_minutes")
+        if results[k] is not None
+    }
+    return {
+        "dataset": f"{results['data']}; tokenizer of {len(tokenizer)} tokens {source}; inputs truncated to "
+        f"{max_length} tokens.",
+        "metrics": card_metrics | {"epochs": results["epochs_run"], "processes": training_args.world_size},
+        "intended_use": f"Classification of short texts into {len(names)} labels ({', '.join(names[:10])}"
+        f"{', ...' if len(names) > 10 else ''}) like those of its training data; a small teaching model, not a "
+        f"production classifier.{origin}",
+        "limitations": "Trained on one data set with the tokenizer above: words outside its vocabulary map to the "
+        "unknown token, and texts unlike the training data (another domain, negation, sarcasm) are often "
+        "misjudged.",
+    }
 
 
 def run(model_args, data_args, args, training_args, command: str, task: Task = TASK) -> dict:
     """Load the data, tokenizer and model, train, evaluate, save; returns the results (also ``results.json``)."""
-    previous = start_run(training_args)
+    previous = start_script_run(training_args)
     if previous is not None:  # a finished run asked to resume: nothing to do
         return previous
-    set_seed(training_args.seed)
     text, label = data_args.text_column_name, data_args.label_column_name
 
     # ---- data: columns and labels checked on every split before anything is built
@@ -231,25 +302,7 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         tokenizer = cached_tokenizer(root, task.name, base | settings, args.overwrite_cache, build_tokenizer)
 
     # ---- model
-    if _sigmoid_head(model_args, names):  # one sigmoid output = P(second label): the notes' logistic regression
-        head = {"num_labels": 1, "problem_type": "multi_label_classification", "id2label": {0: names[1]}}
-    else:
-        head = {"problem_type": "single_label_classification", "id2label": dict(enumerate(names))}
-    head["label2id"] = {v: k for k, v in head["id2label"].items()}
-    model = load_or_build_model(
-        task,
-        model_args,
-        data_args,
-        tokenizer,
-        {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id},
-        **head,
-    )
-    flatten = getattr(model.config, "pooling", None) == "flatten"
-    if flatten and model.config.max_seq_length != max_length:
-        raise RecipeError(
-            f"the model flattens exactly {model.config.max_seq_length} positions: set `max_seq_length` to it, not "
-            f"{max_length}"
-        )
+    model, flatten = build_classifier_model(task, model_args, data_args, tokenizer, names)
     coverage = apply_word_vectors(args, model, tokenizer, vectors, seed=training_args.seed)
 
     # ---- features
@@ -285,14 +338,7 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
             training_args.seed,
         )  # fmt: skip
     collator = DataCollatorWithPadding(tokenizer, padding="max_length" if flatten else "longest", max_length=max_length)
-    accuracy = load_metric("accuracy")
-
-    def compute_metrics(eval_pred):
-        logits, labels = eval_pred
-        logits = logits[0] if isinstance(logits, tuple) else logits
-        preds = (logits[:, 0] > 0).astype(np.int64) if logits.shape[-1] == 1 else logits.argmax(-1)
-        return accuracy.compute(predictions=preds, references=np.asarray(labels).reshape(-1).astype(np.int64))
-
+    compute_metrics = accuracy_metrics()
     budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
     trainer = TrainCollatorTrainer(
         model=model,
@@ -324,55 +370,11 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         "test_accuracy": test.get("test_accuracy"),
         "validation_loss": val["validation_loss"],
         "test_loss": test.get("test_loss"),
-        "train_minutes": round(train_minutes, 3),
-        "train_loss": train_output.training_loss if math.isfinite(train_output.training_loss) else None,
-        "train_steps": trainer.state.global_step,
-        "stopped_by_time_budget": budget.stopped_by_budget,
-        "epochs_run": trainer.state.epoch,
-        "best_checkpoint": trainer.state.best_model_checkpoint,
-        "torch_threads": torch.get_num_threads(),
-        "parameters": count_parameters(model),
-        "splits": {k: None if k == "train" and stream is not None else len(v) for k, v in raw.items()},
-        "vocab_size": len(tokenizer),
-        "model_name_or_path": model_args.model_name_or_path,
-        "pretrained_embeddings": args.pretrained_embeddings,
-        "pretrained_vocab_coverage": None if coverage is None else coverage.coverage,
-        "pretrained_coverage": coverage_results(coverage, in_memory(encoded), tokenizer.pad_token_id),
-        "model_type": model.config.model_type,
-        "model_config": model.config.to_diff_dict(),
+        **training_results(trainer, train_output, train_minutes, budget),
+        **model_results(model_args, args, model, tokenizer, coverage, raw, encoded, streamed=stream is not None),
     }
-    source = (
-        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
-        if (model_args.tokenizer_name or model_args.model_name_or_path)
-        else f"built on the training split ({model_args.tokenizer_kind})"
-    )
-    origin = (
-        f" Fine-tuned from `{model_args.model_name_or_path}`."
-        if model_args.model_name_or_path
-        else " Trained from a random initialisation."
-    )
-    card_metrics = {
-        k: results[k]
-        for k in ("validation_accuracy", "test_accuracy", "test_loss", "train_minutes")
-        if results[k] is not None
-    }
-    save_run(
-        trainer,
-        training_args.output_dir,
-        results,
-        command,
-        card={
-            "dataset": f"{data_line}; tokenizer of {len(tokenizer)} tokens {source}; inputs truncated to "
-            f"{max_length} tokens.",
-            "metrics": card_metrics | {"epochs": results["epochs_run"], "processes": training_args.world_size},
-            "intended_use": f"Classification of short texts into {len(names)} labels ({', '.join(names[:10])}"
-            f"{', ...' if len(names) > 10 else ''}) like those of its training data; a small teaching model, not a "
-            f"production classifier.{origin}",
-            "limitations": "Trained on one data set with the tokenizer above: words outside its vocabulary map to the "
-            "unknown token, and texts unlike the training data (another domain, negation, sarcasm) are often "
-            "misjudged.",
-        },
-    )
+    card = classifier_card(model_args, training_args, tokenizer, names, results, max_length)
+    save_run(trainer, training_args.output_dir, results, command, card=card)
     if trainer.is_world_process_zero():
         test_text = f"  test accuracy {results['test_accuracy']:.4f}" if test else "  (no test split)"
         print(
