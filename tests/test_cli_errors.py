@@ -166,7 +166,6 @@ def cli_main(folders, monkeypatch, capsys):
     monkeypatch.chdir(folders)
     monkeypatch.setattr(common, "load_data", refuse)
     monkeypatch.setattr(sys, "argv", ["hf-seq-train"])
-    monkeypatch.setattr(common, "COMMAND_PREFIX", None)
     monkeypatch.delenv("HF_SEQ_DEBUG", raising=False)
 
     def call(*argv) -> tuple[int, str]:

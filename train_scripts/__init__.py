@@ -4,7 +4,7 @@
     hf-seq-train <task> [recipe.json] [--field value ...]                   # after `pip install hf-seq`
     python -m hf_seq.train_scripts <task> [recipe.json] [--field value ...]
 
-Tasks (:data:`hf_seq.train_scripts.cli.TASKS`): ``classifier``, ``tagger``, ``lm``, ``translation``, ``pretrain_bert``,
+Tasks (:data:`hf_seq.train_scripts.tasks.TASKS`, the task registry): ``classifier``, ``tagger``, ``lm``, ``translation``, ``pretrain_bert``,
 ``finetune_bert``, ``word_vectors``. :mod:`hf_seq.train_scripts.arguments` describes the recipe schema, ``docs/training.md``
 every flag.
 """

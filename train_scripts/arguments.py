@@ -34,15 +34,17 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Union
 
+from hf_seq.train_scripts import tasks
+from hf_seq.train_scripts.checks import check_run
+from hf_seq.train_scripts.errors import RecipeError
+from hf_seq.train_scripts.errors import json_kind as _json_kind
+from hf_seq.train_scripts.recipes import default_recipe, read_recipe, resolve_recipe
+from hf_seq.train_scripts.trainer import start_deepspeed_comm_on_cpu
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments, TrainingArguments
 
 from hf_seq.data import DATASET_PRESETS, DataError, check_data_file
 
 TOKENIZER_KINDS = ("word", "char", "wordpiece", "bpe")
-
-
-class RecipeError(ValueError):
-    """A recipe or command line that cannot run; the message names the file or flag, the key and what is allowed."""
 
 
 @dataclass
@@ -419,42 +421,6 @@ def value_matches(value: Any, annotation) -> bool:
     return True  # a class JSON cannot hold (GenerationConfig, ParallelismConfig): its own checks apply
 
 
-def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    return "a JSON object"
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# recipes
-# ---------------------------------------------------------------------------------------------------------------
-def read_recipe(path: str | os.PathLike) -> dict:
-    """The JSON object of a recipe file, comment keys (``_comment``, any key starting with ``_``) removed."""
-    path = Path(path)
-    if not path.is_file():
-        raise RecipeError(f"recipe {path} does not exist")
-    text = path.read_text(encoding="utf-8")
-    try:
-        recipe = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise RecipeError(
-            f"recipe {path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"
-        ) from None
-    if not isinstance(recipe, dict):
-        raise RecipeError(
-            f'recipe {path} must be a JSON object {{"field": value, ...}}, got {_json_kind(recipe)} at the top level'
-        )
-    return {key: value for key, value in recipe.items() if not key.startswith("_")}
-
-
 # fields whose annotation is narrower than what TrainingArguments accepts (`fsdp: str | None`, but `--fsdp` / `true`
 # turns FSDP on)
 _ACCEPTED_TYPES = {"fsdp": bool | str | None}
@@ -472,9 +438,7 @@ def _field_types(dataclass_types) -> dict[str, Any]:
 
 def _owner_hint(key: str, task: Task) -> str:
     """Which other script reads ``key``: a hint for an unknown key."""
-    from hf_seq.train_scripts.cli import TASKS  # lazily: every script module
-
-    for name, module_name in TASKS.items():
+    for name, module_name in tasks.TASKS.items():
         if name == task.name:
             continue
         other = _task_of(module_name)
@@ -576,8 +540,6 @@ def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
     for action in parser._actions:
         if action.dest in task.unused:
             action.help = argparse.SUPPRESS  # --help lists only what this script reads
-    from hf_seq.train_scripts.recipes import default_recipe, resolve_recipe
-
     recipe: dict = {}
     recipe_where = None  # where the recipe's values come from, for the errors
     if argv and not argv[0].startswith("-"):  # a recipe file, or a shipped recipe's name
@@ -608,12 +570,8 @@ def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
     except (ValueError, TypeError) as error:  # TrainingArguments / a task dataclass rejected a value
         raise RecipeError(f"{where}: {error}") from error
     sources = {key: recipe_where for key in recipe} | {key: "command line" for key in flags}
-    from hf_seq.train_scripts.checks import check_run
-
     check_run(task, model_args, data_args, task_args, training_args, sources=sources)
     check_arguments(task, model_args, data_args, training_args, sources=sources)
-    from hf_seq.train_scripts.trainer import start_deepspeed_comm_on_cpu
-
     start_deepspeed_comm_on_cpu(training_args)  # before the model: ZeRO-3 builds it partitioned
     return model_args, data_args, task_args, training_args
 

@@ -25,9 +25,13 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hf_seq.train_scripts.arguments import RecipeError, Task
+from hf_seq.train_scripts import outputs
+from hf_seq.train_scripts.errors import RecipeError
+
+if TYPE_CHECKING:  # annotations only
+    from hf_seq.train_scripts.arguments import Task
 
 # (field, lowest, lowest allowed itself, highest, highest allowed itself, None allowed): the numeric fields of
 # TrainingArguments (and Seq2SeqTrainingArguments) whose range transformers does not check before training starts
@@ -161,8 +165,6 @@ def check_output_dir(output_dir: str | None, where: str) -> None:
     Nothing is created: the probe files are removed and a missing ``output_dir`` stays missing."""
     if not output_dir:
         raise RecipeError(f"{where}: `output_dir` is needed (the folder the model and results are written to)")
-    from hf_seq.train_scripts import outputs
-
     path = Path(output_dir).expanduser()
     if path.exists() and not path.is_dir():
         raise RecipeError(
@@ -184,8 +186,6 @@ def check_output_dir(output_dir: str | None, where: str) -> None:
 
 def check_resume(training_args, where: str) -> None:
     """``resume_from_checkpoint`` is off, ``last`` / ``true``, or a complete checkpoint folder."""
-    from hf_seq.train_scripts.common import checkpoint_is_complete
-
     value = training_args.resume_from_checkpoint
     if value is None or str(value).lower() in ("", "false", "none", "last", "true"):
         return
@@ -194,7 +194,7 @@ def check_resume(training_args, where: str) -> None:
             f"{where}: `resume_from_checkpoint` {value} is not a folder; pass `last` (the newest complete checkpoint "
             "of output_dir) or a checkpoint-N folder"
         )
-    if not checkpoint_is_complete(value):
+    if not outputs.checkpoint_is_complete(value):
         raise RecipeError(
             f"{where}: `resume_from_checkpoint` {value} is not a complete Trainer checkpoint (it needs config.json, "
             "model.safetensors and a readable trainer_state.json); pass `last` to take the newest complete one"

@@ -10,33 +10,13 @@ A recipe is a JSON file or the name of a shipped recipe (:mod:`hf_seq.train_scri
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-TASKS = {
-    "classifier": "hf_seq.train_scripts.train_classifier",
-    "tagger": "hf_seq.train_scripts.train_tagger",
-    "lm": "hf_seq.train_scripts.train_lm",
-    "translation": "hf_seq.train_scripts.train_translation",
-    "pretrain_bert": "hf_seq.train_scripts.pretrain_bert",
-    "finetune_bert": "hf_seq.train_scripts.finetune_bert",
-    "word_vectors": "hf_seq.train_scripts.train_word_vectors",
-}
-# the script names work too: `hf-seq-train train_classifier ...`
-ALIASES = {module.rsplit(".", 1)[1]: name for name, module in TASKS.items()}
-# the shipped recipe whose settings are each task's defaults (hf_seq.train_scripts.recipes; docs/training.md says why);
-# finetune_bert has none: it starts from a pretrained checkpoint, for which Trainer's fine-tuning defaults fit
-DEFAULT_RECIPES = {
-    "classifier": "sentiment_bilstm_tuned",
-    "tagger": "pos_bilstm",
-    "lm": "lm_char_shakespeare",
-    "translation": "translation_transformer",
-    "pretrain_bert": "bert_pretrain_brown",
-    "word_vectors": "word_vectors_skipgram",
-}
+from hf_seq.train_scripts.errors import RecipeError
+from hf_seq.train_scripts.tasks import ALIASES, DEFAULT_RECIPES, TASKS, script
 
 USAGE = f"""usage: hf-seq-train <task> [recipe] [--field value ...]
 
@@ -55,9 +35,9 @@ HF_SEQ_DEBUG=1) shows its traceback."""
 # ---------------------------------------------------------------------------------------------------------------
 def _is_user_error(error: BaseException) -> bool:
     """A mistake in the recipe, the flags, the paths or the data (``RecipeError``, ``DataError``), not a bug."""
-    arguments, data = sys.modules.get("hf_seq.train_scripts.arguments"), sys.modules.get("hf_seq.data")
-    kinds = tuple(k for k in (getattr(arguments, "RecipeError", None), getattr(data, "DataError", None)) if k)
-    return bool(kinds) and isinstance(error, kinds)
+    data = sys.modules.get("hf_seq.data")
+    kinds = tuple(k for k in (RecipeError, getattr(data, "DataError", None)) if k)
+    return isinstance(error, kinds)
 
 
 def _debug_wanted(argv: list[str]) -> bool:
@@ -114,11 +94,9 @@ def main(argv: list[str] | None = None) -> int:
 
         print(list_recipes(name))
         return 0
-    from hf_seq.train_scripts import common
-
-    common.COMMAND_PREFIX = ["hf-seq-train", name]  # what results.json and the model card record
     sys.argv = [f"hf-seq-train {name}", *argv[1:]]  # argparse's usage line
-    importlib.import_module(TASKS[name]).main(argv[1:])
+    # the command that results.json and the model card record
+    script(name).main(argv[1:], command_prefix=["hf-seq-train", name])
     return 0
 
 

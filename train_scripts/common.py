@@ -22,7 +22,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-from accelerate.utils.constants import FSDP_MODEL_NAME
 from datasets import ClassLabel, Dataset, DatasetDict
 from hf_seq.train_scripts import outputs
 from hf_seq.train_scripts.arguments import (
@@ -33,12 +32,11 @@ from hf_seq.train_scripts.arguments import (
     build_config,
     override_values,
 )
+from hf_seq.train_scripts.outputs import checkpoint_is_complete
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
 
 from hf_seq.data import DATASET_PRESETS, DataError, load_data, row_location, split_source
-
-COMMAND_PREFIX: list[str] | None = None  # set by `hf-seq-train <task>`: the command to record instead of the script
 
 
 def command_line() -> str:
@@ -149,11 +147,12 @@ def use_cpu_processes_without_gpu() -> None:
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
 
 
-def training_command(script_file: str, argv: list[str] | None) -> str:
+def training_command(script_file: str, argv: list[str] | None, command_prefix: list[str] | None = None) -> str:
     """The command line to record in the model card: the real one, ``hf-seq-train <task> <argv>`` when started by the
-    entry point, or ``python <script> <argv>`` when ``main(argv)`` was called from Python (tests, notebooks)."""
-    if COMMAND_PREFIX is not None and argv is not None:
-        return shlex.join([*COMMAND_PREFIX, *argv])
+    entry point (which passes ``command_prefix``, ``["hf-seq-train", task]``), or ``python <script> <argv>`` when
+    ``main(argv)`` was called from Python (tests, notebooks)."""
+    if command_prefix is not None and argv is not None:
+        return shlex.join([*command_prefix, *argv])
     if argv is None:
         return command_line()
     script = Path(script_file).resolve()
@@ -162,27 +161,6 @@ def training_command(script_file: str, argv: list[str] | None) -> str:
     except ValueError:
         pass
     return shlex.join(["python", str(script), *argv])
-
-
-def checkpoint_is_complete(path: str | os.PathLike) -> bool:
-    """True if ``path`` is a Trainer checkpoint whose writing finished: weights (with their config; or FSDP's /
-    DeepSpeed's own files) and a readable ``trainer_state.json`` (Trainer writes that file last, after model,
-    optimizer, scheduler and RNG states).
-    Checkpoints of the train scripts appear complete or not at all (:mod:`hf_seq.train_scripts.trainer`); this also
-    recognises one cut off by a kill in a script that writes checkpoints in place."""
-    path = Path(path)
-    try:
-        json.loads((path / "trainer_state.json").read_text())
-    except (OSError, ValueError):
-        return False
-    if any((path / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
-        return (path / "config.json").is_file()
-    # FSDP: the model's shards (SHARDED_STATE_DICT) or its gathered weights (FULL_STATE_DICT); DeepSpeed's own folders
-    return (
-        (path / f"{FSDP_MODEL_NAME}_0").is_dir()
-        or (path / f"{FSDP_MODEL_NAME}.bin").is_file()
-        or (path / "latest").is_file()
-    )
 
 
 def _checkpoints(root: Path) -> list[Path]:

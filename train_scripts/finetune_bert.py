@@ -24,14 +24,16 @@ import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
-from hf_seq.train_scripts import train_classifier, train_tagger
-from hf_seq.train_scripts.arguments import BudgetArguments, Task, parse_args
-from hf_seq.train_scripts.common import training_command, use_cpu_processes_without_gpu
+from hf_seq.train_scripts import tasks
+from hf_seq.train_scripts.arguments import BudgetArguments, Task
+from hf_seq.train_scripts.skeleton import parse_script_args
 
 HEADS = {
     "text-classification": "AutoModelForSequenceClassification",
     "token-classification": "AutoModelForTokenClassification",
 }
+# the task (hf_seq.train_scripts.tasks) whose script's public `run` trains each head, with its own arguments class
+HEAD_TASKS = {"text-classification": "classifier", "token-classification": "tagger"}
 
 
 @dataclass
@@ -73,21 +75,18 @@ TASK = Task(
 )
 
 
-def main(argv: list[str] | None = None) -> dict:
-    use_cpu_processes_without_gpu()
-    model_args, data_args, args, training_args = parse_args(TASK, argv)
+def main(argv: list[str] | None = None, command_prefix: list[str] | None = None) -> dict:
+    model_args, data_args, args, training_args, command = parse_script_args(TASK, argv, __file__, command_prefix)
     task = dataclasses.replace(
         TASK, model_head=HEADS[args.task], convert_transformers_bert=args.convert_transformers_bert
     )
     budget = {"max_train_minutes": args.max_train_minutes, "max_train_cpu_minutes": args.max_train_cpu_minutes}
-    command = training_command(__file__, argv)
     if args.task == "text-classification":
         data_args.text_column_name = data_args.text_column_name or "text"
         data_args.label_column_name = data_args.label_column_name or "label"
-        classifier_args = train_classifier.ClassifierArguments(word_dropout=args.word_dropout, **budget)
-        return train_classifier.run(model_args, data_args, classifier_args, training_args, command, task=task)
-    tagger_args = train_tagger.TaggerArguments(word_dropout=args.word_dropout, **budget)
-    return train_tagger.run(model_args, data_args, tagger_args, training_args, command, task=task)
+    runner = tasks.script(HEAD_TASKS[args.task])
+    run_args = runner.TASK.arguments(word_dropout=args.word_dropout, **budget)
+    return runner.run(model_args, data_args, run_args, training_args, command, task=task)
 
 
 if __name__ == "__main__":

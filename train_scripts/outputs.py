@@ -31,6 +31,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from accelerate.utils.constants import FSDP_MODEL_NAME
+
 RUN_FILES = ".run_files.json"  # the entries of the final folder written by the run (the rest is carried over)
 CHECKPOINT_STAGING = ".checkpoint-staging"
 
@@ -266,3 +268,24 @@ def disk_space_errors(folder: str | os.PathLike, what: str) -> Iterator[None]:
             f"error; {type(error).__name__}: {first_line}). Free some space (fewer checkpoints: `save_total_limit`) or "
             "choose another `output_dir`, then run again with `--resume_from_checkpoint last`",
         ) from error
+
+
+def checkpoint_is_complete(path: str | os.PathLike) -> bool:
+    """True if ``path`` is a Trainer checkpoint whose writing finished: weights (with their config; or FSDP's /
+    DeepSpeed's own files) and a readable ``trainer_state.json`` (Trainer writes that file last, after model,
+    optimizer, scheduler and RNG states).
+    Checkpoints of the train scripts appear complete or not at all (:mod:`hf_seq.train_scripts.trainer`); this also
+    recognises one cut off by a kill in a script that writes checkpoints in place."""
+    path = Path(path)
+    try:
+        json.loads((path / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if any((path / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
+        return (path / "config.json").is_file()
+    # FSDP: the model's shards (SHARDED_STATE_DICT) or its gathered weights (FULL_STATE_DICT); DeepSpeed's own folders
+    return (
+        (path / f"{FSDP_MODEL_NAME}_0").is_dir()
+        or (path / f"{FSDP_MODEL_NAME}.bin").is_file()
+        or (path / "latest").is_file()
+    )

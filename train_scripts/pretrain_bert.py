@@ -53,7 +53,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 from datasets import Dataset
-from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task, parse_args
+from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
     TimeBudgetCallback,
@@ -64,13 +64,10 @@ from hf_seq.train_scripts.common import (
     require_columns,
     run_training,
     save_run,
-    start_run,
     tokenizer_for,
-    training_command,
-    use_cpu_processes_without_gpu,
 )
+from hf_seq.train_scripts.skeleton import parse_script_args, start_script_run
 from hf_seq.train_scripts.trainer import HfSeqTrainer
-from transformers import set_seed
 
 from hf_seq.collators import (
     DataCollatorForBertPretraining,
@@ -645,22 +642,123 @@ def compute_metrics(eval_pred) -> dict[str, float]:
     }
 
 
-def main(argv: list[str] | None = None) -> dict:
-    use_cpu_processes_without_gpu()
-    model_args, data_args, args, training_args = parse_args(TASK, argv)
-    previous = start_run(training_args)
+class SplitCollator:
+    """Random "next" segments must come from held-out documents of the same split: one collator per split, the
+    training one active outside :meth:`EvalSplitTrainer.evaluate`."""
+
+    def __init__(self, by_split: dict) -> None:
+        self.by_split = by_split
+        self.active = self.by_split["train"]
+
+    def __call__(self, features):
+        return self.active(features)
+
+
+class EvalSplitTrainer(HfSeqTrainer):
+    """Evaluates the validation split with its collator and the test split (``metric_key_prefix="test"``) with its."""
+
+    def __init__(self, *args, split_collator: SplitCollator, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.split_collator = split_collator
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"):
+        collator = self.split_collator
+        collator.active = collator.by_split["test" if metric_key_prefix == "test" else "validation"]
+        try:
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        finally:
+            collator.active = collator.by_split["train"]
+
+
+def build_bert_model(model_args, data_args, tokenizer, max_length: int):
+    """A new BERT sized to the tokenizer and ``max_seq_length``, or the saved one (its position table grown to
+    ``max_seq_length`` if shorter)."""
+    model = load_or_build_model(
+        TASK,
+        model_args,
+        data_args,
+        tokenizer,
+        {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, "max_position_embeddings": max_length},
+    )
+    if model_args.model_name_or_path and max_length > model.config.max_position_embeddings:
+        logger.info("growing the position table from %d to %d rows", model.config.max_position_embeddings, max_length)
+        model.resize_position_embeddings(max_length)
+    logger.info("%s with %.2fM parameters", type(model).__name__, model.num_parameters() / 1e6)
+    return model
+
+
+def train_and_evaluate(trainer, training_args, args, budget, test_ds, data_line: str) -> dict:
+    """Train (unless ``eval_only``), then evaluate the validation and test splits: the first keys of ``results.json``
+    (data, train, stopped_by_time_budget, validation, test)."""
+    if args.eval_only:
+        train_metrics = {}
+    else:
+        train_result = run_training(trainer, training_args)
+        train_metrics = train_result.metrics
+    validation = trainer.evaluate()
+    test = trainer.evaluate(test_ds, metric_key_prefix="test") if test_ds is not None else {}
+    return {
+        "data": data_line,
+        "train": train_metrics,
+        "stopped_by_time_budget": budget.stopped_by_budget,
+        "validation": validation,
+        "test": test,
+    }
+
+
+def pretrain_card(args, model_args, training_args, trainer, tokenizer, results: dict, max_length: int) -> dict:
+    """The model card's data set, metrics, intended use and limitations."""
+    validation, test, pairs = results["validation"], results["test"], results["pairs"]
+    metrics = {
+        "validation_mlm_accuracy": round(validation["eval_mlm_accuracy"], 4),
+        "validation_nsp_accuracy": round(validation["eval_nsp_accuracy"], 4),
+        "train_steps": trainer.state.global_step,
+        "epochs": round(trainer.state.epoch or 0.0, 3),
+        "processes": training_args.world_size,
+    }
+    if test:
+        metrics |= {
+            "test_mlm_accuracy": round(test["test_mlm_accuracy"], 4),
+            "test_nsp_accuracy": round(test["test_nsp_accuracy"], 4),
+            "test_loss": round(test["test_loss"], 4),
+        }
+    source = (
+        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
+        if (model_args.tokenizer_name or model_args.model_name_or_path)
+        else "trained on the training documents"
+    )
+    return {
+        "dataset": f"{results['data']}. Masked-LM + next-sentence pairs of at most {max_length} tokens: "
+        + (
+            f"drawn from the streamed training documents (random next segments from the last "
+            f"{args.stream_buffer_documents} documents), "
+            if args.streaming
+            else f"{pairs['train_per_epoch']} anchors per training epoch (fresh pairs and masks each epoch), "
+        )
+        + f"{pairs['validation']} validation and "
+        f"{pairs['test']} test pairs fixed by a per-example seed, each drawn from held-out documents of its "
+        f"split; mask probability {args.mlm_probability}, random-next probability {args.nsp_probability}. WordPiece "
+        f"tokenizer of {len(tokenizer)} tokens {source}.",
+        "metrics": metrics,
+        "intended_use": "A small English BERT encoder pre-trained (masked LM + next-sentence prediction) as the "
+        "starting point for fine-tuning on small tasks (`train_scripts/finetune_bert.py`) and for teaching; also "
+        "fill-mask on text like its training documents.",
+        "limitations": "Pre-trained on a small corpus, orders of magnitude less text than BERT-base: its masked-word "
+        "predictions favour frequent words, its vocabulary and knowledge are those of that corpus, and it reflects "
+        "that corpus' era and biases; not a replacement for a full-size pre-trained BERT.",
+    }
+
+
+def main(argv: list[str] | None = None, command_prefix: list[str] | None = None) -> dict:
+    model_args, data_args, args, training_args, command = parse_script_args(TASK, argv, __file__, command_prefix)
+    threads = args.num_threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
+    previous = start_script_run(training_args, configure_logging=True, threads=threads)
     if previous is not None:  # a finished run asked to resume: nothing to do
         return previous
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    threads = args.num_threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
-    if threads:
-        torch.set_num_threads(threads)
     training_args.remove_unused_columns = False  # the collator needs the anchor columns
     if args.eval_only and not model_args.model_name_or_path:
         raise RecipeError("`eval_only` needs `model_name_or_path` (the pretrained folder to evaluate)")
-    set_seed(training_args.seed)
     max_length = data_args.max_seq_length
-    command = training_command(__file__, argv)
 
     if args.streaming:
         data, stream = prepare_bert_stream(args, model_args, data_args, training_args)
@@ -711,40 +809,14 @@ def main(argv: list[str] | None = None) -> dict:
         len(test_ds) if test_ds else 0,
     )
 
-    model = load_or_build_model(
-        TASK,
-        model_args,
-        data_args,
-        tokenizer,
-        {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, "max_position_embeddings": max_length},
-    )
-    if model_args.model_name_or_path and max_length > model.config.max_position_embeddings:
-        logger.info("growing the position table from %d to %d rows", model.config.max_position_embeddings, max_length)
-        model.resize_position_embeddings(max_length)
-    logger.info("%s with %.2fM parameters", type(model).__name__, model.num_parameters() / 1e6)
-
-    # Random "next" segments must come from held-out documents of the same split: each split gets its own collator.
-    class _SplitCollator:
-        def __init__(self) -> None:
-            self.by_split = {split: collator_for(split) for split in docs if split != "train"}
-            self.by_split["train"] = train_collator
-            self.active = self.by_split["train"]
-
-        def __call__(self, features):
-            return self.active(features)
-
-    collator = _SplitCollator()
-
-    class _EvalSplitTrainer(HfSeqTrainer):
-        def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"):
-            collator.active = collator.by_split["test" if metric_key_prefix == "test" else "validation"]
-            try:
-                return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
-            finally:
-                collator.active = collator.by_split["train"]
+    model = build_bert_model(model_args, data_args, tokenizer, max_length)
+    # random "next" segments come from held-out documents of the same split: each split gets its own collator
+    by_split = {split: collator_for(split) for split in docs if split != "train"}
+    by_split["train"] = train_collator
+    collator = SplitCollator(by_split)
 
     budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
-    trainer = _EvalSplitTrainer(
+    trainer = EvalSplitTrainer(
         model=model,
         args=training_args,
         train_dataset=train_ds,
@@ -754,63 +826,14 @@ def main(argv: list[str] | None = None) -> dict:
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         callbacks=[budget, StepTimesCallback()],  # `[hf_seq] first training step begins at ...` for benchmarks
+        split_collator=collator,
     )
-    if args.eval_only:
-        train_metrics = {}
-    else:
-        train_result = run_training(trainer, training_args)
-        train_metrics = train_result.metrics
-    validation = trainer.evaluate()
-    test = trainer.evaluate(test_ds, metric_key_prefix="test") if test_ds is not None else {}
-    data_line = data.data_line
-    results = {
-        "data": data_line,
-        "train": train_metrics,
-        "stopped_by_time_budget": budget.stopped_by_budget,
-        "validation": validation,
-        "test": test,
+    results = train_and_evaluate(trainer, training_args, args, budget, test_ds, data.data_line)
+    results |= {
         "model_name_or_path": model_args.model_name_or_path,
         "num_parameters": model.num_parameters(),
         "process_cpu_minutes": round(resource.getrusage(resource.RUSAGE_SELF).ru_utime / 60.0, 2),
         "pairs": {"train_per_epoch": train_pairs, "validation": len(eval_ds), "test": len(test_ds) if test_ds else 0},
-    }
-    metrics = {
-        "validation_mlm_accuracy": round(validation["eval_mlm_accuracy"], 4),
-        "validation_nsp_accuracy": round(validation["eval_nsp_accuracy"], 4),
-        "train_steps": trainer.state.global_step,
-        "epochs": round(trainer.state.epoch or 0.0, 3),
-        "processes": training_args.world_size,
-    }
-    if test:
-        metrics |= {
-            "test_mlm_accuracy": round(test["test_mlm_accuracy"], 4),
-            "test_nsp_accuracy": round(test["test_nsp_accuracy"], 4),
-            "test_loss": round(test["test_loss"], 4),
-        }
-    source = (
-        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
-        if (model_args.tokenizer_name or model_args.model_name_or_path)
-        else "trained on the training documents"
-    )
-    card = {
-        "dataset": f"{data_line}. Masked-LM + next-sentence pairs of at most {max_length} tokens: "
-        + (
-            f"drawn from the streamed training documents (random next segments from the last "
-            f"{args.stream_buffer_documents} documents), "
-            if args.streaming
-            else f"{train_pairs} anchors per training epoch (fresh pairs and masks each epoch), "
-        )
-        + f"{len(eval_ds)} validation and "
-        f"{results['pairs']['test']} test pairs fixed by a per-example seed, each drawn from held-out documents of its "
-        f"split; mask probability {args.mlm_probability}, random-next probability {args.nsp_probability}. WordPiece "
-        f"tokenizer of {len(tokenizer)} tokens {source}.",
-        "metrics": metrics,
-        "intended_use": "A small English BERT encoder pre-trained (masked LM + next-sentence prediction) as the "
-        "starting point for fine-tuning on small tasks (`train_scripts/finetune_bert.py`) and for teaching; also "
-        "fill-mask on text like its training documents.",
-        "limitations": "Pre-trained on a small corpus, orders of magnitude less text than BERT-base: its masked-word "
-        "predictions favour frequent words, its vocabulary and knowledge are those of that corpus, and it reflects "
-        "that corpus' era and biases; not a replacement for a full-size pre-trained BERT.",
     }
     # a model card only for a folder that holds a model
     save_run(
@@ -818,11 +841,13 @@ def main(argv: list[str] | None = None) -> dict:
         training_args.output_dir,
         results,
         command,
-        card=None if args.eval_only else card,
+        card=None
+        if args.eval_only
+        else pretrain_card(args, model_args, training_args, trainer, tokenizer, results, max_length),
         save_model=not args.eval_only,
     )
-    logger.info("validation %s", validation)
-    logger.info("test %s", test)
+    logger.info("validation %s", results["validation"])
+    logger.info("test %s", results["test"])
     return results
 
 

@@ -8,7 +8,7 @@ folder after ``pip install hf-seq``; in a clone (also an editable install) they 
   classifier's, ``lm_*`` the language model's, ...).
 * **A recipe argument** is a path to a JSON file, or the name of a shipped recipe of the task (``sentiment_bilstm``
   or ``sentiment_bilstm.json``): :func:`resolve_recipe`.
-* **Without a recipe**, a task's defaults are its shipped default recipe (:data:`hf_seq.train_scripts.cli.DEFAULT_RECIPES`: a model and an
+* **Without a recipe**, a task's defaults are its shipped default recipe (:data:`hf_seq.train_scripts.tasks.DEFAULT_RECIPES`: a model and an
   optimisation that learn) less the keys that describe the recipe's own data, earlier runs, output and machine
   (:data:`NOT_DEFAULTS`): the model, tokenizer and training settings apply to the user's data, every flag overrides
   them, and the data must be given (``--train_file`` or ``--dataset_name``).
@@ -17,10 +17,11 @@ folder after ``pip install hf-seq``; in a clone (also an editable install) they 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from hf_seq.train_scripts.arguments import RecipeError, read_recipe
-from hf_seq.train_scripts.cli import ALIASES, DEFAULT_RECIPES
+from hf_seq.train_scripts.errors import RecipeError, json_kind
+from hf_seq.train_scripts.tasks import ALIASES, DEFAULT_RECIPES
 
 # recipe name prefix -> the `hf-seq-train` task it is for
 RECIPE_TASKS = {
@@ -68,6 +69,25 @@ NOT_DEFAULTS = {
     # the machine and the time budgets of the recipe's corpus
     "machine": ("use_cpu", "max_train_minutes", "max_train_cpu_minutes"),
 }
+
+
+def read_recipe(path: str | os.PathLike) -> dict:
+    """The JSON object of a recipe file, comment keys (``_comment``, any key starting with ``_``) removed."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"recipe {path} does not exist")
+    text = path.read_text(encoding="utf-8")
+    try:
+        recipe = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise RecipeError(
+            f"recipe {path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"
+        ) from None
+    if not isinstance(recipe, dict):
+        raise RecipeError(
+            f'recipe {path} must be a JSON object {{"field": value, ...}}, got {json_kind(recipe)} at the top level'
+        )
+    return {key: value for key, value in recipe.items() if not key.startswith("_")}
 
 
 def recipes_dir() -> Path:

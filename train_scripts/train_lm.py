@@ -47,7 +47,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 import torch.nn.functional as F
-from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task, parse_args
+from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
     TimeBudgetCallback,
@@ -60,14 +60,11 @@ from hf_seq.train_scripts.common import (
     require_text,
     run_training,
     save_run,
-    start_run,
-    training_command,
-    use_cpu_processes_without_gpu,
 )
 from hf_seq.train_scripts.features import repeated_passes, repeated_stream, split_by_node_setup, split_stream_by_node
+from hf_seq.train_scripts.skeleton import env_threads, parse_script_args, start_script_run
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 from torch.utils.data import Subset
-from transformers import set_seed
 
 from hf_seq.collators import LMWindowDataset, stream_slice
 from hf_seq.compat import output_cache
@@ -691,17 +688,110 @@ def sample_texts(model: RNNForCausalLM, tokenizer, data: LMArguments) -> tuple[s
 # ------------------------------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> dict:
-    use_cpu_processes_without_gpu()
-    model_args, data_args, args, training_args = parse_args(TASK, argv)
-    previous = start_run(training_args)
+def lm_results(args, model_args, training_args, config, num_params, budget, train_output, timing) -> dict:
+    """``results.json`` after training: data, model fields, parameters, time, steps, loss and tokens seen."""
+    train_minutes, train_cpu_minutes, train_tokens, data_line = timing
+    results: dict = {
+        "data": data_line,
+        "level": args.level,
+        "model": {
+            k: v
+            for k, v in config.to_dict().items()
+            if k
+            in (
+                "cell",
+                "input_encoding",
+                "embedding_size",
+                "hidden_size",
+                "num_hidden_layers",
+                "dropout",
+                "embedding_dropout",
+                "tie_word_embeddings",
+                "vocab_size",
+            )
+        },
+        "model_name_or_path": model_args.model_name_or_path,
+        "parameters": num_params,
+        "train_minutes": round(train_minutes, 2),
+        "train_cpu_minutes": round(train_cpu_minutes, 2),
+        "train_steps": train_output.global_step,
+        "stopped_by_time_budget": budget.stopped_by_budget,
+        "train_loss": round(train_output.training_loss, 4),
+        "train_tokens_seen": train_output.global_step
+        * training_args.per_device_train_batch_size
+        * max(1, training_args.world_size)
+        * args.segment_length,
+        "train_tokens_available": train_tokens,
+        "torch_threads": torch.get_num_threads(),
+    }
+    if train_tokens is not None:
+        results["epochs"] = round(results["train_tokens_seen"] / max(1, train_tokens), 3)
+    return results
+
+
+def final_evaluation(model, streams: dict, args, results: dict) -> None:
+    """The validation / test losses (state carried across windows and/or per window) into ``results``; every
+    process evaluates (the same numbers), so none waits alone at the final save's barrier."""
+    eval_start = time.monotonic()
+    for split in ("validation", "test"):
+        if split not in streams:
+            continue
+        tokens = streams[split]
+        if args.final_eval_max_tokens is not None:
+            tokens = tokens[: args.final_eval_max_tokens]
+        if args.eval_carried:  # (the self-attention LSTM's tape would grow over the whole split: use windows)
+            loss, count = evaluate_stream(model, tokens, args.segment_length, args.eval_streams, carry_state=True)
+            results.update(loss_report(f"{split}_carried", loss, count, args.level))
+        if args.eval_windows:
+            loss, count = evaluate_stream(model, tokens, args.segment_length, args.eval_streams, carry_state=False)
+            results.update(loss_report(f"{split}_windows", loss, count, args.level))
+    results["eval_minutes"] = round((time.monotonic() - eval_start) / 60.0, 2)
+
+
+def lm_card(args, model_args, training_args, tokenizer, streams: dict, results: dict, data_line: str) -> dict:
+    """The model card's data set, metrics, intended use and limitations."""
+    headline = "carried" if args.eval_carried else "windows"
+    metric = "bits_per_char" if args.level == "char" else "perplexity"
+    tokens = {name: len(stream) for name, stream in streams.items()}
+    evaluated = (
+        ""
+        if args.final_eval_max_tokens is None
+        else f" (final evaluation on the first {args.final_eval_max_tokens:,} tokens)"
+    )
+    source = (
+        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
+        if (model_args.tokenizer_name or model_args.model_name_or_path)
+        else "built on the training split"
+    )
+    return {
+        "dataset": f"{data_line}; {' / '.join(f'{n:,}' for n in tokens.values())} {' / '.join(tokens)} "
+        f"{args.level} tokens{evaluated}; {args.level}-level tokenizer {source}, {len(tokenizer)} tokens; training "
+        f"windows of {args.segment_length}+1 tokens.",
+        "metrics": {k: results[k] for k in results if k.startswith(("validation", "test")) and not k.endswith("tokens")}
+        | {
+            "train_steps": results["train_steps"],
+            "train_loss": results["train_loss"],
+            "epochs": results.get("epochs"),
+            "train_minutes": results["train_minutes"],
+            "processes": training_args.world_size,
+        },
+        "intended_use": f"{args.level.capitalize()}-level next-token prediction and sampling "
+        '(`pipeline("text-generation")`) on text like its training data: a small teaching model of recurrent '
+        f"language modelling (headline metric: test {metric}, state {headline} across windows), not a "
+        "general-purpose text generator.",
+        "limitations": "Trained on one small corpus with a closed vocabulary "
+        + ("(characters unseen in training map to [UNK])" if args.level == "char" else "(unknown words map to <unk>)")
+        + f"; context is learned from {args.segment_length}-token windows, so long-range coherence is weak and "
+        "samples drift into fluent-looking nonsense; it reproduces the style (and biases) of its training text.",
+    }
+
+
+def main(argv: list[str] | None = None, command_prefix: list[str] | None = None) -> dict:
+    model_args, data_args, args, training_args, command = parse_script_args(TASK, argv, __file__, command_prefix)
+    previous = start_script_run(training_args, threads=env_threads())
     if previous is not None:  # a finished run asked to resume: nothing to do
         return previous
-    if os.environ.get("OMP_NUM_THREADS"):
-        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    set_seed(training_args.seed)
     training_args.prediction_loss_only = True  # full-vocabulary logits of the whole eval set are never needed
-    command = training_command(__file__, argv)
 
     if args.streaming:
         data, train_set = prepare_lm_stream(args, model_args, data_args, training_args)
@@ -744,104 +834,17 @@ def main(argv: list[str] | None = None) -> dict:
     train_cpu_minutes = (time.process_time() - cpu_start) / 60.0
 
     data_line = data.data_line
-    results: dict = {
-        "data": data_line,
-        "level": args.level,
-        "model": {
-            k: v
-            for k, v in config.to_dict().items()
-            if k
-            in (
-                "cell",
-                "input_encoding",
-                "embedding_size",
-                "hidden_size",
-                "num_hidden_layers",
-                "dropout",
-                "embedding_dropout",
-                "tie_word_embeddings",
-                "vocab_size",
-            )
-        },
-        "model_name_or_path": model_args.model_name_or_path,
-        "parameters": num_params,
-        "train_minutes": round(train_minutes, 2),
-        "train_cpu_minutes": round(train_cpu_minutes, 2),
-        "train_steps": train_output.global_step,
-        "stopped_by_time_budget": budget.stopped_by_budget,
-        "train_loss": round(train_output.training_loss, 4),
-        "train_tokens_seen": train_output.global_step
-        * training_args.per_device_train_batch_size
-        * max(1, training_args.world_size)
-        * args.segment_length,
-        "train_tokens_available": train_tokens,
-        "torch_threads": torch.get_num_threads(),
-    }
-    if train_tokens is not None:
-        results["epochs"] = round(results["train_tokens_seen"] / max(1, train_tokens), 3)
-    # every process evaluates (the same numbers), so none waits alone at the final save's barrier
-    eval_start = time.monotonic()
-    for split in ("validation", "test"):
-        if split not in streams:
-            continue
-        tokens = streams[split]
-        if args.final_eval_max_tokens is not None:
-            tokens = tokens[: args.final_eval_max_tokens]
-        if args.eval_carried:  # (the self-attention LSTM's tape would grow over the whole split: use windows)
-            loss, count = evaluate_stream(model, tokens, args.segment_length, args.eval_streams, carry_state=True)
-            results.update(loss_report(f"{split}_carried", loss, count, args.level))
-        if args.eval_windows:
-            loss, count = evaluate_stream(model, tokens, args.segment_length, args.eval_streams, carry_state=False)
-            results.update(loss_report(f"{split}_windows", loss, count, args.level))
-    results["eval_minutes"] = round((time.monotonic() - eval_start) / 60.0, 2)
+    timing = (train_minutes, train_cpu_minutes, train_tokens, data_line)
+    results = lm_results(args, model_args, training_args, config, num_params, budget, train_output, timing)
+    final_evaluation(model, streams, args, results)
     samples_text, results["samples"] = sample_texts(model, tokenizer, args)
-
-    headline = "carried" if args.eval_carried else "windows"
-    metric = "bits_per_char" if args.level == "char" else "perplexity"
-    tokens = {name: len(stream) for name, stream in streams.items()}
-    evaluated = (
-        ""
-        if args.final_eval_max_tokens is None
-        else f" (final evaluation on the first {args.final_eval_max_tokens:,} tokens)"
-    )
-    source = (
-        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
-        if (model_args.tokenizer_name or model_args.model_name_or_path)
-        else "built on the training split"
-    )
     save_run(
         trainer,
         training_args.output_dir,
         results,
         command,
         files={"samples.txt": samples_text},
-        card={
-            "dataset": f"{data_line}; {' / '.join(f'{n:,}' for n in tokens.values())} {' / '.join(tokens)} "
-            f"{args.level} tokens{evaluated}; {args.level}-level tokenizer {source}, {len(tokenizer)} tokens; training "
-            f"windows of {args.segment_length}+1 tokens.",
-            "metrics": {
-                k: results[k] for k in results if k.startswith(("validation", "test")) and not k.endswith("tokens")
-            }
-            | {
-                "train_steps": results["train_steps"],
-                "train_loss": results["train_loss"],
-                "epochs": results.get("epochs"),
-                "train_minutes": results["train_minutes"],
-                "processes": training_args.world_size,
-            },
-            "intended_use": f"{args.level.capitalize()}-level next-token prediction and sampling "
-            '(`pipeline("text-generation")`) on text like its training data: a small teaching model of recurrent '
-            f"language modelling (headline metric: test {metric}, state {headline} across windows), not a "
-            "general-purpose text generator.",
-            "limitations": "Trained on one small corpus with a closed vocabulary "
-            + (
-                "(characters unseen in training map to [UNK])"
-                if args.level == "char"
-                else "(unknown words map to <unk>)"
-            )
-            + f"; context is learned from {args.segment_length}-token windows, so long-range coherence is weak and "
-            "samples drift into fluent-looking nonsense; it reproduces the style (and biases) of its training text.",
-        },
+        card=lm_card(args, model_args, training_args, tokenizer, streams, results, data_line),
     )
     if trainer.is_world_process_zero():
         print(f"results -> {os.path.join(training_args.output_dir, 'results.json')}")

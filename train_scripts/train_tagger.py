@@ -19,15 +19,28 @@ the model + tokenizer, whose ``id2label`` makes ``pipeline("token-classification
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
 import pyarrow.compute as pc
-import torch
-from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task, parse_args
+from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task
+from hf_seq.train_scripts.classification import (
+    StreamLabelArguments,
+    TrainCollatorTrainer,
+    WordVectorArguments,
+    apply_word_vectors,
+    card_origins,
+    check_word_vector_arguments,
+    count_parameters,
+    coverage_results,
+    in_memory,
+    streamed_data_line,
+    training_results,
+    vocabulary_words,
+    word_dropout_collator,
+)
 from hf_seq.train_scripts.common import (
     TimeBudgetCallback,
     cap_splits,
@@ -40,10 +53,7 @@ from hf_seq.train_scripts.common import (
     require_text,
     run_training,
     save_run,
-    start_run,
     tokenizer_for,
-    training_command,
-    use_cpu_processes_without_gpu,
 )
 from hf_seq.train_scripts.features import (
     ColumnTexts,
@@ -58,20 +68,8 @@ from hf_seq.train_scripts.features import (
     tokenized_splits,
     tokenizer_settings,
 )
-from hf_seq.train_scripts.train_classifier import (
-    StreamLabelArguments,
-    TrainCollatorTrainer,
-    WordVectorArguments,
-    apply_word_vectors,
-    check_word_vector_arguments,
-    count_parameters,
-    coverage_results,
-    in_memory,
-    streamed_data_line,
-    vocabulary_words,
-    word_dropout_collator,
-)
-from transformers import DataCollatorForTokenClassification, set_seed
+from hf_seq.train_scripts.skeleton import parse_script_args, start_script_run
+from transformers import DataCollatorForTokenClassification
 
 from hf_seq.data import DataError, row_location
 from hf_seq.metrics import load_metric
@@ -138,18 +136,55 @@ def require_one_tag_per_word(splits, words: str, tags: str) -> None:
             )
 
 
-def main(argv: list[str] | None = None) -> dict:
-    use_cpu_processes_without_gpu()
-    model_args, data_args, args, training_args = parse_args(TASK, argv)
-    return run(model_args, data_args, args, training_args, command=training_command(__file__, argv))
+def tagging_metrics(unk_id: int):
+    """``compute_metrics``: accuracy over the words (their first tokens), the share of words the vocabulary does not
+    know (mapped to ``unk_id``) and the accuracy on those."""
+    accuracy = load_metric("accuracy")
+
+    def compute_metrics(eval_pred):
+        logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
+        preds = logits.argmax(-1).reshape(-1)
+        labels = np.asarray(eval_pred.label_ids).reshape(-1)
+        keep = labels != -100
+        metrics = accuracy.compute(predictions=preds[keep], references=labels[keep])
+        if eval_pred.inputs is not None:  # words the vocabulary does not know (mapped to the unknown token)
+            oov = keep & (np.asarray(eval_pred.inputs).reshape(-1) == unk_id)
+            metrics["oov_rate"] = float(oov.sum() / max(keep.sum(), 1))
+            if oov.any():
+                metrics["oov_accuracy"] = float((preds[oov] == labels[oov]).mean())
+        return metrics
+
+    return compute_metrics
+
+
+def tagger_card(model_args, training_args, tokenizer, names: list[str], results: dict) -> dict:
+    """The model card's data set, metrics, intended use and limitations."""
+    source, origin = card_origins(model_args)
+    data_line = results["data"]
+    card_keys = ("validation_accuracy", "test_accuracy", "test_oov_rate", "test_oov_accuracy", "train_minutes")
+    return {
+        "dataset": f"{data_line}; {len(names)} tags ({', '.join(names[:12])}{', ...' if len(names) > 12 else ''});"
+        f" tokenizer of {len(tokenizer)} tokens {source}.",
+        "metrics": {k: results[k] for k in card_keys if results[k] is not None}
+        | {"epochs": results["epochs_run"], "processes": training_args.world_size},
+        "intended_use": "Tagging of tokenized sentences (one tag per word, the first token of each word carries "
+        f"it) with the tag set of its training data; a small teaching model of sequence labelling.{origin}",
+        "limitations": "Trained on one data set: words outside the tokenizer's vocabulary map to the unknown "
+        "token and are tagged from context alone (see the OOV accuracy); text unlike the training data is "
+        "tagged less accurately.",
+    }
+
+
+def main(argv: list[str] | None = None, command_prefix: list[str] | None = None) -> dict:
+    model_args, data_args, args, training_args, command = parse_script_args(TASK, argv, __file__, command_prefix)
+    return run(model_args, data_args, args, training_args, command=command)
 
 
 def run(model_args, data_args, args, training_args, command: str, task: Task = TASK) -> dict:
     """Load the data, tokenizer and model, train, evaluate, save; returns the results (also ``results.json``)."""
-    previous = start_run(training_args)
+    previous = start_script_run(training_args)
     if previous is not None:  # a finished run asked to resume: nothing to do
         return previous
-    set_seed(training_args.seed)
     words, tags = tagger_columns(data_args)
     if args.streaming:  # `train`: the stream's first rows (the tokenizer's sample); the tag set fixed up front
         stream, raw = streamed_task_splits(args, training_args, data_args)
@@ -251,22 +286,7 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
             stream, partial(encode_stream, lookup=lookup), encoded["train"].column_names, data_args, args,
             training_args.seed,
         )  # fmt: skip
-    accuracy = load_metric("accuracy")
-    unk_id = tokenizer.unk_token_id
-
-    def compute_metrics(eval_pred):
-        logits = eval_pred.predictions[0] if isinstance(eval_pred.predictions, tuple) else eval_pred.predictions
-        preds = logits.argmax(-1).reshape(-1)
-        labels = np.asarray(eval_pred.label_ids).reshape(-1)
-        keep = labels != -100
-        metrics = accuracy.compute(predictions=preds[keep], references=labels[keep])
-        if eval_pred.inputs is not None:  # words the vocabulary does not know (mapped to the unknown token)
-            oov = keep & (np.asarray(eval_pred.inputs).reshape(-1) == unk_id)
-            metrics["oov_rate"] = float(oov.sum() / max(keep.sum(), 1))
-            if oov.any():
-                metrics["oov_accuracy"] = float((preds[oov] == labels[oov]).mean())
-        return metrics
-
+    compute_metrics = tagging_metrics(tokenizer.unk_token_id)
     if "inputs" not in training_args.include_for_metrics:  # aligned with the predictions whatever the sampler
         training_args.include_for_metrics = [*training_args.include_for_metrics, "inputs"]
 
@@ -304,13 +324,7 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         "test_tokens": test.get("test_tokens"),
         "test_oov_rate": test.get("test_oov_rate"),
         "test_oov_accuracy": test.get("test_oov_accuracy"),
-        "train_minutes": round(train_minutes, 3),
-        "train_loss": train_output.training_loss if math.isfinite(train_output.training_loss) else None,
-        "train_steps": trainer.state.global_step,
-        "stopped_by_time_budget": budget.stopped_by_budget,
-        "epochs_run": trainer.state.epoch,
-        "best_checkpoint": trainer.state.best_model_checkpoint,
-        "torch_threads": torch.get_num_threads(),
+        **training_results(trainer, train_output, train_minutes, budget),
         "parameters": count_parameters(model),
         "splits": {k: None if k == "train" and stream is not None else len(v) for k, v in raw.items()},
         "vocab_size": len(tokenizer),
@@ -320,34 +334,8 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         "model_type": model.config.model_type,
         "tags": names,
     }
-    source = (
-        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
-        if (model_args.tokenizer_name or model_args.model_name_or_path)
-        else f"built on the training split ({model_args.tokenizer_kind})"
-    )
-    origin = (
-        f" Fine-tuned from `{model_args.model_name_or_path}`."
-        if model_args.model_name_or_path
-        else " Trained from a random initialisation."
-    )
-    card_keys = ("validation_accuracy", "test_accuracy", "test_oov_rate", "test_oov_accuracy", "train_minutes")
-    save_run(
-        trainer,
-        training_args.output_dir,
-        results,
-        command,
-        card={
-            "dataset": f"{data_line}; {len(names)} tags ({', '.join(names[:12])}{', ...' if len(names) > 12 else ''});"
-            f" tokenizer of {len(tokenizer)} tokens {source}.",
-            "metrics": {k: results[k] for k in card_keys if results[k] is not None}
-            | {"epochs": results["epochs_run"], "processes": training_args.world_size},
-            "intended_use": "Tagging of tokenized sentences (one tag per word, the first token of each word carries "
-            f"it) with the tag set of its training data; a small teaching model of sequence labelling.{origin}",
-            "limitations": "Trained on one data set: words outside the tokenizer's vocabulary map to the unknown "
-            "token and are tagged from context alone (see the OOV accuracy); text unlike the training data is "
-            "tagged less accurately.",
-        },
-    )
+    card = tagger_card(model_args, training_args, tokenizer, names, results)
+    save_run(trainer, training_args.output_dir, results, command, card=card)
     if trainer.is_world_process_zero():
         tail = (
             f"  test accuracy {results['test_accuracy']:.4f}  OOV rate {results['test_oov_rate']} accuracy "

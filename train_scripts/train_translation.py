@@ -32,6 +32,7 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,7 +47,6 @@ from hf_seq.train_scripts.arguments import (
     PreprocessingArguments,
     RecipeError,
     Task,
-    parse_args,
 )
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
@@ -58,9 +58,6 @@ from hf_seq.train_scripts.common import (
     load_tokenizer,
     run_training,
     save_run,
-    start_run,
-    training_command,
-    use_cpu_processes_without_gpu,
 )
 from hf_seq.train_scripts.features import (
     STREAMING_TOKENIZER_SAMPLES,
@@ -75,8 +72,9 @@ from hf_seq.train_scripts.features import (
     split_stream_by_node,
     stream_file,
 )
+from hf_seq.train_scripts.skeleton import env_threads, parse_script_args, start_script_run
 from hf_seq.train_scripts.trainer import HfSeqSeq2SeqTrainer
-from transformers import DataCollatorForSeq2Seq, set_seed
+from transformers import DataCollatorForSeq2Seq
 
 import hf_seq  # noqa: F401  (registers the hf_seq configs/models with the Auto classes)
 from hf_seq.data import DataError, row_location, split_source
@@ -811,50 +809,8 @@ def streamed_features(model_args, data_args, args, training_args, src: str, tgt:
     return tokenizer, tokenized, pairs, data_line
 
 
-def main(argv: list[str] | None = None) -> dict:
-    use_cpu_processes_without_gpu()
-    model_args, data_args, args, training_args = parse_args(TASK, argv)
-    previous = start_run(training_args, results_name=args.results_file)
-    if previous is not None:  # a finished run asked to resume: nothing to do
-        return previous
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    threads = os.environ.get("OMP_NUM_THREADS")
-    if threads:
-        torch.set_num_threads(int(threads))
-    set_seed(training_args.seed)
-    command = training_command(__file__, argv)
-    check_averaging(args, training_args)
-    src, tgt = data_args.source_lang, data_args.target_lang
-    if not src or not tgt:
-        raise RecipeError("train_translation needs `source_lang` and `target_lang` (keys of the `translation` dicts)")
-
-    if args.streaming:
-        tokenizer, tokenized, pairs, data_line = streamed_features(model_args, data_args, args, training_args, src, tgt)
-    else:
-        with training_args.main_process_first(desc="tokenizing"):  # one process builds the cache, the others read it
-            tokenizer, tokenized, pairs, data_line = cached_features(
-                model_args, data_args, args, training_args, src, tgt
-            )
-    model = load_or_build_model(
-        TASK,
-        model_args,
-        data_args,
-        tokenizer,
-        {
-            "vocab_size": len(tokenizer),
-            "pad_token_id": tokenizer.pad_token_id,
-            "bos_token_id": tokenizer.bos_token_id,
-            "eos_token_id": tokenizer.eos_token_id,
-            "decoder_start_token_id": tokenizer.bos_token_id,
-        },
-    )
-    if training_args.generation_max_length:  # the saved model decodes as the evaluation did
-        model.generation_config.max_length = training_args.generation_max_length
-    n_params = sum(p.numel() for p in model.parameters())
-    logger.info("model %s: %.2fM parameters", model.config.model_type, n_params / 1e6)
-
-    collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
-
+def translation_metrics(tokenizer):
+    """``compute_metrics``: sacreBLEU, chrF and the mean generated length of decoded predictions."""
     bleu = load_metric("sacrebleu")
     chrf = load_metric("chrf")
 
@@ -873,6 +829,218 @@ def main(argv: list[str] | None = None) -> dict:
             "gen_len": float(np.mean(lengths)),
         }
 
+    return compute_metrics
+
+
+def build_translation_model(model_args, data_args, training_args, tokenizer):
+    """A new model sized to the tokenizer (or the saved one), decoding as the evaluation does."""
+    model = load_or_build_model(
+        TASK,
+        model_args,
+        data_args,
+        tokenizer,
+        {
+            "vocab_size": len(tokenizer),
+            "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "decoder_start_token_id": tokenizer.bos_token_id,
+        },
+    )
+    if training_args.generation_max_length:  # the saved model decodes as the evaluation did
+        model.generation_config.max_length = training_args.generation_max_length
+    return model
+
+
+def train_results(trainer, training_args, args, budget, tokenized) -> dict:
+    """Train; ``results.json``'s ``train``: Trainer's metrics, the budget's minutes, steps, epochs and throughput."""
+    train_result = run_training(trainer, training_args)
+    epochs = trainer.state.epoch or 0.0
+    target_tokens = None if args.streaming else total_length(tokenized["train"], "labels")
+    return {
+        **train_result.metrics,
+        "train_minutes": budget.train_seconds / 60.0,
+        "train_cpu_minutes": budget.train_cpu_seconds / 60.0,
+        "stopped_by_time_budget": budget.stopped_by_budget,
+        "global_steps": trainer.state.global_step,
+        "epochs": epochs,
+        "target_tokens_per_second": None
+        if target_tokens is None
+        else (target_tokens * epochs) / max(budget.train_seconds, 1e-9),
+    }
+
+
+def test_examples(tokenizer, tokenized, pairs, preds, label_ids) -> list[dict]:
+    """A few greedy test translations; the eval sampler may reorder rows, so each row's source is found."""
+    row_of = {tuple(labels): i for i, labels in enumerate(tokenized["test"]["labels"])}
+    examples = []
+    for k in range(min(5, len(preds))):
+        i = row_of.get(tuple(int(x) for x in label_ids[k] if x != -100))
+        if i is not None:
+            examples.append(
+                {
+                    "test_index": i,
+                    "source": pairs["test"][0][i],
+                    "reference": pairs["test"][1][i],
+                    "greedy": tokenizer.decode(preds[k], skip_special_tokens=True).strip(),
+                }
+            )
+    return examples
+
+
+def test_decodes(run, store: dict, export_dir: Path | None = None) -> None:
+    """Greedy / beam test decodes of ``run.trainer.model`` into ``store`` (``test_engine``: generate() or the model
+    exported to CTranslate2 in ``export_dir``)."""
+    trainer, tokenizer, tokenized, pairs, args = run.trainer, run.tokenizer, run.tokenized, run.pairs, run.args
+    max_new = run.data_args.max_target_length + 16
+    for beams in (int(b) for b in args.test_num_beams.split(",") if b.strip()):
+        t0 = time.perf_counter()
+        if args.test_engine == "ctranslate2":
+            preds = ctranslate2_predictions(
+                trainer.model,
+                tokenizer,
+                pairs["test"][0],
+                export_dir,
+                args.test_ctranslate2_quantization,
+                beams,
+                max_new,
+                run.data_args.max_source_length,
+            )
+            labels = np.array(
+                [
+                    row + [-100] * (max(map(len, tokenized["test"]["labels"])) - len(row))
+                    for row in tokenized["test"]["labels"]
+                ]
+            )
+            metrics = {f"test_{k}": v for k, v in run.compute_metrics((preds, labels)).items()}
+            metrics["test_engine"] = "ctranslate2"
+            metrics["test_quantization"] = args.test_ctranslate2_quantization or "float32"
+            label_ids = labels
+        else:
+            pred = trainer.predict(tokenized["test"], metric_key_prefix="test", num_beams=beams, max_new_tokens=max_new)
+            metrics = dict(pred.metrics)
+            preds = np.where(pred.predictions < 0, tokenizer.pad_token_id, pred.predictions)
+            label_ids = pred.label_ids
+        metrics["generation_seconds"] = time.perf_counter() - t0
+        store[f"test_beam{beams}" if beams > 1 else "test_greedy"] = metrics
+        logger.info("test num_beams=%d: %s", beams, metrics)
+        if beams == 1:
+            store["examples"] = test_examples(tokenizer, tokenized, pairs, preds, label_ids)
+
+
+def average_and_test(run, results: dict, extra_files: dict) -> None:
+    """``average_last_checkpoints`` (the final model's test scores first, for comparison), then the test decodes;
+    a tested CTranslate2 export goes into the run folder."""
+    args, training_args, trainer = run.args, run.training_args, run.trainer
+    testing = training_args.do_predict and "test" in run.tokenized
+    if training_args.do_predict and "test" not in run.tokenized:
+        logger.warning("no test split: nothing to predict")
+    export_root = Path(tempfile.mkdtemp()) if args.test_engine == "ctranslate2" else None
+    if args.average_last_checkpoints:
+        folders = last_checkpoints(training_args.output_dir, args.average_last_checkpoints, trainer.state.global_step)
+        if len(folders) < args.average_last_checkpoints:
+            logger.warning(
+                "average_last_checkpoints=%d: only %d complete checkpoints saved; averaging those",
+                args.average_last_checkpoints,
+                len(folders),
+            )
+        if testing:  # the final model's scores, for comparison
+            results["before_averaging"] = {}
+            test_decodes(run, results["before_averaging"], export_root / "final" if export_root else None)
+        load_averaged_weights(trainer.model, folders)
+        results["averaged_checkpoints"] = [p.name for p in folders]
+        logger.info("averaged the weights of %s", ", ".join(p.name for p in folders))
+    if testing:
+        test_decodes(run, results, export_root / "ctranslate2" if export_root else None)
+        if export_root is not None and trainer.is_world_process_zero():
+            extra_files["ctranslate2"] = export_root / "ctranslate2"  # the tested export, into the run folder
+
+
+def plot_attention(run, results: dict, extra_files: dict) -> None:
+    """``plot_attention``: the cross-attention heat map of one test (or validation) sentence; every process (a
+    sharded model runs its forward collectively)."""
+    args = run.args
+    split = "test" if "test" in run.pairs else "validation"
+    # the default goes into the final folder with the model (save_run moves it in)
+    path = args.plot_attention_path or os.path.join(tempfile.mkdtemp(), "attention_heatmap.png")
+    index = args.plot_attention_index
+    sentence = run.pairs[split][0][index]
+    written = plot_translation_attention(run.trainer.model, run.tokenizer, sentence, path)
+    if written is None:
+        logger.warning("The model returns no cross-attention maps (attention='none'?); no heat map written.")
+    elif args.plot_attention_path is None:
+        extra_files["attention_heatmap.png"] = Path(written)
+        written = os.path.join(run.training_args.output_dir, "attention_heatmap.png")
+    results["attention_plot"] = {"path": written, "split": split, "index": index, "source": sentence}
+
+
+def translation_card(run, results: dict, data_line: str) -> dict:
+    """The model card's data set, metrics, intended use and limitations."""
+    model_args, data_args, args, tokenizer = run.model_args, run.data_args, run.args, run.tokenizer
+    src, tgt = data_args.source_lang, data_args.target_lang
+    sizes = results["data"]
+    source = (
+        f"loaded from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
+        if (model_args.tokenizer_name or model_args.model_name_or_path)
+        else f"{model_args.tokenizer_kind}, built on the training pairs"
+    )
+    filtered = f"pairs of at most {args.max_words} words per side; " if args.max_words else ""
+    return {
+        "dataset": f"{data_line}; {filtered}{sizes['train_pairs']} training / {sizes['validation_pairs']} validation / "
+        f"{sizes['test_pairs']} test pairs ({src} -> {tgt}); one tokenizer for both languages, {len(tokenizer)} tokens, "
+        f"{source}; sources truncated to {data_args.max_source_length}, targets to {data_args.max_target_length} "
+        "tokens.",
+        "metrics": translation_card_metrics(results) | {"processes": run.training_args.world_size},
+        "intended_use": f"Translation {src} -> {tgt} of short sentences like those of its training data; a small "
+        "teaching model for comparing seq2seq architectures / attention variants on one CPU, not a general-purpose "
+        "translator.",
+        "limitations": "Trained on one narrow data set"
+        + (f" (pairs of at most {args.max_words} words)" if args.max_words else "")
+        + ": out-of-domain text, names and long sentences are translated poorly; the vocabulary of the training "
+        "split limits rare words; BLEU/chrF are measured on the (capped) test split.",
+    }
+
+
+@dataclass
+class TranslationRun:
+    """What the steps after training read: the arguments, tokenizer, features, raw pairs, trainer and metrics."""
+
+    model_args: object
+    data_args: object
+    args: TranslationArguments
+    training_args: object
+    tokenizer: object
+    tokenized: dict
+    pairs: dict
+    trainer: HfSeqSeq2SeqTrainer
+    compute_metrics: Callable
+
+
+def main(argv: list[str] | None = None, command_prefix: list[str] | None = None) -> dict:
+    model_args, data_args, args, training_args, command = parse_script_args(TASK, argv, __file__, command_prefix)
+    previous = start_script_run(
+        training_args, results_name=args.results_file, configure_logging=True, threads=env_threads()
+    )
+    if previous is not None:  # a finished run asked to resume: nothing to do
+        return previous
+    check_averaging(args, training_args)
+    src, tgt = data_args.source_lang, data_args.target_lang
+    if not src or not tgt:
+        raise RecipeError("train_translation needs `source_lang` and `target_lang` (keys of the `translation` dicts)")
+
+    if args.streaming:
+        tokenizer, tokenized, pairs, data_line = streamed_features(model_args, data_args, args, training_args, src, tgt)
+    else:
+        with training_args.main_process_first(desc="tokenizing"):  # one process builds the cache, the others read it
+            tokenizer, tokenized, pairs, data_line = cached_features(
+                model_args, data_args, args, training_args, src, tgt
+            )
+    model = build_translation_model(model_args, data_args, training_args, tokenizer)
+    n_params = sum(p.numel() for p in model.parameters())
+    logger.info("model %s: %.2fM parameters", model.config.model_type, n_params / 1e6)
+
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
+    compute_metrics = translation_metrics(tokenizer)
     budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
     trainer = HfSeqSeq2SeqTrainer(
         model=model,
@@ -883,6 +1051,9 @@ def main(argv: list[str] | None = None) -> dict:
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
         callbacks=[budget, StepTimesCallback()],  # `[hf_seq] first training step begins at ...` for benchmarks
+    )
+    run = TranslationRun(
+        model_args, data_args, args, training_args, tokenizer, tokenized, pairs, trainer, compute_metrics
     )
 
     results: dict = {
@@ -901,141 +1072,21 @@ def main(argv: list[str] | None = None) -> dict:
         "torch_threads": torch.get_num_threads(),
     }
     if training_args.do_train:
-        train_result = run_training(trainer, training_args)
-        epochs = trainer.state.epoch or 0.0
-        target_tokens = None if args.streaming else total_length(tokenized["train"], "labels")
-        results["train"] = {
-            **train_result.metrics,
-            "train_minutes": budget.train_seconds / 60.0,
-            "train_cpu_minutes": budget.train_cpu_seconds / 60.0,
-            "stopped_by_time_budget": budget.stopped_by_budget,
-            "global_steps": trainer.state.global_step,
-            "epochs": epochs,
-            "target_tokens_per_second": None
-            if target_tokens is None
-            else (target_tokens * epochs) / max(budget.train_seconds, 1e-9),
-        }
+        results["train"] = train_results(trainer, training_args, args, budget, tokenized)
         results["validation_history"] = [h for h in trainer.state.log_history if "eval_bleu" in h]
 
-    def test(store: dict, export_dir: Path | None = None) -> None:
-        """Greedy / beam test decodes of ``trainer.model`` into ``store`` (``test_engine``: generate() or the
-        model exported to CTranslate2 in ``export_dir``)."""
-        max_new = data_args.max_target_length + 16
-        for beams in (int(b) for b in args.test_num_beams.split(",") if b.strip()):
-            t0 = time.perf_counter()
-            if args.test_engine == "ctranslate2":
-                preds = ctranslate2_predictions(
-                    trainer.model,
-                    tokenizer,
-                    pairs["test"][0],
-                    export_dir,
-                    args.test_ctranslate2_quantization,
-                    beams,
-                    max_new,
-                    data_args.max_source_length,
-                )
-                labels = np.array(
-                    [
-                        row + [-100] * (max(map(len, tokenized["test"]["labels"])) - len(row))
-                        for row in tokenized["test"]["labels"]
-                    ]
-                )
-                metrics = {f"test_{k}": v for k, v in compute_metrics((preds, labels)).items()}
-                metrics["test_engine"] = "ctranslate2"
-                metrics["test_quantization"] = args.test_ctranslate2_quantization or "float32"
-                label_ids = labels
-            else:
-                pred = trainer.predict(
-                    tokenized["test"], metric_key_prefix="test", num_beams=beams, max_new_tokens=max_new
-                )
-                metrics = dict(pred.metrics)
-                preds = np.where(pred.predictions < 0, tokenizer.pad_token_id, pred.predictions)
-                label_ids = pred.label_ids
-            metrics["generation_seconds"] = time.perf_counter() - t0
-            store[f"test_beam{beams}" if beams > 1 else "test_greedy"] = metrics
-            logger.info("test num_beams=%d: %s", beams, metrics)
-            if beams == 1:  # a few examples; the eval sampler may reorder rows, so find each row's source
-                row_of = {tuple(labels): i for i, labels in enumerate(tokenized["test"]["labels"])}
-                examples = []
-                for k in range(min(5, len(preds))):
-                    i = row_of.get(tuple(int(x) for x in label_ids[k] if x != -100))
-                    if i is not None:
-                        examples.append(
-                            {
-                                "test_index": i,
-                                "source": pairs["test"][0][i],
-                                "reference": pairs["test"][1][i],
-                                "greedy": tokenizer.decode(preds[k], skip_special_tokens=True).strip(),
-                            }
-                        )
-                store["examples"] = examples
-
-    testing = training_args.do_predict and "test" in tokenized
-    if training_args.do_predict and "test" not in tokenized:
-        logger.warning("no test split: nothing to predict")
     extra_files = {}
-    export_root = Path(tempfile.mkdtemp()) if args.test_engine == "ctranslate2" else None
-    if args.average_last_checkpoints:
-        folders = last_checkpoints(training_args.output_dir, args.average_last_checkpoints, trainer.state.global_step)
-        if len(folders) < args.average_last_checkpoints:
-            logger.warning(
-                "average_last_checkpoints=%d: only %d complete checkpoints saved; averaging those",
-                args.average_last_checkpoints,
-                len(folders),
-            )
-        if testing:  # the final model's scores, for comparison
-            results["before_averaging"] = {}
-            test(results["before_averaging"], export_root / "final" if export_root else None)
-        load_averaged_weights(trainer.model, folders)
-        results["averaged_checkpoints"] = [p.name for p in folders]
-        logger.info("averaged the weights of %s", ", ".join(p.name for p in folders))
-    if testing:
-        test(results, export_root / "ctranslate2" if export_root else None)
-        if export_root is not None and trainer.is_world_process_zero():
-            extra_files["ctranslate2"] = export_root / "ctranslate2"  # the tested export, into the run folder
+    average_and_test(run, results, extra_files)
+    if args.plot_attention:
+        plot_attention(run, results, extra_files)
 
-    if args.plot_attention:  # every process (a sharded model runs its forward collectively)
-        split = "test" if "test" in pairs else "validation"
-        # the default goes into the final folder with the model (save_run moves it in)
-        path = args.plot_attention_path or os.path.join(tempfile.mkdtemp(), "attention_heatmap.png")
-        index = args.plot_attention_index
-        sentence = pairs[split][0][index]
-        written = plot_translation_attention(trainer.model, tokenizer, sentence, path)
-        if written is None:
-            logger.warning("The model returns no cross-attention maps (attention='none'?); no heat map written.")
-        elif args.plot_attention_path is None:
-            extra_files["attention_heatmap.png"] = Path(written)
-            written = os.path.join(training_args.output_dir, "attention_heatmap.png")
-        results["attention_plot"] = {"path": written, "split": split, "index": index, "source": sentence}
-
-    sizes = results["data"]
-    source = (
-        f"loaded from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
-        if (model_args.tokenizer_name or model_args.model_name_or_path)
-        else f"{model_args.tokenizer_kind}, built on the training pairs"
-    )
-    filtered = f"pairs of at most {args.max_words} words per side; " if args.max_words else ""
-    card = {
-        "dataset": f"{data_line}; {filtered}{sizes['train_pairs']} training / {sizes['validation_pairs']} validation / "
-        f"{sizes['test_pairs']} test pairs ({src} -> {tgt}); one tokenizer for both languages, {len(tokenizer)} tokens, "
-        f"{source}; sources truncated to {data_args.max_source_length}, targets to {data_args.max_target_length} "
-        "tokens.",
-        "metrics": translation_card_metrics(results) | {"processes": training_args.world_size},
-        "intended_use": f"Translation {src} -> {tgt} of short sentences like those of its training data; a small "
-        "teaching model for comparing seq2seq architectures / attention variants on one CPU, not a general-purpose "
-        "translator.",
-        "limitations": "Trained on one narrow data set"
-        + (f" (pairs of at most {args.max_words} words)" if args.max_words else "")
-        + ": out-of-domain text, names and long sentences are translated poorly; the vocabulary of the training "
-        "split limits rare words; BLEU/chrF are measured on the (capped) test split.",
-    }
     # model + tokenizer + code for trust_remote_code + results + card; every rank calls it
     save_run(
         trainer,
         training_args.output_dir,
         results,
         command,
-        card=card if training_args.do_train else None,  # a card only for a folder that holds a trained model
+        card=translation_card(run, results, data_line) if training_args.do_train else None,  # trained models only
         files=extra_files,
         results_name=args.results_file,
         save_model=training_args.do_train,

@@ -152,7 +152,7 @@ def make_pairs(ids: list[np.ndarray], keep_prob: np.ndarray, window: int, rng: n
     return np.stack([np.concatenate(centers), np.concatenate(contexts)], axis=1)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None, command_prefix: list[str] | None = None) -> dict:
     model_args, data_args, args, training_args = parse_args(TASK, argv)
     torch.manual_seed(training_args.seed)
     rng = np.random.default_rng(training_args.seed)
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
             f.write(f"{len(vocab)} {args.dim}\n")
             for word, vec in zip(vocab, vectors):
                 f.write(word + " " + " ".join(f"{v:.5f}" for v in vec) + "\n")
-        write_results(folder, info, name="vectors.json", command=training_command(__file__, argv))
+        write_results(folder, info, name="vectors.json", command=training_command(__file__, argv, command_prefix))
     print(info)
     return info
 
