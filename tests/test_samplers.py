@@ -263,7 +263,12 @@ def test_other_strategies_are_transformers_own(tmp_path):
         train_dataset=_pairs(),
         data_collator=_pad,
     )
-    assert type(trainer._get_train_sampler()).__name__ == "RandomSampler"
+    from hf_seq.samplers import PermutationSampler
+
+    # random: Trainer's seeded order without its list of every index (test_lm_windows_are_shuffled_as_trainer_...)
+    assert isinstance(trainer._get_train_sampler(), PermutationSampler)
+    trainer.args.train_sampling_strategy = "sequential"
+    assert type(trainer._get_train_sampler()).__name__ == "SequentialSampler"
     trainer.args.train_sampling_strategy = "length_buckets"
     assert isinstance(trainer._get_train_sampler(), LengthBucketSampler)
 
