@@ -11,7 +11,9 @@ lengths in advance). Every 0.1 s the script reads ``VmRSS`` and ``RssAnon`` of `
 of its child processes (``--preprocessing_num_workers``); the table gives the peaks of the main process and of the
 process tree. Time to the first step: from the start of the process to its first logged loss (``--logging_steps 1``);
 preprocessing: from the start to the line that says the tokenized cache is written, and the MB/s of the training file
-over it; steps/s: Trainer's ``train_steps_per_second`` over the 3 steps (tiny: dominated by the first step's warm-up).
+over it; a second run's time splits into the script's imports (``python -c "import
+hf_seq.train_scripts.train_translation"``, timed once per size), the data (to the line that says the features are
+read) and the Trainer's set-up (to the first step's begin); steps/s: Trainer's ``train_steps_per_second`` over the 3 steps (tiny: dominated by the first step's warm-up).
 
 The corpora are deterministic (``--seed``): pseudo-words of a Zipf vocabulary, 4-24 words a side. Results are written
 to ``benchmarks/results/data_scale_translation.json`` and ``.md`` with the command and the load average.
@@ -45,7 +47,18 @@ PHASES = {  # log lines that mark where the first run's time goes (seconds from 
     "tokenizer_cached": "cached tokenizer in",
     "tokenizing_starts": "train_translation: tokenizing train",
     "features_cached": "cached tokenizing output",
+    "features_read": "tokenized splits read from",  # a run that finds its features
+    "first_step_begins": "[hf_seq] first training step begins",  # the Trainer is set up, the data loader starts
 }
+IMPORTS = "import hf_seq.train_scripts.train_translation"  # every module the script imports before main()
+
+
+def import_seconds(env: dict) -> float:
+    """Seconds of ``python -c "<IMPORTS>"`` (a fresh interpreter, the script's imports and nothing else): the part
+    of the time to the first step that no data path changes."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", IMPORTS], env=env, check=True)
+    return round(time.perf_counter() - start, 2)
 
 
 def _vocabulary(rng: random.Random, size: int) -> list[str]:
@@ -189,6 +202,7 @@ def bench_size(n: int, work: Path, seed: int, workers: int | None, tokenizer_lin
         base += ["--tokenizer_max_train_lines", str(tokenizer_lines)]
     runs = {}
     size = {"pairs": n, "train_file_mb": round(megabytes, 1), "generation_seconds": round(generated, 1), "runs": runs}
+    size["import_seconds"], size["import_load_average"] = import_seconds(env), os.getloadavg()
     for name in modes:
         out = work / f"run_{n}_{name.replace(' ', '_')}"
         argv = base + MODES[name] + ["--output_dir", str(out)]
@@ -260,17 +274,26 @@ def table(results: dict) -> str:
         f"{results['tokenizer_max_train_lines'] or 'all'} training pairs)",
         "",
         "| pairs (MB) | run | peak RSS GB (anon) | tree peak RSS GB (anon) | preprocessing MB/s | s to first step | "
-        "steps/s | load before |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "s data ready | steps/s | load before |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for size in results["sizes"]:
         for name, run in size["runs"].items():
+            phases = run.get("phase_seconds", {})
+            ready = phases.get("features_read", phases.get("features_cached", ""))
             lines.append(
                 f"| {size['pairs']:,} ({size['train_file_mb']:.0f}) | {name} | {run['peak_rss_gb']:.2f} "
                 f"({run['peak_rss_anon_gb']:.2f}) | {run['peak_tree_rss_gb']:.2f} ({run['peak_tree_rss_anon_gb']:.2f}) "
-                f"| {run.get('preprocessing_mb_per_second', '')} | {run['seconds_to_first_step']} | "
+                f"| {run.get('preprocessing_mb_per_second', '')} | {run['seconds_to_first_step']} | {ready} | "
                 f"{run['train_steps_per_second']} | {run['load_average_before'][0]:.1f} |"
             )
+    imports = [
+        f"{size['pairs']:,}: {size['import_seconds']} s (load {size['import_load_average'][0]:.1f})"
+        for size in results["sizes"]
+        if "import_seconds" in size
+    ]
+    if imports:
+        lines += ["", f'`python -c "{IMPORTS}"` before the runs of ' + "; ".join(imports)]
     return "\n".join(lines) + "\n"
 
 

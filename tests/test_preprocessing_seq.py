@@ -112,7 +112,7 @@ def count_builds(monkeypatch) -> list:
 def test_cached_translation_features_equal_the_in_memory_lists_and_are_reused(tmp_path, monkeypatch, cache_env):
     train = write_pairs(tmp_path / "pairs.jsonl", 240)
     calls = count_builds(monkeypatch)
-    tokenizer, tokenized, pairs, _ = features(tmp_path, train, "--max_eval_samples", "5")
+    tokenizer, tokenized, pairs, line = features(tmp_path, train, "--max_eval_samples", "5")
     old_tokenizer, old = old_translation_features(*translation_args(tmp_path, train, "--max_eval_samples", "5")[:3])
     assert tokenizer.get_vocab() == old_tokenizer.get_vocab()  # the iterator over Arrow batches: the same vocabulary
     assert sorted(tokenized) == sorted(old) == ["train", "validation"] and len(calls) == 1
@@ -121,14 +121,42 @@ def test_cached_translation_features_equal_the_in_memory_lists_and_are_reused(tm
         for column in old[split].column_names:
             assert list(tokenized[split][column]) == list(old[split][column]), (split, column)
     assert len(pairs["validation"][0]) == 5 and all(isinstance(t, str) for t in pairs["validation"][1])
-    # the next run: read from the cache, not tokenized again, same ids
-    again_tokenizer, again, _, _ = features(tmp_path, train, "--max_eval_samples", "5")
+    assert tokenized["train"].features["input_ids"].feature.dtype == "uint16"  # 300 tokens
+    assert tokenized["train"].features["labels"].feature.dtype == "uint16"
+    # the next run: read from the cache, not tokenized again, same ids; the data files are not loaded at all
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("a run that finds its features must not load the data files")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(train_translation, "load_task_data", no_data)
+        again_tokenizer, again, again_pairs, again_line = features(tmp_path, train, "--max_eval_samples", "5")
+    assert again_line == line and again_pairs == pairs and "held out" in line
+    assert again["validation"].info.description == tokenized["validation"].info.description
     assert len(calls) == 1 and again_tokenizer.get_vocab() == tokenizer.get_vocab()
     assert list(again["train"]["input_ids"]) == list(tokenized["train"]["input_ids"])
     assert all(Path(f["filename"]).is_relative_to(cache_env) for f in again["train"].cache_files)
     # another setting is another key
     features(tmp_path, train, "--max_eval_samples", "5", "--max_target_length", "5")
     assert len(calls) == 2
+
+
+def test_released_pages_of_a_mapped_arrow_file_read_back_the_same(tmp_path):
+    def file_rss() -> int:
+        status = Path("/proc/self/status").read_text()
+        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("RssFile:"))) * 1024
+
+    rng = np.random.default_rng(0)
+    Dataset.from_dict({"ids": rng.integers(0, 1000, size=(40_000, 100)).tolist()}).save_to_disk(tmp_path / "d")
+    path = next((tmp_path / "d").glob("*.arrow"))
+    dataset = Dataset.from_file(str(path))
+    before = file_rss()
+    first = dataset.data.column("ids").combine_chunks().flatten().to_numpy().sum()  # every page read
+    read = file_rss()
+    assert read - before > 10e6
+    assert features_module.release_mapped_pages([path]) >= path.stat().st_size
+    assert file_rss() < read - 10e6
+    assert dataset.data.column("ids").combine_chunks().flatten().to_numpy().sum() == first  # mapped again
 
 
 def test_changed_file_is_never_read_from_the_stale_cache(tmp_path, monkeypatch):

@@ -269,7 +269,12 @@ def test_other_strategies_are_transformers_own(tmp_path):
         train_dataset=_pairs(),
         data_collator=_pad,
     )
-    assert type(trainer._get_train_sampler()).__name__ == "RandomSampler"
+    from hf_seq.samplers import PermutationSampler
+
+    # random: Trainer's seeded order without its list of every index (test_lm_windows_are_shuffled_as_trainer_...)
+    assert isinstance(trainer._get_train_sampler(), PermutationSampler)
+    trainer.args.train_sampling_strategy = "sequential"
+    assert type(trainer._get_train_sampler()).__name__ == "SequentialSampler"
     trainer.args.train_sampling_strategy = "length_buckets"
     assert isinstance(trainer._get_train_sampler(), LengthBucketSampler)
 
@@ -297,7 +302,11 @@ class _Scalar(torch.nn.Module):
         return {"loss": (self.weight * input_ids.float().mean()).square().sum()}
 
 
-def _window_starts(trainer_class, out, resume=None, stop_at=None, **settings) -> list[list[int]]:
+def _window_starts(trainer_class, out, resume=None, stop_at=None, rows=False, **settings) -> list[list[int]]:
+    """The first ids of each batch of 17 windows of 3 tokens (window i starts with token 3 i): an
+    ``LMWindowDataset``, or with ``rows`` the same windows as the rows of a ``datasets.Dataset``."""
+    from datasets import Dataset
+
     from hf_seq.collators import LMWindowDataset
 
     class Recording(trainer_class):
@@ -320,7 +329,9 @@ def _window_starts(trainer_class, out, resume=None, stop_at=None, **settings) ->
     trainer = Recording(
         model=_Scalar(),
         args=args,
-        train_dataset=LMWindowDataset(np.arange(52, dtype=np.uint16), 3),
+        train_dataset=Dataset.from_dict({"input_ids": np.arange(51).reshape(17, 3).tolist()})
+        if rows
+        else LMWindowDataset(np.arange(52, dtype=np.uint16), 3),
         callbacks=[_StopAt(stop_at)] if stop_at else None,
     )
     trainer.seen = []
@@ -328,21 +339,24 @@ def _window_starts(trainer_class, out, resume=None, stop_at=None, **settings) ->
     return trainer, trainer.seen
 
 
-def test_lm_windows_are_shuffled_as_trainer_shuffles_them(tmp_path):
+@pytest.mark.parametrize("rows", [False, True], ids=["lm_windows", "dataset_rows"])
+def test_lm_windows_are_shuffled_as_trainer_shuffles_them(tmp_path, rows):
     from hf_seq.train_scripts.trainer import HfSeqTrainer
     from transformers import Trainer
 
     from hf_seq.samplers import PermutationSampler
 
-    ours, seen = _window_starts(HfSeqTrainer, tmp_path / "ours", seed=3)
+    ours, seen = _window_starts(HfSeqTrainer, tmp_path / "ours", seed=3, rows=rows)
     assert isinstance(ours._get_train_sampler(), PermutationSampler)
-    _, reference = _window_starts(Trainer, tmp_path / "reference", seed=3)  # RandomSampler, made seedable
+    reference_trainer, reference = _window_starts(Trainer, tmp_path / "reference", seed=3, rows=rows)
+    assert not isinstance(reference_trainer._get_train_sampler(), PermutationSampler)  # RandomSampler, made seedable
     assert len(seen) == 40 and seen == reference
     epochs = [sorted(i for batch in seen[6 * e : 6 * e + 6] for i in batch) for e in range(6)]
     assert all(e == list(range(0, 51, 3)) for e in epochs) and seen[:6] != seen[6:12]
-    _, resumed = _window_starts(HfSeqTrainer, tmp_path / "ours", resume=str(tmp_path / "ours" / "checkpoint-15"))
+    resume = {"resume": str(tmp_path / "ours" / "checkpoint-15"), "rows": rows}
+    _, resumed = _window_starts(HfSeqTrainer, tmp_path / "ours", **resume)
     _, resumed_reference = _window_starts(
-        Trainer, tmp_path / "reference", resume=str(tmp_path / "reference" / "checkpoint-15")
+        Trainer, tmp_path / "reference", resume=str(tmp_path / "reference" / "checkpoint-15"), rows=rows
     )
     assert len(resumed) == 25 and resumed == resumed_reference  # Trainer's own resume of its shuffle
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,52 @@ class ColumnTexts:
                             yield from value
                     else:
                         yield value
+
+
+MADV_DONTNEED = 4  # Linux
+RELEASE_EVERY = 50  # batches between two releases of the mapped pages of the files read (50,000 rows)
+
+
+def release_mapped_pages(paths) -> int:
+    """Drop this process's resident pages of its read-only memory maps of ``paths`` (``madvise(MADV_DONTNEED)``; the
+    next read maps them again from the file, unchanged): a ``map`` over a memory-mapped ``datasets`` Arrow file
+    otherwise keeps every page it has read in the process's RSS until the file is closed. Linux only (elsewhere
+    nothing is done); returns the bytes of the mappings released."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    names = {os.path.realpath(p) for p in paths}
+    released = 0
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split(maxsplit=5)
+                if len(parts) < 6 or "w" in parts[1] or parts[5].rstrip("\n") not in names:
+                    continue
+                start, end = (int(x, 16) for x in parts[0].split("-"))
+                if libc.madvise(start, end - start, MADV_DONTNEED) == 0:
+                    released += end - start
+    except (OSError, AttributeError, ValueError):  # no /proc or no libc madvise: the pages stay
+        return released
+    return released
+
+
+def releasing_pages(function: Callable, paths, every: int = RELEASE_EVERY) -> Callable:
+    """``function`` (a batched ``map`` / ``filter`` function) that calls :func:`release_mapped_pages` of ``paths``
+    every ``every`` calls (in the process that runs it: each ``num_proc`` worker releases its own)."""
+    paths = [str(p) for p in paths]
+    calls = [0]
+
+    def wrapped(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] % every == 0:
+            release_mapped_pages(paths)
+        return function(*args, **kwargs)
+
+    return wrapped
 
 
 def _open_split(folder: Path, entry: dict) -> Dataset:
@@ -211,6 +258,23 @@ class FeatureCache:
         self.overwrite = False
         meta = read_meta(folder)
         return {split: _open_split(folder, meta["splits"][split]) for split in datasets_in}
+
+    def load_record(self) -> dict | None:
+        """The JSON record of a complete folder written by :meth:`save_record`, or ``None``."""
+        meta = self._meta()
+        record = None if meta is None else meta.get("record")
+        return record if isinstance(record, dict) else None
+
+    def save_record(self, record: dict) -> None:
+        """A folder that holds only a JSON record in its ``meta.json`` (what a run read from the raw files: the
+        split sizes and columns of a feature key, the splits' descriptions), so that the next run finds its
+        features without loading those files."""
+        if self.folder is None:
+            return
+        cached_build(
+            self.key_parts, lambda tmp: {"record": record}, self.root, overwrite=True, description="data record"
+        )
+        self.overwrite = False
 
     def save_extras_only(self, extras: dict[str, Callable[[Path], None]]) -> None:
         """A folder that holds only extras (a tokenizer), ``meta.json`` last."""

@@ -67,6 +67,8 @@ from hf_seq.train_scripts.features import (
     check_streaming,
     data_key,
     head_dataset,
+    release_mapped_pages,
+    releasing_pages,
     repeated_stream,
     split_by_node_setup,
     split_stream_by_node,
@@ -324,8 +326,8 @@ class ByteLevelWords:
 class PairEncoder:
     """The ids of ``tokenizer(sources, text_target=targets, max_length=max_source_length, truncation=True)`` with the
     labels cut to ``max_target_length``, computed by the fast tokenizer's backend (``encode_batch`` of a copy with the
-    same truncation) instead of the Python ``__call__``, and returned as Arrow list arrays (``int32`` ids, ``int8``
-    mask) without Python lists of ids: the same tokens, special tokens and truncation included (tested).
+    same truncation) instead of the Python ``__call__``, and returned as Arrow list arrays (ids of
+    :func:`id_type`, ``int8`` mask) without Python lists of ids: the same tokens, special tokens and truncation included (tested).
 
     :meth:`usable` says when the shortcut gives ``__call__``'s output: a tokenizer whose class keeps the
     ``TokenizersBackend`` encoding path (no own ``__call__``, ``_encode_plus`` or source/target modes) and whose
@@ -338,6 +340,7 @@ class PairEncoder:
         self.truncation_side = tokenizer.truncation_side
         self.split_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
         self.attention_mask = "attention_mask" in tokenizer.model_input_names
+        self.id_type = str(id_type(tokenizer))
         self._setup()
 
     @staticmethod
@@ -410,7 +413,7 @@ class PairEncoder:
         return rows
 
     def encode(self, sources: list[str], targets: list[str], arrow: bool = True) -> dict:
-        """``input_ids``, ``attention_mask`` (when a model input) and ``labels``: Arrow list arrays (``int32`` ids,
+        """``input_ids``, ``attention_mask`` (when a model input) and ``labels``: Arrow list arrays (:func:`id_type` ids,
         ``int8`` mask), or with ``arrow`` false Python lists (a stream's ``map``)."""
         sources, labels = self.rows(sources), self.rows(targets, self.max_target_length)
         if not arrow:
@@ -423,7 +426,7 @@ class PairEncoder:
             offsets = np.zeros(len(rows) + 1, dtype=np.int32)
             np.cumsum(np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)), out=offsets[1:])
             if values is None:
-                values = pa.array(list(itertools.chain.from_iterable(rows)), type=pa.int32())
+                values = pa.array(list(itertools.chain.from_iterable(rows)), type=pa.type_for_alias(self.id_type))
             return pa.ListArray.from_arrays(pa.array(offsets), values)
 
         out = {"input_ids": lists(sources)}
@@ -473,13 +476,20 @@ def make_tokenize(
 TEXT_COLUMNS = ["source_text", "target_text"]
 
 
-def pair_features(keep_text: bool) -> Features:
-    """The cached columns: ``int32`` ids, ``int8`` mask (half and an eighth of the ``int64`` of Python ints; the
-    collator makes the same ``int64`` tensors), and the texts of the evaluation splits."""
+def id_type(tokenizer) -> pa.DataType:
+    """The Arrow type of the cached token ids: ``uint16`` when every id of ``tokenizer`` is below 65,536, else
+    ``uint32`` (a quarter and a half of the ``int64`` of Python ints; rows are read back as Python ints, and the
+    collator makes the same ``int64`` tensors)."""
+    return pa.uint16() if len(tokenizer) <= 1 << 16 else pa.uint32()
+
+
+def pair_features(keep_text: bool, ids: pa.DataType | str = "uint32") -> Features:
+    """The cached columns: ``ids`` token ids (:func:`id_type`), ``int8`` mask, and the texts of the evaluation
+    splits."""
     columns = {
-        "input_ids": List(Value("int32")),
+        "input_ids": List(Value(str(ids))),
         "attention_mask": List(Value("int8")),
-        "labels": List(Value("int32")),
+        "labels": List(Value(str(ids))),
     }
     if keep_text:
         columns |= {name: Value("string") for name in TEXT_COLUMNS}
@@ -606,15 +616,39 @@ def cached_features(model_args, data_args, args, training_args, src: str, tgt: s
     """``(tokenizer, tokenized splits, {split: (sources, targets)} of validation/test, data line)``: the
     ``datasets.map`` tokenization of the splits, read from the preprocessing cache when this data, tokenizer and
     these settings were tokenized before (:mod:`hf_seq.train_scripts.features`); a tokenizer built on the training
-    split is cached with them."""
-    from transformers import AutoTokenizer
+    split is cached with them. A run that finds its features reads neither the data files nor their ``datasets``
+    Arrow files: what a key needs from them (the split sizes and columns) and the splits' descriptions come from a
+    record keyed by the files' fingerprints and the data settings, written by the run that read them."""
+    root = cache_root(args, data_args)
+    try:
+        record_key = data_key(data_args, {}, src=src, tgt=tgt, max_words=args.max_words)
+    except OSError:  # a data file that cannot be read: load_task_data below says which
+        record_key = None
+    record_cache = FeatureCache(None if record_key is None else root, "translation_data", record_key or {})
+    record_cache.overwrite = args.overwrite_cache
+    record = record_cache.load_record()
+    if record is not None:
+        cache = feature_cache(model_args, data_args, args, root, record["base"], tokenizer=None)
+        if cache is not None:
+            tokenizer, cache = cache
+            features = cache.load(list(record["descriptions"]))
+            if features is not None:
+                logger.info("tokenized splits read from %s (data files not read)", cache.folder)
+                return finish_features(data_args, tokenizer, features, record["descriptions"])
+            overwrite = cache.overwrite  # an unreadable folder: rebuilt below
+        else:
+            overwrite = args.overwrite_cache
+    else:
+        overwrite = args.overwrite_cache
 
     loaded = load_task_data(TASK, data_args)
     raw = {split: dataset for split, dataset in loaded.items() if split in ("train", "validation", "test")}
     columns = {split: check_pairs(dataset, src, tgt) for split, dataset in raw.items()}
-    root = cache_root(args, data_args)
     base = data_key(data_args, raw, src=src, tgt=tgt, max_words=args.max_words, columns=columns)
     workers = args.preprocessing_num_workers
+    # the datasets Arrow files of the raw splits: their mapped pages are released while the filter and the
+    # tokenizing map read them (a 10 M-pair file would otherwise stay resident, ~1.7 GB)
+    mapped_files = sorted({f["filename"] for dataset in raw.values() for f in dataset.cache_files})
     selected: dict = {}
 
     def select() -> dict:
@@ -630,7 +664,7 @@ def cached_features(model_args, data_args, args, training_args, src: str, tgt: s
 
             for split, dataset in raw.items():
                 kept = dataset.filter(
-                    short,
+                    releasing_pages(short, mapped_files),
                     batched=True,
                     input_columns=columns[split],
                     fn_kwargs={"names": columns[split]},
@@ -641,12 +675,68 @@ def cached_features(model_args, data_args, args, training_args, src: str, tgt: s
                 if len(kept) == 0:
                     raise DataError(f"{split_source(dataset)}: no pair has at most `max_words` {args.max_words} words")
                 out[split] = kept
+            release_mapped_pages(mapped_files)
         selected.update(cap_splits(DatasetDict(out), data_args))
         return selected
 
-    tokenizer = load_tokenizer(model_args)
-    settings = None
-    if tokenizer is None:  # one tokenizer for both languages, trained on the training split only
+    def build_tokenizer():
+        train = select()["train"]
+        return build_translation_tokenizer(
+            ColumnTexts(train, columns["train"], fields=[src, tgt], max_rows=args.tokenizer_max_train_lines),
+            kind=model_args.tokenizer_kind,
+            vocab_size=model_args.tokenizer_vocab_size,
+            **_tokenizer_options(model_args),
+        )
+
+    tokenizer, cache = feature_cache(model_args, data_args, args, root, base, tokenizer=build_tokenizer)
+    cache.overwrite = cache.overwrite or overwrite
+    features = cache.load(list(raw))
+    if features is None:
+        logger.info("tokenizing %s (cache: %s)", ", ".join(raw), cache.folder or "in memory")
+        splits = select()
+        functions = {
+            split: releasing_pages(
+                make_tokenize(
+                    tokenizer,
+                    src,
+                    tgt,
+                    data_args.max_source_length,
+                    data_args.max_target_length,
+                    split != "train",
+                    arrow=True,
+                ),
+                mapped_files,
+            )
+            for split in splits
+        }
+        features = cache.build(
+            splits,
+            functions,
+            num_proc=workers,
+            # uint16 / uint32 ids when the tokenizer gives just these columns (one with token_type_ids: datasets' own
+            # types)
+            features={split: pair_features(split != "train", id_type(tokenizer)) for split in splits}
+            if set(tokenizer.model_input_names) <= {"input_ids", "attention_mask"}
+            else None,
+            desc="tokenizing",
+        )
+        release_mapped_pages(mapped_files)
+    else:
+        logger.info("tokenized splits read from %s", cache.folder)
+    descriptions = {split: raw[split].info.description for split in raw}
+    if record_cache.on_disk and record != {"base": base, "descriptions": descriptions}:
+        record_cache.save_record({"base": base, "descriptions": descriptions})
+    return finish_features(data_args, tokenizer, features, descriptions)
+
+
+def feature_cache(model_args, data_args, args, root, base: dict, tokenizer):
+    """``(tokenizer, FeatureCache of the features)`` for the data key ``base``: the tokenizer given
+    (``tokenizer_name`` / the model's), else the one cached for this data and these tokenizer settings, else
+    ``tokenizer()`` (built, then cached); with ``tokenizer`` ``None`` a tokenizer not cached yet gives ``None``."""
+    from transformers import AutoTokenizer
+
+    loaded = load_tokenizer(model_args)
+    if loaded is None:  # one tokenizer for both languages, trained on the training split only
         settings = {
             "kind": model_args.tokenizer_kind,
             "vocab_size": model_args.tokenizer_vocab_size,
@@ -656,58 +746,30 @@ def cached_features(model_args, data_args, args, training_args, src: str, tgt: s
         tokenizer_cache = FeatureCache(root, "translation_tokenizer", base | settings, overwrite=args.overwrite_cache)
         saved = tokenizer_cache.load_extra("tokenizer")
         if saved is None:
-            train = select()["train"]
-            tokenizer = build_translation_tokenizer(
-                ColumnTexts(train, columns["train"], fields=[src, tgt], max_rows=args.tokenizer_max_train_lines),
-                kind=model_args.tokenizer_kind,
-                vocab_size=model_args.tokenizer_vocab_size,
-                **settings["options"],
-            )
+            if tokenizer is None:
+                return None
+            loaded = tokenizer()
             if tokenizer_cache.on_disk:
-                tokenizer_cache.save_extras_only({"tokenizer": tokenizer.save_pretrained})
+                tokenizer_cache.save_extras_only({"tokenizer": loaded.save_pretrained})
                 saved = tokenizer_cache.load_extra("tokenizer")
         if saved is not None:  # the same object on the first and the next runs (and every process)
-            tokenizer = AutoTokenizer.from_pretrained(saved)
+            loaded = AutoTokenizer.from_pretrained(saved)
     key = base | {
-        "tokenizer": tokenizer_fingerprint(tokenizer),
+        "tokenizer": tokenizer_fingerprint(loaded),
         "max_source_length": data_args.max_source_length,
         "max_target_length": data_args.max_target_length,
         "truncation": True,
     }
-    cache = FeatureCache(root, "translation", key, overwrite=args.overwrite_cache)
-    features = cache.load(list(raw))
-    if features is None:
-        logger.info("tokenizing %s (cache: %s)", ", ".join(raw), cache.folder or "in memory")
-        splits = select()
-        functions = {
-            split: make_tokenize(
-                tokenizer,
-                src,
-                tgt,
-                data_args.max_source_length,
-                data_args.max_target_length,
-                split != "train",
-                arrow=True,
-            )
-            for split in splits
-        }
-        features = cache.build(
-            splits,
-            functions,
-            num_proc=workers,
-            # int32 ids when the tokenizer gives just these columns (one with token_type_ids: datasets' own types)
-            features={split: pair_features(split != "train") for split in splits}
-            if set(tokenizer.model_input_names) <= {"input_ids", "attention_mask"}
-            else None,
-            desc="tokenizing",
-        )
-    else:
-        logger.info("tokenized splits read from %s", cache.folder)
+    return loaded, FeatureCache(root, "translation", key, overwrite=args.overwrite_cache)
+
+
+def finish_features(data_args, tokenizer, features: dict, descriptions: dict):
+    """The four things :func:`cached_features` returns, from the tokenized splits and their descriptions."""
     tokenized, pairs = {}, {}
     for split, dataset in features.items():
         text = [c for c in TEXT_COLUMNS if c in dataset.column_names]
         tokenized[split] = dataset.remove_columns(text) if text else dataset
-        tokenized[split].info.description = raw[split].info.description
+        tokenized[split].info.description = descriptions[split]
         if text:
             pairs[split] = (list(dataset["source_text"]), list(dataset["target_text"]))
     return tokenizer, tokenized, pairs, describe_data(data_args, DatasetDict(tokenized), unit="pairs")

@@ -12,9 +12,10 @@ error on a full disk, and no step past the end when resumed from the final check
 * ``train_sampling_strategy="length_buckets"`` (:class:`~hf_seq.train_scripts.arguments.HfSeqTrainingArguments`): training
   batches from :class:`hf_seq.samplers.LengthBucketSampler` — examples of similar length in each batch, the batches
   in random order — seeded by ``data_seed`` (else ``seed``).
-* The language model's windows (:class:`hf_seq.collators.LMWindowDataset`) are shuffled by
+* The language model's windows (:class:`hf_seq.collators.LMWindowDataset`) and the rows of a ``datasets.Dataset``
+  (translation, classifier, tagger) under ``train_sampling_strategy="random"`` are shuffled by
   :class:`hf_seq.samplers.PermutationSampler`: the order of ``Trainer``'s default shuffle, without its Python list of
-  every window index.
+  every index.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import shutil
 from pathlib import Path
 
 import torch
+from datasets import Dataset
 from hf_seq.train_scripts.outputs import CHECKPOINT_STAGING, disk_space_errors, replace_folder
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -101,9 +103,9 @@ class HfSeqTrainerMixin:
         dataset = train_dataset if train_dataset is not None else self.train_dataset
         if (
             self.args.train_sampling_strategy == "random"
-            and isinstance(dataset, LMWindowDataset)
+            and isinstance(dataset, (LMWindowDataset, Dataset))
             and self.accelerator.dataloader_config.use_seedable_sampler
-        ):  # accelerate's seeded shuffle without a Python list of every window
+        ):  # accelerate's seeded shuffle without a Python list of every window / row
             seed = self.args.data_seed if self.args.data_seed is not None else torch.random.initial_seed()
             return PermutationSampler(dataset, seed)
         if self.args.train_sampling_strategy != LENGTH_BUCKETS:
