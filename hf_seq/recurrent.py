@@ -81,6 +81,7 @@ from .recurrent_kernels import (
     RecurrentLayer,
     cell_forward,
     choose_kernel,
+    make_layer,
     make_padding_plan,
     roll_rows,
 )
@@ -134,7 +135,8 @@ class RecurrentStack(nn.Module):
         self.implementation = implementation
         self.torch_modules = False  # the layers are torch.nn modules (to_torch_rnn_modules_), run by torch.nn's rules
         self.layers = nn.ModuleList(
-            self.cell_type.make_layer(
+            make_layer(
+                self.cell_type,
                 input_size if k == 0 else hidden_size * self.num_directions,
                 hidden_size,
                 self.bidirectional,

@@ -116,16 +116,6 @@ class CellType:
         """True when a fused ``torch.nn`` kernel runs this cell (no custom layer, no custom scan)."""
         return self.mode is not None and self.build_layer is None and self.scan is None
 
-    def make_layer(self, input_size: int, hidden_size: int, bidirectional: bool, implementation: str) -> nn.Module:
-        """Create the parameter holder of one layer (both directions)."""
-        if self.build_layer is not None:
-            return self.build_layer(input_size, hidden_size, bidirectional)
-        if self.mode is None:
-            raise ValueError(f"cell type {self.name!r} needs either `mode` or `build_layer`")
-        from .recurrent_kernels import RecurrentLayer  # the kernels module builds on this one
-
-        return RecurrentLayer(self.name, input_size, hidden_size, bidirectional, implementation)
-
 
 CELL_TYPES: dict[str, CellType] = {}
 

@@ -441,6 +441,18 @@ def _reverse_time(x: torch.Tensor, plan: PaddingPlan | None) -> torch.Tensor:
     return _gather_time(x, plan.reverse_index)
 
 
+def make_layer(
+    cell_type: CellType, input_size: int, hidden_size: int, bidirectional: bool, implementation: str
+) -> nn.Module:
+    """The parameter holder of one layer of ``cell_type`` (both directions): the cell's own ``build_layer`` or a
+    :class:`RecurrentLayer` of its kernel mode."""
+    if cell_type.build_layer is not None:
+        return cell_type.build_layer(input_size, hidden_size, bidirectional)
+    if cell_type.mode is None:
+        raise ValueError(f"cell type {cell_type.name!r} needs either `mode` or `build_layer`")
+    return RecurrentLayer(cell_type.name, input_size, hidden_size, bidirectional, implementation)
+
+
 __all__ = [
     "ALIGNED",
     "ALIGNED_FILL",
@@ -453,6 +465,7 @@ __all__ = [
     "RecurrentLayer",
     "cell_forward",
     "choose_kernel",
+    "make_layer",
     "make_padding_plan",
     "roll_rows",
 ]
