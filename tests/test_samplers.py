@@ -5,6 +5,8 @@ run resumed mid-epoch from a checkpoint trains on the same batches as an uninter
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -138,6 +140,34 @@ def test_example_lengths_from_columns_and_the_error_without_them():
         example_lengths([{"text": "a"}])
     with pytest.raises(ValueError, match="example 0 is str"):
         example_lengths(["a b"])
+
+
+def test_example_lengths_of_a_mapped_cache_release_its_pages(tmp_path):
+    """Measuring a memory-mapped cache reads its list offsets chunk by chunk and leaves few of the file's pages
+    resident; the lengths equal the formatted path's (a shuffled view) and the Python ones."""
+
+    def file_rss() -> int:
+        status = Path("/proc/self/status").read_text()
+        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("RssFile:"))) * 1024
+
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(1, 200, size=(30_000, 2))
+    rows = {"input_ids": [[7] * a for a, _ in sizes], "labels": [[5] * b for _, b in sizes]}
+    Dataset.from_dict(rows).save_to_disk(tmp_path / "d", max_shard_size="1GB")
+    path = next((tmp_path / "d").glob("*.arrow"))
+    dataset = Dataset.from_file(str(path))
+    assert dataset.data.column("input_ids").num_chunks > 1
+    untouched = file_rss()
+    for column in ("input_ids", "labels"):  # every page of the file resident
+        dataset.data.column(column).combine_chunks().flatten().to_numpy().sum()
+    touched = file_rss()
+    assert touched - untouched > path.stat().st_size * 0.5
+    lengths = example_lengths(dataset)
+    assert lengths.tolist() == sizes.max(axis=1).tolist()
+    if sys.platform.startswith("linux"):
+        assert file_rss() < touched - path.stat().st_size * 0.5
+    shuffled = dataset.shuffle(seed=0)  # an indices mapping: the formatted path
+    assert example_lengths(shuffled).tolist() == lengths[np.asarray(shuffled._indices.column(0))].tolist()
 
 
 def test_sampling_strategy_is_checked_in_the_arguments_and_the_recipe(tmp_path):

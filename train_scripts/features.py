@@ -25,7 +25,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from hf_seq.preprocessing import (
     fingerprint_files,
     preprocessing_cache_dir,
     read_meta,
+    release_mapped_pages,
 )
 
 logger = logging.getLogger(__name__)
@@ -106,35 +106,7 @@ class ColumnTexts:
                         yield value
 
 
-MADV_DONTNEED = 4  # Linux
 RELEASE_EVERY = 50  # batches between two releases of the mapped pages of the files read (50,000 rows)
-
-
-def release_mapped_pages(paths) -> int:
-    """Drop this process's resident pages of its read-only memory maps of ``paths`` (``madvise(MADV_DONTNEED)``; the
-    next read maps them again from the file, unchanged): a ``map`` over a memory-mapped ``datasets`` Arrow file
-    otherwise keeps every page it has read in the process's RSS until the file is closed. Linux only (elsewhere
-    nothing is done); returns the bytes of the mappings released."""
-    if not sys.platform.startswith("linux"):
-        return 0
-    names = {os.path.realpath(p) for p in paths}
-    released = 0
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                parts = line.split(maxsplit=5)
-                if len(parts) < 6 or "w" in parts[1] or parts[5].rstrip("\n") not in names:
-                    continue
-                start, end = (int(x, 16) for x in parts[0].split("-"))
-                if libc.madvise(start, end - start, MADV_DONTNEED) == 0:
-                    released += end - start
-    except (OSError, AttributeError, ValueError):  # no /proc or no libc madvise: the pages stay
-        return released
-    return released
 
 
 def releasing_pages(function: Callable, paths, every: int = RELEASE_EVERY) -> Callable:
