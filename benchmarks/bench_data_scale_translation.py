@@ -174,9 +174,12 @@ def run_once(argv: list[str], env: dict, log_path: Path) -> dict:
     }
 
 
-def bench_size(n: int, work: Path, seed: int, workers: int | None, tokenizer_lines: int | None, modes, on_run) -> dict:
-    """The runs of ``modes`` on ``n`` generated pairs (one preprocessing cache for them); ``on_run(size)`` after each
-    run (the results so far are written)."""
+def bench_size(
+    n: int, work: Path, seed: int, workers: int | None, tokenizer_lines: int | None, modes, on_run, cache_dir=None
+) -> dict:
+    """The runs of ``modes`` on ``n`` generated pairs (one preprocessing cache for them: a new folder under ``work``,
+    or ``cache_dir``, the folder of an earlier invocation's first run); ``on_run(size)`` after each run (the results
+    so far are written)."""
     data = work / f"pairs_{n}"
     data.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -184,7 +187,7 @@ def bench_size(n: int, work: Path, seed: int, workers: int | None, tokenizer_lin
     valid = generate_pairs(data / "valid.jsonl", 2_000, seed + 1)
     generated = time.perf_counter() - t0
     megabytes = train.stat().st_size / 1e6
-    cache = Path(tempfile.mkdtemp(prefix="cache_", dir=work))
+    cache = Path(cache_dir) if cache_dir else Path(tempfile.mkdtemp(prefix="cache_", dir=work))
     load = os.getloadavg()
     env = os.environ | {
         "OMP_NUM_THREADS": "1",
@@ -231,6 +234,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--modes", nargs="+", default=list(MODES), choices=list(MODES), help="which of the three runs to make"
     )
+    parser.add_argument(
+        "--cache_dir",
+        default=None,
+        help="reuse this preprocessing cache folder (an earlier run's `cache_*` under --work_dir, one size only): "
+        "a second run without making the first again",
+    )
     parser.add_argument("--output", default=str(RESULTS / "data_scale_translation"))
     args = parser.parse_args(argv)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench_data_scale_translation_"))
@@ -241,6 +250,10 @@ def main(argv: list[str] | None = None) -> None:
         command += " --modes " + " ".join(f"'{m}'" for m in args.modes)
     if args.tokenizer_max_train_lines != 200_000:
         command += f" --tokenizer_max_train_lines {args.tokenizer_max_train_lines}"
+    if args.cache_dir:
+        if len(sizes) != 1:
+            parser.error("--cache_dir holds one size's cache: give one --pairs value")
+        command += " --cache_dir <an earlier run's cache folder>"
     results = {
         "command": command,
         "load_average_before": os.getloadavg(),
@@ -260,7 +273,14 @@ def main(argv: list[str] | None = None) -> None:
 
     for n in sizes:
         bench_size(
-            n, work, args.seed, args.preprocessing_num_workers, args.tokenizer_max_train_lines, args.modes, write
+            n,
+            work,
+            args.seed,
+            args.preprocessing_num_workers,
+            args.tokenizer_max_train_lines,
+            args.modes,
+            write,
+            args.cache_dir,
         )
     write()
     print(table(results))
