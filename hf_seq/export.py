@@ -419,6 +419,16 @@ def to_ctranslate2(
 EARLY_STOPPING_FALSE_PATIENCE = 1.5
 
 
+# generate() settings CTranslate2 would apply differently, with the value that leaves decoding unchanged
+NEUTRAL_UNMAPPED_FIELDS = {
+    "repetition_penalty": 1.0,
+    "diversity_penalty": 0.0,
+    "num_beam_groups": 1,
+    "do_sample": False,
+    "encoder_repetition_penalty": 1.0,
+}
+
+
 def generate_options(generation_config=None, num_beams: int = 1) -> dict[str, Any]:
     """``translate_batch`` options under which CTranslate2 decodes as ``generate()`` does with ``generation_config``
     (a ``GenerationConfig``, a dict of its fields, or None for transformers' defaults).
@@ -451,15 +461,11 @@ def generate_options(generation_config=None, num_beams: int = 1) -> dict[str, An
             if not hasattr(defaults, name):
                 raise ExportError(f"generation_config has no field `{name}`")
             setattr(generation_config, name, value)
-    for name in (
-        "repetition_penalty",
-        "diversity_penalty",
-        "num_beam_groups",
-        "do_sample",
-        "encoder_repetition_penalty",
-    ):
+    for name, neutral in NEUTRAL_UNMAPPED_FIELDS.items():
         value = getattr(generation_config, name, None)
-        if value is not None and value != getattr(defaults, name, None):
+        # transformers 5 leaves these None until generate() resolves them; a saved generation_config.json writes
+        # the neutral value itself (repetition_penalty 1.0, do_sample false): both mean "not used"
+        if value is not None and value != neutral:
             raise ExportError(
                 f"generation_config `{name}` = {value!r}: CTranslate2 has no identical rule; decode with generate() "
                 "or pass the CTranslate2 option of your choice to ctranslate2_translate yourself"

@@ -401,8 +401,22 @@ def test_generate_options_mapping():
         "min_decoding_length": 5,
         "no_repeat_ngram_size": 3,
     }
+    # a trained model's saved generation_config.json spells the neutral values out: they are not refused
+    saved = {
+        "repetition_penalty": 1.0,
+        "diversity_penalty": 0.0,
+        "num_beam_groups": 1,
+        "do_sample": False,
+        "encoder_repetition_penalty": 1.0,
+        "length_penalty": 1.0,
+        "early_stopping": False,
+    }
+    assert generate_options(saved, 5) == generate_options(None, 5)
+    assert generate_options(GenerationConfig(**saved), 1) == {"min_decoding_length": 0}
     with pytest.raises(ExportError, match="`repetition_penalty`"):
         generate_options({"repetition_penalty": 1.2}, 1)
+    with pytest.raises(ExportError, match="`diversity_penalty`"):
+        generate_options({"diversity_penalty": 0.5}, 1)
     with pytest.raises(ExportError, match="`do_sample`"):
         generate_options(GenerationConfig(do_sample=True), 1)
     with pytest.raises(ExportError, match="no field `beam_sise`"):
