@@ -217,7 +217,26 @@ def _final_layer_norm(config: HfSeqTransformerConfig) -> nn.LayerNorm | None:
     return nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
 
 
-class TransformerEncoder(nn.Module):
+class _TransformerStack(nn.Module):
+    """What the encoder and the decoder stack share: embeddings → ``num_layers`` blocks (``block_cls``) [→ final
+    LayerNorm, pre-LN], with the output recorders of the subclass's ``_can_record_outputs``."""
+
+    def __init__(
+        self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding, block_cls: type[nn.Module], num_layers: int
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = TransformerEmbeddings(config, embed_tokens)
+        self.layers = _block_stack(block_cls, config, num_layers)
+        self.layer_norm = _final_layer_norm(config)
+        register_output_recorders(self)
+
+    @property
+    def embed_tokens(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+
+class TransformerEncoder(_TransformerStack):
     """Encoder stack: embeddings → ``encoder_layers`` × (self-attention + FFN) [→ final LayerNorm for pre-LN].
 
     With padding in ``attention_mask`` the feed-forward sub-layers leave the padded positions unchanged (no real token
@@ -234,16 +253,7 @@ class TransformerEncoder(nn.Module):
     }
 
     def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding) -> None:
-        super().__init__()
-        self.config = config
-        self.embeddings = TransformerEmbeddings(config, embed_tokens)
-        self.layers = _block_stack(TransformerEncoderBlock, config, config.encoder_layers)
-        self.layer_norm = _final_layer_norm(config)
-        register_output_recorders(self)
-
-    @property
-    def embed_tokens(self) -> nn.Embedding:
-        return self.embeddings.embed_tokens
+        super().__init__(config, embed_tokens, TransformerEncoderBlock, config.encoder_layers)
 
     @capture_outputs
     def forward(
@@ -270,7 +280,7 @@ class TransformerEncoder(nn.Module):
         return BaseModelOutput(last_hidden_state=hidden)
 
 
-class TransformerDecoder(nn.Module):
+class TransformerDecoder(_TransformerStack):
     """Decoder stack: embeddings → ``decoder_layers`` × (masked self-attn + cross-attn + FFN) [→ LayerNorm, pre-LN]."""
 
     # what `capture_outputs` records: the embeddings and every block's output (the last one after the final
@@ -282,16 +292,7 @@ class TransformerDecoder(nn.Module):
     }
 
     def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding) -> None:
-        super().__init__()
-        self.config = config
-        self.embeddings = TransformerEmbeddings(config, embed_tokens)
-        self.layers = _block_stack(TransformerDecoderBlock, config, config.decoder_layers)
-        self.layer_norm = _final_layer_norm(config)
-        register_output_recorders(self)
-
-    @property
-    def embed_tokens(self) -> nn.Embedding:
-        return self.embeddings.embed_tokens
+        super().__init__(config, embed_tokens, TransformerDecoderBlock, config.decoder_layers)
 
     @capture_outputs
     @cache_argument
