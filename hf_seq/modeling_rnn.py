@@ -297,14 +297,8 @@ class RNNModel(RNNPreTrainedModel):
         self.encoder = (
             None
             if config.cell == "none"
-            else RecurrentStack(
-                config.cell,
-                config.encoder_input_size,
-                config.hidden_size,
-                num_layers=config.num_hidden_layers,
-                bidirectional=config.bidirectional,
-                dropout=config.dropout,
-                implementation=config.recurrent_implementation,
+            else RecurrentStack.from_config(
+                config, config.encoder_input_size, config.num_hidden_layers, bidirectional=config.bidirectional
             )
         )
         self.pooler = RNNPooler(config) if add_pooling_layer else None

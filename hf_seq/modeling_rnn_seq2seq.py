@@ -164,14 +164,8 @@ class RNNSeq2SeqEncoder(nn.Module):
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id)
         self.dropout = nn.Dropout(config.dropout)
-        self.rnn = RecurrentStack(
-            config.cell,
-            config.embedding_size,
-            config.hidden_size,
-            num_layers=config.encoder_layers,
-            bidirectional=config.bidirectional,
-            dropout=config.dropout,
-            implementation=config.recurrent_implementation,
+        self.rnn = RecurrentStack.from_config(
+            config, config.embedding_size, config.encoder_layers, bidirectional=config.bidirectional
         )
 
     @property
@@ -289,14 +283,7 @@ class RNNSeq2SeqDecoder(nn.Module):
             self.feed_size = emb if config.input_feeding else encoder_size
         else:
             self.feed_size = 0
-        self.rnn = RecurrentStack(
-            config.cell,
-            emb + self.feed_size,
-            hidden,
-            num_layers=config.decoder_layers,
-            dropout=config.dropout,
-            implementation=config.recurrent_implementation,
-        )
+        self.rnn = RecurrentStack.from_config(config, emb + self.feed_size, config.decoder_layers, hidden_size=hidden)
         self.dropout = nn.Dropout(config.dropout)
         if self.use_attention:
             key_size = encoder_size
