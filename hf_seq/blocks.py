@@ -129,11 +129,14 @@ def feed_forward_sublayer(
     return out if token_mask is None else torch.where(token_mask.unsqueeze(-1), out, x)
 
 
-class TransformerEncoderBlock(GradientCheckpointingLayer):
-    """Encoder block: self-attention + feed-forward, each with residual + LayerNorm.
+class _TransformerBlock(GradientCheckpointingLayer):
+    """The sub-layers of a Transformer block, each with residual + LayerNorm: self-attention, cross-attention when
+    ``has_cross_attention`` (the decoder's), feed-forward; built in this order (the order of the state dict).
 
-    ``config`` (the model's) is handed to the attention module, whose attention function
+    ``config`` (the model's) is handed to the attention modules, whose attention function
     ``config._attn_implementation`` names (no config: ``"sdpa"``)."""
+
+    has_cross_attention = False
 
     def __init__(
         self,
@@ -152,8 +155,17 @@ class TransformerEncoderBlock(GradientCheckpointingLayer):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, layer_idx=layer_idx, config=config)
         self.self_attn_residual = ResidualNorm(d_model, dropout, norm_position, layer_norm_eps)
+        if self.has_cross_attention:
+            self.cross_attn = MultiHeadAttention(
+                d_model, num_heads, attention_dropout, is_cross_attention=True, layer_idx=layer_idx, config=config
+            )
+            self.cross_attn_residual = ResidualNorm(d_model, dropout, norm_position, layer_norm_eps)
         self.ffn = FeedForward(d_model, ffn_dim, activation, activation_dropout)
         self.ffn_residual = ResidualNorm(d_model, dropout, norm_position, layer_norm_eps)
+
+
+class TransformerEncoderBlock(_TransformerBlock):
+    """Encoder block: self-attention + feed-forward, each with residual + LayerNorm (see :class:`_TransformerBlock`)."""
 
     def forward(
         self,
@@ -175,34 +187,12 @@ class TransformerEncoderBlock(GradientCheckpointingLayer):
         return feed_forward_sublayer(self.ffn_residual, self.ffn, x, token_rows, token_mask)
 
 
-class TransformerDecoderBlock(GradientCheckpointingLayer):
+class TransformerDecoderBlock(_TransformerBlock):
     """Decoder block: masked self-attention + cross-attention + feed-forward, each with residual + LayerNorm.
 
-    ``config`` (the model's) is handed to both attention modules, as in :class:`TransformerEncoderBlock`."""
+    ``config`` (the model's) is handed to both attention modules (see :class:`_TransformerBlock`)."""
 
-    def __init__(
-        self,
-        d_model: int,
-        num_heads: int,
-        ffn_dim: int,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.0,
-        activation_dropout: float = 0.0,
-        activation: str = "relu",
-        norm_position: str = "post",
-        layer_norm_eps: float = 1e-5,
-        layer_idx: int | None = None,
-        config=None,
-    ) -> None:
-        super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout, layer_idx=layer_idx, config=config)
-        self.self_attn_residual = ResidualNorm(d_model, dropout, norm_position, layer_norm_eps)
-        self.cross_attn = MultiHeadAttention(
-            d_model, num_heads, attention_dropout, is_cross_attention=True, layer_idx=layer_idx, config=config
-        )
-        self.cross_attn_residual = ResidualNorm(d_model, dropout, norm_position, layer_norm_eps)
-        self.ffn = FeedForward(d_model, ffn_dim, activation, activation_dropout)
-        self.ffn_residual = ResidualNorm(d_model, dropout, norm_position, layer_norm_eps)
+    has_cross_attention = True
 
     def forward(
         self,

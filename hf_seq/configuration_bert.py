@@ -9,11 +9,9 @@ from .compat import check_transformers_version  # noqa: F401  (importing .compat
 from .fast_paths import reads_values  # noqa: F401  (validation.py imports it; 5.0–5.6 copy only these siblings)
 from .validation import (
     PROBLEM_TYPES,
-    check_bool,
     check_choice,
-    check_positive_float,
-    check_positive_int,
-    check_probability,
+    check_divisible,
+    check_fields,
     check_token_id,
     check_token_id_fields,
 )
@@ -106,37 +104,25 @@ class HfSeqBertConfig(PretrainedConfig):
         """Raise ``ValueError`` naming the field and the allowed values for any invalid setting."""
         self._validate_bert_fields()
         check_token_id_fields(self, self.vocab_size)  # pad, bos, eos, sep, cls, mask, ... within the vocabulary
-        check_positive_int("num_labels", self.num_labels)
+        check_fields(self, positive_int="num_labels")
         check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
 
     def _validate_bert_fields(self) -> None:
         """The fields this class defines (everything but the special token ids and the classifier fields)."""
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "max_position_embeddings",
-            "type_vocab_size",
-        ):
-            check_positive_int(name, getattr(self, name))
-        if self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
-                f"`hidden_size` ({self.hidden_size}) must be divisible by `num_attention_heads` "
-                f"({self.num_attention_heads})"
-            )
+        check_fields(
+            self,
+            positive_int="vocab_size hidden_size num_hidden_layers num_attention_heads intermediate_size "
+            "max_position_embeddings type_vocab_size",
+        )
+        check_divisible(self, "hidden_size", "num_attention_heads")
         check_choice("hidden_act", self.hidden_act, sorted(ACT2FN))
-        check_probability("hidden_dropout_prob", self.hidden_dropout_prob)
-        check_probability("attention_probs_dropout_prob", self.attention_probs_dropout_prob)
+        check_fields(self, probability="hidden_dropout_prob attention_probs_dropout_prob")
         if self.classifier_dropout is not None:
-            check_probability("classifier_dropout", self.classifier_dropout)
+            check_fields(self, probability="classifier_dropout")
         check_choice("classifier_pooling", self.classifier_pooling, CLASSIFIER_POOLINGS)
-        check_positive_float("layer_norm_eps", self.layer_norm_eps)
-        check_positive_float("initializer_range", self.initializer_range)
+        check_fields(self, positive_float="layer_norm_eps initializer_range")
         check_token_id("pad_token_id", self.pad_token_id, self.vocab_size)
-        for name in ("sparse_prediction", "tie_word_embeddings"):
-            check_bool(name, getattr(self, name))
+        check_fields(self, bool="sparse_prediction tie_word_embeddings")
 
 
 # The former name, kept as an alias: imports of it and old folders whose auto_map names

@@ -13,11 +13,9 @@ from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the 
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
 from .validation import (
     PROBLEM_TYPES,
-    check_bool,
     check_choice,
-    check_positive_float,
+    check_fields,
     check_positive_int,
-    check_probability,
     check_token_id,
     take_renamed_fields,
 )
@@ -161,8 +159,7 @@ class HfSeqRNNConfig(PretrainedConfig):
 
     def validate_rnn_config(self) -> None:
         """Raise ``ValueError`` naming the field and the allowed values for any invalid setting."""
-        for name in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers"):
-            check_positive_int(name, getattr(self, name))
+        check_fields(self, positive_int="vocab_size embedding_size hidden_size num_hidden_layers")
         check_positive_int("max_seq_length", self.max_seq_length, allow_none=True)
         check_choice("cell", self.cell, ["none", *sorted(CELL_TYPES)])
         check_choice("pooling", self.pooling, POOLINGS)
@@ -176,13 +173,14 @@ class HfSeqRNNConfig(PretrainedConfig):
         check_positive_int("embedding_projection_size", self.embedding_projection_size, allow_none=True)
         check_positive_int("trainable_embedding_size", self.trainable_embedding_size, allow_none=True)
         check_choice("embedding_projection_activation", self.embedding_projection_activation, PROJECTION_ACTIVATIONS)
-        for name in ("bidirectional", "freeze_embeddings"):
-            check_bool(name, getattr(self, name))
-        check_probability("dropout", self.dropout)
-        check_probability("embedding_dropout", self.embedding_dropout)
-        check_positive_float("initializer_range", self.initializer_range)
+        check_fields(
+            self,
+            bool="bidirectional freeze_embeddings",
+            probability="dropout embedding_dropout",
+            positive_float="initializer_range",
+        )
         check_token_id("pad_token_id", self.pad_token_id, self.vocab_size)
-        check_positive_int("num_labels", self.num_labels)
+        check_fields(self, positive_int="num_labels")
         check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
 
     def validate_lm_config(self) -> None:
@@ -193,8 +191,7 @@ class HfSeqRNNConfig(PretrainedConfig):
                 f'`input_encoding="one_hot"` feeds vocab_size-wide one-hot vectors, so `embedding_size` must equal '
                 f"vocab_size={self.vocab_size}, got embedding_size={self.embedding_size}"
             )
-        for name in ("tie_word_embeddings", "use_cache"):
-            check_bool(name, getattr(self, name))
+        check_fields(self, bool="tie_word_embeddings use_cache")
         if self.tie_word_embeddings and self.input_encoding == "one_hot":
             raise ValueError(
                 '`tie_word_embeddings=True` needs a learned embedding table; `input_encoding="one_hot"` has none'

@@ -10,15 +10,7 @@ from .fast_paths import reads_values  # noqa: F401  (validation.py imports it; 5
 from .recurrent import IMPLEMENTATIONS
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
-from .validation import (
-    check_bool,
-    check_choice,
-    check_positive_float,
-    check_positive_int,
-    check_probability,
-    check_token_id,
-    take_renamed_fields,
-)
+from .validation import check_choice, check_fields, check_positive_int, check_token_id, take_renamed_fields
 
 ATTENTION_TYPES = ("none", *SCORE_FUNCTIONS)
 CELLS = ("rnn", "lstm", "gru")
@@ -127,29 +119,20 @@ class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
 
     def validate_seq2seq_config(self) -> None:
         """Raise ``ValueError`` naming the field and the allowed values for any invalid setting."""
-        for name in ("vocab_size", "embedding_size", "hidden_size", "encoder_layers", "decoder_layers"):
-            check_positive_int(name, getattr(self, name))
+        check_fields(self, positive_int="vocab_size embedding_size hidden_size encoder_layers decoder_layers")
         check_positive_int("max_target_length", self.max_target_length, allow_none=True)
         check_positive_int("attention_hidden_size", self.attention_hidden_size, allow_none=True)
         check_choice("cell", self.cell, CELLS)
         check_choice("attention", self.attention, ATTENTION_TYPES)
         check_choice("recurrent_implementation", self.recurrent_implementation, IMPLEMENTATIONS)
-        for name in (
-            "bidirectional",
-            "input_feeding",
-            "tie_word_embeddings",
-            "use_cache",
-            "is_encoder_decoder",
-        ):
-            check_bool(name, getattr(self, name))
+        check_fields(self, bool="bidirectional input_feeding tie_word_embeddings use_cache is_encoder_decoder")
         if not self.is_encoder_decoder:
             raise ValueError("`is_encoder_decoder` must be True for the RNN encoder-decoder")
         if self.input_feeding and self.attention == "none":
             raise ValueError(
                 '`input_feeding=True` needs an `attention` other than "none" (it feeds the attentional vector)'
             )
-        check_probability("dropout", self.dropout)
-        check_positive_float("uniform_init_range", self.uniform_init_range)
+        check_fields(self, probability="dropout", positive_float="uniform_init_range")
         for name in ("pad_token_id", "bos_token_id", "decoder_start_token_id"):
             check_token_id(name, getattr(self, name), self.vocab_size)
         check_token_id("eos_token_id", self.eos_token_id, self.vocab_size, allow_list=True)

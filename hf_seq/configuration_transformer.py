@@ -10,9 +10,8 @@ from .fast_paths import reads_values  # noqa: F401  (validation.py imports it; 5
 from .validation import (
     check_bool,
     check_choice,
-    check_positive_float,
-    check_positive_int,
-    check_probability,
+    check_divisible,
+    check_fields,
     check_token_id_fields,
     take_renamed_fields,
 )
@@ -134,30 +133,21 @@ class HfSeqTransformerConfig(PretrainedConfig):
 
     def _validate_transformer_fields(self) -> None:
         """The fields this class defines (everything but ``is_encoder_decoder`` and the special token ids)."""
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "encoder_layers",
-            "decoder_layers",
-            "num_attention_heads",
-            "intermediate_size",
+        check_fields(
+            self,
+            positive_int="vocab_size hidden_size encoder_layers decoder_layers num_attention_heads intermediate_size "
             "max_position_embeddings",
-        ):
-            check_positive_int(name, getattr(self, name))
-        if self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
-                f"`hidden_size` ({self.hidden_size}) must be divisible by `num_attention_heads` "
-                f"({self.num_attention_heads})"
-            )
-        for name in ("dropout", "attention_dropout", "activation_dropout"):
-            check_probability(name, getattr(self, name))
+        )
+        check_divisible(self, "hidden_size", "num_attention_heads")
+        check_fields(self, probability="dropout attention_dropout activation_dropout")
         check_choice("activation_function", self.activation_function, sorted(ACT2FN))
         check_choice("norm_position", self.norm_position, NORM_POSITIONS)
         check_choice("position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
-        check_positive_float("layer_norm_eps", self.layer_norm_eps)
-        check_positive_float("initializer_range", self.initializer_range)
-        for name in ("scale_embedding", "tie_word_embeddings", "use_cache"):
-            check_bool(name, getattr(self, name))
+        check_fields(
+            self,
+            positive_float="layer_norm_eps initializer_range",
+            bool="scale_embedding tie_word_embeddings use_cache",
+        )
 
 
 # The former name, kept as an alias: imports of it and old folders whose auto_map names

@@ -221,10 +221,20 @@ def sequence_classification_loss(
     return F.binary_cross_entropy_with_logits(logits, labels)
 
 
+def token_classification_loss(logits: torch.Tensor, labels: torch.Tensor, num_labels: int) -> torch.Tensor:
+    """Cross-entropy of per-token ``logits`` ``(B, T, num_labels)`` against ``labels`` ``(B, T)`` (``-100`` =
+    ignored; all ignored: zero, not the NaN of an empty mean), after validating their shape, dtype and range."""
+    if tuple(labels.shape) != tuple(logits.shape[:2]):
+        raise ValueError(f"`labels` must have shape {tuple(logits.shape[:2])}, got {tuple(labels.shape)}.")
+    check_label_range("labels", labels, num_labels, "num_labels")
+    return masked_cross_entropy(logits, labels)
+
+
 __all__ = [
     "infer_problem_type",
     "linear_cross_entropy",
     "lm_head_and_loss",
     "masked_cross_entropy",
     "sequence_classification_loss",
+    "token_classification_loss",
 ]

@@ -39,7 +39,7 @@ from .blocks import TransformerEncoderBlock
 from .compat import OutputRecorder, capture_outputs
 from .configuration_bert import HfSeqBertConfig
 from .fast_paths import drop_all_ones_mask, reads_values
-from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
+from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss, token_classification_loss
 from .modeling_utils import CheckedLoadingMixin
 from .validation import IGNORE_INDEX, check_batch_shape, check_label_range, check_token_ids
 
@@ -377,6 +377,21 @@ class BertPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
             check_token_ids("position_ids", position_ids, config.max_position_embeddings, "max_position_embeddings")
         return shape
 
+    def _encode(
+        self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs
+    ) -> BaseModelOutputWithPooling:
+        """A head's encoder pass: ``self.bert`` on the head's inputs (``kwargs``: the output switches), as a
+        ``BaseModelOutputWithPooling``."""
+        return self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+
     # --- position table -------------------------------------------------------------------------------------
     def get_position_embeddings(self) -> nn.Embedding:
         """The learned position table ``(max_position_embeddings, hidden_size)``."""
@@ -518,6 +533,11 @@ class BertModel(BertPreTrainedModel):
         return BaseModelOutputWithPooling(last_hidden_state=last, pooler_output=pooled)
 
 
+def _head_output(output_cls: type[ModelOutput], outputs: BaseModelOutputWithPooling, **head_fields) -> ModelOutput:
+    """A head's output: its own fields (loss, logits...) and the encoder's ``hidden_states`` / ``attentions``."""
+    return output_cls(**head_fields, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+
+
 def _masked_lm_logits(
     head: BertLMPredictionHead, sequence_output: torch.Tensor, labels: torch.Tensor | None, sparse: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -569,15 +589,7 @@ class BertForPreTraining(BertPreTrainedModel):
             check_label_range("labels", labels, self.config.vocab_size, "vocab_size")
         if next_sentence_label is not None:
             check_label_range("next_sentence_label", next_sentence_label, 2, "number of next-sentence classes")
-        outputs = self.bert(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
-        )
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         prediction_logits, mlm_loss = _masked_lm_logits(
             self.cls.predictions, outputs.last_hidden_state, labels, self.config.sparse_prediction
         )
@@ -586,14 +598,13 @@ class BertForPreTraining(BertPreTrainedModel):
         if next_sentence_label is not None:
             nsp_loss = masked_cross_entropy(nsp_logits, next_sentence_label)
             loss = nsp_loss if loss is None else loss + nsp_loss
-        out = BertForPreTrainingOutput(
+        return _head_output(
+            BertForPreTrainingOutput,
+            outputs,
             loss=loss,
             prediction_logits=prediction_logits,
             seq_relationship_logits=nsp_logits,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
         )
-        return out
 
 
 class BertForMaskedLM(BertPreTrainedModel):
@@ -627,22 +638,11 @@ class BertForMaskedLM(BertPreTrainedModel):
         """``labels`` ``(B, T)``: original ids at masked positions, -100 elsewhere → masked-LM cross-entropy."""
         if labels is not None:
             check_label_range("labels", labels, self.config.vocab_size, "vocab_size")
-        outputs = self.bert(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
-        )
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         logits, loss = _masked_lm_logits(
             self.cls.predictions, outputs.last_hidden_state, labels, self.config.sparse_prediction
         )
-        out = MaskedLMOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
-        return out
+        return _head_output(MaskedLMOutput, outputs, loss=loss, logits=logits)
 
 
 class BertForSequenceClassification(BertPreTrainedModel):
@@ -681,15 +681,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
                     "`attention_mask` has a row without any token; classifier_pooling='mean' averages over the "
                     "tokens of each row, so every row needs at least one."
                 )
-        outputs = self.bert(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
-        )
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         if mean_pooling:
             pooled = self.bert.pooler.transform(masked_mean(outputs.last_hidden_state, attention_mask))  # (B, H)
         else:
@@ -700,10 +692,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
             if labels is not None
             else None
         )
-        out = SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
-        return out
+        return _head_output(SequenceClassifierOutput, outputs, loss=loss, logits=logits)
 
 
 class BertForTokenClassification(BertPreTrainedModel):
@@ -730,26 +719,10 @@ class BertForTokenClassification(BertPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> TokenClassifierOutput | tuple:
         """``labels`` ``(B, T)`` tag ids, -100 on positions to ignore (special tokens, word-piece continuations)."""
-        outputs = self.bert(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
-        )
+        outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, C)
-        loss = None
-        if labels is not None:
-            if tuple(labels.shape) != tuple(logits.shape[:2]):
-                raise ValueError(f"`labels` must have shape {tuple(logits.shape[:2])}, got {tuple(labels.shape)}.")
-            check_label_range("labels", labels, self.num_labels, "num_labels")
-            loss = masked_cross_entropy(logits, labels)
-        out = TokenClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
-        return out
+        loss = token_classification_loss(logits, labels, self.num_labels) if labels is not None else None
+        return _head_output(TokenClassifierOutput, outputs, loss=loss, logits=logits)
 
 
 __all__ = [

@@ -30,7 +30,7 @@ from .attention import attend  # noqa: F401
 from .compat import cache_argument, cache_output, init, shift_labels_when_smoothing
 from .configuration_rnn import HfSeqRNNConfig
 from .fast_paths import drop_all_ones_mask
-from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss
+from .losses import lm_head_and_loss, sequence_classification_loss, token_classification_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
 from .recurrent import RecurrentLayer, RecurrentStack, State, to_torch_rnn_modules_
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
@@ -297,14 +297,8 @@ class RNNModel(RNNPreTrainedModel):
         self.encoder = (
             None
             if config.cell == "none"
-            else RecurrentStack(
-                config.cell,
-                config.encoder_input_size,
-                config.hidden_size,
-                num_layers=config.num_hidden_layers,
-                bidirectional=config.bidirectional,
-                dropout=config.dropout,
-                implementation=config.recurrent_implementation,
+            else RecurrentStack.from_config(
+                config, config.encoder_input_size, config.num_hidden_layers, bidirectional=config.bidirectional
             )
         )
         self.pooler = RNNPooler(config) if add_pooling_layer else None
@@ -462,14 +456,7 @@ class RNNForTokenClassification(RNNPreTrainedModel):
             return_dict=True,
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
-        loss = None
-        if labels is not None:
-            if tuple(labels.shape) != tuple(logits.shape[:2]):
-                raise ValueError(f"`labels` must have shape {tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
-            if labels.is_floating_point():
-                raise ValueError(f"`labels` must be integer class ids (or -100), got dtype {labels.dtype}")
-            check_label_range("labels", labels, self.num_labels, "num_labels")
-            loss = masked_cross_entropy(logits, labels)  # (all -100: zero, not the NaN of an empty mean)
+        loss = token_classification_loss(logits, labels, self.num_labels) if labels is not None else None
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 

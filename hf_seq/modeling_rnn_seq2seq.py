@@ -18,7 +18,6 @@ in ``output.cache``; beam search reorders it through :meth:`RNNDecoderCache.reor
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import torch
@@ -31,16 +30,16 @@ from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqM
 from transformers.utils import can_return_tuple
 
 from .attention import AttentionScore, attend
-from .compat import cache_argument, cache_output, init, output_cache
+from .compat import cache_argument, cache_output, init
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
 from .fast_paths import drop_all_ones_mask
-from .losses import lm_head_and_loss
+from .losses import lm_head_and_loss  # noqa: F401  (seq2seq_utils.py imports it; 5.0–5.6 copy only these siblings)
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
 from .recurrent import RecurrentStack, to_torch_rnn_modules_
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
-from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
-from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
+from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES  # noqa: F401  (seq2seq_utils.py imports it, as above)
+from .seq2seq_utils import Seq2SeqLMHeadMixin, shift_tokens_right
 from .validation import GenerationArgumentsMixin, check_token_ids
 
 State = tuple[torch.Tensor, ...]
@@ -165,14 +164,8 @@ class RNNSeq2SeqEncoder(nn.Module):
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id)
         self.dropout = nn.Dropout(config.dropout)
-        self.rnn = RecurrentStack(
-            config.cell,
-            config.embedding_size,
-            config.hidden_size,
-            num_layers=config.encoder_layers,
-            bidirectional=config.bidirectional,
-            dropout=config.dropout,
-            implementation=config.recurrent_implementation,
+        self.rnn = RecurrentStack.from_config(
+            config, config.embedding_size, config.encoder_layers, bidirectional=config.bidirectional
         )
 
     @property
@@ -290,14 +283,7 @@ class RNNSeq2SeqDecoder(nn.Module):
             self.feed_size = emb if config.input_feeding else encoder_size
         else:
             self.feed_size = 0
-        self.rnn = RecurrentStack(
-            config.cell,
-            emb + self.feed_size,
-            hidden,
-            num_layers=config.decoder_layers,
-            dropout=config.dropout,
-            implementation=config.recurrent_implementation,
-        )
+        self.rnn = RecurrentStack.from_config(config, emb + self.feed_size, config.decoder_layers, hidden_size=hidden)
         self.dropout = nn.Dropout(config.dropout)
         if self.use_attention:
             key_size = encoder_size
@@ -504,6 +490,58 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
             raise ValueError("`encoder_outputs` must contain `final_hidden_state` (batch-first encoder final states).")
         return out
 
+    def _decoder_inputs(
+        self,
+        decoder_input_ids: torch.Tensor | None,
+        decoder_inputs_embeds: torch.Tensor | None,
+        decoder_attention_mask: torch.Tensor | None,
+        batch_size: int,
+        continues: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The checked target embeddings ``(B, T, E)`` and padding mask ``(B, T)`` (None: nothing padded).
+
+        ``continues``: the decoder continues from a cache, so a mask wider than ``T`` (as ``generate()`` passes it,
+        covering the tokens read before too) is cut to its last ``T`` columns."""
+        if decoder_inputs_embeds is None:
+            if decoder_input_ids is None:
+                raise ValueError("Pass `decoder_input_ids` (or `labels` to the ForConditionalGeneration head).")
+            check_token_ids("decoder_input_ids", decoder_input_ids, self.config.vocab_size, batched=True)
+            decoder_inputs_embeds = self.encoder.embed_tokens(decoder_input_ids)  # (B, T, E)
+        if decoder_inputs_embeds.shape[0] != batch_size:
+            raise ValueError(
+                f"`decoder_input_ids` has batch size {decoder_inputs_embeds.shape[0]} but the source has {batch_size}"
+            )
+        if decoder_attention_mask is not None:
+            target_len = decoder_inputs_embeds.shape[1]
+            if continues and decoder_attention_mask.dim() == 2 and decoder_attention_mask.shape[1] > target_len:
+                decoder_attention_mask = decoder_attention_mask[:, -target_len:]  # the columns of the new tokens
+            if tuple(decoder_attention_mask.shape) != tuple(decoder_inputs_embeds.shape[:2]):
+                raise ValueError(
+                    f"`decoder_attention_mask` must have shape {tuple(decoder_inputs_embeds.shape[:2])}, "
+                    f"got {tuple(decoder_attention_mask.shape)}"
+                )
+            decoder_attention_mask = drop_all_ones_mask(decoder_attention_mask)  # eager CPU: None if nothing padded
+        return decoder_inputs_embeds, decoder_attention_mask
+
+    def _decoder_start(self, cache: RNNDecoderCache | None, encoder_outputs: RNNSeq2SeqEncoderOutput, batch_size: int):
+        """``(state, feed, keys, seen)`` the decoder starts from: the cache's, or the bridged encoder final states
+        with no input feed and no tokens seen; ``keys`` ``(B, S, K)`` projected once when the decoder attends."""
+        if cache is not None:
+            if cache.state[0].shape[1] != batch_size:
+                raise ValueError(
+                    f"`cache` holds a decoder state for batch size {cache.state[0].shape[1]}, but the input has "
+                    f"{batch_size} rows (to continue with num_beams=k from a cache of other rows, expand it first: "
+                    "cache.batch_repeat_interleave(k))"
+                )
+            state, feed, keys = cache.state, cache.feed, cache.keys
+            seen = cache.seen_tokens
+        else:
+            state = self.bridge(encoder_outputs.final_hidden_state, encoder_outputs.final_cell_state)  # (L, B, H)...
+            feed, keys, seen = None, None, 0
+        if self.decoder.use_attention and keys is None:
+            keys = self.decoder.prepare_keys(encoder_outputs.last_hidden_state)  # (B, S, K)
+        return state, feed, keys, seen
+
     @cache_argument
     @can_return_tuple
     def forward(
@@ -553,41 +591,11 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
                 f"`attention_mask` must have shape (batch, src_len) = {(batch_size, src_len)}, got {tuple(attention_mask.shape)}"
             )
 
-        if decoder_inputs_embeds is None:
-            if decoder_input_ids is None:
-                raise ValueError("Pass `decoder_input_ids` (or `labels` to the ForConditionalGeneration head).")
-            check_token_ids("decoder_input_ids", decoder_input_ids, self.config.vocab_size, batched=True)
-            decoder_inputs_embeds = self.encoder.embed_tokens(decoder_input_ids)  # (B, T, E)
-        if decoder_inputs_embeds.shape[0] != batch_size:
-            raise ValueError(
-                f"`decoder_input_ids` has batch size {decoder_inputs_embeds.shape[0]} but the source has {batch_size}"
-            )
-        if decoder_attention_mask is not None:
-            target_len = decoder_inputs_embeds.shape[1]
-            if cache is not None and decoder_attention_mask.dim() == 2 and decoder_attention_mask.shape[1] > target_len:
-                decoder_attention_mask = decoder_attention_mask[:, -target_len:]  # the columns of the new tokens
-            if tuple(decoder_attention_mask.shape) != tuple(decoder_inputs_embeds.shape[:2]):
-                raise ValueError(
-                    f"`decoder_attention_mask` must have shape {tuple(decoder_inputs_embeds.shape[:2])}, "
-                    f"got {tuple(decoder_attention_mask.shape)}"
-                )
-            decoder_attention_mask = drop_all_ones_mask(decoder_attention_mask)  # eager CPU: None if nothing padded
-
+        decoder_inputs_embeds, decoder_attention_mask = self._decoder_inputs(
+            decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, batch_size, continues=cache is not None
+        )
         decoder = self.decoder
-        if cache is not None:
-            if cache.state[0].shape[1] != batch_size:
-                raise ValueError(
-                    f"`cache` holds a decoder state for batch size {cache.state[0].shape[1]}, but the input has "
-                    f"{batch_size} rows (to continue with num_beams=k from a cache of other rows, expand it first: "
-                    "cache.batch_repeat_interleave(k))"
-                )
-            state, feed, keys = cache.state, cache.feed, cache.keys
-            seen = cache.seen_tokens
-        else:
-            state = self.bridge(encoder_outputs.final_hidden_state, encoder_outputs.final_cell_state)  # (L, B, H)...
-            feed, keys, seen = None, None, 0
-        if decoder.use_attention and keys is None:
-            keys = decoder.prepare_keys(encoder_states)  # (B, S, K)
+        state, feed, keys, seen = self._decoder_start(cache, encoder_outputs, batch_size)
 
         outputs, rnn_out, state, feed, weights = decoder(
             decoder_inputs_embeds,
@@ -616,6 +624,7 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
 
 
 class RNNSeq2SeqForConditionalGeneration(
+    Seq2SeqLMHeadMixin,
     GenerationArgumentsMixin,
     RecurrentStateGenerationMixin,
     GenerationLengthMixin,
@@ -632,8 +641,7 @@ class RNNSeq2SeqForConditionalGeneration(
         self.model = RNNSeq2SeqModel(config)
         self.lm_head = nn.Linear(config.embedding_size, config.vocab_size, bias=True)
         self.post_init()
-        if not getattr(config, "custom_pipelines", None):  # pipeline("translation") (see seq2seq_pipelines.py)
-            config.custom_pipelines = copy.deepcopy(SEQ2SEQ_CUSTOM_PIPELINES)
+        self._add_translation_pipelines()
         if self.generation_config is not None and config.max_target_length is not None:
             self.generation_config.max_length = config.max_target_length
 
@@ -648,13 +656,6 @@ class RNNSeq2SeqForConditionalGeneration(
 
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
-
-    def get_encoder(self, modality: str | None = None) -> RNNSeq2SeqEncoder:
-        return self.model.encoder
-
-    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
-        """Shift labels right with ``decoder_start_token_id`` (used by ``DataCollatorForSeq2Seq``)."""
-        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     @cache_argument
     @can_return_tuple
@@ -676,34 +677,19 @@ class RNNSeq2SeqForConditionalGeneration(
     ) -> Seq2SeqLMOutput | tuple:
         """Translate with teacher forcing; ``labels`` ``(B, T)`` (-100 = ignored) give the cross-entropy ``loss``.
         The old name ``past_key_values=`` of ``cache`` is accepted with transformers' deprecation warning."""
-        if labels is not None:
-            decoder_input_ids = decoder_input_ids_for_labels(
-                self.config, labels, decoder_input_ids, decoder_inputs_embeds
-            )
-            use_cache = False
-        outputs = self.model(
+        return self._lm_forward(
+            labels,
+            decoder_input_ids,
+            decoder_inputs_embeds,
+            use_cache,
             input_ids=input_ids,
             attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
             cache=cache,
             inputs_embeds=inputs_embeds,
-            decoder_inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
-        logits, loss = lm_head_and_loss(self.lm_head, outputs.last_hidden_state, labels)  # (B, T, V), loss or None
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            **cache_output(output_cache(outputs)),
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
         )
 
 

@@ -17,7 +17,6 @@ in eager mode on CPU (``hf_seq.fast_paths``); everywhere else one static-shape p
 
 from __future__ import annotations
 
-import copy
 import math
 
 import torch
@@ -48,10 +47,10 @@ from .compat import (
 )
 from .configuration_transformer import HfSeqTransformerConfig
 from .fast_paths import appends_in_place, drop_all_ones_mask, padding_free_rows
-from .losses import lm_head_and_loss
+from .losses import lm_head_and_loss  # noqa: F401  (seq2seq_utils.py imports it; 5.0–5.6 copy only these siblings)
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
-from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
-from .seq2seq_utils import decoder_input_ids_for_labels, shift_tokens_right
+from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES  # noqa: F401  (seq2seq_utils.py imports it, as above)
+from .seq2seq_utils import Seq2SeqLMHeadMixin, shift_tokens_right
 from .validation import GenerationArgumentsMixin, check_batch_shape, check_token_ids
 
 
@@ -218,7 +217,26 @@ def _final_layer_norm(config: HfSeqTransformerConfig) -> nn.LayerNorm | None:
     return nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
 
 
-class TransformerEncoder(nn.Module):
+class _TransformerStack(nn.Module):
+    """What the encoder and the decoder stack share: embeddings → ``num_layers`` blocks (``block_cls``) [→ final
+    LayerNorm, pre-LN], with the output recorders of the subclass's ``_can_record_outputs``."""
+
+    def __init__(
+        self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding, block_cls: type[nn.Module], num_layers: int
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = TransformerEmbeddings(config, embed_tokens)
+        self.layers = _block_stack(block_cls, config, num_layers)
+        self.layer_norm = _final_layer_norm(config)
+        register_output_recorders(self)
+
+    @property
+    def embed_tokens(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+
+class TransformerEncoder(_TransformerStack):
     """Encoder stack: embeddings → ``encoder_layers`` × (self-attention + FFN) [→ final LayerNorm for pre-LN].
 
     With padding in ``attention_mask`` the feed-forward sub-layers leave the padded positions unchanged (no real token
@@ -235,16 +253,7 @@ class TransformerEncoder(nn.Module):
     }
 
     def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding) -> None:
-        super().__init__()
-        self.config = config
-        self.embeddings = TransformerEmbeddings(config, embed_tokens)
-        self.layers = _block_stack(TransformerEncoderBlock, config, config.encoder_layers)
-        self.layer_norm = _final_layer_norm(config)
-        register_output_recorders(self)
-
-    @property
-    def embed_tokens(self) -> nn.Embedding:
-        return self.embeddings.embed_tokens
+        super().__init__(config, embed_tokens, TransformerEncoderBlock, config.encoder_layers)
 
     @capture_outputs
     def forward(
@@ -271,7 +280,7 @@ class TransformerEncoder(nn.Module):
         return BaseModelOutput(last_hidden_state=hidden)
 
 
-class TransformerDecoder(nn.Module):
+class TransformerDecoder(_TransformerStack):
     """Decoder stack: embeddings → ``decoder_layers`` × (masked self-attn + cross-attn + FFN) [→ LayerNorm, pre-LN]."""
 
     # what `capture_outputs` records: the embeddings and every block's output (the last one after the final
@@ -283,16 +292,7 @@ class TransformerDecoder(nn.Module):
     }
 
     def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding) -> None:
-        super().__init__()
-        self.config = config
-        self.embeddings = TransformerEmbeddings(config, embed_tokens)
-        self.layers = _block_stack(TransformerDecoderBlock, config, config.decoder_layers)
-        self.layer_norm = _final_layer_norm(config)
-        register_output_recorders(self)
-
-    @property
-    def embed_tokens(self) -> nn.Embedding:
-        return self.embeddings.embed_tokens
+        super().__init__(config, embed_tokens, TransformerDecoderBlock, config.decoder_layers)
 
     @capture_outputs
     @cache_argument
@@ -504,7 +504,7 @@ class TransformerModel(TransformerPreTrainedModel):
 
 
 class TransformerForConditionalGeneration(
-    GenerationArgumentsMixin, GenerationLengthMixin, TransformerPreTrainedModel, GenerationMixin
+    Seq2SeqLMHeadMixin, GenerationArgumentsMixin, GenerationLengthMixin, TransformerPreTrainedModel, GenerationMixin
 ):
     """Encoder-decoder + output projection (linear + softmax over the vocabulary): translation, ``generate()``.
 
@@ -522,15 +522,11 @@ class TransformerForConditionalGeneration(
         self.model = TransformerModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
-        if not getattr(config, "custom_pipelines", None):  # pipeline("translation") (see seq2seq_pipelines.py)
-            config.custom_pipelines = copy.deepcopy(SEQ2SEQ_CUSTOM_PIPELINES)
+        self._add_translation_pipelines()
         if self.generation_config is not None:
             # GenerationConfig's default max_length (20 tokens) would cut translations; the position table is the
             # model's real limit (a saved generation_config.json, e.g. the train script's, overrides this)
             self.generation_config.max_length = config.max_position_embeddings
-
-    def get_encoder(self, modality: str | None = None) -> TransformerEncoder:
-        return self.model.encoder
 
     def get_decoder(self) -> TransformerDecoder:
         return self.model.decoder
@@ -559,10 +555,6 @@ class TransformerForConditionalGeneration(
             )
         return embeddings
 
-    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
-        """Teacher-forcing decoder inputs from labels (used by ``DataCollatorForSeq2Seq``)."""
-        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
-
     @can_return_tuple
     @cache_argument
     def forward(
@@ -583,35 +575,18 @@ class TransformerForConditionalGeneration(
 
         ``return_dict=False`` (call or config) returns the tuple; ``past_key_values=`` is the deprecated name of
         ``cache=`` (accepted with a warning)."""
-        if labels is not None:
-            decoder_input_ids = decoder_input_ids_for_labels(
-                self.config, labels, decoder_input_ids, decoder_inputs_embeds
-            )
-            use_cache = False
-        outputs = self.model(
+        return self._lm_forward(
+            labels,
+            decoder_input_ids,
+            decoder_inputs_embeds,
+            use_cache,
             input_ids=input_ids,
             attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
             cache=cache,
             inputs_embeds=inputs_embeds,
-            decoder_inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            return_dict=True,
             **kwargs,
-        )
-        logits, loss = lm_head_and_loss(self.lm_head, outputs.last_hidden_state, labels)  # (B, T, V), loss or None
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            **cache_output(output_cache(outputs)),
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
         )
 
 

@@ -145,6 +145,22 @@ class RecurrentStack(nn.Module):
             for k in range(num_layers)
         )
 
+    @classmethod
+    def from_config(
+        cls, config, input_size: int, num_layers: int, bidirectional: bool = False, hidden_size: int | None = None
+    ) -> RecurrentStack:
+        """The stack of a model ``config``: its ``cell``, ``hidden_size`` (unless ``hidden_size`` is given),
+        ``dropout`` and ``recurrent_implementation``, over ``input_size`` features."""
+        return cls(
+            config.cell,
+            input_size,
+            config.hidden_size if hidden_size is None else hidden_size,
+            num_layers=num_layers,
+            bidirectional=bidirectional,
+            dropout=config.dropout,
+            implementation=config.recurrent_implementation,
+        )
+
     @property
     def output_size(self) -> int:
         """Width of the outputs: ``num_directions * hidden_size``."""

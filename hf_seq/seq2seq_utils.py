@@ -1,17 +1,25 @@
-"""Teacher-forcing helpers shared by the encoder-decoder families (RNN seq2seq and Transformer).
+"""What the encoder-decoder families (RNN seq2seq and Transformer) share: teacher forcing and the LM head.
 
 Both ``...ForConditionalGeneration`` heads build their decoder inputs from ``labels`` the same way: the labels are
 validated, shifted one step right behind ``decoder_start_token_id`` (``-100`` becomes ``pad_token_id``) and must
-line up with the decoder input. The modelling files import this module relatively, so ``save_pretrained`` copies it
-next to the weights for ``trust_remote_code`` loading.
+line up with the decoder input. Both put the same head on their ``...Model`` (:class:`Seq2SeqLMHeadMixin`): the
+vocabulary projection, the loss and the ``Seq2SeqLMOutput``. The modelling files import this module relatively, so
+``save_pretrained`` copies it next to the weights for ``trust_remote_code`` loading.
 """
 
 from __future__ import annotations
 
-import torch
-from transformers import PretrainedConfig
+import copy
 
+import torch
+from torch import nn
+from transformers import PretrainedConfig
+from transformers.modeling_outputs import Seq2SeqLMOutput
+
+from .compat import cache_output, output_cache
 from .fast_paths import reads_values
+from .losses import lm_head_and_loss
+from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .validation import IGNORE_INDEX, check_label_range
 
 
@@ -57,4 +65,64 @@ def decoder_input_ids_for_labels(
     return decoder_input_ids
 
 
-__all__ = ["decoder_input_ids_for_labels", "shift_tokens_right"]
+class Seq2SeqLMHeadMixin:
+    """The ``...ForConditionalGeneration`` part of an encoder-decoder: ``self.model`` (its ``...Model``, with an
+    ``encoder``) under ``self.lm_head`` (hidden size → vocabulary).
+
+    ``forward`` of each head checks its own arguments and hands them to :meth:`_lm_forward`, which runs the model
+    with teacher forcing from ``labels`` and returns the logits, the loss and the model's outputs as
+    ``Seq2SeqLMOutput`` (fields the model does not return stay ``None``).
+    """
+
+    def _add_translation_pipelines(self) -> None:
+        """``pipeline("translation")`` / ``pipeline("text2text-generation")`` in the config unless it names its own
+        (see seq2seq_pipelines.py)."""
+        if not getattr(self.config, "custom_pipelines", None):
+            self.config.custom_pipelines = copy.deepcopy(SEQ2SEQ_CUSTOM_PIPELINES)
+
+    def get_encoder(self, modality: str | None = None) -> nn.Module:
+        return self.model.encoder
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """Teacher-forcing decoder inputs from labels, shifted right behind ``decoder_start_token_id`` (used by
+        ``DataCollatorForSeq2Seq``)."""
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def _lm_forward(
+        self,
+        labels: torch.Tensor | None,
+        decoder_input_ids: torch.Tensor | None,
+        decoder_inputs_embeds: torch.Tensor | None,
+        use_cache: bool | None,
+        **model_inputs,
+    ) -> Seq2SeqLMOutput:
+        """Run ``self.model`` (``model_inputs``: the head's other ``forward`` arguments) and the head: logits
+        ``(B, T, V)`` and, with ``labels`` ``(B, T)`` (which also give the decoder inputs when none are passed, and
+        turn the cache off), the cross-entropy ``loss``."""
+        if labels is not None:
+            decoder_input_ids = decoder_input_ids_for_labels(
+                self.config, labels, decoder_input_ids, decoder_inputs_embeds
+            )
+            use_cache = False
+        outputs = self.model(
+            decoder_input_ids=decoder_input_ids,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            return_dict=True,
+            **model_inputs,
+        )
+        logits, loss = lm_head_and_loss(self.lm_head, outputs.last_hidden_state, labels)  # (B, T, V), loss or None
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            **cache_output(output_cache(outputs)),
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+
+__all__ = ["Seq2SeqLMHeadMixin", "decoder_input_ids_for_labels", "shift_tokens_right"]

@@ -61,6 +61,33 @@ def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:
         raise ValueError(f"`{name}` must be one of {allowed}, got {value!r}")
 
 
+_FIELD_CHECKS = {
+    "positive_int": check_positive_int,
+    "probability": check_probability,
+    "positive_float": check_positive_float,
+    "bool": check_bool,
+}
+
+
+def check_fields(config: Any, **kinds: str) -> None:
+    """Check the fields of ``config`` by kind, kinds and fields in the order given (ValueError naming the first bad
+    field): ``check_fields(config, positive_int="vocab_size hidden_size", bool="use_cache")``. Each kind
+    (``positive_int``, ``probability``, ``positive_float``, ``bool``: the ``check_*`` above) takes its field names
+    space-separated, as ``collections.namedtuple`` takes its field names."""
+    for kind, names in kinds.items():
+        check = _FIELD_CHECKS[kind]
+        for name in names.split():
+            check(name, getattr(config, name))
+
+
+def check_divisible(config: Any, name: str, divisor_name: str) -> None:
+    """ValueError unless the field ``name`` is a multiple of the field ``divisor_name`` (e.g. the hidden size of the
+    attention heads); both are positive ints already."""
+    value, divisor = getattr(config, name), getattr(config, divisor_name)
+    if value % divisor != 0:
+        raise ValueError(f"`{name}` ({value}) must be divisible by `{divisor_name}` ({divisor})")
+
+
 def take_renamed_fields(config: Any, kwargs: dict) -> None:
     """Move the values that ``kwargs`` gives under a field's former name onto the field itself.
 
@@ -285,6 +312,8 @@ __all__ = [
     "check_batch_shape",
     "check_bool",
     "check_choice",
+    "check_divisible",
+    "check_fields",
     "check_generation_arguments",
     "check_integer_labels",
     "check_label_range",

@@ -4,8 +4,9 @@ Works for sequence classification (one label per example) and token classificati
 predictions/references of the real tokens (positions whose label is -100 are ignored if ``ignore_index`` is given).
 """
 
-import datasets
 import evaluate
+
+from ._shared import LABEL_FEATURES, local_metric
 
 _DESCRIPTION = "Accuracy: the fraction of predictions equal to the reference label."
 _KWARGS_DESCRIPTION = """
@@ -24,17 +25,9 @@ Example:
 """
 
 
-@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+@local_metric(_DESCRIPTION, _KWARGS_DESCRIPTION, LABEL_FEATURES)
 class Accuracy(evaluate.Metric):
     """Fraction of correct predictions (classification or flattened token classification)."""
-
-    def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}),
-        )
 
     def _compute(self, predictions, references, normalize=True, sample_weight=None, ignore_index=None):
         if len(predictions) != len(references):

@@ -7,15 +7,12 @@
 import evaluate
 import sacrebleu as scb
 
-from ._references import TEXT_FEATURES, reference_streams
+from ._shared import TEXT_FEATURES, local_metric, reference_streams
 
 _DESCRIPTION = "Character n-gram F-score (Popovic, 2015) computed by sacrebleu; word_order=2 gives chrF++."
-_CITATION = """@inproceedings{popovic-2015-chrf,
+_CITATION = """@inproceedings{popovic-2015-chrf, author = "Popovi{\\'c}, Maja",
   title = "chr{F}: character n-gram {F}-score for automatic {MT} evaluation",
-  author = "Popovi{\\'c}, Maja",
-  booktitle = "Proceedings of the Tenth Workshop on Statistical Machine Translation",
-  year = "2015",
-}"""
+  booktitle = "Proceedings of the Tenth Workshop on Statistical Machine Translation", year = "2015"}"""
 _KWARGS_DESCRIPTION = """
 Args:
     predictions (list[str]): system outputs.
@@ -31,37 +28,23 @@ Returns:
 """
 
 
-@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+@local_metric(_DESCRIPTION, _KWARGS_DESCRIPTION, TEXT_FEATURES, citation=_CITATION)
 class ChrF(evaluate.Metric):
     """Corpus chrF computed by sacrebleu."""
-
-    def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=TEXT_FEATURES,
-        )
 
     def _compute(
         self,
         predictions,
         references,
-        char_order=6,
-        word_order=0,
-        beta=2,
-        lowercase=False,
-        whitespace=False,
-        eps_smoothing=False,
+        char_order: int = 6,
+        word_order: int = 0,
+        beta: int = 2,
+        lowercase: bool = False,
+        whitespace: bool = False,
+        eps_smoothing: bool = False,
     ):
         transposed = reference_streams(references, "chrF")
-        metric = scb.CHRF(
-            char_order=char_order,
-            word_order=word_order,
-            beta=beta,
-            lowercase=lowercase,
-            whitespace=whitespace,
-            eps_smoothing=eps_smoothing,
-        )
+        # CHRF's parameters in their order: (char_order, word_order, beta, lowercase, whitespace, eps_smoothing)
+        metric = scb.CHRF(char_order, word_order, beta, lowercase, whitespace, eps_smoothing)
         result = metric.corpus_score(predictions, transposed)
         return {"score": result.score, "char_order": char_order, "word_order": word_order, "beta": beta}

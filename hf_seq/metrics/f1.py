@@ -1,7 +1,8 @@
 """F1 as a local ``evaluate`` metric (binary, macro, micro or weighted averaging), no scikit-learn needed."""
 
-import datasets
 import evaluate
+
+from ._shared import LABEL_FEATURES, local_metric
 
 _DESCRIPTION = "F1 = 2 * precision * recall / (precision + recall), per class then averaged."
 _KWARGS_DESCRIPTION = """
@@ -15,17 +16,9 @@ Returns:
 """
 
 
-@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+@local_metric(_DESCRIPTION, _KWARGS_DESCRIPTION, LABEL_FEATURES)
 class F1(evaluate.Metric):
     """F1 score for classification."""
-
-    def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}),
-        )
 
     def _compute(self, predictions, references, average="binary", pos_label=1, labels=None):
         if average not in ("binary", "macro", "micro", "weighted"):

@@ -7,15 +7,12 @@ the same numbers as ``sacrebleu.corpus_bleu(predictions, list(zip(*references)))
 import evaluate
 import sacrebleu as scb
 
-from ._references import TEXT_FEATURES, reference_streams
+from ._shared import TEXT_FEATURES, local_metric, reference_streams
 
 _DESCRIPTION = "Corpus-level BLEU (Papineni et al., 2002) computed by sacrebleu (Post, 2018), on detokenized text."
-_CITATION = """@inproceedings{post-2018-call,
+_CITATION = """@inproceedings{post-2018-call, author = "Post, Matt",
   title = "A Call for Clarity in Reporting {BLEU} Scores",
-  author = "Post, Matt",
-  booktitle = "Proceedings of the Third Conference on Machine Translation",
-  year = "2018",
-}"""
+  booktitle = "Proceedings of the Third Conference on Machine Translation", year = "2018"}"""
 _KWARGS_DESCRIPTION = """
 Args:
     predictions (list[str]): system outputs (detokenized).
@@ -36,28 +33,20 @@ Example:
 """
 
 
-@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+@local_metric(_DESCRIPTION, _KWARGS_DESCRIPTION, TEXT_FEATURES, citation=_CITATION)
 class Sacrebleu(evaluate.Metric):
     """Corpus BLEU computed by sacrebleu."""
-
-    def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=TEXT_FEATURES,
-        )
 
     def _compute(
         self,
         predictions,
         references,
-        smooth_method="exp",
-        smooth_value=None,
-        force=False,
-        lowercase=False,
-        tokenize=None,
-        use_effective_order=False,
+        smooth_method: str = "exp",
+        smooth_value: float | None = None,
+        force: bool = False,
+        lowercase: bool = False,
+        tokenize: str | None = None,
+        use_effective_order: bool = False,
     ):
         transposed = reference_streams(references, "sacrebleu")
         result = scb.corpus_bleu(

@@ -15,6 +15,8 @@ import warnings
 import datasets
 import evaluate
 
+from ._shared import local_metric
+
 SCHEMES = ("IOB1", "IOB2", "IOE1", "IOE2", "IOBES", "BILOU")
 
 _DESCRIPTION = """\
@@ -45,63 +47,49 @@ Example:
 # "an entity starts here", "the current token continues the entity" and "the entity ended before the current token".
 # "*" is any prefix; the type condition compares the entity types of the two tokens.
 _ANY = "IOBESUL"
+
+
+def _rules(*rules: str) -> list[tuple[str, ...]]:
+    """The rules written ``"previous current condition"``: ``_rules("I B any")`` → ``[("I", "B", "any")]``."""
+    return [tuple(rule.split()) for rule in rules]
+
+
 _STRICT_RULES = {
     "IOB1": {
         "allowed": "IOB",
-        "start": [("O", "I", "any"), ("I", "I", "diff"), ("B", "I", "any"), ("I", "B", "same"), ("B", "B", "same")],
-        "inside": [("B", "I", "same"), ("I", "I", "same")],
-        "end": [
-            ("I", "I", "diff"),
-            ("I", "O", "any"),
-            ("I", "B", "any"),
-            ("B", "O", "any"),
-            ("B", "I", "diff"),
-            ("B", "B", "same"),
-        ],
+        "start": _rules("O I any", "I I diff", "B I any", "I B same", "B B same"),
+        "inside": _rules("B I same", "I I same"),
+        "end": _rules("I I diff", "I O any", "I B any", "B O any", "B I diff", "B B same"),
     },
     "IOE1": {
         "allowed": "IOE",
-        "start": [("O", "I", "any"), ("I", "I", "diff"), ("E", "I", "any"), ("E", "E", "same")],
-        "inside": [("I", "I", "same"), ("I", "E", "same")],
-        "end": [("I", "I", "diff"), ("I", "O", "any"), ("I", "E", "diff"), ("E", "I", "same"), ("E", "E", "same")],
+        "start": _rules("O I any", "I I diff", "E I any", "E E same"),
+        "inside": _rules("I I same", "I E same"),
+        "end": _rules("I I diff", "I O any", "I E diff", "E I same", "E E same"),
     },
     "IOB2": {
         "allowed": "IOB",
-        "start": [("*", "B", "any")],
-        "inside": [("B", "I", "same"), ("I", "I", "same")],
-        "end": [
-            ("I", "O", "any"),
-            ("I", "I", "diff"),
-            ("I", "B", "any"),
-            ("B", "O", "any"),
-            ("B", "I", "diff"),
-            ("B", "B", "any"),
-        ],
+        "start": _rules("* B any"),
+        "inside": _rules("B I same", "I I same"),
+        "end": _rules("I O any", "I I diff", "I B any", "B O any", "B I diff", "B B any"),
     },
     "IOE2": {
         "allowed": "IOE",
-        "start": [
-            ("O", "I", "any"),
-            ("O", "E", "any"),
-            ("E", "I", "any"),
-            ("E", "E", "any"),
-            ("I", "I", "diff"),
-            ("I", "E", "diff"),
-        ],
-        "inside": [("I", "E", "same"), ("I", "I", "same")],
-        "end": [("E", "*", "any")],
+        "start": _rules("O I any", "O E any", "E I any", "E E any", "I I diff", "I E diff"),
+        "inside": _rules("I E same", "I I same"),
+        "end": _rules("E * any"),
     },
     "IOBES": {
         "allowed": "IOBES",
-        "start": [("*", "B", "any"), ("*", "S", "any")],
-        "inside": [("B", "I", "same"), ("B", "E", "same"), ("I", "I", "same"), ("I", "E", "same")],
-        "end": [("S", "*", "any"), ("E", "*", "any")],
+        "start": _rules("* B any", "* S any"),
+        "inside": _rules("B I same", "B E same", "I I same", "I E same"),
+        "end": _rules("S * any", "E * any"),
     },
     "BILOU": {
         "allowed": "BILOU",
-        "start": [("*", "B", "any"), ("*", "U", "any")],
-        "inside": [("B", "I", "same"), ("B", "L", "same"), ("I", "I", "same"), ("I", "L", "same")],
-        "end": [("U", "*", "any"), ("L", "*", "any")],
+        "start": _rules("* B any", "* U any"),
+        "inside": _rules("B I same", "B L same", "I I same", "I L same"),
+        "end": _rules("U * any", "L * any"),
     },
 }
 
@@ -203,21 +191,13 @@ def detect_scheme(references: list[list[str]], suffix: bool = False) -> str:
     )
 
 
+_TAGS = datasets.Sequence(datasets.Value("string", id="label"), id="sequence")
+_FEATURES = datasets.Features({"predictions": _TAGS, "references": _TAGS})
+
+
+@local_metric(_DESCRIPTION, _KWARGS_DESCRIPTION, _FEATURES)
 class Seqeval(evaluate.Metric):
     """Entity-level precision, recall and F1 per type and overall, plus token accuracy."""
-
-    def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation="",
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Sequence(datasets.Value("string", id="label"), id="sequence"),
-                    "references": datasets.Sequence(datasets.Value("string", id="label"), id="sequence"),
-                }
-            ),
-        )
 
     def _compute(
         self, predictions, references, suffix=False, scheme=None, mode=None, sample_weight=None, zero_division="warn"
