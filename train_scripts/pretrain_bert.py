@@ -56,17 +56,15 @@ from datasets import Dataset
 from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
-    TimeBudgetCallback,
     describe_data,
     load_or_build_model,
     load_task_data,
     load_tokenizer,
     require_columns,
     run_training,
-    save_run,
     tokenizer_for,
 )
-from hf_seq.train_scripts.skeleton import parse_script_args, start_script_run
+from hf_seq.train_scripts.skeleton import budgeted_trainer, finish_script_run, parse_script_args, start_script_run
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 
 from hf_seq.collators import (
@@ -815,17 +813,18 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
     by_split["train"] = train_collator
     collator = SplitCollator(by_split)
 
-    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
-    trainer = EvalSplitTrainer(
-        model=model,
-        args=training_args,
+    trainer, budget = budgeted_trainer(
+        EvalSplitTrainer,
+        model,
+        training_args,
+        args,
         train_dataset=train_ds,
         eval_dataset=eval_ds,
         data_collator=collator,
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=preprocess_logits_for_metrics,
-        callbacks=[budget, StepTimesCallback()],  # `[hf_seq] first training step begins at ...` for benchmarks
+        callbacks=[StepTimesCallback()],  # `[hf_seq] first training step begins at ...` for benchmarks
         split_collator=collator,
     )
     results = train_and_evaluate(trainer, training_args, args, budget, test_ds, data.data_line)
@@ -836,17 +835,13 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
         "pairs": {"train_per_epoch": train_pairs, "validation": len(eval_ds), "test": len(test_ds) if test_ds else 0},
     }
     # a model card only for a folder that holds a model
-    save_run(
-        trainer,
-        training_args.output_dir,
-        results,
-        command,
-        card=None
+    card = (
+        None
         if args.eval_only
-        else pretrain_card(args, model_args, training_args, trainer, tokenizer, results, max_length),
-        save_model=not args.eval_only,
+        else pretrain_card(args, model_args, training_args, trainer, tokenizer, results, max_length)
     )
-    logger.info("validation %s", results["validation"])
+    finish_script_run(trainer, training_args, results, command, card=card, save_model=not args.eval_only)
+    logger.info("validation %s", results["validation"])  # logged by every process
     logger.info("test %s", results["test"])
     return results
 

@@ -50,7 +50,6 @@ import torch.nn.functional as F
 from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
-    TimeBudgetCallback,
     cap_splits,
     describe_data,
     load_or_build_model,
@@ -59,10 +58,15 @@ from hf_seq.train_scripts.common import (
     require_columns,
     require_text,
     run_training,
-    save_run,
 )
 from hf_seq.train_scripts.features import repeated_passes, repeated_stream, split_by_node_setup, split_stream_by_node
-from hf_seq.train_scripts.skeleton import env_threads, parse_script_args, start_script_run
+from hf_seq.train_scripts.skeleton import (
+    budgeted_trainer,
+    env_threads,
+    finish_script_run,
+    parse_script_args,
+    start_script_run,
+)
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 from torch.utils.data import Subset
 
@@ -819,14 +823,15 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
         f"{train_tokens or 'streamed'} training tokens"
     )
 
-    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
-    trainer = HfSeqTrainer(
-        model=model,
-        args=training_args,
+    trainer, budget = budgeted_trainer(
+        HfSeqTrainer,
+        model,
+        training_args,
+        args,
         train_dataset=train_set,
         eval_dataset=Subset(eval_set, range(len(eval_set))),
         processing_class=tokenizer,
-        callbacks=[budget, StepTimesCallback()],
+        callbacks=[StepTimesCallback()],
     )
     start, cpu_start = time.monotonic(), time.process_time()
     train_output = run_training(trainer, training_args)
@@ -838,20 +843,17 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
     results = lm_results(args, model_args, training_args, config, num_params, budget, train_output, timing)
     final_evaluation(model, streams, args, results)
     samples_text, results["samples"] = sample_texts(model, tokenizer, args)
-    save_run(
-        trainer,
-        training_args.output_dir,
-        results,
-        command,
-        files={"samples.txt": samples_text},
-        card=lm_card(args, model_args, training_args, tokenizer, streams, results, data_line),
-    )
-    if trainer.is_world_process_zero():
+
+    def report(results: dict) -> None:
         print(f"results -> {os.path.join(training_args.output_dir, 'results.json')}")
         for key in sorted(results):
             if key.startswith(("validation", "test")) and not key.endswith("tokens"):
                 print(f"  {key}: {results[key]}")
-    return results
+
+    card = lm_card(args, model_args, training_args, tokenizer, streams, results, data_line)
+    return finish_script_run(
+        trainer, training_args, results, command, card=card, files={"samples.txt": samples_text}, report=report
+    )
 
 
 if __name__ == "__main__":

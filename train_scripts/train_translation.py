@@ -50,14 +50,12 @@ from hf_seq.train_scripts.arguments import (
 )
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
-    TimeBudgetCallback,
     cap_splits,
     describe_data,
     load_or_build_model,
     load_task_data,
     load_tokenizer,
     run_training,
-    save_run,
 )
 from hf_seq.train_scripts.features import (
     STREAMING_TOKENIZER_SAMPLES,
@@ -74,7 +72,13 @@ from hf_seq.train_scripts.features import (
     split_stream_by_node,
     stream_file,
 )
-from hf_seq.train_scripts.skeleton import env_threads, parse_script_args, start_script_run
+from hf_seq.train_scripts.skeleton import (
+    budgeted_trainer,
+    env_threads,
+    finish_script_run,
+    parse_script_args,
+    start_script_run,
+)
 from hf_seq.train_scripts.trainer import HfSeqSeq2SeqTrainer
 from transformers import DataCollatorForSeq2Seq
 
@@ -1063,6 +1067,18 @@ def translation_card(run, results: dict, data_line: str) -> dict:
     }
 
 
+def log_test_scores(results: dict) -> None:
+    """The greedy and beam-5 test BLEU / chrF, logged at the end of a run."""
+    for key in ("test_greedy", "test_beam5"):
+        if key in results:
+            logger.info(
+                "%s: BLEU %.2f chrF %.2f",
+                key,
+                results[key].get("test_bleu", math.nan),
+                results[key].get("test_chrf", math.nan),
+            )
+
+
 @dataclass
 class TranslationRun:
     """What the steps after training read: the arguments, tokenizer, features, raw pairs, trainer and metrics."""
@@ -1103,16 +1119,17 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
 
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
     compute_metrics = translation_metrics(tokenizer)
-    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
-    trainer = HfSeqSeq2SeqTrainer(
-        model=model,
-        args=training_args,
+    trainer, budget = budgeted_trainer(
+        HfSeqSeq2SeqTrainer,
+        model,
+        training_args,
+        args,
         train_dataset=tokenized["train"],
         eval_dataset=tokenized["validation"],
         data_collator=collator,
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
-        callbacks=[budget, StepTimesCallback()],  # `[hf_seq] first training step begins at ...` for benchmarks
+        callbacks=[StepTimesCallback()],  # `[hf_seq] first training step begins at ...` for benchmarks
     )
     run = TranslationRun(
         model_args, data_args, args, training_args, tokenizer, tokenized, pairs, trainer, compute_metrics
@@ -1142,27 +1159,18 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
     if args.plot_attention:
         plot_attention(run, results, extra_files)
 
-    # model + tokenizer + code for trust_remote_code + results + card; every rank calls it
-    save_run(
+    card = translation_card(run, results, data_line) if training_args.do_train else None  # trained models only
+    return finish_script_run(
         trainer,
-        training_args.output_dir,
+        training_args,
         results,
         command,
-        card=translation_card(run, results, data_line) if training_args.do_train else None,  # trained models only
+        card=card,
         files=extra_files,
         results_name=args.results_file,
         save_model=training_args.do_train,
+        report=log_test_scores,
     )
-    if trainer.is_world_process_zero():
-        for key in ("test_greedy", "test_beam5"):
-            if key in results:
-                logger.info(
-                    "%s: BLEU %.2f chrF %.2f",
-                    key,
-                    results[key].get("test_bleu", math.nan),
-                    results[key].get("test_chrf", math.nan),
-                )
-    return results
 
 
 if __name__ == "__main__":
