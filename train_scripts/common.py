@@ -403,6 +403,17 @@ def load_task_data(task: Task, data_args: DataArguments, require_validation: boo
     )
 
 
+def load_text_splits(task: Task, data_args: DataArguments, require_validation: bool = True) -> DatasetDict:
+    """The splits of :func:`load_task_data` whose ``text_column_name`` column holds text in every row
+    (:func:`require_columns`, :func:`require_text`), capped (:func:`cap_splits`): the data of the scripts that read
+    one text column."""
+    column = data_args.text_column_name
+    splits = load_task_data(task, data_args, require_validation=require_validation)
+    require_columns(splits, {"text_column_name": column})
+    require_text(splits, column, "text_column_name")
+    return cap_splits(splits, data_args)
+
+
 def require_columns(splits: DatasetDict, columns: dict[str, str]) -> None:
     """``DataError`` naming the file (or data set split), the flag and the columns it has if a column is missing or
     holds empty (null) values. ``columns`` maps a flag (``text_column_name``) to the column it names."""

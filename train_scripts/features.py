@@ -18,6 +18,11 @@
 
 Tokenizers are trained from :class:`ColumnTexts`, an iterator over batches of the Arrow columns, never from one list
 of all the texts; it yields the texts in the same order as the lists of before, so the vocabulary is the same.
+
+The scripts that tokenize into :class:`hf_seq.preprocessing.TokenStore` s (``train_lm``, ``pretrain_bert``) share
+their cache keys (:func:`text_file_keys`, :func:`dataset_cache_key`), the validation hold-out of a training file
+(:func:`check_holdout_percentage`, :func:`held_out_rows`, :func:`holdout_description`), :class:`SplitSize` and the
+seeded shuffle buffer of their streams (:func:`shuffle_buffered`) from here too.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 from datasets import Dataset, concatenate_datasets
 
 from hf_seq.preprocessing import (
@@ -36,6 +43,8 @@ from hf_seq.preprocessing import (
     cached_build,
     default_cache_root,
     fingerprint_files,
+    holdout_mask,
+    iter_column_batches,
     preprocessing_cache_dir,
     read_meta,
     release_mapped_pages,
@@ -606,3 +615,92 @@ def streamed_train_features(stream, encode: Callable, keys, data_args, args, see
         stream = stream.shuffle(seed=seed, buffer_size=args.shuffle_buffer_size)
     stream = stream.map(encode, batched=True).select_columns(list(keys))
     return repeated_stream(stream, f"`train_file` {data_args.train_file}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the token-store scripts (train_lm, pretrain_bert): cache keys, the validation hold-out, the shuffle buffer
+# ---------------------------------------------------------------------------------------------------------------
+def text_file_keys(files: dict[str, str]) -> dict[str, str]:
+    """``{split: fingerprint}`` of the data files ``{split: path}``, each checked first: ``DataError`` naming the flag
+    (``<split>_file``) for a file that is missing, of a format not read, or empty."""
+    from hf_seq.data import DataError, check_data_file
+
+    for split, path in files.items():
+        check_data_file(path, f"{split}_file", allow_text=True)
+        if os.path.getsize(path) == 0:
+            raise DataError(f"`{split}_file` {path} is empty")
+    return {split: fingerprint_files([path]) for split, path in files.items()}
+
+
+def dataset_cache_key(dataset: Dataset) -> str:
+    """A split's part of the cache key: ``datasets``' own fingerprint for a split on disk (plus its files'
+    fingerprints), a hash of the column contents for an in-memory one (a preset)."""
+    import hashlib
+
+    if dataset.cache_files:
+        return f"{dataset._fingerprint}:{fingerprint_files([f['filename'] for f in dataset.cache_files])}"
+    digest = hashlib.blake2b(digest_size=16)
+    for column in dataset.column_names:
+        for values in iter_column_batches(dataset, column):
+            digest.update("\0".join(map(str, values)).encode())
+        digest.update(b"\1")
+    return digest.hexdigest()
+
+
+def check_holdout_percentage(source: str, percentage) -> None:
+    """``DataError`` unless ``validation_split_percentage`` can hold out a validation split of the training data
+    ``source`` (which comes without one): given, and in (0, 100)."""
+    from hf_seq.data import DataError
+
+    if not percentage:
+        raise DataError(
+            f"{source} comes without a validation split: pass `validation_file` or a "
+            "`validation_split_percentage` to hold out"
+        )
+    if not 0 < percentage < 100:
+        raise DataError(f"`validation_split_percentage` must be in (0, 100), got {percentage}")
+
+
+def held_out_rows(source: str, n: int, percentage: float, seed: int, unit: str = "rows") -> np.ndarray:
+    """``(n,)`` bool, True for the ``percentage`` % of the ``n`` training ``unit`` of ``source`` that
+    :func:`hf_seq.data.hold_out_validation` moves into the validation split (:func:`hf_seq.preprocessing.holdout_mask`);
+    ``DataError`` when ``n`` is too few to keep training rows."""
+    from hf_seq.data import DataError
+
+    if max(1, int(round(n * percentage / 100))) >= n:
+        raise DataError(f"{source}: {n} training {unit} are too few to hold out {percentage:g}% for validation")
+    return holdout_mask(n, percentage, seed)
+
+
+def holdout_description(source: str, percentage: float, seed: int) -> str:
+    """The held-out validation split's description (what :func:`hf_seq.data.hold_out_validation` writes)."""
+    return f"{source} ({percentage:g}% held out for validation, seed {seed})"
+
+
+class SplitSize:
+    """What :func:`hf_seq.train_scripts.common.describe_data` reads of a split (its length and where it came from),
+    without loading it."""
+
+    def __init__(self, rows: int, description: str) -> None:
+        self.rows, self.info = rows, SimpleNamespace(description=description)
+
+    def __len__(self) -> int:
+        return self.rows
+
+
+def shuffle_buffered(items: Iterable, size: int, rng: np.random.Generator) -> Iterator:
+    """``items`` through a seeded shuffle buffer of ``size`` (0: in order): the buffer fills, then each new item takes
+    a random place in it and the item there comes out; at the end the buffer comes out in a random order."""
+    if not size:
+        yield from items
+        return
+    buffer: list = []
+    for item in items:
+        if len(buffer) < size:
+            buffer.append(item)
+            continue
+        i = int(rng.integers(len(buffer)))
+        item, buffer[i] = buffer[i], item
+        yield item
+    for i in rng.permutation(len(buffer)):
+        yield buffer[i]
