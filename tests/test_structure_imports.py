@@ -23,7 +23,6 @@ LONG_FUNCTIONS = {
     # streaming and data-memory work change; model, metrics, results and card are their own steps
     ("train_scripts/train_classifier.py", "run"): "data, tokenizer cache and stream features (streaming work)",
     ("train_scripts/train_tagger.py", "run"): "data, tokenizer cache and stream features (streaming work)",
-    ("train_scripts/train_translation.py", "cached_features"): "the feature cache (data-memory work)",
 }
 SCRIPT_PREFIXES = ("train_", "finetune_", "pretrain_")
 
