@@ -21,8 +21,9 @@ of all the texts; it yields the texts in the same order as the lists of before, 
 
 The scripts that tokenize into :class:`hf_seq.preprocessing.TokenStore` s (``train_lm``, ``pretrain_bert``) share
 their cache keys (:func:`text_file_keys`, :func:`dataset_cache_key`), the validation hold-out of a training file
-(:func:`check_holdout_percentage`, :func:`held_out_rows`, :func:`holdout_description`), :class:`SplitSize` and the
-seeded shuffle buffer of their streams (:func:`shuffle_buffered`) from here too.
+(:func:`check_holdout_percentage`, :func:`held_out_rows`), the data line of their splits (:func:`describe_sizes`),
+the checks of a streamed text file (:func:`check_text_stream`) and the seeded shuffle buffer of their streams
+(:func:`shuffle_buffered`) from here too.
 """
 
 from __future__ import annotations
@@ -326,6 +327,25 @@ def check_streaming(args, training_args, data_args, splits_by_node: bool = False
             "`streaming` true needs `validation_file`: a `validation_split_percentage` hold-out cannot be drawn "
             "from a stream"
         )
+
+
+def check_text_stream(data_args, training_args, caps: dict) -> None:
+    """``--streaming`` of the token-store scripts (train_lm, pretrain_bert): ``RecipeError`` naming the flag unless
+    the stream is a ``train_file`` with a ``validation_file``, none of ``caps`` (``{flag: value}``, e.g.
+    ``max_train_samples``) is set and ``max_steps`` is (``training_args`` None: not checked)."""
+    from hf_seq.train_scripts.arguments import RecipeError
+
+    if data_args.dataset_name or not data_args.train_file:
+        raise RecipeError(
+            "`streaming` reads `train_file` (txt, csv, json, jsonl, parquet); give it instead of `dataset_name`"
+        )
+    if not data_args.validation_file:
+        raise RecipeError("`streaming` needs a `validation_file` (a held-out share of a stream is not defined)")
+    for name, value in caps.items():
+        if value is not None:
+            raise RecipeError(f"`{name}` does not apply to `streaming` (a stream is read until `max_steps`)")
+    if training_args is not None and (training_args.max_steps is None or training_args.max_steps <= 0):
+        raise RecipeError("`streaming` needs `max_steps` (a stream has no length to count epochs by)")
 
 
 def stream_file(path: str, split: str):
@@ -672,9 +692,18 @@ def held_out_rows(source: str, n: int, percentage: float, seed: int, unit: str =
     return holdout_mask(n, percentage, seed)
 
 
-def holdout_description(source: str, percentage: float, seed: int) -> str:
-    """The held-out validation split's description (what :func:`hf_seq.data.hold_out_validation` writes)."""
-    return f"{source} ({percentage:g}% held out for validation, seed {seed})"
+def describe_sizes(data_args, sizes: dict[str, int], sources: dict[str, str], held_out, unit: str) -> str:
+    """:func:`hf_seq.train_scripts.common.describe_data`'s line for splits known by their sizes (``{split: rows}``)
+    and where they come from (``sources``; with a ``held_out`` mask the validation split is the training data's
+    hold-out, described as :func:`hf_seq.data.hold_out_validation` does)."""
+    from hf_seq.train_scripts.common import describe_data
+
+    descriptions = dict(sources)
+    if held_out is not None:
+        pct, seed = data_args.validation_split_percentage, data_args.split_seed
+        descriptions["validation"] = f"{sources['train']} ({pct:g}% held out for validation, seed {seed})"
+    splits = {s: SplitSize(sizes[s], descriptions[s]) for s in ("train", "validation", "test") if s in sizes}
+    return describe_data(data_args, splits, unit=unit)
 
 
 class SplitSize:

@@ -51,10 +51,17 @@ import numpy as np
 import pyarrow as pa
 import torch
 from datasets import Dataset
-from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task
+from hf_seq.train_scripts.arguments import (
+    LABEL_FIELDS,
+    TRANSLATION_FIELDS,
+    BudgetArguments,
+    PreprocessingArguments,
+    RecipeError,
+    Task,
+    require_minimum,
+)
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
-    describe_data,
     load_or_build_model,
     load_task_data,
     load_tokenizer,
@@ -63,11 +70,11 @@ from hf_seq.train_scripts.common import (
     tokenizer_for,
 )
 from hf_seq.train_scripts.features import (
-    SplitSize,
     check_holdout_percentage,
+    check_text_stream,
     dataset_cache_key,
+    describe_sizes,
     held_out_rows,
-    holdout_description,
     shuffle_buffered,
     text_file_keys,
 )
@@ -126,13 +133,11 @@ class PretrainArguments(PreprocessingArguments, BudgetArguments):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.stream_buffer_documents < 2:
-            raise ValueError(f"`stream_buffer_documents` must be at least 2, got {self.stream_buffer_documents}")
+        require_minimum(self, 2, "stream_buffer_documents")
         for name in ("mlm_probability", "nsp_probability", "short_seq_probability"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"`{name}` must be in [0, 1], got {getattr(self, name)}")
-        if self.eval_pairs_per_anchor < 1:
-            raise ValueError(f"`eval_pairs_per_anchor` must be at least 1, got {self.eval_pairs_per_anchor}")
+        require_minimum(self, 1, "eval_pairs_per_anchor")
 
 
 TASK = Task(
@@ -145,17 +150,7 @@ TASK = Task(
         "max_seq_length": 128,
         "text_column_name": "text",
     },
-    unused=frozenset(
-        {
-            "label_column_name",
-            "tokens_column_name",
-            "tags_column_name",
-            "source_lang",
-            "target_lang",
-            "max_source_length",
-            "max_target_length",
-        }
-    ),
+    unused=LABEL_FIELDS | TRANSLATION_FIELDS,
     text_files=True,
     tokenizer_kinds=("wordpiece",),
     model_head="AutoModelForPreTraining",
@@ -373,11 +368,8 @@ def prepare_bert_data(
         counts = _tokenize_documents(tmp, readers, sources, held_out, built)
         if given is None:
             built.save_pretrained(tmp / "tokenizer")
-        descriptions = dict(sources)
-        if held_out is not None:
-            descriptions["validation"] = holdout_description(sources["train"], pct, data_args.split_seed)
-        sized = {s: SplitSize(counts[s], descriptions[s]) for s in ("train", "validation", "test") if s in counts}
-        return {"data_line": describe_data(data_args, sized, unit="documents"), "documents": counts}
+        data_line = describe_sizes(data_args, counts, sources, held_out, unit="documents")
+        return {"data_line": data_line, "documents": counts}
 
     first = training_args.main_process_first(desc="preprocessing") if training_args is not None else nullcontext()
     with first:
@@ -538,16 +530,7 @@ def prepare_bert_stream(args: PretrainArguments, model_args, data_args, training
     """``--streaming``: the training file's documents as a ``datasets`` IterableDataset (no preprocessing pass), the
     tokenizer given or built on the first ``tokenizer_max_train_lines`` sentences of the stream (cached, keyed by the
     file and the settings), the validation and test files through the cache as usual."""
-    if data_args.dataset_name or not data_args.train_file:
-        raise RecipeError(
-            "`streaming` reads `train_file` (txt, csv, json, jsonl, parquet); give it instead of `dataset_name`"
-        )
-    if not data_args.validation_file:
-        raise RecipeError("`streaming` needs a `validation_file` (a held-out share of a stream is not defined)")
-    if data_args.max_train_samples is not None:
-        raise RecipeError("`max_train_samples` does not apply to `streaming` (a stream is read until `max_steps`)")
-    if training_args.max_steps is None or training_args.max_steps <= 0:
-        raise RecipeError("`streaming` needs `max_steps` (a stream has no length to count epochs by)")
+    check_text_stream(data_args, training_args, {"max_train_samples": data_args.max_train_samples})
     column = data_args.text_column_name
     documents = stream_documents(data_args.train_file, column)
     tokenizer = load_tokenizer(model_args)

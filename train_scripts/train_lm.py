@@ -45,7 +45,14 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task
+from hf_seq.train_scripts.arguments import (
+    LABEL_FIELDS,
+    TRANSLATION_FIELDS,
+    BudgetArguments,
+    PreprocessingArguments,
+    Task,
+    require_minimum,
+)
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
     describe_data,
@@ -55,11 +62,11 @@ from hf_seq.train_scripts.common import (
     run_training,
 )
 from hf_seq.train_scripts.features import (
-    SplitSize,
     check_holdout_percentage,
+    check_text_stream,
     dataset_cache_key,
+    describe_sizes,
     held_out_rows,
-    holdout_description,
     repeated_passes,
     repeated_stream,
     shuffle_buffered,
@@ -123,9 +130,7 @@ class LMArguments(PreprocessingArguments, BudgetArguments):
         super().__post_init__()
         if self.level not in LEVELS:
             raise ValueError(f"`level` must be one of {list(LEVELS)}, got {self.level!r}")
-        for name in ("segment_length", "eval_streams", "sample_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be a positive integer, got {getattr(self, name)}")
+        require_minimum(self, 1, "segment_length", "eval_streams", "sample_length", allowed="a positive integer")
         if any(t <= 0 for t in self.sample_temperatures):
             raise ValueError(f"`sample_temperatures` must be positive numbers, got {self.sample_temperatures}")
 
@@ -134,21 +139,7 @@ TASK = Task(
     name="train_lm",
     arguments=LMArguments,
     defaults={"model_type": "hf_seq_rnn", "text_column_name": "text"},
-    unused=frozenset(
-        {
-            "label_column_name",
-            "tokens_column_name",
-            "tags_column_name",
-            "source_lang",
-            "target_lang",
-            "max_seq_length",
-            "max_source_length",
-            "max_target_length",
-            "tokenizer_kind",
-            "padding_side",
-            "truncation_side",
-        }
-    ),
+    unused=LABEL_FIELDS | TRANSLATION_FIELDS | {"max_seq_length", "tokenizer_kind", "padding_side", "truncation_side"},
     text_files=True,
     tokenizer_kinds=LEVELS,
     model_head="AutoModelForCausalLM",
@@ -346,13 +337,8 @@ def _tokenize_text_files(tmp: Path, files: dict, args: LMArguments, model_args, 
         select_rows(whole[source], mask, tmp / split)
     for source in whole:
         shutil.rmtree(tmp / f"_{source}_all")
-    description = dict(files)
-    if held_out is not None:
-        pct, seed = data_args.validation_split_percentage, data_args.split_seed
-        description["validation"] = holdout_description(files["train"], pct, seed)
     sizes = {split: int(mask.sum()) for split, (_, mask) in selections.items()}
-    splits = {s: SplitSize(sizes[s], description[s]) for s in ("train", "validation", "test") if s in sizes}
-    return tokenizer, describe_data(data_args, splits, unit="texts")
+    return tokenizer, describe_sizes(data_args, sizes, files, held_out, unit="texts")
 
 
 def _tokenize_splits(tmp: Path, raw: dict, args: LMArguments, model_args, data_args, given):
@@ -510,18 +496,8 @@ def prepare_lm_stream(
     (default: the run's processes)."""
     import datasets
 
-    if data_args.dataset_name or not data_args.train_file:
-        raise RecipeError(
-            "`streaming` reads `train_file` (txt, csv, json, jsonl, parquet); give it instead of `dataset_name`"
-        )
-    if not data_args.validation_file:
-        raise RecipeError("`streaming` needs a `validation_file` (a held-out share of a stream is not defined)")
-    for name in ("max_train_tokens", "max_train_samples"):
-        source = args if name == "max_train_tokens" else data_args
-        if getattr(source, name) is not None:
-            raise RecipeError(f"`{name}` does not apply to `streaming` (a stream is read until `max_steps`)")
-    if training_args is not None and (training_args.max_steps is None or training_args.max_steps <= 0):
-        raise RecipeError("`streaming` needs `max_steps` (a stream has no length to count epochs by)")
+    caps = {"max_train_tokens": args.max_train_tokens, "max_train_samples": data_args.max_train_samples}
+    check_text_stream(data_args, training_args, caps)
     column = data_args.text_column_name
     builder = check_data_file(data_args.train_file, "train_file", allow_text=True)
     kwargs = {"keep_linebreaks": True} if builder == "text" else {}
