@@ -331,6 +331,20 @@ class Task:
     required: tuple = ()  # fields of DataArguments / the script's arguments it cannot run without
 
 
+# groups of shared fields for a Task's ``unused``: the label and tag columns, and the translation pairs' fields
+LABEL_FIELDS = frozenset({"label_column_name", "tokens_column_name", "tags_column_name"})
+TRANSLATION_FIELDS = frozenset({"source_lang", "target_lang", "max_source_length", "max_target_length"})
+
+
+def require_minimum(arguments, minimum, *names: str, allowed: str | None = None) -> None:
+    """For a script's ``__post_init__``: ``ValueError`` naming the first of the fields ``names`` of ``arguments``
+    below ``minimum`` ("`name` must be <allowed>, got <value>"; ``allowed`` default "at least <minimum>")."""
+    for name in names:
+        value = getattr(arguments, name)
+        if value < minimum:
+            raise ValueError(f"`{name}` must be {allowed or f'at least {minimum}'}, got {value}")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # type checks of recipe values
 # ---------------------------------------------------------------------------------------------------------------

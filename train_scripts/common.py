@@ -387,20 +387,34 @@ def save_run(
 # ---------------------------------------------------------------------------------------------------------------
 # the data front door: load, check columns and labels, cap, describe
 # ---------------------------------------------------------------------------------------------------------------
+# the DataArguments fields that are load_data's arguments of the same names
+_LOAD_DATA_FIELDS = (
+    "dataset_name",
+    "dataset_config_name",
+    "train_file",
+    "validation_file",
+    "test_file",
+    "validation_split_percentage",
+    "split_seed",
+)
+
+
 def load_task_data(task: Task, data_args: DataArguments, require_validation: bool = True) -> DatasetDict:
     """The splits named by ``data_args`` (:func:`hf_seq.data.load_data`: a preset, a folder or ``datasets`` name, or
     data files; a seeded validation hold-out when there is no validation split)."""
-    return load_data(
-        data_args.dataset_name,
-        data_args.dataset_config_name,
-        train_file=data_args.train_file,
-        validation_file=data_args.validation_file,
-        test_file=data_args.test_file,
-        validation_split_percentage=data_args.validation_split_percentage,
-        split_seed=data_args.split_seed,
-        allow_text_files=task.text_files,
-        require_validation=require_validation,
-    )
+    passed = {name: getattr(data_args, name) for name in _LOAD_DATA_FIELDS}  # under load_data's names
+    return load_data(**passed, allow_text_files=task.text_files, require_validation=require_validation)
+
+
+def load_text_splits(task: Task, data_args: DataArguments, require_validation: bool = True) -> DatasetDict:
+    """The splits of :func:`load_task_data` whose ``text_column_name`` column holds text in every row
+    (:func:`require_columns`, :func:`require_text`), capped (:func:`cap_splits`): the data of the scripts that read
+    one text column."""
+    column = data_args.text_column_name
+    splits = load_task_data(task, data_args, require_validation=require_validation)
+    require_columns(splits, {"text_column_name": column})
+    require_text(splits, column, "text_column_name")
+    return cap_splits(splits, data_args)
 
 
 def require_columns(splits: DatasetDict, columns: dict[str, str]) -> None:

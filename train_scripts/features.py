@@ -18,6 +18,12 @@
 
 Tokenizers are trained from :class:`ColumnTexts`, an iterator over batches of the Arrow columns, never from one list
 of all the texts; it yields the texts in the same order as the lists of before, so the vocabulary is the same.
+
+The scripts that tokenize into :class:`hf_seq.preprocessing.TokenStore` s (``train_lm``, ``pretrain_bert``) share
+their cache keys (:func:`text_file_keys`, :func:`dataset_cache_key`), the validation hold-out of a training file
+(:func:`check_holdout_percentage`, :func:`held_out_rows`), the data line of their splits (:func:`describe_sizes`),
+the checks of a streamed text file (:func:`check_text_stream`) and the seeded shuffle buffer of their streams
+(:func:`shuffle_buffered`) from here too.
 """
 
 from __future__ import annotations
@@ -27,8 +33,10 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 from datasets import Dataset, concatenate_datasets
 
 from hf_seq.preprocessing import (
@@ -36,6 +44,8 @@ from hf_seq.preprocessing import (
     cached_build,
     default_cache_root,
     fingerprint_files,
+    holdout_mask,
+    iter_column_batches,
     preprocessing_cache_dir,
     read_meta,
     release_mapped_pages,
@@ -317,6 +327,25 @@ def check_streaming(args, training_args, data_args, splits_by_node: bool = False
             "`streaming` true needs `validation_file`: a `validation_split_percentage` hold-out cannot be drawn "
             "from a stream"
         )
+
+
+def check_text_stream(data_args, training_args, caps: dict) -> None:
+    """``--streaming`` of the token-store scripts (train_lm, pretrain_bert): ``RecipeError`` naming the flag unless
+    the stream is a ``train_file`` with a ``validation_file``, none of ``caps`` (``{flag: value}``, e.g.
+    ``max_train_samples``) is set and ``max_steps`` is (``training_args`` None: not checked)."""
+    from hf_seq.train_scripts.arguments import RecipeError
+
+    if data_args.dataset_name or not data_args.train_file:
+        raise RecipeError(
+            "`streaming` reads `train_file` (txt, csv, json, jsonl, parquet); give it instead of `dataset_name`"
+        )
+    if not data_args.validation_file:
+        raise RecipeError("`streaming` needs a `validation_file` (a held-out share of a stream is not defined)")
+    for name, value in caps.items():
+        if value is not None:
+            raise RecipeError(f"`{name}` does not apply to `streaming` (a stream is read until `max_steps`)")
+    if training_args is not None and (training_args.max_steps is None or training_args.max_steps <= 0):
+        raise RecipeError("`streaming` needs `max_steps` (a stream has no length to count epochs by)")
 
 
 def stream_file(path: str, split: str):
@@ -606,3 +635,101 @@ def streamed_train_features(stream, encode: Callable, keys, data_args, args, see
         stream = stream.shuffle(seed=seed, buffer_size=args.shuffle_buffer_size)
     stream = stream.map(encode, batched=True).select_columns(list(keys))
     return repeated_stream(stream, f"`train_file` {data_args.train_file}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the token-store scripts (train_lm, pretrain_bert): cache keys, the validation hold-out, the shuffle buffer
+# ---------------------------------------------------------------------------------------------------------------
+def text_file_keys(files: dict[str, str]) -> dict[str, str]:
+    """``{split: fingerprint}`` of the data files ``{split: path}``, each checked first: ``DataError`` naming the flag
+    (``<split>_file``) for a file that is missing, of a format not read, or empty."""
+    from hf_seq.data import DataError, check_data_file
+
+    for split, path in files.items():
+        check_data_file(path, f"{split}_file", allow_text=True)
+        if os.path.getsize(path) == 0:
+            raise DataError(f"`{split}_file` {path} is empty")
+    return {split: fingerprint_files([path]) for split, path in files.items()}
+
+
+def dataset_cache_key(dataset: Dataset) -> str:
+    """A split's part of the cache key: ``datasets``' own fingerprint for a split on disk (plus its files'
+    fingerprints), a hash of the column contents for an in-memory one (a preset)."""
+    import hashlib
+
+    if dataset.cache_files:
+        return f"{dataset._fingerprint}:{fingerprint_files([f['filename'] for f in dataset.cache_files])}"
+    digest = hashlib.blake2b(digest_size=16)
+    for column in dataset.column_names:
+        for values in iter_column_batches(dataset, column):
+            digest.update("\0".join(map(str, values)).encode())
+        digest.update(b"\1")
+    return digest.hexdigest()
+
+
+def check_holdout_percentage(source: str, percentage) -> None:
+    """``DataError`` unless ``validation_split_percentage`` can hold out a validation split of the training data
+    ``source`` (which comes without one): given, and in (0, 100)."""
+    from hf_seq.data import DataError
+
+    if not percentage:
+        raise DataError(
+            f"{source} comes without a validation split: pass `validation_file` or a "
+            "`validation_split_percentage` to hold out"
+        )
+    if not 0 < percentage < 100:
+        raise DataError(f"`validation_split_percentage` must be in (0, 100), got {percentage}")
+
+
+def held_out_rows(source: str, n: int, percentage: float, seed: int, unit: str = "rows") -> np.ndarray:
+    """``(n,)`` bool, True for the ``percentage`` % of the ``n`` training ``unit`` of ``source`` that
+    :func:`hf_seq.data.hold_out_validation` moves into the validation split (:func:`hf_seq.preprocessing.holdout_mask`);
+    ``DataError`` when ``n`` is too few to keep training rows."""
+    from hf_seq.data import DataError
+
+    if max(1, int(round(n * percentage / 100))) >= n:
+        raise DataError(f"{source}: {n} training {unit} are too few to hold out {percentage:g}% for validation")
+    return holdout_mask(n, percentage, seed)
+
+
+def describe_sizes(data_args, sizes: dict[str, int], sources: dict[str, str], held_out, unit: str) -> str:
+    """:func:`hf_seq.train_scripts.common.describe_data`'s line for splits known by their sizes (``{split: rows}``)
+    and where they come from (``sources``; with a ``held_out`` mask the validation split is the training data's
+    hold-out, described as :func:`hf_seq.data.hold_out_validation` does)."""
+    from hf_seq.train_scripts.common import describe_data
+
+    descriptions = dict(sources)
+    if held_out is not None:
+        pct, seed = data_args.validation_split_percentage, data_args.split_seed
+        descriptions["validation"] = f"{sources['train']} ({pct:g}% held out for validation, seed {seed})"
+    splits = {s: SplitSize(sizes[s], descriptions[s]) for s in ("train", "validation", "test") if s in sizes}
+    return describe_data(data_args, splits, unit=unit)
+
+
+class SplitSize:
+    """What :func:`hf_seq.train_scripts.common.describe_data` reads of a split (its length and where it came from),
+    without loading it."""
+
+    def __init__(self, rows: int, description: str) -> None:
+        self.rows, self.info = rows, SimpleNamespace(description=description)
+
+    def __len__(self) -> int:
+        return self.rows
+
+
+def shuffle_buffered(items: Iterable, size: int, rng: np.random.Generator) -> Iterator:
+    """``items`` through a seeded shuffle buffer of ``size`` (0: in order): the buffer fills, then each new item takes
+    a random place in it and the item there comes out; at the end the buffer comes out in a random order."""
+    if not size:
+        yield from items
+        return
+    buffer: list = []
+    for item in items:
+        if len(buffer) < size:
+            buffer.append(item)
+            continue
+        i = int(rng.integers(len(buffer)))
+        item, buffer[i] = buffer[i], item
+        yield item
+    for i in rng.permutation(len(buffer)):
+        yield buffer[i]

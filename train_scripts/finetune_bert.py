@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from hf_seq.train_scripts import tasks
-from hf_seq.train_scripts.arguments import BudgetArguments, Task
+from hf_seq.train_scripts.arguments import TRANSLATION_FIELDS, BudgetArguments, Task, require_minimum
 from hf_seq.train_scripts.skeleton import parse_script_args
 
 HEADS = {
@@ -54,8 +54,7 @@ class FinetuneArguments(BudgetArguments):
     def __post_init__(self):
         if self.task not in HEADS:
             raise ValueError(f"`task` must be one of {list(HEADS)}, got {self.task!r}")
-        if self.word_dropout < 0:
-            raise ValueError(f"`word_dropout` must be >= 0, got {self.word_dropout}")
+        require_minimum(self, 0, "word_dropout", allowed=">= 0")
 
 
 TASK = Task(
@@ -67,7 +66,7 @@ TASK = Task(
         "tokenizer_vocab_size": 8000,
         "max_seq_length": 128,
     },
-    unused=frozenset({"source_lang", "target_lang", "max_source_length", "max_target_length"}),
+    unused=TRANSLATION_FIELDS,
     tokenizer_kinds=("wordpiece",),
     model_head="AutoModelForSequenceClassification",  # the tagging run uses the token head
     model_head_of=lambda args: HEADS[args.task],  # the head checked up front

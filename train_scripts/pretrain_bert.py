@@ -36,7 +36,6 @@ pairs per held-out anchor.
 from __future__ import annotations
 
 import collections
-import hashlib
 import itertools
 import logging
 import os
@@ -47,26 +46,39 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
 import torch
 from datasets import Dataset
-from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task
+from hf_seq.train_scripts.arguments import (
+    LABEL_FIELDS,
+    TRANSLATION_FIELDS,
+    BudgetArguments,
+    PreprocessingArguments,
+    RecipeError,
+    Task,
+    require_minimum,
+)
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
-    TimeBudgetCallback,
-    describe_data,
     load_or_build_model,
     load_task_data,
     load_tokenizer,
     require_columns,
     run_training,
-    save_run,
     tokenizer_for,
 )
-from hf_seq.train_scripts.skeleton import parse_script_args, start_script_run
+from hf_seq.train_scripts.features import (
+    check_holdout_percentage,
+    check_text_stream,
+    dataset_cache_key,
+    describe_sizes,
+    held_out_rows,
+    shuffle_buffered,
+    text_file_keys,
+)
+from hf_seq.train_scripts.skeleton import budgeted_trainer, finish_script_run, parse_script_args, start_script_run
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 
 from hf_seq.collators import (
@@ -81,7 +93,6 @@ from hf_seq.preprocessing import (
     TokenStore,
     cached_build,
     fingerprint_files,
-    holdout_mask,
     iter_column_batches,
     iter_text_file_lines,
     make_encoder,
@@ -122,13 +133,11 @@ class PretrainArguments(PreprocessingArguments, BudgetArguments):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.stream_buffer_documents < 2:
-            raise ValueError(f"`stream_buffer_documents` must be at least 2, got {self.stream_buffer_documents}")
+        require_minimum(self, 2, "stream_buffer_documents")
         for name in ("mlm_probability", "nsp_probability", "short_seq_probability"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"`{name}` must be in [0, 1], got {getattr(self, name)}")
-        if self.eval_pairs_per_anchor < 1:
-            raise ValueError(f"`eval_pairs_per_anchor` must be at least 1, got {self.eval_pairs_per_anchor}")
+        require_minimum(self, 1, "eval_pairs_per_anchor")
 
 
 TASK = Task(
@@ -141,17 +150,7 @@ TASK = Task(
         "max_seq_length": 128,
         "text_column_name": "text",
     },
-    unused=frozenset(
-        {
-            "label_column_name",
-            "tokens_column_name",
-            "tags_column_name",
-            "source_lang",
-            "target_lang",
-            "max_source_length",
-            "max_target_length",
-        }
-    ),
+    unused=LABEL_FIELDS | TRANSLATION_FIELDS,
     text_files=True,
     tokenizer_kinds=("wordpiece",),
     model_head="AutoModelForPreTraining",
@@ -228,29 +227,6 @@ def _training_sentences(documents: Iterable[list], held_out: np.ndarray | None, 
                 given += 1
 
 
-def _dataset_key(dataset: Dataset) -> str:
-    """A split's part of the cache key: ``datasets``' own fingerprint for a split on disk (plus its files'
-    fingerprints), a hash of the column contents for an in-memory one (a preset)."""
-    if dataset.cache_files:
-        return f"{dataset._fingerprint}:{fingerprint_files([f['filename'] for f in dataset.cache_files])}"
-    digest = hashlib.blake2b(digest_size=16)
-    for column in dataset.column_names:
-        for values in iter_column_batches(dataset, column):
-            digest.update("\0".join(map(str, values)).encode())
-        digest.update(b"\1")
-    return digest.hexdigest()
-
-
-class _SplitSize:
-    """What :func:`describe_data` reads of a split (its length and where it came from), without loading it."""
-
-    def __init__(self, rows: int, description: str) -> None:
-        self.rows, self.info = rows, SimpleNamespace(description=description)
-
-    def __len__(self) -> int:
-        return self.rows
-
-
 def _select_documents(documents: StoredDocuments, keep: np.ndarray, folder: Path) -> StoredDocuments:
     """The documents where ``keep`` is true, in order, copied into a new store in ``folder``."""
     sizes = np.diff(documents.doc_offsets)
@@ -289,6 +265,66 @@ def built_tokenizer_key(args, model_args) -> dict:
     }
 
 
+def _document_readers(data_args, splits: tuple[str, ...]) -> tuple[dict, dict, dict]:
+    """``(data key, {split: a function giving its documents}, {split: where it comes from})`` of the splits of
+    ``dataset_name`` or of the data files (checked: ``DataError`` naming the flag)."""
+    column = data_args.text_column_name
+    if data_args.dataset_name:
+        raw = load_task_data(TASK, data_args, require_validation=False)
+        require_columns(raw, {"text_column_name": column})
+        raw = {name: split for name, split in raw.items() if name in splits}
+        data_key: dict = {name: dataset_cache_key(split) for name, split in raw.items()}
+        data_key["source"] = [data_args.dataset_name, data_args.dataset_config_name]
+        readers = {name: (lambda split=split: iter_documents(split, column)) for name, split in raw.items()}
+        sources = {name: split_source(split) for name, split in raw.items()}
+    else:
+        files = {s: getattr(data_args, f"{s}_file") for s in splits if getattr(data_args, f"{s}_file")}
+        if "train" in splits and "train" not in files:
+            raise DataError("no training data: pass `dataset_name` or `train_file` (txt, csv, json, jsonl, parquet)")
+        data_key = text_file_keys(files)
+        readers = {
+            split: (lambda path=path, split=split: _file_documents(path, f"{split}_file", column))
+            for split, path in files.items()
+        }
+        sources = dict(files)
+    data_key["column"] = column
+    return data_key, readers, sources
+
+
+def _held_out_documents(readers: dict, sources: dict, data_args) -> np.ndarray | None:
+    """Without a validation split: the seeded ``validation_split_percentage`` % of the training documents that
+    become the validation split (``DataError`` when there are too few); None with one."""
+    if "train" not in readers or "validation" in readers:
+        return None
+    pct = data_args.validation_split_percentage
+    check_holdout_percentage(sources["train"], pct)
+    n = sum(1 for _ in readers["train"]())
+    if n < 2:
+        raise _too_few(sources["train"], n)
+    # the documents hold_out_validation moves
+    return held_out_rows(sources["train"], n, pct, data_args.split_seed, unit="documents")
+
+
+def _tokenize_documents(tmp: Path, readers: dict, sources: dict, held_out, tokenizer) -> dict:
+    """Each split's documents into a token store in ``tmp / <split>`` (``documents.npy`` beside it), the held-out
+    training documents moved into ``validation``: ``{split: documents}``."""
+    counts = {}
+    for source, read in readers.items():
+        whole = held_out is not None and source == "train"
+        folder = tmp / ("_train_all" if whole else source)
+        documents = tokenize_documents_to_store(read(), tokenizer, folder)
+        if len(documents) < 2:
+            raise _too_few(sources[source], len(documents))
+        np.save(folder / DOCUMENTS_FILE, documents.doc_offsets)
+        if whole:
+            for split, keep in (("train", ~held_out), ("validation", held_out)):
+                counts[split] = len(_select_documents(documents, keep, tmp / split))
+            shutil.rmtree(folder)
+        else:
+            counts[source] = len(documents)
+    return counts
+
+
 def prepare_bert_data(
     args: PretrainArguments,
     model_args,
@@ -308,31 +344,7 @@ def prepare_bert_data(
             "one process (pass 1 or leave it unset)"
         )
     given = tokenizer if tokenizer is not None else load_tokenizer(model_args)
-    column = data_args.text_column_name
-    max_length = data_args.max_seq_length
-    if data_args.dataset_name:
-        raw = load_task_data(TASK, data_args, require_validation=False)
-        require_columns(raw, {"text_column_name": column})
-        raw = {name: split for name, split in raw.items() if name in splits}
-        data_key: dict = {name: _dataset_key(split) for name, split in raw.items()}
-        data_key["source"] = [data_args.dataset_name, data_args.dataset_config_name]
-        readers = {name: (lambda split=split: iter_documents(split, column)) for name, split in raw.items()}
-        sources = {name: split_source(split) for name, split in raw.items()}
-    else:
-        files = {s: getattr(data_args, f"{s}_file") for s in splits if getattr(data_args, f"{s}_file")}
-        if "train" in splits and "train" not in files:
-            raise DataError("no training data: pass `dataset_name` or `train_file` (txt, csv, json, jsonl, parquet)")
-        for split, path in files.items():
-            check_data_file(path, f"{split}_file", allow_text=True)
-            if os.path.getsize(path) == 0:
-                raise DataError(f"`{split}_file` {path} is empty")
-        data_key = {split: fingerprint_files([path]) for split, path in files.items()}
-        readers = {
-            split: (lambda path=path, split=split: _file_documents(path, f"{split}_file", column))
-            for split, path in files.items()
-        }
-        sources = dict(files)
-    data_key["column"] = column
+    data_key, readers, sources = _document_readers(data_args, splits)
     if given is not None:
         tokenizer_key = {"fingerprint": tokenizer_fingerprint(given)}
     else:
@@ -346,50 +358,18 @@ def prepare_bert_data(
     }
 
     def build(tmp: Path) -> dict:
-        held_out = None
-        if "train" in readers and "validation" not in readers:
-            if not pct:
-                raise DataError(
-                    f"{sources['train']} has no validation split: pass `validation_file` or a "
-                    "`validation_split_percentage`"
-                )
-            if not 0 < pct < 100:
-                raise DataError(f"`validation_split_percentage` must be in (0, 100), got {pct}")
-            n = sum(1 for _ in readers["train"]())
-            if n < 2:
-                raise _too_few(sources["train"], n)
-            if max(1, int(round(n * pct / 100))) >= n:
-                raise DataError(f"{sources['train']}: {n} training documents are too few to hold out {pct:g}%")
-            held_out = holdout_mask(n, pct, data_args.split_seed)  # the documents hold_out_validation moves
+        held_out = _held_out_documents(readers, sources, data_args)
         built = given
         if built is None:
             cap = args.tokenizer_max_train_lines
             built = tokenizer_for(
-                model_args, lambda: _training_sentences(readers["train"](), held_out, cap), max_length
+                model_args, lambda: _training_sentences(readers["train"](), held_out, cap), data_args.max_seq_length
             )
-        counts = {}
-        for source, read in readers.items():
-            whole = held_out is not None and source == "train"
-            folder = tmp / ("_train_all" if whole else source)
-            documents = tokenize_documents_to_store(read(), built, folder)
-            if len(documents) < 2:
-                raise _too_few(sources[source], len(documents))
-            np.save(folder / DOCUMENTS_FILE, documents.doc_offsets)
-            if whole:
-                for split, keep in (("train", ~held_out), ("validation", held_out)):
-                    counts[split] = len(_select_documents(documents, keep, tmp / split))
-                shutil.rmtree(folder)
-            else:
-                counts[source] = len(documents)
+        counts = _tokenize_documents(tmp, readers, sources, held_out, built)
         if given is None:
             built.save_pretrained(tmp / "tokenizer")
-        descriptions = dict(sources)
-        if held_out is not None:
-            descriptions["validation"] = (
-                f"{sources['train']} ({pct:g}% held out for validation, seed {data_args.split_seed})"
-            )
-        sized = {s: _SplitSize(counts[s], descriptions[s]) for s in ("train", "validation", "test") if s in counts}
-        return {"data_line": describe_data(data_args, sized, unit="documents"), "documents": counts}
+        data_line = describe_sizes(data_args, counts, sources, held_out, unit="documents")
+        return {"data_line": data_line, "documents": counts}
 
     first = training_args.main_process_first(desc="preprocessing") if training_args is not None else nullcontext()
     with first:
@@ -532,18 +512,7 @@ class BertStreamPairs(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[dict]:
         passes = itertools.count() if self.repeat else range(1)
         examples = itertools.chain.from_iterable(self.examples(p) for p in passes)
-        if self.shuffle_buffer_size:
-            rng = np.random.default_rng([self.seed, self.epoch])
-            buffer: list[dict] = []
-            for example in examples:
-                if len(buffer) < self.shuffle_buffer_size:
-                    buffer.append(example)
-                    continue
-                i = int(rng.integers(len(buffer)))
-                example, buffer[i] = buffer[i], example
-                yield example
-            examples = (buffer[i] for i in rng.permutation(len(buffer)))
-        yield from examples
+        yield from shuffle_buffered(examples, self.shuffle_buffer_size, np.random.default_rng([self.seed, self.epoch]))
 
 
 class _StreamCollator:
@@ -561,16 +530,7 @@ def prepare_bert_stream(args: PretrainArguments, model_args, data_args, training
     """``--streaming``: the training file's documents as a ``datasets`` IterableDataset (no preprocessing pass), the
     tokenizer given or built on the first ``tokenizer_max_train_lines`` sentences of the stream (cached, keyed by the
     file and the settings), the validation and test files through the cache as usual."""
-    if data_args.dataset_name or not data_args.train_file:
-        raise RecipeError(
-            "`streaming` reads `train_file` (txt, csv, json, jsonl, parquet); give it instead of `dataset_name`"
-        )
-    if not data_args.validation_file:
-        raise RecipeError("`streaming` needs a `validation_file` (a held-out share of a stream is not defined)")
-    if data_args.max_train_samples is not None:
-        raise RecipeError("`max_train_samples` does not apply to `streaming` (a stream is read until `max_steps`)")
-    if training_args.max_steps is None or training_args.max_steps <= 0:
-        raise RecipeError("`streaming` needs `max_steps` (a stream has no length to count epochs by)")
+    check_text_stream(data_args, training_args, {"max_train_samples": data_args.max_train_samples})
     column = data_args.text_column_name
     documents = stream_documents(data_args.train_file, column)
     tokenizer = load_tokenizer(model_args)
@@ -815,17 +775,18 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
     by_split["train"] = train_collator
     collator = SplitCollator(by_split)
 
-    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
-    trainer = EvalSplitTrainer(
-        model=model,
-        args=training_args,
+    trainer, budget = budgeted_trainer(
+        EvalSplitTrainer,
+        model,
+        training_args,
+        args,
         train_dataset=train_ds,
         eval_dataset=eval_ds,
         data_collator=collator,
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=preprocess_logits_for_metrics,
-        callbacks=[budget, StepTimesCallback()],  # `[hf_seq] first training step begins at ...` for benchmarks
+        callbacks=[StepTimesCallback()],  # `[hf_seq] first training step begins at ...` for benchmarks
         split_collator=collator,
     )
     results = train_and_evaluate(trainer, training_args, args, budget, test_ds, data.data_line)
@@ -836,17 +797,13 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
         "pairs": {"train_per_epoch": train_pairs, "validation": len(eval_ds), "test": len(test_ds) if test_ds else 0},
     }
     # a model card only for a folder that holds a model
-    save_run(
-        trainer,
-        training_args.output_dir,
-        results,
-        command,
-        card=None
+    card = (
+        None
         if args.eval_only
-        else pretrain_card(args, model_args, training_args, trainer, tokenizer, results, max_length),
-        save_model=not args.eval_only,
+        else pretrain_card(args, model_args, training_args, trainer, tokenizer, results, max_length)
     )
-    logger.info("validation %s", results["validation"])
+    finish_script_run(trainer, training_args, results, command, card=card, save_model=not args.eval_only)
+    logger.info("validation %s", results["validation"])  # logged by every process
     logger.info("test %s", results["test"])
     return results
 

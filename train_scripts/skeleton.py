@@ -4,19 +4,28 @@ metrics -> card:
 * :func:`parse_script_args` — processes (gloo on a machine without a GPU), the recipe and flags, the command to record;
 * :func:`start_script_run` — the run folder (:func:`~hf_seq.train_scripts.common.start_run`: a finished run asked to
   resume returns its results), logging, torch's threads, the seed;
-
-and each script ends with :func:`~hf_seq.train_scripts.common.save_run` (results, card, model; every process).
+* :func:`budgeted_trainer` — the script's ``Trainer`` with the time budget (``max_train_minutes`` /
+  ``max_train_cpu_minutes``) as its first callback;
+* :func:`finish_script_run` — the epilogue: the final folder written whole (model, results, card, files:
+  :func:`~hf_seq.train_scripts.common.save_run`, on every process), then the script's summary on the first process.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 from hf_seq.train_scripts.arguments import Task, parse_args
-from hf_seq.train_scripts.common import start_run, training_command, use_cpu_processes_without_gpu
+from hf_seq.train_scripts.common import (
+    TimeBudgetCallback,
+    save_run,
+    start_run,
+    training_command,
+    use_cpu_processes_without_gpu,
+)
 from transformers import set_seed
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -60,6 +69,49 @@ def start_script_run(
         torch.set_num_threads(threads)
     set_seed(training_args.seed)
     return None
+
+
+def budgeted_trainer(trainer_class, model, training_args, args, *, callbacks=(), **kwargs):
+    """``(trainer, budget)``: ``trainer_class(model=model, args=training_args, callbacks=[budget, *callbacks],
+    **kwargs)`` with ``budget`` the :class:`~hf_seq.train_scripts.common.TimeBudgetCallback` of the script's
+    ``max_train_minutes`` / ``max_train_cpu_minutes`` (``args``; its ``stopped_by_budget`` and training seconds go into
+    the results)."""
+    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
+    return trainer_class(model=model, args=training_args, callbacks=[budget, *callbacks], **kwargs), budget
+
+
+def finish_script_run(
+    trainer,
+    training_args,
+    results: dict,
+    command: str,
+    *,
+    card: dict | None = None,
+    files: dict | None = None,
+    results_name: str = "results.json",
+    save_model: bool = True,
+    report: Callable[[dict], None] | None = None,
+) -> dict:
+    """The epilogue every ``Trainer`` script ends with; returns ``results`` (what ``main`` returns).
+
+    :func:`~hf_seq.train_scripts.common.save_run` writes ``output_dir`` whole — the model, tokenizer and code (unless
+    ``save_model`` is false: an evaluation adds its results beside the folder's model), ``trainer_state.json``,
+    ``results_name`` (``results``), the model card (``card``: None for none) and ``files`` — called on every process
+    (FSDP / DeepSpeed gather the weights together; only the first process writes). Then ``report(results)`` (the
+    script's summary on stdout or the log) on the world's first process only."""
+    save_run(
+        trainer,
+        training_args.output_dir,
+        results,
+        command,
+        card=card,
+        files=files,
+        results_name=results_name,
+        save_model=save_model,
+    )
+    if report is not None and trainer.is_world_process_zero():
+        report(results)
+    return results
 
 
 def env_threads() -> int | None:

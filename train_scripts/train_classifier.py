@@ -66,7 +66,6 @@ from hf_seq.train_scripts.common import (
     require_columns,
     require_text,
     run_training,
-    save_run,
     tokenizer_for,
 )
 from hf_seq.train_scripts.features import (
@@ -82,7 +81,7 @@ from hf_seq.train_scripts.features import (
     tokenized_splits,
     tokenizer_settings,
 )
-from hf_seq.train_scripts.skeleton import parse_script_args, start_script_run
+from hf_seq.train_scripts.skeleton import finish_script_run, parse_script_args, start_script_run
 from transformers import AutoConfig, DataCollatorWithPadding
 
 from hf_seq.data import DataError
@@ -374,13 +373,14 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         **model_results(model_args, args, model, tokenizer, coverage, raw, encoded, streamed=stream is not None),
     }
     card = classifier_card(model_args, training_args, tokenizer, names, results, max_length)
-    save_run(trainer, training_args.output_dir, results, command, card=card)
-    if trainer.is_world_process_zero():
+
+    def report(results: dict) -> None:
         test_text = f"  test accuracy {results['test_accuracy']:.4f}" if test else "  (no test split)"
         print(
             f"validation accuracy {results['validation_accuracy']:.4f}{test_text}  ({train_minutes:.2f} train minutes)"
         )
-    return results
+
+    return finish_script_run(trainer, training_args, results, command, card=card, report=report)
 
 
 if __name__ == "__main__":

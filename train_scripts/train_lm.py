@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import itertools
 import math
 import os
@@ -42,27 +41,46 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task
+from hf_seq.train_scripts.arguments import (
+    LABEL_FIELDS,
+    TRANSLATION_FIELDS,
+    BudgetArguments,
+    PreprocessingArguments,
+    Task,
+    require_minimum,
+)
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
-    TimeBudgetCallback,
-    cap_splits,
     describe_data,
     load_or_build_model,
-    load_task_data,
+    load_text_splits,
     load_tokenizer,
-    require_columns,
-    require_text,
     run_training,
-    save_run,
 )
-from hf_seq.train_scripts.features import repeated_passes, repeated_stream, split_by_node_setup, split_stream_by_node
-from hf_seq.train_scripts.skeleton import env_threads, parse_script_args, start_script_run
+from hf_seq.train_scripts.features import (
+    check_holdout_percentage,
+    check_text_stream,
+    dataset_cache_key,
+    describe_sizes,
+    held_out_rows,
+    repeated_passes,
+    repeated_stream,
+    shuffle_buffered,
+    split_by_node_setup,
+    split_stream_by_node,
+    text_file_keys,
+)
+from hf_seq.train_scripts.skeleton import (
+    budgeted_trainer,
+    env_threads,
+    finish_script_run,
+    parse_script_args,
+    start_script_run,
+)
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 from torch.utils.data import Subset
 
@@ -74,8 +92,6 @@ from hf_seq.preprocessing import (
     TokenStore,
     cached_build,
     count_text_file_lines,
-    fingerprint_files,
-    holdout_mask,
     iter_column_batches,
     iter_text_file_lines,
     make_encoder,
@@ -114,9 +130,7 @@ class LMArguments(PreprocessingArguments, BudgetArguments):
         super().__post_init__()
         if self.level not in LEVELS:
             raise ValueError(f"`level` must be one of {list(LEVELS)}, got {self.level!r}")
-        for name in ("segment_length", "eval_streams", "sample_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be a positive integer, got {getattr(self, name)}")
+        require_minimum(self, 1, "segment_length", "eval_streams", "sample_length", allowed="a positive integer")
         if any(t <= 0 for t in self.sample_temperatures):
             raise ValueError(f"`sample_temperatures` must be positive numbers, got {self.sample_temperatures}")
 
@@ -125,21 +139,7 @@ TASK = Task(
     name="train_lm",
     arguments=LMArguments,
     defaults={"model_type": "hf_seq_rnn", "text_column_name": "text"},
-    unused=frozenset(
-        {
-            "label_column_name",
-            "tokens_column_name",
-            "tags_column_name",
-            "source_lang",
-            "target_lang",
-            "max_seq_length",
-            "max_source_length",
-            "max_target_length",
-            "tokenizer_kind",
-            "padding_side",
-            "truncation_side",
-        }
-    ),
+    unused=LABEL_FIELDS | TRANSLATION_FIELDS | {"max_seq_length", "tokenizer_kind", "padding_side", "truncation_side"},
     text_files=True,
     tokenizer_kinds=LEVELS,
     model_head="AutoModelForCausalLM",
@@ -192,17 +192,6 @@ def token_stream(texts: list[str], tokenizer, level: str) -> torch.Tensor:
     return torch.tensor([i for ids in encoded for i in ids], dtype=torch.long)
 
 
-class _SplitSize:
-    """What :func:`describe_data` reads of a split (its length and where it came from), without loading it."""
-
-    def __init__(self, rows: int, description: str) -> None:
-        self.rows = rows
-        self.info = SimpleNamespace(description=description)
-
-    def __len__(self) -> int:
-        return self.rows
-
-
 def _text_files_only(data_args) -> bool:
     """Data given as .txt files only: read by :mod:`hf_seq.preprocessing` itself (no Arrow copy of the text)."""
     files = [data_args.train_file, data_args.validation_file, data_args.test_file]
@@ -211,20 +200,6 @@ def _text_files_only(data_args) -> bool:
         and bool(data_args.train_file)
         and all(f is None or Path(f).suffix.lower() == ".txt" for f in files)
     )
-
-
-def _dataset_key(dataset) -> str:
-    """A split's part of the cache key: ``datasets``' own fingerprint for a split on disk (plus its data files'
-    fingerprints), a hash of the column contents for an in-memory one (a preset)."""
-    if dataset.cache_files:
-        files = [f["filename"] for f in dataset.cache_files]
-        return f"{dataset._fingerprint}:{fingerprint_files(files)}"
-    digest = hashlib.blake2b(digest_size=16)
-    for column in dataset.column_names:
-        for texts in iter_column_batches(dataset, column):
-            digest.update("\0".join(map(str, texts)).encode())
-        digest.update(b"\1")
-    return digest.hexdigest()
 
 
 def _capped_rows(keep: np.ndarray, cap: int | None) -> np.ndarray:
@@ -263,6 +238,15 @@ def _read_text_errors(path: str, flag: str):
     return _Guard()
 
 
+def check_eos(args: LMArguments, model_args, tokenizer) -> None:
+    """``ValueError`` for a word-level run whose tokenizer has no eos token (it closes every text)."""
+    if args.level == "word" and tokenizer.eos_token_id is None:
+        raise ValueError(
+            f"`level` word closes every text with the tokenizer's eos token; "
+            f"{model_args.tokenizer_name or model_args.model_name_or_path} has none"
+        )
+
+
 @dataclass
 class LMData:
     """The tokenizer and the token streams of every split (memory-mapped), from the preprocessing cache."""
@@ -278,13 +262,9 @@ class LMData:
         return {name: store.flat for name, store in self.stores.items()}
 
 
-def prepare_lm_data(args: LMArguments, model_args, data_args, training_args=None) -> LMData:
-    """Tokenize every split once into :class:`hf_seq.preprocessing.TokenStore` s in the preprocessing cache (or reuse
-    it): the same token ids as :func:`token_stream` on the in-memory splits, the tokenizer built (or given) as
-    before. Keyed by the data files (or data set fingerprints), the split settings and the tokenizer."""
-    given = load_tokenizer(model_args)
-    column = data_args.text_column_name
-    text_files = _text_files_only(data_args)
+def lm_cache_key(args: LMArguments, model_args, data_args, given, data_key: dict) -> dict:
+    """The preprocessing cache's key of a run: the data (``data_key``), the level, how the splits are drawn and
+    capped, and the tokenizer (``given``'s fingerprint, or the settings of the one built)."""
     split_key = {
         "validation_split_percentage": data_args.validation_split_percentage,
         "split_seed": data_args.split_seed,
@@ -302,109 +282,107 @@ def prepare_lm_data(args: LMArguments, model_args, data_args, training_args=None
             "lowercase": model_args.lowercase,
             "max_train_lines": args.tokenizer_max_train_lines,
         }
+    return {"task": "train_lm", "level": args.level, "data": data_key, "split": split_key, "tokenizer": tokenizer_key}
+
+
+def _text_file_selections(files: dict, data_args) -> tuple[dict, np.ndarray | None]:
+    """``{split: (the split whose file it reads, the rows it keeps)}`` of .txt files: without a validation file the
+    seeded ``validation_split_percentage`` % of the training lines (the held-out mask, also returned; else None),
+    then the ``max_*_samples`` caps."""
+    rows = {}
+    for split, path in files.items():
+        with _read_text_errors(path, f"{split}_file"):
+            rows[split] = count_text_file_lines(path)
+    keep = {split: np.ones(n, dtype=bool) for split, n in rows.items()}
+    held_out = None
+    if "validation" not in files:
+        check_holdout_percentage(files["train"], data_args.validation_split_percentage)
+        held_out = held_out_rows(
+            files["train"], rows["train"], data_args.validation_split_percentage, data_args.split_seed
+        )
+        keep["train"] = ~held_out
+    selections = {"train": ("train", _capped_rows(keep["train"], data_args.max_train_samples))}
+    if held_out is not None:
+        selections["validation"] = ("train", _capped_rows(held_out, data_args.max_eval_samples))
+    else:
+        selections["validation"] = ("validation", _capped_rows(keep["validation"], data_args.max_eval_samples))
+    if "test" in files:
+        selections["test"] = ("test", _capped_rows(keep["test"], data_args.max_predict_samples))
+    return selections, held_out
+
+
+def _tokenize_text_files(tmp: Path, files: dict, args: LMArguments, model_args, data_args, given):
+    """The cache build of .txt files (:func:`tokenize_text_file`, the rows of each split selected from its file's
+    store): ``(tokenizer, data line)``, the tokenizer ``given`` or built on the kept training lines."""
+    selections, held_out = _text_file_selections(files, data_args)
+    tokenizer = given
+    if tokenizer is None:
+        with _read_text_errors(files["train"], "train_file"):
+            lines = _rows_of_file(files["train"], selections["train"][1], args.tokenizer_max_train_lines)
+            tokenizer = build_tokenizer(args, lines, model_args)
+    check_eos(args, model_args, tokenizer)
+    append = tokenizer.eos_token_id if args.level == "word" else None  # <eos> after every row (word level)
+    whole = {}
+    for source in sorted({source for source, _ in selections.values()}):
+        with _read_text_errors(files[source], f"{source}_file"):
+            whole[source] = tokenize_text_file(
+                files[source],
+                tokenizer,
+                tmp / f"_{source}_all",
+                args.preprocessing_num_workers or 1,
+                append,
+                chars=args.level == "char",
+            )
+    for split, (source, mask) in selections.items():
+        select_rows(whole[source], mask, tmp / split)
+    for source in whole:
+        shutil.rmtree(tmp / f"_{source}_all")
+    sizes = {split: int(mask.sum()) for split, (_, mask) in selections.items()}
+    return tokenizer, describe_sizes(data_args, sizes, files, held_out, unit="texts")
+
+
+def _tokenize_splits(tmp: Path, raw: dict, args: LMArguments, model_args, data_args, given):
+    """The cache build of ``datasets`` splits (:func:`tokenize_dataset`): ``(tokenizer, data line)``, the tokenizer
+    ``given`` or built on the training split's first ``tokenizer_max_train_lines`` texts."""
+    column = data_args.text_column_name
+    tokenizer = given
+    if tokenizer is None:
+        texts = (t for batch in iter_column_batches(raw["train"], column) for t in batch)
+        tokenizer = build_tokenizer(args, itertools.islice(texts, args.tokenizer_max_train_lines), model_args)
+    check_eos(args, model_args, tokenizer)
+    append = tokenizer.eos_token_id if args.level == "word" else None  # <eos> after every row (word level)
+    for name, split in raw.items():
+        tokenize_dataset(
+            split, column, tokenizer, tmp / name, args.preprocessing_num_workers or 1, append, args.level == "char"
+        )
+    return tokenizer, describe_data(data_args, raw, unit="texts")
+
+
+def prepare_lm_data(args: LMArguments, model_args, data_args, training_args=None) -> LMData:
+    """Tokenize every split once into :class:`hf_seq.preprocessing.TokenStore` s in the preprocessing cache (or reuse
+    it): the same token ids as :func:`token_stream` on the in-memory splits, the tokenizer built (or given) as
+    before. Keyed by the data files (or data set fingerprints), the split settings and the tokenizer."""
+    given = load_tokenizer(model_args)
     files = {
         s: getattr(data_args, f"{s}_file") for s in ("train", "validation", "test") if getattr(data_args, f"{s}_file")
     }
     raw = None
-    if text_files:
-        for split, path in files.items():
-            check_data_file(path, f"{split}_file", allow_text=True)
-            if os.path.getsize(path) == 0:
-                raise DataError(f"`{split}_file` {path} is empty")
-        data_key = {split: fingerprint_files([path]) for split, path in files.items()}
+    if _text_files_only(data_args):
+        data_key = text_file_keys(files)
     else:
-        raw = load_task_data(TASK, data_args)
-        require_columns(raw, {"text_column_name": column})
-        require_text(raw, column, "text_column_name")
-        raw = cap_splits(raw, data_args)
-        data_key = {name: _dataset_key(split) for name, split in raw.items()}
-        data_key["source"] = [data_args.dataset_name, data_args.dataset_config_name, column]
-    key = {"task": "train_lm", "level": args.level, "data": data_key, "split": split_key, "tokenizer": tokenizer_key}
-    append = None  # <eos> after every row (word level), set once the tokenizer is known
-    chars = args.level == "char"
+        raw = load_text_splits(TASK, data_args)
+        data_key = {name: dataset_cache_key(split) for name, split in raw.items()}
+        data_key["source"] = [data_args.dataset_name, data_args.dataset_config_name, data_args.text_column_name]
+    key = lm_cache_key(args, model_args, data_args, given, data_key)
 
     def build(tmp: Path) -> dict:
-        nonlocal append
-        if text_files:
-            rows = {}
-            for split, path in files.items():
-                with _read_text_errors(path, f"{split}_file"):
-                    rows[split] = count_text_file_lines(path)
-            keep = {split: np.ones(n, dtype=bool) for split, n in rows.items()}
-            held_out = None
-            if "validation" not in files:
-                pct = data_args.validation_split_percentage
-                if not pct:
-                    raise DataError(
-                        f"{files['train']} comes without a validation split: pass `validation_file` or a "
-                        "`validation_split_percentage` to hold out"
-                    )
-                if not 0 < pct < 100:
-                    raise DataError(f"`validation_split_percentage` must be in (0, 100), got {pct}")
-                n = rows["train"]
-                if max(1, int(round(n * pct / 100))) >= n:
-                    raise DataError(
-                        f"{files['train']}: {n} training rows are too few to hold out {pct:g}% for validation"
-                    )
-                held_out = holdout_mask(n, pct, data_args.split_seed)
-                keep["train"] = ~held_out
-            keep["train"] = _capped_rows(keep["train"], data_args.max_train_samples)
-            tokenizer = given
-            if tokenizer is None:
-                with _read_text_errors(files["train"], "train_file"):
-                    lines = _rows_of_file(files["train"], keep["train"], args.tokenizer_max_train_lines)
-                    tokenizer = build_tokenizer(args, lines, model_args)
-            check_eos(tokenizer)
-            append = tokenizer.eos_token_id if args.level == "word" else None
-            workers = args.preprocessing_num_workers or 1
-            selections = {"train": ("train", keep["train"])}
-            if held_out is not None:
-                selections["validation"] = ("train", _capped_rows(held_out, data_args.max_eval_samples))
-            else:
-                selections["validation"] = ("validation", _capped_rows(keep["validation"], data_args.max_eval_samples))
-            if "test" in files:
-                selections["test"] = ("test", _capped_rows(keep["test"], data_args.max_predict_samples))
-            whole = {}
-            for source in sorted({source for source, _ in selections.values()}):
-                with _read_text_errors(files[source], f"{source}_file"):
-                    whole[source] = tokenize_text_file(
-                        files[source], tokenizer, tmp / f"_{source}_all", workers, append, chars=chars
-                    )
-            for split, (source, mask) in selections.items():
-                select_rows(whole[source], mask, tmp / split)
-            for source in whole:
-                shutil.rmtree(tmp / f"_{source}_all")
-            sizes = {split: int(mask.sum()) for split, (_, mask) in selections.items()}
-            description = {split: files[split] for split in files}
-            if held_out is not None:
-                pct = data_args.validation_split_percentage
-                description["validation"] = (
-                    f"{files['train']} ({pct:g}% held out for validation, seed {data_args.split_seed})"
-                )
-            splits = {s: _SplitSize(sizes[s], description[s]) for s in ("train", "validation", "test") if s in sizes}
-            data_line = describe_data(data_args, splits, unit="texts")
+        if raw is None:
+            tokenizer, data_line = _tokenize_text_files(tmp, files, args, model_args, data_args, given)
         else:
-            tokenizer = given
-            if tokenizer is None:
-                texts = (t for batch in iter_column_batches(raw["train"], column) for t in batch)
-                tokenizer = build_tokenizer(args, itertools.islice(texts, args.tokenizer_max_train_lines), model_args)
-            check_eos(tokenizer)
-            append = tokenizer.eos_token_id if args.level == "word" else None
-            for name, split in raw.items():
-                tokenize_dataset(
-                    split, column, tokenizer, tmp / name, args.preprocessing_num_workers or 1, append, chars
-                )
-            data_line = describe_data(data_args, raw, unit="texts")
+            tokenizer, data_line = _tokenize_splits(tmp, raw, args, model_args, data_args, given)
         if given is None:
             tokenizer.save_pretrained(tmp / "tokenizer")
         return {"data_line": data_line}
-
-    def check_eos(tokenizer) -> None:
-        if args.level == "word" and tokenizer.eos_token_id is None:
-            raise ValueError(
-                f"`level` word closes every text with the tokenizer's eos token; "
-                f"{model_args.tokenizer_name or model_args.model_name_or_path} has none"
-            )
 
     first = training_args.main_process_first(desc="preprocessing") if training_args is not None else nullcontext()
     with first:
@@ -416,7 +394,7 @@ def prepare_lm_data(args: LMArguments, model_args, data_args, training_args=None
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
-    check_eos(tokenizer)
+    check_eos(args, model_args, tokenizer)
     stores = {
         split: TokenStore(folder / split) for split in ("train", "validation", "test") if (folder / split).is_dir()
     }
@@ -500,20 +478,8 @@ class LMStreamWindows(torch.utils.data.IterableDataset):
     def one_pass(self, index: int = 0):
         """Pass ``index`` over the stream: its windows through the shuffle buffer seeded with epoch
         ``self.epoch + index``."""
-        windows = self.windows()
-        if self.shuffle_buffer_size:
-            rng = np.random.default_rng([self.seed, self.epoch + index])
-            buffer = []
-            for window in windows:
-                if len(buffer) < self.shuffle_buffer_size:
-                    buffer.append(window)
-                    continue
-                i = int(rng.integers(len(buffer)))
-                window, buffer[i] = buffer[i], window
-                yield {"input_ids": window, "labels": window}
-            order = rng.permutation(len(buffer))
-            windows = (buffer[i] for i in order)
-        for window in windows:
+        rng = np.random.default_rng([self.seed, self.epoch + index])
+        for window in shuffle_buffered(self.windows(), self.shuffle_buffer_size, rng):
             yield {"input_ids": window, "labels": window}
 
     def __iter__(self):
@@ -530,18 +496,8 @@ def prepare_lm_stream(
     (default: the run's processes)."""
     import datasets
 
-    if data_args.dataset_name or not data_args.train_file:
-        raise RecipeError(
-            "`streaming` reads `train_file` (txt, csv, json, jsonl, parquet); give it instead of `dataset_name`"
-        )
-    if not data_args.validation_file:
-        raise RecipeError("`streaming` needs a `validation_file` (a held-out share of a stream is not defined)")
-    for name in ("max_train_tokens", "max_train_samples"):
-        source = args if name == "max_train_tokens" else data_args
-        if getattr(source, name) is not None:
-            raise RecipeError(f"`{name}` does not apply to `streaming` (a stream is read until `max_steps`)")
-    if training_args is not None and (training_args.max_steps is None or training_args.max_steps <= 0):
-        raise RecipeError("`streaming` needs `max_steps` (a stream has no length to count epochs by)")
+    caps = {"max_train_tokens": args.max_train_tokens, "max_train_samples": data_args.max_train_samples}
+    check_text_stream(data_args, training_args, caps)
     column = data_args.text_column_name
     builder = check_data_file(data_args.train_file, "train_file", allow_text=True)
     kwargs = {"keep_linebreaks": True} if builder == "text" else {}
@@ -819,14 +775,15 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
         f"{train_tokens or 'streamed'} training tokens"
     )
 
-    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
-    trainer = HfSeqTrainer(
-        model=model,
-        args=training_args,
+    trainer, budget = budgeted_trainer(
+        HfSeqTrainer,
+        model,
+        training_args,
+        args,
         train_dataset=train_set,
         eval_dataset=Subset(eval_set, range(len(eval_set))),
         processing_class=tokenizer,
-        callbacks=[budget, StepTimesCallback()],
+        callbacks=[StepTimesCallback()],
     )
     start, cpu_start = time.monotonic(), time.process_time()
     train_output = run_training(trainer, training_args)
@@ -838,20 +795,17 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
     results = lm_results(args, model_args, training_args, config, num_params, budget, train_output, timing)
     final_evaluation(model, streams, args, results)
     samples_text, results["samples"] = sample_texts(model, tokenizer, args)
-    save_run(
-        trainer,
-        training_args.output_dir,
-        results,
-        command,
-        files={"samples.txt": samples_text},
-        card=lm_card(args, model_args, training_args, tokenizer, streams, results, data_line),
-    )
-    if trainer.is_world_process_zero():
+
+    def report(results: dict) -> None:
         print(f"results -> {os.path.join(training_args.output_dir, 'results.json')}")
         for key in sorted(results):
             if key.startswith(("validation", "test")) and not key.endswith("tokens"):
                 print(f"  {key}: {results[key]}")
-    return results
+
+    card = lm_card(args, model_args, training_args, tokenizer, streams, results, data_line)
+    return finish_script_run(
+        trainer, training_args, results, command, card=card, files={"samples.txt": samples_text}, report=report
+    )
 
 
 if __name__ == "__main__":

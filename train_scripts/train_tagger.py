@@ -52,7 +52,6 @@ from hf_seq.train_scripts.common import (
     require_columns,
     require_text,
     run_training,
-    save_run,
     tokenizer_for,
 )
 from hf_seq.train_scripts.features import (
@@ -68,7 +67,7 @@ from hf_seq.train_scripts.features import (
     tokenized_splits,
     tokenizer_settings,
 )
-from hf_seq.train_scripts.skeleton import parse_script_args, start_script_run
+from hf_seq.train_scripts.skeleton import finish_script_run, parse_script_args, start_script_run
 from transformers import DataCollatorForTokenClassification
 
 from hf_seq.data import DataError, row_location
@@ -335,8 +334,8 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         "tags": names,
     }
     card = tagger_card(model_args, training_args, tokenizer, names, results)
-    save_run(trainer, training_args.output_dir, results, command, card=card)
-    if trainer.is_world_process_zero():
+
+    def report(results: dict) -> None:
         tail = (
             f"  test accuracy {results['test_accuracy']:.4f}  OOV rate {results['test_oov_rate']} accuracy "
             f"{results['test_oov_accuracy']}"
@@ -344,7 +343,8 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
             else "  (no test split)"
         )
         print(f"validation accuracy {results['validation_accuracy']:.4f}{tail}  ({train_minutes:.2f} min)")
-    return results
+
+    return finish_script_run(trainer, training_args, results, command, card=card, report=report)
 
 
 if __name__ == "__main__":

@@ -50,14 +50,12 @@ from hf_seq.train_scripts.arguments import (
 )
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
-    TimeBudgetCallback,
     cap_splits,
     describe_data,
     load_or_build_model,
     load_task_data,
     load_tokenizer,
     run_training,
-    save_run,
 )
 from hf_seq.train_scripts.features import (
     STREAMING_TOKENIZER_SAMPLES,
@@ -74,7 +72,13 @@ from hf_seq.train_scripts.features import (
     split_stream_by_node,
     stream_file,
 )
-from hf_seq.train_scripts.skeleton import env_threads, parse_script_args, start_script_run
+from hf_seq.train_scripts.skeleton import (
+    budgeted_trainer,
+    env_threads,
+    finish_script_run,
+    parse_script_args,
+    start_script_run,
+)
 from hf_seq.train_scripts.trainer import HfSeqSeq2SeqTrainer
 from transformers import DataCollatorForSeq2Seq
 
@@ -612,6 +616,95 @@ def _tokenizer_options(model_args) -> dict:
     }
 
 
+def _recorded_features(model_args, data_args, args, root, src: str, tgt: str):
+    """``(features, record cache, record, overwrite)``: :func:`cached_features`' answer read without the data files
+    (``features`` None when the record, the tokenizer or the features are not in the cache: ``overwrite`` says
+    whether what is found unreadable is rebuilt)."""
+    try:
+        record_key = data_key(data_args, {}, src=src, tgt=tgt, max_words=args.max_words)
+    except OSError:  # a data file that cannot be read: load_task_data says which
+        record_key = None
+    record_cache = FeatureCache(None if record_key is None else root, "translation_data", record_key or {})
+    record_cache.overwrite = args.overwrite_cache
+    record = record_cache.load_record()
+    if record is None:
+        return None, record_cache, record, args.overwrite_cache
+    cache = feature_cache(model_args, data_args, args, root, record["base"], tokenizer=None)
+    if cache is None:
+        return None, record_cache, record, args.overwrite_cache
+    tokenizer, cache = cache
+    features = cache.load(list(record["descriptions"]))
+    if features is None:
+        return None, record_cache, record, cache.overwrite  # an unreadable folder: rebuilt
+    logger.info("tokenized splits read from %s (data files not read)", cache.folder)
+    return (
+        finish_features(data_args, tokenizer, features, record["descriptions"]),
+        record_cache,
+        record,
+        cache.overwrite,
+    )
+
+
+def _short_capped_splits(raw: dict, columns: dict, data_args, args, src: str, tgt: str, mapped_files) -> DatasetDict:
+    """The splits after the ``max_words`` filter (the same on every split, before the caps) and the caps."""
+    out = dict(raw)
+    workers = args.preprocessing_num_workers
+    if args.max_words is not None:
+
+        def short(*cols, names):
+            sources, targets = batch_pairs(dict(zip(names, cols)), src, tgt)
+            return [max(len(s.split()), len(t.split())) <= args.max_words for s, t in zip(sources, targets)]
+
+        for split, dataset in raw.items():
+            kept = dataset.filter(
+                releasing_pages(short, mapped_files),
+                batched=True,
+                input_columns=columns[split],
+                fn_kwargs={"names": columns[split]},
+                keep_in_memory=True,
+                num_proc=workers if workers and workers > 1 else None,
+                new_fingerprint=f"{dataset._fingerprint}-max_words{args.max_words}",
+            )
+            if len(kept) == 0:
+                raise DataError(f"{split_source(dataset)}: no pair has at most `max_words` {args.max_words} words")
+            out[split] = kept
+        release_mapped_pages(mapped_files)
+    return cap_splits(DatasetDict(out), data_args)
+
+
+def _tokenized_pairs(cache, splits: dict, tokenizer, data_args, args, src: str, tgt: str, mapped_files) -> dict:
+    """The splits tokenized by :func:`make_tokenize` into ``cache`` (``datasets.map``, ``preprocessing_num_workers``
+    processes), the raw Arrow files' pages released as they are read."""
+    functions = {
+        split: releasing_pages(
+            make_tokenize(
+                tokenizer,
+                src,
+                tgt,
+                data_args.max_source_length,
+                data_args.max_target_length,
+                split != "train",
+                arrow=True,
+            ),
+            mapped_files,
+        )
+        for split in splits
+    }
+    features = cache.build(
+        splits,
+        functions,
+        num_proc=args.preprocessing_num_workers,
+        # uint16 / uint32 ids when the tokenizer gives just these columns (one with token_type_ids: datasets' own
+        # types)
+        features={split: pair_features(split != "train", id_type(tokenizer)) for split in splits}
+        if set(tokenizer.model_input_names) <= {"input_ids", "attention_mask"}
+        else None,
+        desc="tokenizing",
+    )
+    release_mapped_pages(mapped_files)
+    return features
+
+
 def cached_features(model_args, data_args, args, training_args, src: str, tgt: str):
     """``(tokenizer, tokenized splits, {split: (sources, targets)} of validation/test, data line)``: the
     ``datasets.map`` tokenization of the splits, read from the preprocessing cache when this data, tokenizer and
@@ -620,63 +713,23 @@ def cached_features(model_args, data_args, args, training_args, src: str, tgt: s
     Arrow files: what a key needs from them (the split sizes and columns) and the splits' descriptions come from a
     record keyed by the files' fingerprints and the data settings, written by the run that read them."""
     root = cache_root(args, data_args)
-    try:
-        record_key = data_key(data_args, {}, src=src, tgt=tgt, max_words=args.max_words)
-    except OSError:  # a data file that cannot be read: load_task_data below says which
-        record_key = None
-    record_cache = FeatureCache(None if record_key is None else root, "translation_data", record_key or {})
-    record_cache.overwrite = args.overwrite_cache
-    record = record_cache.load_record()
-    if record is not None:
-        cache = feature_cache(model_args, data_args, args, root, record["base"], tokenizer=None)
-        if cache is not None:
-            tokenizer, cache = cache
-            features = cache.load(list(record["descriptions"]))
-            if features is not None:
-                logger.info("tokenized splits read from %s (data files not read)", cache.folder)
-                return finish_features(data_args, tokenizer, features, record["descriptions"])
-            overwrite = cache.overwrite  # an unreadable folder: rebuilt below
-        else:
-            overwrite = args.overwrite_cache
-    else:
-        overwrite = args.overwrite_cache
+    found, record_cache, record, overwrite = _recorded_features(model_args, data_args, args, root, src, tgt)
+    if found is not None:
+        return found
 
     loaded = load_task_data(TASK, data_args)
     raw = {split: dataset for split, dataset in loaded.items() if split in ("train", "validation", "test")}
     columns = {split: check_pairs(dataset, src, tgt) for split, dataset in raw.items()}
     base = data_key(data_args, raw, src=src, tgt=tgt, max_words=args.max_words, columns=columns)
-    workers = args.preprocessing_num_workers
     # the datasets Arrow files of the raw splits: their mapped pages are released while the filter and the
     # tokenizing map read them (a 10 M-pair file would otherwise stay resident, ~1.7 GB)
     mapped_files = sorted({f["filename"] for dataset in raw.values() for f in dataset.cache_files})
     selected: dict = {}
 
     def select() -> dict:
-        """The splits after the ``max_words`` filter and the caps (computed once, only when something is built)."""
-        if selected:
-            return selected
-        out = dict(raw)
-        if args.max_words is not None:  # the same filter on every split, before the caps
-
-            def short(*cols, names):
-                sources, targets = batch_pairs(dict(zip(names, cols)), src, tgt)
-                return [max(len(s.split()), len(t.split())) <= args.max_words for s, t in zip(sources, targets)]
-
-            for split, dataset in raw.items():
-                kept = dataset.filter(
-                    releasing_pages(short, mapped_files),
-                    batched=True,
-                    input_columns=columns[split],
-                    fn_kwargs={"names": columns[split]},
-                    keep_in_memory=True,
-                    num_proc=workers if workers and workers > 1 else None,
-                    new_fingerprint=f"{dataset._fingerprint}-max_words{args.max_words}",
-                )
-                if len(kept) == 0:
-                    raise DataError(f"{split_source(dataset)}: no pair has at most `max_words` {args.max_words} words")
-                out[split] = kept
-            release_mapped_pages(mapped_files)
-        selected.update(cap_splits(DatasetDict(out), data_args))
+        """The filtered, capped splits, computed once and only when something is built."""
+        if not selected:
+            selected.update(_short_capped_splits(raw, columns, data_args, args, src, tgt, mapped_files))
         return selected
 
     def build_tokenizer():
@@ -693,34 +746,7 @@ def cached_features(model_args, data_args, args, training_args, src: str, tgt: s
     features = cache.load(list(raw))
     if features is None:
         logger.info("tokenizing %s (cache: %s)", ", ".join(raw), cache.folder or "in memory")
-        splits = select()
-        functions = {
-            split: releasing_pages(
-                make_tokenize(
-                    tokenizer,
-                    src,
-                    tgt,
-                    data_args.max_source_length,
-                    data_args.max_target_length,
-                    split != "train",
-                    arrow=True,
-                ),
-                mapped_files,
-            )
-            for split in splits
-        }
-        features = cache.build(
-            splits,
-            functions,
-            num_proc=workers,
-            # uint16 / uint32 ids when the tokenizer gives just these columns (one with token_type_ids: datasets' own
-            # types)
-            features={split: pair_features(split != "train", id_type(tokenizer)) for split in splits}
-            if set(tokenizer.model_input_names) <= {"input_ids", "attention_mask"}
-            else None,
-            desc="tokenizing",
-        )
-        release_mapped_pages(mapped_files)
+        features = _tokenized_pairs(cache, select(), tokenizer, data_args, args, src, tgt, mapped_files)
     else:
         logger.info("tokenized splits read from %s", cache.folder)
     descriptions = {split: raw[split].info.description for split in raw}
@@ -1063,6 +1089,18 @@ def translation_card(run, results: dict, data_line: str) -> dict:
     }
 
 
+def log_test_scores(results: dict) -> None:
+    """The greedy and beam-5 test BLEU / chrF, logged at the end of a run."""
+    for key in ("test_greedy", "test_beam5"):
+        if key in results:
+            logger.info(
+                "%s: BLEU %.2f chrF %.2f",
+                key,
+                results[key].get("test_bleu", math.nan),
+                results[key].get("test_chrf", math.nan),
+            )
+
+
 @dataclass
 class TranslationRun:
     """What the steps after training read: the arguments, tokenizer, features, raw pairs, trainer and metrics."""
@@ -1103,16 +1141,17 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
 
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
     compute_metrics = translation_metrics(tokenizer)
-    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
-    trainer = HfSeqSeq2SeqTrainer(
-        model=model,
-        args=training_args,
+    trainer, budget = budgeted_trainer(
+        HfSeqSeq2SeqTrainer,
+        model,
+        training_args,
+        args,
         train_dataset=tokenized["train"],
         eval_dataset=tokenized["validation"],
         data_collator=collator,
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
-        callbacks=[budget, StepTimesCallback()],  # `[hf_seq] first training step begins at ...` for benchmarks
+        callbacks=[StepTimesCallback()],  # `[hf_seq] first training step begins at ...` for benchmarks
     )
     run = TranslationRun(
         model_args, data_args, args, training_args, tokenizer, tokenized, pairs, trainer, compute_metrics
@@ -1142,27 +1181,18 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
     if args.plot_attention:
         plot_attention(run, results, extra_files)
 
-    # model + tokenizer + code for trust_remote_code + results + card; every rank calls it
-    save_run(
+    card = translation_card(run, results, data_line) if training_args.do_train else None  # trained models only
+    return finish_script_run(
         trainer,
-        training_args.output_dir,
+        training_args,
         results,
         command,
-        card=translation_card(run, results, data_line) if training_args.do_train else None,  # trained models only
+        card=card,
         files=extra_files,
         results_name=args.results_file,
         save_model=training_args.do_train,
+        report=log_test_scores,
     )
-    if trainer.is_world_process_zero():
-        for key in ("test_greedy", "test_beam5"):
-            if key in results:
-                logger.info(
-                    "%s: BLEU %.2f chrF %.2f",
-                    key,
-                    results[key].get("test_bleu", math.nan),
-                    results[key].get("test_chrf", math.nan),
-                )
-    return results
 
 
 if __name__ == "__main__":

@@ -28,16 +28,15 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from hf_seq.train_scripts.arguments import BudgetArguments, Task, parse_args
-from hf_seq.train_scripts.common import (
-    cap_splits,
-    describe_data,
-    load_task_data,
-    require_columns,
-    require_text,
-    training_command,
-    write_results,
+from hf_seq.train_scripts.arguments import (
+    LABEL_FIELDS,
+    TRANSLATION_FIELDS,
+    BudgetArguments,
+    Task,
+    parse_args,
+    require_minimum,
 )
+from hf_seq.train_scripts.common import describe_data, load_text_splits, training_command, write_results
 from hf_seq.train_scripts.outputs import staged_output
 from tokenizers import normalizers, pre_tokenizers
 from torch import nn
@@ -54,9 +53,7 @@ class WordVectorArguments(BudgetArguments):
     subsample: float = field(default=1e-4, metadata={"help": "frequent-word subsampling threshold"})
 
     def __post_init__(self):
-        for name in ("dim", "window", "negatives", "min_count"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be a positive integer, got {getattr(self, name)}")
+        require_minimum(self, 1, "dim", "window", "negatives", "min_count", allowed="a positive integer")
 
 
 TASK = Task(
@@ -71,7 +68,9 @@ TASK = Task(
         "seed": 0,
         "max_train_minutes": 10.0,
     },
-    unused=frozenset(
+    unused=LABEL_FIELDS
+    | TRANSLATION_FIELDS
+    | frozenset(
         {
             "model_type",
             "model_config",
@@ -84,14 +83,7 @@ TASK = Task(
             "padding_side",
             "truncation_side",
             "ignore_mismatched_sizes",
-            "label_column_name",
-            "tokens_column_name",
-            "tags_column_name",
-            "source_lang",
-            "target_lang",
             "max_seq_length",
-            "max_source_length",
-            "max_target_length",
             "validation_file",
             "test_file",
             "validation_split_percentage",
@@ -158,11 +150,8 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
     rng = np.random.default_rng(training_args.seed)
     start = time.monotonic()
 
-    raw = load_task_data(TASK, data_args, require_validation=False)
+    raw = load_text_splits(TASK, data_args, require_validation=False)
     column = data_args.text_column_name
-    require_columns(raw, {"text_column_name": column})
-    require_text(raw, column, "text_column_name")
-    raw = cap_splits(raw, data_args)
     sentences = corpus_sentences(raw["train"][column], lowercase=model_args.lowercase is not False)
     counts = Counter(w for s in sentences for w in s)
     vocab = [w for w, c in counts.most_common() if c >= args.min_count]
