@@ -2,8 +2,10 @@
 
 Run as a script with that environment's interpreter: ``python compat_checks.py remote SPECS.json`` (folders saved by
 this project's environment, loaded through ``trust_remote_code=True`` only), ``python compat_checks.py trainer OUT``
-(a short Trainer run + evaluate() with the installed hf_seq) or ``python compat_checks.py below_range FOLDER`` (the
-release is below the supported range: the clear error). Imports only torch and transformers at the top, never
+(a short Trainer run + evaluate() with the installed hf_seq), ``python compat_checks.py outputs`` (hidden states and
+attentions of the installed hf_seq's BERT and Transformer through the release's capturing decorator, mistyped
+keywords refused) or ``python compat_checks.py below_range FOLDER`` (the release is below the supported range: the
+clear error). Imports only torch and transformers at the top, never
 anything of the test suite. Prints one ``ok ...`` line per passed check; any failure is an exception (exit code 1).
 """
 
@@ -140,6 +142,142 @@ def trainer(out_dir: str) -> None:
         print("ok trainer", head.__name__, round(metrics["eval_loss"], 4))
 
 
+def _recorded_by_hooks(model, **inputs):
+    """``model(**inputs)`` and its embeddings outputs, block outputs and attention weights, recorded by forward hooks
+    of this file (not the release's capturing): {stack: {"hidden": [embeddings, block 1, ...], "self_attn": [...]}}."""
+    import re
+
+    records, handles = {}, []
+
+    def keep(stack, kind, take):
+        def hook(module, args, output):
+            records.setdefault(stack, {}).setdefault(kind, []).append(take(output))
+
+        return hook
+
+    for name, module in model.named_modules():
+        stack = "decoder" if ".decoder." in f".{name}." else "encoder"
+        if re.search(r"(^|\.)embeddings$", name):
+            handles.append(module.register_forward_hook(keep(stack, "hidden", lambda out: out)))
+        elif re.search(r"(^|\.)layers\.\d+$", name):
+            handles.append(module.register_forward_hook(keep(stack, "hidden", lambda out: out)))
+        elif re.search(r"\.(self_attn|cross_attn)$", name):
+            kind = name.rsplit(".", 1)[1]
+            handles.append(module.register_forward_hook(keep(stack, kind, lambda out: out[1])))
+    try:
+        output = model(**inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return output, records
+
+
+def _same(got, expected, what):
+    assert got is not None and len(got) == len(expected) > 0, (what, None if got is None else len(got), len(expected))
+    for index, (a, b) in enumerate(zip(got, expected)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"{what}[{index}]")
+
+
+def outputs() -> None:
+    """``output_hidden_states`` / ``output_attentions`` of the installed hf_seq's BERT and Transformer on this release
+    (the capturing decorator through hf_seq/compat.py): equal to the blocks' outputs and the attention weights that
+    forward hooks of this file record, in the call, on the config and as a tuple; BERT's equal to transformers' own
+    BertModel with the same weights; the same through a function registered with ``AttentionInterface``; with
+    ``generate(return_dict_in_generate=True)``; and a mistyped keyword is a ``TypeError`` naming it."""
+    import hf_seq
+    from hf_seq.attention import eager_attention_forward
+
+    assert "site-packages" in hf_seq.__file__, hf_seq.__file__
+    calls = []
+
+    def counting(module, query, key, value, attention_mask, **kwargs):
+        calls.append(module)
+        return eager_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    transformers.AttentionInterface.register("compat_counting", counting)
+    torch.manual_seed(0)
+    ids = torch.randint(4, 40, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    flags = dict(output_hidden_states=True, output_attentions=True)
+    kw = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24)
+    reference = transformers.BertModel(transformers.BertConfig(**kw, attn_implementation="eager")).eval()
+    bert = hf_seq.BertModel.from_transformers_bert(reference).eval()
+    seq2seq = hf_seq.TransformerForConditionalGeneration(
+        hf_seq.HfSeqTransformerConfig(
+            vocab_size=40, hidden_size=16, encoder_layers=2, decoder_layers=2, num_attention_heads=2,
+            intermediate_size=24, max_position_embeddings=32, pad_token_id=0, bos_token_id=2, eos_token_id=3,
+            decoder_start_token_id=2, dropout=0.0, norm_position="post",
+        )
+    ).eval()  # fmt: skip
+    target = torch.tensor([[2, 5, 6, 7], [2, 8, 9, 10]])
+    inputs = {
+        "bert": dict(input_ids=ids, attention_mask=mask),
+        "transformer": dict(input_ids=ids, attention_mask=mask, decoder_input_ids=target, use_cache=False),
+    }
+    names = {  # output field -> (stack, recorded kind)
+        "bert": {"hidden_states": ("encoder", "hidden"), "attentions": ("encoder", "self_attn")},
+        "transformer": {
+            "encoder_hidden_states": ("encoder", "hidden"),
+            "encoder_attentions": ("encoder", "self_attn"),
+            "decoder_hidden_states": ("decoder", "hidden"),
+            "decoder_attentions": ("decoder", "self_attn"),
+            "cross_attentions": ("decoder", "cross_attn"),
+        },
+    }
+    for family, model in (("bert", bert), ("transformer", seq2seq)):
+        batch = inputs[family]
+        for implementation in ("sdpa", "eager", "compat_counting"):
+            model.set_attn_implementation(implementation)
+            for where in ("call", "config", "tuple"):
+                if where == "config" and implementation != "eager":
+                    continue  # transformers refuses config.output_attentions but with eager (5.0: any other)
+                calls.clear()
+                for name in flags:
+                    setattr(model.config, name, where == "config")
+                extra = {} if where == "config" else dict(flags, return_dict=where != "tuple")
+                with torch.no_grad():
+                    got, recorded = _recorded_by_hooks(model, **batch, **extra)
+                if where == "tuple":
+                    assert isinstance(got, tuple), type(got)
+                    # BERT: (last, pooler, hidden states, attentions); the Transformer (no cache): logits, decoder states,
+                    # decoder attentions, cross attentions, encoder last / states / attentions
+                    fields = {"bert": (2, 3), "transformer": (5, 6, 1, 2, 3)}[family]
+                    got = dict(zip(names[family], (got[i] for i in fields)))
+                for field, (stack, kind) in names[family].items():  # post-LN: the last block's output is last
+                    _same(got[field], recorded[stack][kind], f"{family} {implementation} {where} {field}")
+                assert (len(calls) > 0) == (implementation == "compat_counting"), (implementation, len(calls))
+                print("ok outputs", family, implementation, where)
+        for name in flags:
+            setattr(model.config, name, False)
+        model.set_attn_implementation("eager")
+        with torch.no_grad():
+            assert model(**batch).get("attentions") is None and model(**batch).get("cross_attentions") is None
+        for typo in ("output_hiden_states", "atention_mask"):
+            try:
+                model(**batch, **{typo: True})
+            except TypeError as error:
+                assert f"'{typo}'" in str(error) and "'output_hidden_states'" in str(error), str(error)
+            else:
+                raise AssertionError(f"{family}: {typo}= was accepted")
+        print("ok typo refused", family)
+    with torch.no_grad():
+        expected = reference(**inputs["bert"], **flags)
+        got = bert(**inputs["bert"], **flags)
+    for field in ("hidden_states", "attentions"):
+        _same(got[field], expected[field], f"bert vs transformers.BertModel {field}")
+    print("ok outputs bert equals transformers.BertModel")
+    generated = seq2seq.generate(
+        ids, attention_mask=mask, max_new_tokens=3, do_sample=False, num_beams=1, return_dict_in_generate=True,
+        **flags,
+    )  # fmt: skip
+    steps = generated.sequences.shape[1] - 1
+    assert len(generated.decoder_hidden_states) == len(generated.cross_attentions) == steps, generated.keys()
+    assert len(generated.encoder_hidden_states) == 3 and len(generated.encoder_attentions) == 2
+    assert len(generated.decoder_attentions[0]) == 2, len(generated.decoder_attentions[0])
+    print("ok outputs generate", steps)
+
+
 def below_range(folder: str) -> None:
     """Below the supported range: ``import hf_seq`` and loading a saved folder each raise the one clear error."""
     version = transformers.__version__
@@ -159,4 +297,4 @@ def below_range(folder: str) -> None:
 
 
 if __name__ == "__main__":
-    {"remote": remote, "trainer": trainer, "below_range": below_range}[sys.argv[1]](*sys.argv[2:])
+    {"remote": remote, "trainer": trainer, "outputs": outputs, "below_range": below_range}[sys.argv[1]](*sys.argv[2:])

@@ -8,6 +8,9 @@
   ``auto_map`` loading the pretrained base weights unchanged — and a short Trainer run + ``evaluate()`` works with the
   installed package. ``make test`` runs the oldest release of the range (tests/compat_envs.CI_RELEASES; the
   installed one is the rest of the suite's); ``make test-compat`` runs every release (``HF_SEQ_COMPAT_RELEASES=all``).
+* Output capturing on the release, with the installed package: BERT's and the Transformer's hidden states and
+  attentions (the shim over the release's decorator and recorder registry), a registered attention function, and
+  the refusal of a mistyped keyword.
 * Below the range (4.57.6, ``make test-compat`` only): ``import hf_seq`` and loading a folder raise the one clear
   error.
 """
@@ -149,6 +152,20 @@ def test_trainer_runs_and_evaluates_with_the_installed_package_on_the_release(re
     install_hf_seq(python, wheel)
     out = run_in(python, "trainer", str(tmp_path / "runs"), cwd=tmp_path)
     assert out.count("ok trainer") == 5, out
+
+
+@pytest.mark.parametrize("release", selected_releases())
+def test_hidden_states_and_attentions_through_the_release_s_capturing(release, wheel, tmp_path):
+    """hf_seq/compat.py's shim over the release's decorator (``capture_outputs`` / ``check_model_inputs``) and its
+    recorder registry: BERT's and the Transformer's ``output_hidden_states`` / ``output_attentions`` (call, config,
+    tuple; sdpa, eager and a function registered with ``AttentionInterface``) equal what forward hooks record, BERT's
+    equal transformers' own BertModel, ``generate()`` returns them per step, and a mistyped keyword is refused."""
+    python = compat_python(release)
+    install_hf_seq(python, wheel)
+    out = run_in(python, "outputs", cwd=tmp_path)
+    # per family: sdpa and the registered function (call, tuple), eager (call, config, tuple)
+    assert out.count("ok outputs bert ") == 7 + 1 and out.count("ok outputs transformer ") == 7, out
+    assert out.count("ok typo refused") == 2 and out.count("ok outputs generate") == 1, out
 
 
 @pytest.mark.parametrize("release", selected_releases())
