@@ -56,25 +56,55 @@ def _to_numpy(array) -> np.ndarray:
     return array.to_numpy(zero_copy_only=False)
 
 
-def _list_lengths(array, mapped_files, release_every: int = 1024) -> np.ndarray:
-    """The list lengths of a (chunked) pyarrow list array as one numpy array, read chunk by chunk. Reading a list
-    column's offsets from a memory-mapped Arrow file faults in the pages around them (the kernel maps neighbouring
-    pages too), so every ``release_every`` chunks this process's pages of ``mapped_files`` are released
-    (:func:`hf_seq.preprocessing.release_mapped_pages`): measuring a 10 M-row, 1.4 GB cache keeps its resident pages
+def _chunk_groups(array, mapped_files, release_every: int = 256):
+    """The chunks of a (chunked) pyarrow array, ``release_every`` at a time (as one chunked array each), this
+    process's pages of ``mapped_files`` released (:func:`hf_seq.preprocessing.release_mapped_pages`) after each
+    group. Reading a list column's offsets from a memory-mapped Arrow file faults in the pages around them (the
+    kernel maps neighbouring pages too): a pass over a 10 M-row, 1.4 GB cache in groups keeps its resident pages
     bounded instead of mapping most of the file."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     from .preprocessing import release_mapped_pages
 
     chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
-    parts = []
     for start in range(0, len(chunks), release_every):
-        group = pa.chunked_array(chunks[start : start + release_every], type=array.type)
-        parts.append(_to_numpy(pc.fill_null(pc.list_value_length(group), 0)))
+        yield pa.chunked_array(chunks[start : start + release_every], type=array.type)
         if mapped_files:
             release_mapped_pages(mapped_files)
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+
+def _list_lengths(array, mapped_files, release_every: int = 256, at_least: np.ndarray | None = None) -> np.ndarray:
+    """The list lengths of a (chunked) pyarrow list array as one numpy array (``int32``; ``int64`` for large
+    lists), read :func:`_chunk_groups` at a time (the pages of ``mapped_files`` released after each group) into
+    one array; ``at_least``: lengths of the same rows, raised in place to these where they are shorter (the longer
+    of two columns without a second array of all the rows)."""
+    import pyarrow.compute as pc
+
+    out = at_least
+    start = 0
+    for group in _chunk_groups(array, mapped_files, release_every):
+        part = _to_numpy(pc.fill_null(pc.list_value_length(group), 0))
+        if out is None:
+            out = np.empty(len(array), dtype=part.dtype)
+        if at_least is None:
+            out[start : start + len(part)] = part
+        else:
+            np.maximum(out[start : start + len(part)], part, out=out[start : start + len(part)])
+        start += len(part)
+    return out if out is not None else np.zeros(0, dtype=np.int32)
+
+
+def total_list_length(dataset, column: str) -> int:
+    """The number of items in list column ``column`` of a ``datasets.Dataset``, summed from the Arrow offsets (no
+    Python lists), :func:`_chunk_groups` at a time: the pages of the dataset's cache files it maps are released as
+    it goes."""
+    import pyarrow.compute as pc
+
+    files = [entry["filename"] for entry in getattr(dataset, "cache_files", None) or []]
+    return sum(
+        int(pc.sum(pc.list_value_length(group)).as_py() or 0)
+        for group in _chunk_groups(_arrow_column(dataset, column), files)
+    )
 
 
 def _is_list_type(kind) -> bool:
@@ -91,13 +121,19 @@ def example_lengths(dataset, length_column_name: str = "length", model_input_nam
     ``dataset`` is a ``datasets.Dataset`` — its columns are read as Arrow arrays (the list lengths come from the
     Arrow offsets: a memory-mapped, cached dataset of millions of rows is measured without building Python lists) —
     or any map-style dataset of dicts (read example by example)."""
+    return _example_lengths(dataset, length_column_name, model_input_name).astype(np.int64, copy=False)
+
+
+def _example_lengths(dataset, length_column_name: str, model_input_name: str) -> np.ndarray:
+    """:func:`example_lengths` in the integer type they are read in (``int32`` list lengths of an Arrow column: half
+    the bytes of ``int64``, 40 MB for 10 M examples)."""
     columns = getattr(dataset, "column_names", None)
     if columns is not None and hasattr(dataset, "with_format"):
         if length_column_name in columns:
             lengths = _arrow_column(dataset, length_column_name)
             if lengths.null_count:
                 raise ValueError(f"the {length_column_name!r} column has {lengths.null_count} empty value(s)")
-            return _to_numpy(lengths).astype(np.int64, copy=False)
+            return _to_numpy(lengths)
         if model_input_name not in columns:
             raise ValueError(
                 f"length buckets need a {length_column_name!r} column or a {model_input_name!r} column to measure "
@@ -108,9 +144,8 @@ def example_lengths(dataset, length_column_name: str = "length", model_input_nam
         if "labels" in columns:
             labels = _arrow_column(dataset, "labels")
             if _is_list_type(labels.type):
-                target = _list_lengths(labels, files)
-                lengths = np.maximum(lengths, target, out=lengths if lengths.flags.writeable else None)
-        return lengths.astype(np.int64, copy=False)
+                lengths = _list_lengths(labels, files, at_least=lengths)  # the longer of the two, in place
+        return lengths
     lengths = []
     for i in range(len(dataset)):
         example = dataset[i]
@@ -129,6 +164,35 @@ def example_lengths(dataset, length_column_name: str = "length", model_input_nam
             n = max(n, len(labels))
         lengths.append(n)
     return np.asarray(lengths, dtype=np.int64)
+
+
+def _stable_sort_by(items: np.ndarray, keys: np.ndarray, block: int = 1 << 20, max_distinct: int = 1 << 16):
+    """``items[np.argsort(keys, kind="stable")]`` without an index array of all the items: ``argsort`` gives
+    ``int64`` indices and its radix sort another buffer of them, 160 MB for 10 M examples beside the ``int32``
+    items. Keys within ``max_distinct`` consecutive values (sentence lengths) are counted, then each ``block`` of
+    items is sorted on its own (stable) and put in its place after the same keys of the blocks before it: the same
+    stable order, with index arrays of one block at a time."""
+    n = len(keys)
+    if n <= block:
+        return items[np.argsort(keys, kind="stable")]
+    low, high = int(keys.min()), int(keys.max())
+    span = high - low + 1
+    if span > max_distinct:
+        return items[np.argsort(keys, kind="stable")]
+    counts = np.zeros(span, dtype=np.int64)
+    for start in range(0, n, block):
+        counts += np.bincount(keys[start : start + block].astype(np.int64) - low, minlength=span)
+    next_place = np.cumsum(counts) - counts  # where the next item of each key goes
+    out = np.empty_like(items)
+    for start in range(0, n, block):
+        part = keys[start : start + block]
+        order = np.argsort(part, kind="stable")
+        sorted_keys = part[order].astype(np.int64) - low
+        in_block = np.bincount(sorted_keys, minlength=span)
+        rank = np.arange(len(order)) - (np.cumsum(in_block) - in_block)[sorted_keys]  # among this block's equal keys
+        out[next_place[sorted_keys] + rank] = items[start : start + block][order]
+        next_place += in_block
+    return out
 
 
 class LengthBucketSampler(Sampler[int]):
@@ -179,7 +243,7 @@ class LengthBucketSampler(Sampler[int]):
         model_input_name: str = "input_ids",
     ) -> LengthBucketSampler:
         """A sampler over ``dataset`` with the lengths of :func:`example_lengths`."""
-        return cls(example_lengths(dataset, length_column_name, model_input_name), batch_size, seed, drop_last)
+        return cls(_example_lengths(dataset, length_column_name, model_input_name), batch_size, seed, drop_last)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -193,11 +257,12 @@ class LengthBucketSampler(Sampler[int]):
         incomplete batch follows them) of this epoch. One numpy array per epoch, no tensor per batch: 10 M examples
         take 40 MB, not the 0.5 GB of 300,000 tensors."""
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        shuffled = torch.randperm(len(self.lengths), generator=generator).numpy()
-        if len(shuffled) < 2**31:  # half the bytes
-            shuffled = shuffled.astype(np.int32)
-        # a stable sort of the lengths (radix sort of int16 keys): ties keep their shuffled, random order
-        by_length = shuffled[np.argsort(self.lengths.numpy()[shuffled], kind="stable")]
+        n = len(self.lengths)
+        # int32 when it holds them (half the bytes, no int64 copy first): ``randperm`` draws the same permutation
+        # whatever its dtype, and leaves the generator in the same state
+        shuffled = torch.randperm(n, generator=generator, dtype=torch.int32 if n < 2**31 else torch.int64).numpy()
+        # a stable sort of the lengths: ties keep their shuffled, random order
+        by_length = _stable_sort_by(shuffled, self.lengths.numpy()[shuffled])
         del shuffled
         full, rest = divmod(len(by_length), self.batch_size)
         order = torch.randperm(full, generator=generator)  # the full batches; an incomplete one comes last
@@ -227,8 +292,8 @@ class PermutationSampler(Sampler[int]):
     ``Trainer`` gives a ``RandomSampler``, which ``accelerate`` replaces by its ``SeedableRandomSampler``: epoch
     ``e`` is ``torch.randperm(n)`` from a generator seeded ``seed + e`` (``seed``: ``data_seed``, else
     ``torch.random.initial_seed()``), handed out as ``.tolist()`` — ~40 bytes an index (8 M language-model windows of
-    a 2 GB corpus: 0.3 GB). This sampler yields the same permutation from its int64 tensor, a block at a time
-    (8 bytes an index), and counts epochs the same way (``set_epoch``, and one more after each full pass)."""
+    a 2 GB corpus: 0.3 GB). This sampler yields the same permutation from its int32 tensor, a block at a time
+    (4 bytes an index), and counts epochs the same way (``set_epoch``, and one more after each full pass)."""
 
     def __init__(self, data_source: Sequence, seed: int, block: int = 1 << 16) -> None:
         self.data_source, self.initial_seed, self.block = data_source, int(seed), int(block)
@@ -243,7 +308,8 @@ class PermutationSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         generator = torch.Generator()
         generator.manual_seed(self.initial_seed + self.epoch)
-        order = torch.randperm(len(self.data_source), generator=generator)
+        n = len(self.data_source)  # int32 when it holds them: the same permutation in half the bytes
+        order = torch.randperm(n, generator=generator, dtype=torch.int32 if n < 2**31 else torch.int64)
         for start in range(0, len(order), self.block):
             yield from order[start : start + self.block].tolist()
         self.set_epoch(self.epoch + 1)

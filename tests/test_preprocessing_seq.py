@@ -8,9 +8,11 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
 import pytest
 import torch
 from datasets import Dataset
@@ -157,6 +159,43 @@ def test_released_pages_of_a_mapped_arrow_file_read_back_the_same(tmp_path):
     assert features_module.release_mapped_pages([path]) >= path.stat().st_size
     assert file_rss() < read - 10e6
     assert dataset.data.column("ids").combine_chunks().flatten().to_numpy().sum() == first  # mapped again
+
+
+def _resident_bytes(path: Path) -> int:
+    """This process's resident bytes of its memory maps of ``path`` (``/proc/self/smaps``)."""
+    name, total, mapping = str(path.resolve()), 0, None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:  # a mapping's header line
+            mapping = fields[5] if len(fields) == 6 else None
+        elif fields[0] == "Rss:" and mapping == name:
+            total += int(fields[1]) * 1024
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_a_cached_split_is_opened_and_counted_without_staying_resident(tmp_path):
+    """Opening a features file reads the header of each of its record batches through the memory map, and the
+    kernel maps the pages around them: a plain ``Dataset.from_file`` of a file of many small batches leaves most
+    of it resident, the cache's ``_open_split`` releases them (so does counting the tokens, group by group); the
+    rows and the counts are those written."""
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(1, 60, size=(40_000, 2))
+    rows = {"input_ids": [[7] * a for a, _ in sizes], "labels": [[5] * b for _, b in sizes]}
+    path = tmp_path / "train.arrow"
+    Dataset.from_dict(rows).map(batched=True, writer_batch_size=100, cache_file_name=str(path))
+    size = path.stat().st_size
+    opened = features_module._open_split(tmp_path, {"files": [path.name], "num_rows": len(sizes)})
+    assert _resident_bytes(path) < size * 0.1
+    assert opened.data.column("labels").num_chunks >= 400
+    assert opened[123]["labels"] == [5] * int(sizes[123, 1])
+    assert train_translation.total_length(opened, "labels") == int(sizes[:, 1].sum())
+    assert _resident_bytes(path) < size * 0.1
+    opened_plainly = Dataset.from_file(str(path))  # the pages opening and counting leave without a release
+    assert _resident_bytes(path) > size * 0.5
+    features_module.release_mapped_pages([path])
+    assert pc.sum(pc.list_value_length(opened_plainly.data.column("labels"))).as_py() == int(sizes[:, 1].sum())
+    assert _resident_bytes(path) > size * 0.5
 
 
 def test_changed_file_is_never_read_from_the_stale_cache(tmp_path, monkeypatch):

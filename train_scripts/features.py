@@ -134,10 +134,33 @@ def releasing_pages(function: Callable, paths, every: int = RELEASE_EVERY) -> Ca
     return wrapped
 
 
+RELEASE_EVERY_BATCHES = 256  # record batches (of 1,000 rows) opened between two releases of the file's pages
+
+
+def _mapped_dataset(path: str, release_every: int = RELEASE_EVERY_BATCHES) -> Dataset:
+    """``Dataset.from_file(path)`` (the same memory-mapped table, record batch by record batch, the same features
+    and fingerprint), this process's pages of the file released every ``release_every`` record batches and at the
+    end. Opening an Arrow stream reads the header of every record batch through the memory map, and the kernel maps
+    the pages around each header too: ``Dataset.from_file`` of a 10 M-row, 1.4 GB features file (10,000 batches)
+    would map about half of it, and keep it resident."""
+    import pyarrow as pa
+    from datasets.table import MemoryMappedTable
+
+    reader = pa.ipc.open_stream(pa.memory_map(path))
+    batches = []
+    for batch in reader:
+        batches.append(batch)
+        if len(batches) % release_every == 0:
+            release_mapped_pages([path])
+    table = pa.Table.from_batches(batches, schema=reader.schema)
+    release_mapped_pages([path])
+    return Dataset(MemoryMappedTable(table, path))
+
+
 def _open_split(folder: Path, entry: dict) -> Dataset:
-    """A cached split: every Arrow file must open (pyarrow reads its whole stream of record batches) and the rows
-    must be those written."""
-    parts = [Dataset.from_file(str(folder / name)) for name in entry["files"]]
+    """A cached split: every Arrow file must open (pyarrow reads its whole stream of record batches:
+    :func:`_mapped_dataset`, its pages released as it goes) and the rows must be those written."""
+    parts = [_mapped_dataset(str(folder / name)) for name in entry["files"]]
     dataset = parts[0] if len(parts) == 1 else concatenate_datasets(parts)
     if len(dataset) != entry["num_rows"]:
         raise ValueError(f"{folder}: {len(dataset)} rows, {entry['num_rows']} were written")

@@ -602,10 +602,11 @@ def ctranslate2_predictions(
 
 
 def total_length(dataset, column: str) -> int:
-    """The number of tokens in a list column, summed from the Arrow offsets (no Python lists)."""
-    from hf_seq.samplers import _arrow_column
+    """The number of tokens in a list column, summed from the Arrow offsets (no Python lists), the pages of the
+    mapped cache released as it goes (:func:`hf_seq.samplers.total_list_length`)."""
+    from hf_seq.samplers import total_list_length
 
-    return int(pc.sum(pc.list_value_length(_arrow_column(dataset, column))).as_py() or 0)
+    return total_list_length(dataset, column)
 
 
 def _tokenizer_options(model_args) -> dict:
