@@ -20,11 +20,7 @@ MAX_FUNCTION_LINES = 100
 LONG_FUNCTIONS = {
     ("hf_seq/modeling_rnn_seq2seq.py", "forward"): "the model's forward, edited by the attention and fast-path work",
     ("train_scripts/pretrain_bert.py", "prepare_bert_data"): "the BERT data cache and stream set-up (data-memory work)",
-    # what is left of these two is data loading, the tokenizer cache and the (streamed) features, which the
-    # streaming and data-memory work change; model, metrics, results and card are their own steps
-    ("train_scripts/train_classifier.py", "run"): "data, tokenizer cache and stream features (streaming work)",
     ("train_scripts/train_lm.py", "prepare_lm_data"): "the LM cache build (data-memory work)",
-    ("train_scripts/train_tagger.py", "run"): "data, tokenizer cache and stream features (streaming work)",
     ("train_scripts/train_translation.py", "cached_features"): "the feature cache (data-memory work)",
 }
 SCRIPT_PREFIXES = ("train_", "finetune_", "pretrain_")
