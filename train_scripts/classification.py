@@ -10,6 +10,7 @@ import hashlib
 import logging
 import math
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -17,6 +18,7 @@ from functools import partial
 import torch
 from datasets import Dataset, DatasetDict
 from hf_seq.train_scripts.common import (
+    TimeBudgetCallback,
     cap_splits,
     describe_data,
     label_lookup,
@@ -24,6 +26,7 @@ from hf_seq.train_scripts.common import (
     load_task_data,
     require_columns,
     require_text,
+    run_training,
     tokenizer_for,
 )
 from hf_seq.train_scripts.errors import RecipeError
@@ -285,6 +288,46 @@ class TrainCollatorTrainer(HfSeqTrainer):
             return super().get_train_dataloader()
         finally:
             self.data_collator = original
+
+
+def train_and_validate(model, training_args, args, tokenizer, encoded: dict, collator, train_collator, metrics):
+    """Train ``model`` on ``encoded["train"]`` (:class:`TrainCollatorTrainer`: training batches through
+    ``train_collator``; the time budget of ``max_train_minutes`` / ``max_train_cpu_minutes``), then evaluate it on
+    the validation split: ``(trainer, train_output, train_minutes, budget, validation metrics)``."""
+    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
+    trainer = TrainCollatorTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=encoded["train"],
+        eval_dataset=encoded["validation"],
+        processing_class=tokenizer,
+        data_collator=collator,
+        train_collator=train_collator,
+        compute_metrics=metrics,
+        callbacks=[budget],
+    )
+    start = time.monotonic()
+    train_output = run_training(trainer, training_args)
+    train_minutes = (time.monotonic() - start) / 60.0
+    val = trainer.evaluate(encoded["validation"], metric_key_prefix="validation")
+    return trainer, train_output, train_minutes, budget, val
+
+
+def model_results(model_args, args, model, tokenizer, coverage, splits: dict, encoded, vocab_coverage=False) -> dict:
+    """``results.json``'s keys on the model: parameters, split sizes, vocabulary, where it started from, the
+    pretrained vectors' coverage (of the vocabulary too when ``vocab_coverage``: the classifier's), its type."""
+    out = {
+        "parameters": count_parameters(model),
+        "splits": splits,
+        "vocab_size": len(tokenizer),
+        "model_name_or_path": model_args.model_name_or_path,
+        "pretrained_embeddings": args.pretrained_embeddings,
+    }
+    if vocab_coverage:
+        out["pretrained_vocab_coverage"] = None if coverage is None else coverage.coverage
+    out["pretrained_coverage"] = coverage_results(coverage, in_memory(encoded), tokenizer.pad_token_id)
+    out["model_type"] = model.config.model_type
+    return out
 
 
 def count_parameters(model: torch.nn.Module) -> dict:

@@ -26,7 +26,6 @@ saved ``id2label`` makes ``pipeline("text-classification", model=output_dir)`` p
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,19 +42,17 @@ from hf_seq.train_scripts.classification import (
     LabelColumns,
     LabelledData,
     StreamLabelArguments,
-    TrainCollatorTrainer,
     WordVectorArguments,
     apply_word_vectors,
     card_origins,
     check_word_vector_arguments,
-    count_parameters,
-    coverage_results,
-    in_memory,
+    model_results,
+    train_and_validate,
     training_results,
     vocabulary_words,
     word_dropout_collator,
 )
-from hf_seq.train_scripts.common import TimeBudgetCallback, load_or_build_model, run_training, save_run
+from hf_seq.train_scripts.common import load_or_build_model, save_run
 from hf_seq.train_scripts.features import ColumnTexts
 from hf_seq.train_scripts.skeleton import parse_script_args, start_script_run
 from transformers import AutoConfig, DataCollatorWithPadding
@@ -187,22 +184,6 @@ def accuracy_metrics():
     return compute_metrics
 
 
-def model_results(model_args, args, model, tokenizer, coverage, splits: dict, encoded) -> dict:
-    """``results.json``'s keys on the model: parameters, split sizes, vocabulary, where it started from, the
-    pretrained vectors' coverage, its type and config."""
-    return {
-        "parameters": count_parameters(model),
-        "splits": splits,
-        "vocab_size": len(tokenizer),
-        "model_name_or_path": model_args.model_name_or_path,
-        "pretrained_embeddings": args.pretrained_embeddings,
-        "pretrained_vocab_coverage": None if coverage is None else coverage.coverage,
-        "pretrained_coverage": coverage_results(coverage, in_memory(encoded), tokenizer.pad_token_id),
-        "model_type": model.config.model_type,
-        "model_config": model.config.to_diff_dict(),
-    }
-
-
 def classifier_card(model_args, training_args, tokenizer, names: list[str], results: dict, max_length: int) -> dict:
     """The model card's data set, metrics, intended use and limitations."""
     source, origin = card_origins(model_args)
@@ -298,25 +279,11 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         tokenizer, text_encoder(tokenizer, text, label, max_length), stream_text_check(data_args, text)
     )
     collator = DataCollatorWithPadding(tokenizer, padding="max_length" if flatten else "longest", max_length=max_length)
-    compute_metrics = accuracy_metrics()
-    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
-    trainer = TrainCollatorTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=encoded["train"],
-        eval_dataset=encoded["validation"],
-        processing_class=tokenizer,
-        data_collator=collator,
-        train_collator=word_dropout_collator(
-            collator, tokenizer, dropout_counts, args.word_dropout, seed=training_args.seed
-        ),
-        compute_metrics=compute_metrics,
-        callbacks=[budget],
-    )
-    start = time.monotonic()
-    train_output = run_training(trainer, training_args)
-    train_minutes = (time.monotonic() - start) / 60.0
-    val = trainer.evaluate(encoded["validation"], metric_key_prefix="validation")
+    trainer, train_output, train_minutes, budget, val = train_and_validate(
+        model, training_args, args, tokenizer, encoded, collator,
+        word_dropout_collator(collator, tokenizer, dropout_counts, args.word_dropout, seed=training_args.seed),
+        accuracy_metrics(),
+    )  # fmt: skip
     test = trainer.evaluate(encoded["test"], metric_key_prefix="test") if "test" in encoded else {}
 
     data_line = data.data_line(encoded)
@@ -329,7 +296,8 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         "validation_loss": val["validation_loss"],
         "test_loss": test.get("test_loss"),
         **training_results(trainer, train_output, train_minutes, budget),
-        **model_results(model_args, args, model, tokenizer, coverage, data.split_sizes(), encoded),
+        **model_results(model_args, args, model, tokenizer, coverage, data.split_sizes(), encoded, vocab_coverage=True),
+        "model_config": model.config.to_diff_dict(),
     }
     card = classifier_card(model_args, training_args, tokenizer, names, results, max_length)
     save_run(trainer, training_args.output_dir, results, command, card=card)

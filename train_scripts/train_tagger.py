@@ -19,7 +19,6 @@ the model + tokenizer, whose ``id2label`` makes ``pipeline("token-classification
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,19 +28,17 @@ from hf_seq.train_scripts.classification import (
     LabelColumns,
     LabelledData,
     StreamLabelArguments,
-    TrainCollatorTrainer,
     WordVectorArguments,
     apply_word_vectors,
     card_origins,
     check_word_vector_arguments,
-    count_parameters,
-    coverage_results,
-    in_memory,
+    model_results,
+    train_and_validate,
     training_results,
     vocabulary_words,
     word_dropout_collator,
 )
-from hf_seq.train_scripts.common import TimeBudgetCallback, load_or_build_model, run_training, save_run
+from hf_seq.train_scripts.common import load_or_build_model, save_run
 from hf_seq.train_scripts.features import ColumnTexts
 from hf_seq.train_scripts.skeleton import parse_script_args, start_script_run
 from transformers import DataCollatorForTokenClassification
@@ -239,22 +236,9 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
     if "inputs" not in training_args.include_for_metrics:  # aligned with the predictions whatever the sampler
         training_args.include_for_metrics = [*training_args.include_for_metrics, "inputs"]
 
-    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
-    trainer = TrainCollatorTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=encoded["train"],
-        eval_dataset=encoded["validation"],
-        processing_class=tokenizer,
-        data_collator=collator,
-        train_collator=train_collator,
-        compute_metrics=compute_metrics,
-        callbacks=[budget],
+    trainer, train_output, train_minutes, budget, val = train_and_validate(
+        model, training_args, args, tokenizer, encoded, collator, train_collator, compute_metrics
     )
-    start = time.monotonic()
-    train_output = run_training(trainer, training_args)
-    train_minutes = (time.monotonic() - start) / 60.0
-    val = trainer.evaluate(encoded["validation"], metric_key_prefix="validation")
     test = {}
     if "test" in encoded:
         prediction = trainer.predict(encoded["test"], metric_key_prefix="test")
@@ -272,13 +256,7 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         "test_oov_rate": test.get("test_oov_rate"),
         "test_oov_accuracy": test.get("test_oov_accuracy"),
         **training_results(trainer, train_output, train_minutes, budget),
-        "parameters": count_parameters(model),
-        "splits": data.split_sizes(),
-        "vocab_size": len(tokenizer),
-        "model_name_or_path": model_args.model_name_or_path,
-        "pretrained_embeddings": args.pretrained_embeddings,
-        "pretrained_coverage": coverage_results(coverage, in_memory(encoded), tokenizer.pad_token_id),
-        "model_type": model.config.model_type,
+        **model_results(model_args, args, model, tokenizer, coverage, data.split_sizes(), encoded),
         "tags": names,
     }
     card = tagger_card(model_args, training_args, tokenizer, names, results)
