@@ -2,9 +2,12 @@
 
     python benchmarks/bench_data_scale.py [--sizes_mb 200 2000] [--task lm] [--work_dir /big/disk/tmp]
         [--modes first second streaming] [--keep]
+    python benchmarks/bench_data_scale.py --task classifier --sizes_mb 90 --modes first second
 
 For each task and corpus size a deterministic corpus is generated into ``--work_dir`` (or reused from there) (PTB-style word lines for the
-language model: ~10k word types with Zipf frequencies, ``<unk>`` and ``N`` tokens, 5-40 words a line). Each mode runs
+language model: ~10k word types with Zipf frequencies, ``<unk>`` and ``N`` tokens, 5-40 words a line; for the
+classifier jsonl rows of 3-15 such words and one of 4 labels, 90 MB: ~1 M rows; for the tagger rows of 3-15 words
+with one of 12 tags each). Each mode runs
 the task's script as a subprocess with ``OMP_NUM_THREADS=1`` and ``--max_steps 3``:
 
 * ``first``: a fresh cache folder (``--cache_dir``): tokenize into the cache, then train;
@@ -15,8 +18,11 @@ the task's script as a subprocess with ``OMP_NUM_THREADS=1`` and ``--max_steps 3
 
 While a child runs, ``/proc/<pid>/status`` of it and of its descendants (preprocessing workers) is sampled every
 0.1 s: peak ``VmRSS`` (memory-mapped file pages count there), peak ``RssAnon`` (the process's own memory) and
-``RssFile``, summed over the process tree. Start-up = seconds from the spawn to the script's line
-``[hf_seq] first training step begins at <t>`` (also without the seconds a fresh interpreter takes to import the
+``RssFile``, summed over the process tree. The child runs under ``/usr/bin/time -v`` when there is one: its
+"Maximum resident set size" (the largest process's peak RSS) is ``max_resident_gb_time_v``. Start-up = seconds from
+the spawn to the script's line ``[hf_seq] first training step begins at <t>``, or, for a script that prints no such
+line (the classifier, the tagger), to the first logged loss (``--logging_steps 1``: the first step's end; the
+child's output is read line by line as it comes, ``seconds_to_first_loss`` for every task) (also without the seconds a fresh interpreter takes to import the
 script's module, measured right before: ``seconds_to_first_step_after_imports``); preprocessing MB/s = corpus MB / the seconds of the
 ``[hf_seq.preprocessing] cached ... (<s> s)`` line; steps/s from the first step's end to the end of training.
 Writes ``benchmarks/results/bench_data_scale.json`` (rows keyed ``<task>/<size>MB/<mode>``, merged with the rows
@@ -116,6 +122,59 @@ def write_pairs_corpus(path: Path, megabytes: float, seed: int = 0) -> dict:
     return {"path": str(path), "bytes": os.path.getsize(path), "lines": lines, "validation": str(valid)}
 
 
+def _labelled_rows(megabytes: float, seed: int, row) -> tuple[list[str], int]:
+    """jsonl lines of about ``megabytes`` MB, ``row(words, rng)`` each: 3-15 Zipf-drawn words from ~10k types."""
+    vocabulary = _vocabulary(10_000, seed)
+    rng = np.random.default_rng(seed + 1)
+    weights = 1.0 / np.arange(1, len(vocabulary) + 1)
+    weights /= weights.sum()
+    target, written = int(megabytes * 1e6), 0
+    while written < target:
+        lengths = rng.integers(3, 16, 20_000)
+        words = vocabulary[rng.choice(len(vocabulary), int(lengths.sum()), p=weights)].tolist()
+        chunk, pos = [], 0
+        for n in lengths.tolist():
+            chunk.append(json.dumps(row(words[pos : pos + n], rng)) + "\n")
+            pos += n
+        text = "".join(chunk)
+        written += len(text)
+        yield text, len(chunk)
+
+
+def _write_rows(path: Path, megabytes: float, seed: int, row) -> dict:
+    """The training jsonl of about ``megabytes`` MB and a validation file of 2,000 rows (another seed) beside it."""
+    lines = 0
+    with open(path, "w") as f:
+        for text, n in _labelled_rows(megabytes, seed, row):
+            f.write(text)
+            lines += n
+    valid = path.with_name(path.stem + ".valid.jsonl")
+    with open(valid, "w") as f:
+        f.write("".join(next(_labelled_rows(0.01, seed + 7, row))[0].splitlines(keepends=True)[:2_000]))
+    return {"path": str(path), "bytes": os.path.getsize(path), "lines": lines, "validation": str(valid)}
+
+
+LABELS = ["negative", "neutral", "positive", "mixed"]
+TAGS = ["DET", "NOUN", "VERB", "ADJ", "ADV", "ADP", "PRON", "CONJ", "NUM", "PRT", ".", "X"]
+
+
+def write_classifier_corpus(path: Path, megabytes: float, seed: int = 0) -> dict:
+    """``{"text": ..., "label": ...}`` rows (90 MB: ~1 M) and a 2,000-row validation file."""
+    return _write_rows(
+        path, megabytes, seed, lambda words, rng: {"text": " ".join(words), "label": LABELS[int(rng.integers(4))]}
+    )
+
+
+def write_tagger_corpus(path: Path, megabytes: float, seed: int = 0) -> dict:
+    """``{"tokens": [...], "tags": [...]}`` rows, one tag per word, and a 2,000-row validation file."""
+    return _write_rows(
+        path,
+        megabytes,
+        seed,
+        lambda words, rng: {"tokens": words, "tags": [TAGS[i] for i in rng.integers(len(TAGS), size=len(words))]},
+    )
+
+
 def write_documents_corpus(path: Path, megabytes: float, seed: int = 0) -> dict:
     """BERT's pretraining format of about ``megabytes`` MB: one sentence per line (5-30 Zipf-drawn words from ~10k
     types and a full stop), a blank line after each document of 2-30 sentences."""
@@ -147,6 +206,18 @@ def write_documents_corpus(path: Path, megabytes: float, seed: int = 0) -> dict:
 
 
 # one row per task: script, recipe, corpus writer, the flags that name the corpus and keep a 3-step run short
+SHORT_LABELLED_RUN = [
+    "--max_steps",
+    "3",
+    "--eval_strategy",
+    "no",
+    "--save_strategy",
+    "no",
+    "--load_best_model_at_end",
+    "false",
+    "--logging_steps",
+    "1",
+]
 TASKS = {
     "lm": {
         "script": "train_scripts/train_lm.py",
@@ -196,6 +267,22 @@ TASKS = {
         ],
         # the recipe's length buckets need every length in advance: a stream samples through its shuffle buffer
         "streaming": lambda corpus: ["--train_sampling_strategy", "random"],
+    },
+    "classifier": {
+        "script": "train_scripts/train_classifier.py",
+        "recipe": "configs/sentiment_bilstm.json",
+        "corpus": write_classifier_corpus,
+        "corpus_name": "labelled_{mb}MB.jsonl",
+        "data_flags": lambda corpus: ["--train_file", corpus["path"], "--validation_file", corpus["validation"]],
+        "flags": [*SHORT_LABELLED_RUN, "--model_config", '{"num_labels": 4}'],
+    },
+    "tagger": {
+        "script": "train_scripts/train_tagger.py",
+        "recipe": "configs/pos_bilstm.json",
+        "corpus": write_tagger_corpus,
+        "corpus_name": "tagged_{mb}MB.jsonl",
+        "data_flags": lambda corpus: ["--train_file", corpus["path"], "--validation_file", corpus["validation"]],
+        "flags": [*SHORT_LABELLED_RUN, "--tags_column_name", "tags"],
     },
     "pretrain_bert": {
         "script": "train_scripts/pretrain_bert.py",
@@ -267,9 +354,9 @@ def _descendants(pid: int) -> list[int]:
 class MemorySampler(threading.Thread):
     """Peak VmRSS / RssAnon / RssFile of a process tree, sampled every ``interval`` seconds."""
 
-    def __init__(self, pid: int, interval: float = 0.1) -> None:
+    def __init__(self, pid: int, interval: float = 0.1, main_index: int = 0) -> None:
         super().__init__(daemon=True)
-        self.pid, self.interval = pid, interval
+        self.pid, self.interval, self.main_index = pid, interval, main_index  # main: the script's process
         self.peak = {"VmRSS": 0, "RssAnon": 0, "RssFile": 0}
         self.peak_main = {"VmRSS": 0, "RssAnon": 0, "RssFile": 0}
         self.stop = threading.Event()
@@ -281,7 +368,7 @@ class MemorySampler(threading.Thread):
                 status = _status(pid)
                 for key in total:
                     total[key] += status.get(key, 0)
-                    if i == 0:
+                    if i == self.main_index:
                         self.peak_main[key] = max(self.peak_main[key], status.get(key, 0))
             for key in total:
                 self.peak[key] = max(self.peak[key], total[key])
@@ -290,11 +377,25 @@ class MemorySampler(threading.Thread):
 
 def run_child(command: list[str], log_path: Path) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env["PYTHONUNBUFFERED"] = "1"  # each line as it is printed: the first loss's time
+    timed = os.path.exists("/usr/bin/time")
+    first_loss: list[float] = []
     start = time.time()
     with open(log_path, "w") as log:
-        child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        sampler = MemorySampler(child.pid)
+        child = subprocess.Popen(
+            (["/usr/bin/time", "-v"] if timed else []) + command,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        sampler = MemorySampler(child.pid, main_index=1 if timed else 0)  # under time: its child
         sampler.start()
+        for line in child.stdout:
+            if not first_loss and re.search(r"\{'loss': ", line):
+                first_loss.append(time.time())
+            log.write(line)
         rc = child.wait()
         sampler.stop.set()
         sampler.join()
@@ -314,9 +415,13 @@ def run_child(command: list[str], log_path: Path) -> dict:
         "peak_rss_main_process_gb": round(sampler.peak_main["VmRSS"] / 2**30, 3),
         "wall_seconds": round(wall, 1),
         "seconds_to_first_step": round(float(first.group(1)) - start, 2) if first else None,
-        "reused_cache": "reusing the cached" in text,
+        "seconds_to_first_loss": round(first_loss[0] - start, 2) if first_loss else None,
+        "reused_cache": "reusing the cached" in text or built is None,
         "preprocessing_seconds": float(built.group(1)) if built else None,
     }
+    resident = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    if resident:
+        row["max_resident_gb_time_v"] = round(int(resident.group(1)) * 1024 / 2**30, 3)
     if end:
         steps = int(end.group(2)) - int(end.group(4))
         seconds = float(end.group(1)) - float(end.group(3))
@@ -384,6 +489,8 @@ def main() -> None:
                 imports = import_seconds(task["script"])
                 row = run_child(command, work / f"log_{task_name}_{label}_{mode}.txt")
                 row["import_seconds"] = imports
+                if row["seconds_to_first_step"] is None:  # no marker line: the first step's end
+                    row["seconds_to_first_step"] = row["seconds_to_first_loss"]
                 if row["seconds_to_first_step"] is not None:
                     row["seconds_to_first_step_after_imports"] = round(row["seconds_to_first_step"] - imports, 2)
                 row.update(

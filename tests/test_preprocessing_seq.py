@@ -323,7 +323,8 @@ def test_classifier_and_tagger_features_are_cached(tmp_path, monkeypatch, cache_
         assert second["validation_accuracy"] == first["validation_accuracy"]
     assert len(calls) == 2  # each script tokenized once; its second run read the cache
     assert sorted(p.name.split("-")[0] for p in cache_env.iterdir()) == [
-        "train_classifier", "train_classifier_tokenizer", "train_tagger", "train_tagger_tokenizer",
+        "train_classifier", "train_classifier_data", "train_classifier_tokenizer",
+        "train_tagger", "train_tagger_data", "train_tagger_tokenizer",
     ]  # fmt: skip
 
 

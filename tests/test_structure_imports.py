@@ -17,12 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MAX_FUNCTION_LINES = 100
 # (file, function) -> why it is still longer than MAX_FUNCTION_LINES
-LONG_FUNCTIONS = {
-    # what is left of these two is data loading, the tokenizer cache and the (streamed) features, which the
-    # streaming and data-memory work change; model, metrics, results and card are their own steps
-    ("train_scripts/train_classifier.py", "run"): "data, tokenizer cache and stream features (streaming work)",
-    ("train_scripts/train_tagger.py", "run"): "data, tokenizer cache and stream features (streaming work)",
-}
+LONG_FUNCTIONS = {}
 SCRIPT_PREFIXES = ("train_", "finetune_", "pretrain_")
 
 

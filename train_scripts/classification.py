@@ -1,5 +1,6 @@
-"""What the classifier, the tagger and the BERT fine-tuning share: pretrained word vectors for a recurrent model's
-embedding, the labels of a streamed training file, frequency-based word dropout in training batches (a collator and
+"""What the classifier, the tagger and the BERT fine-tuning share: their data (:class:`LabelledData`: the checked
+splits, the label set, the cached tokenizer and features; a run that finds its features reads no data file),
+pretrained word vectors for a recurrent model's embedding, the labels of a streamed training file, frequency-based word dropout in training batches (a collator and
 the ``Trainer`` that uses it only for training), parameter counts, and the model card's words about streamed data.
 """
 
@@ -9,15 +10,47 @@ import hashlib
 import logging
 import math
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
-from datasets import Dataset
+from datasets import Dataset, DatasetDict
+from hf_seq.train_scripts.common import (
+    TimeBudgetCallback,
+    cap_splits,
+    describe_data,
+    label_lookup,
+    label_names,
+    load_task_data,
+    require_columns,
+    require_text,
+    run_training,
+    tokenizer_for,
+)
 from hf_seq.train_scripts.errors import RecipeError
-from hf_seq.train_scripts.features import token_counts
+from hf_seq.train_scripts.features import (
+    FeatureCache,
+    cache_root,
+    cached_tokenizer,
+    data_key,
+    data_record,
+    encoded_features,
+    id_type,
+    label_features,
+    label_id_type,
+    streamed_label_names,
+    streamed_lookup,
+    streamed_task_splits,
+    streamed_train_features,
+    token_counts,
+    tokenizer_settings,
+)
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 from transformers import TrainerCallback
 
+from hf_seq.preprocessing import tokenizer_fingerprint
 from hf_seq.word_vectors import MISSING_INITS, TEXT_SUFFIXES, init_embeddings_from_vectors, load_word_vectors
 
 logger = logging.getLogger(__name__)
@@ -257,6 +290,46 @@ class TrainCollatorTrainer(HfSeqTrainer):
             self.data_collator = original
 
 
+def train_and_validate(model, training_args, args, tokenizer, encoded: dict, collator, train_collator, metrics):
+    """Train ``model`` on ``encoded["train"]`` (:class:`TrainCollatorTrainer`: training batches through
+    ``train_collator``; the time budget of ``max_train_minutes`` / ``max_train_cpu_minutes``), then evaluate it on
+    the validation split: ``(trainer, train_output, train_minutes, budget, validation metrics)``."""
+    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
+    trainer = TrainCollatorTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=encoded["train"],
+        eval_dataset=encoded["validation"],
+        processing_class=tokenizer,
+        data_collator=collator,
+        train_collator=train_collator,
+        compute_metrics=metrics,
+        callbacks=[budget],
+    )
+    start = time.monotonic()
+    train_output = run_training(trainer, training_args)
+    train_minutes = (time.monotonic() - start) / 60.0
+    val = trainer.evaluate(encoded["validation"], metric_key_prefix="validation")
+    return trainer, train_output, train_minutes, budget, val
+
+
+def model_results(model_args, args, model, tokenizer, coverage, splits: dict, encoded, vocab_coverage=False) -> dict:
+    """``results.json``'s keys on the model: parameters, split sizes, vocabulary, where it started from, the
+    pretrained vectors' coverage (of the vocabulary too when ``vocab_coverage``: the classifier's), its type."""
+    out = {
+        "parameters": count_parameters(model),
+        "splits": splits,
+        "vocab_size": len(tokenizer),
+        "model_name_or_path": model_args.model_name_or_path,
+        "pretrained_embeddings": args.pretrained_embeddings,
+    }
+    if vocab_coverage:
+        out["pretrained_vocab_coverage"] = None if coverage is None else coverage.coverage
+    out["pretrained_coverage"] = coverage_results(coverage, in_memory(encoded), tokenizer.pad_token_id)
+    out["model_type"] = model.config.model_type
+    return out
+
+
 def count_parameters(model: torch.nn.Module) -> dict:
     """Total / trainable parameters and a per-top-module breakdown."""
     per_module = {}
@@ -316,3 +389,155 @@ def card_origins(model_args) -> tuple[str, str]:
         else " Trained from a random initialisation."
     )
     return source, origin
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the data of the classifier and the tagger
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass
+class LabelColumns:
+    """What the classifier and the tagger tell :class:`LabelledData`: the task, the input and label columns, the
+    flags that name them and the names they have in the cache keys; ``nested``: one label per word (the tagger);
+    ``check_labels(splits, names)``: the script's own checks once the label set is known; ``unit``: the rows' name
+    in the data line."""
+
+    task: object
+    inputs: str
+    labels: str
+    flags: tuple[str, str]
+    key_names: tuple[str, str]
+    check_labels: Callable[[dict, list[str]], None]
+    nested: bool = False
+    unit: str = "rows"
+
+
+class LabelledData:
+    """The splits of the classifier and the tagger, checked (the columns, their types, the label set) and capped;
+    ``names`` (the label set), ``base`` (the cache key of the data) and ``descriptions`` (where each split came from).
+
+    A run with data files (not ``--streaming``) first looks for the record of its files (:func:`data_record`: keyed
+    by their fingerprints, the columns, how the splits are drawn and capped); when there is one, and the cached
+    tokenizer and features of this key are complete and sound, the run reads no data file. Otherwise (no record, a
+    file changed, a cache incomplete, truncated or corrupt) the files are loaded (:attr:`raw`) and checked, and
+    what is missing is rebuilt; the record is written once the features are."""
+
+    def __init__(self, columns: LabelColumns, model_args, data_args, args, training_args) -> None:
+        self.columns, self.model_args, self.data_args = columns, model_args, data_args
+        self.args, self.training_args = args, training_args
+        self.stream, self._raw, record = None, None, None
+        self.record_cache = None
+        if args.streaming:  # `train`: the stream's first rows (the tokenizer's sample); the label set fixed up front
+            self.stream, raw = streamed_task_splits(args, training_args, data_args)
+            self.root = None  # streamed: the first rows, in memory
+            self._check(raw)
+            return
+        self.root = cache_root(args, data_args)
+        self.record_cache, record = data_record(
+            self.root, f"{columns.task.name}_data", data_args, args.overwrite_cache, columns=self._column_key()
+        )
+        if record is None:
+            self._check(load_task_data(columns.task, data_args))
+        else:
+            self.names, self.base, self.descriptions = record["names"], record["base"], record["descriptions"]
+
+    def _column_key(self) -> dict:
+        return dict(zip(self.columns.key_names, (self.columns.inputs, self.columns.labels)))
+
+    def _check(self, raw) -> None:
+        """The columns and their types, the label set and the script's checks of the loaded splits; then the caps."""
+        c = self.columns
+        require_columns(raw, dict(zip(c.flags, (c.inputs, c.labels))))
+        require_text(raw, c.inputs, c.flags[0], words=c.nested)
+        if self.stream is not None:
+            names = streamed_label_names(raw, c.labels, c.flags[1], self.args.streaming_label_names, nested=c.nested)
+        else:
+            names = label_names(raw, c.labels, c.flags[1], nested=c.nested)
+        c.check_labels(raw, names)
+        self._raw, self.names = cap_splits(raw, self.data_args), names
+        labels = label_features(self._raw, c.labels)
+        self.base = data_key(self.data_args, self._raw, **self._column_key(), names=names, labels=labels)
+        self.descriptions = {split: dataset.info.description for split, dataset in self._raw.items()}
+
+    @property
+    def raw(self) -> DatasetDict:
+        """The loaded, checked and capped splits (loaded now when the record made it unnecessary until now)."""
+        if self._raw is None:
+            self._check(load_task_data(self.columns.task, self.data_args))
+        return self._raw
+
+    def tokenizer(self, texts: Callable, pre_tokenizer: str, vocabulary: tuple, key_pre_tokenizer: str):
+        """The tokenizer given (``tokenizer_name`` / ``model_name_or_path``) or shaped by a vector file
+        (``vocabulary``: :func:`vocabulary_words`' ``also_keep, extra_words``), else the one cached for this data and
+        these settings, else built on ``texts(training split)`` and cached."""
+        model_args, args, max_length = self.model_args, self.args, self.data_args.max_seq_length
+        also_keep, extra_words = vocabulary
+
+        def build():  # trained from batches of the Arrow column, never one list of all the texts
+            return tokenizer_for(
+                model_args,
+                lambda: texts(self.raw["train"]),
+                max_length,
+                pre_tokenizer=pre_tokenizer,
+                also_keep=also_keep,
+                extra_words=extra_words,
+            )
+
+        if model_args.tokenizer_name or model_args.model_name_or_path or also_keep is not None or extra_words:
+            return build()  # loaded, or shaped by a vector file: not cached
+        settings = tokenizer_settings(model_args, max_length, args.tokenizer_max_train_lines, key_pre_tokenizer)
+        return cached_tokenizer(self.root, self.columns.task.name, self.base | settings, args.overwrite_cache, build)
+
+    def features(self, tokenizer, encode: Callable, check_stream: Callable):
+        """``(features, the in-memory training features)``: the splits tokenized by ``encode(batch, lookup)`` (a
+        label -> id), read from the cache when complete and sound, else built into it (:class:`FeatureCache`;
+        :func:`encoded_features`' narrow ids); with ``--streaming`` the training split is the stream, each batch
+        checked by ``check_stream(batch)`` first, and the second value its first rows (the word-dropout counts)."""
+        c, args, max_length = self.columns, self.args, self.data_args.max_seq_length
+        types = encoded_features(tokenizer, label_id_type(len(self.names)), nested=c.nested)
+        key = self.base | {"tokenizer": tokenizer_fingerprint(tokenizer), "max_length": max_length, "truncation": True}
+        key |= {"ids": None if types is None else id_type(tokenizer)}
+        with self.training_args.main_process_first(desc="tokenizing"):  # one process builds, the others read
+            cache = FeatureCache(self.root, c.task.name, key, overwrite=args.overwrite_cache)
+            encoded = cache.load(list(self.descriptions))
+            if encoded is None:
+                logger.info("tokenizing %s (cache: %s)", ", ".join(self.descriptions), cache.folder or "in memory")
+                functions = {
+                    split: partial(encode, lookup=label_lookup(dataset, c.labels, self.names, nested=c.nested))
+                    for split, dataset in self.raw.items()
+                }
+                features = None if types is None else dict.fromkeys(self.raw, types)
+                encoded = cache.build(self.raw, functions, num_proc=args.preprocessing_num_workers, features=features)
+            else:
+                logger.info("tokenized splits read from %s", cache.folder)
+            self._save_record()
+        for split, dataset in encoded.items():
+            dataset.info.description = self.descriptions[split]
+        first = encoded["train"]
+        if self.stream is not None:
+            lookup = label_lookup(self._raw["train"], c.labels, self.names, nested=c.nested)
+            lookup = streamed_lookup(lookup, self.data_args.train_file, c.labels, self.names)
+            encoded["train"] = streamed_train_features(
+                self.stream, partial(_checked_encode, check=check_stream, encode=encode, lookup=lookup),
+                first.column_names, self.data_args, args, self.training_args.seed,
+            )  # fmt: skip
+        return encoded, first
+
+    def _save_record(self) -> None:
+        record = {"names": self.names, "base": self.base, "descriptions": self.descriptions}
+        if self.record_cache is not None and self.record_cache.on_disk and self.record_cache.load_record() != record:
+            self.record_cache.save_record(record)
+
+    def split_sizes(self) -> dict:
+        """``results.json``'s ``splits``: the rows of each split (``None`` for a streamed training file)."""
+        return {k: None if k == "train" and self.stream is not None else n for k, n in self.base["splits"].items()}
+
+    def data_line(self, encoded: dict) -> str:
+        """The model card's words about the data."""
+        if self.stream is not None:
+            return streamed_data_line(self.data_args, self.args, self._raw)
+        return describe_data(self.data_args, DatasetDict(encoded), unit=self.columns.unit)
+
+
+def _checked_encode(batch, check: Callable, encode: Callable, lookup: Callable) -> dict:
+    check(batch)
+    return encode(batch, lookup)

@@ -309,6 +309,46 @@ def cache_root(args, data_args) -> Path | None:
     return default_cache_root(args.cache_dir)
 
 
+def data_record(root, name: str, data_args, overwrite: bool, **extra) -> tuple[FeatureCache, dict | None]:
+    """``(the FeatureCache of the data record, the record or None)``: the record (:meth:`FeatureCache.save_record`)
+    of what a run read from the data files (split sizes, columns, label names, descriptions), keyed by the files'
+    fingerprints, how the splits are drawn and capped and ``extra`` (the columns) under ``<root>/<name>-<hash>``.
+    A run that finds it (and its features) reads no data file; a file that changed is another key. A file that
+    cannot be read gives no record (the loader then says which)."""
+    try:
+        key = data_key(data_args, {}, **extra)
+    except OSError:
+        key = None
+    cache = FeatureCache(None if key is None else root, name, key or {}, overwrite=overwrite)
+    return cache, cache.load_record()
+
+
+def id_type(tokenizer) -> str:
+    """The type of the cached token ids: ``uint16`` when every id of ``tokenizer`` is below 65,536, else ``uint32``
+    (a quarter and a half of the ``int64`` of Python ints; rows are read back as Python ints, and the collators make
+    the same ``int64`` tensors)."""
+    return "uint16" if len(tokenizer) <= 1 << 16 else "uint32"
+
+
+def label_id_type(num_labels: int) -> str:
+    """The type of cached label ids (``-100`` for a position without a label included): ``int16``, or ``int32``
+    for more than 32,767 labels."""
+    return "int16" if num_labels < 1 << 15 else "int32"
+
+
+def encoded_features(tokenizer, label_type: str, nested: bool = False):
+    """The ``Features`` of a tokenizer's output plus ``labels`` (one per row, or one per token when ``nested``):
+    :func:`id_type` ids, ``int8`` masks and token types; ``None`` (``datasets``' own types) for a tokenizer with other
+    model inputs."""
+    from datasets import Features, List, Value
+
+    names = list(tokenizer.model_input_names)
+    if "input_ids" not in names or not set(names) <= {"input_ids", "token_type_ids", "attention_mask"}:
+        return None
+    columns = {name: List(Value(id_type(tokenizer) if name == "input_ids" else "int8")) for name in names}
+    return Features(columns | {"labels": List(Value(label_type)) if nested else Value(label_type)})
+
+
 def data_key(data_args, splits: dict, **extra) -> dict:
     """The key parts every task shares: the data files' fingerprints and how the splits are drawn and capped."""
     files = data_files_of(data_args)
@@ -501,27 +541,6 @@ def cached_tokenizer(root, task: str, key_parts: dict, overwrite: bool, build: C
         cache.save_extras_only({"tokenizer": tokenizer.save_pretrained})
         saved = cache.load_extra("tokenizer")
     return AutoTokenizer.from_pretrained(saved)
-
-
-def tokenized_splits(
-    root,
-    task: str,
-    key_parts: dict,
-    splits: dict,
-    functions,
-    num_proc: int | None,
-    overwrite: bool,
-    features: dict | None = None,
-) -> dict[str, Dataset]:
-    """The features of ``splits``: read from the cache folder of ``key_parts`` when complete and sound, else
-    ``map``-ed (``functions``: one, or one per split) into it (in memory when ``root`` is ``None``)."""
-    cache = FeatureCache(root, task, key_parts, overwrite=overwrite)
-    features = cache.load(list(splits))
-    if features is not None:
-        logger.info("tokenized splits read from %s", cache.folder)
-        return features
-    logger.info("tokenizing %s (cache: %s)", ", ".join(splits), cache.folder or "in memory")
-    return cache.build(splits, functions, num_proc=num_proc, features=features)
 
 
 def label_features(splits: dict, column: str) -> dict:

@@ -26,9 +26,7 @@ saved ``id2label`` makes ``pipeline("text-classification", model=output_dir)`` p
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 from hf_seq.train_scripts.arguments import (
@@ -41,52 +39,26 @@ from hf_seq.train_scripts.arguments import (
 )
 from hf_seq.train_scripts.classification import (
     WORD_PRE_TOKENIZERS,
+    LabelColumns,
+    LabelledData,
     StreamLabelArguments,
-    TrainCollatorTrainer,
     WordVectorArguments,
     apply_word_vectors,
     card_origins,
     check_word_vector_arguments,
-    count_parameters,
-    coverage_results,
-    in_memory,
-    streamed_data_line,
+    model_results,
+    train_and_validate,
     training_results,
     vocabulary_words,
     word_dropout_collator,
 )
-from hf_seq.train_scripts.common import (
-    TimeBudgetCallback,
-    cap_splits,
-    describe_data,
-    label_lookup,
-    label_names,
-    load_or_build_model,
-    load_task_data,
-    require_columns,
-    require_text,
-    run_training,
-    tokenizer_for,
-)
-from hf_seq.train_scripts.features import (
-    ColumnTexts,
-    cache_root,
-    cached_tokenizer,
-    data_key,
-    label_features,
-    streamed_label_names,
-    streamed_lookup,
-    streamed_task_splits,
-    streamed_train_features,
-    tokenized_splits,
-    tokenizer_settings,
-)
+from hf_seq.train_scripts.common import load_or_build_model
+from hf_seq.train_scripts.features import ColumnTexts
 from hf_seq.train_scripts.skeleton import finish_script_run, parse_script_args, start_script_run
 from transformers import AutoConfig, DataCollatorWithPadding
 
 from hf_seq.data import DataError
 from hf_seq.metrics import load_metric
-from hf_seq.preprocessing import tokenizer_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -212,22 +184,6 @@ def accuracy_metrics():
     return compute_metrics
 
 
-def model_results(model_args, args, model, tokenizer, coverage, raw, encoded, streamed: bool) -> dict:
-    """``results.json``'s keys on the model: parameters, split sizes, vocabulary, where it started from, the
-    pretrained vectors' coverage, its type and config."""
-    return {
-        "parameters": count_parameters(model),
-        "splits": {k: None if k == "train" and streamed else len(v) for k, v in raw.items()},
-        "vocab_size": len(tokenizer),
-        "model_name_or_path": model_args.model_name_or_path,
-        "pretrained_embeddings": args.pretrained_embeddings,
-        "pretrained_vocab_coverage": None if coverage is None else coverage.coverage,
-        "pretrained_coverage": coverage_results(coverage, in_memory(encoded), tokenizer.pad_token_id),
-        "model_type": model.config.model_type,
-        "model_config": model.config.to_diff_dict(),
-    }
-
-
 def classifier_card(model_args, training_args, tokenizer, names: list[str], results: dict, max_length: int) -> dict:
     """The model card's data set, metrics, intended use and limitations."""
     source, origin = card_origins(model_args)
@@ -249,6 +205,44 @@ def classifier_card(model_args, training_args, tokenizer, names: list[str], resu
     }
 
 
+def classifier_columns(task: Task, data_args) -> LabelColumns:
+    """The text and label columns (``text_column_name`` / ``label_column_name``); at least two labels."""
+    text, label = data_args.text_column_name, data_args.label_column_name
+
+    def check_labels(raw, names):
+        if len(names) < 2:
+            raise DataError(f"column {label!r} (`label_column_name`) has a single label {names}: nothing to classify")
+
+    return LabelColumns(
+        task, text, label, ("text_column_name", "label_column_name"), ("text", "label"), check_labels=check_labels
+    )
+
+
+def text_encoder(tokenizer, text: str, label: str, max_length: int):
+    """``encode(batch, lookup)``: the texts tokenized (truncated to ``max_length``), ``labels`` the label ids."""
+
+    def encode(batch, lookup):
+        encoded = tokenizer(batch[text], truncation=True, max_length=max_length)
+        encoded["labels"] = [lookup(value) for value in batch[label]]
+        return encoded
+
+    return encode
+
+
+def stream_text_check(data_args, text: str):
+    """A streamed batch's check: ``DataError`` naming the file and the flag for a row without text."""
+
+    def check(batch):
+        bad = next((t for t in batch[text] if not isinstance(t, str)), "")
+        if bad != "":
+            raise DataError(
+                f"`train_file` {data_args.train_file}: a row has no text in column {text!r} (`text_column_name`): "
+                f"got {bad!r}"
+            )
+
+    return check
+
+
 def run(model_args, data_args, args, training_args, command: str, task: Task = TASK) -> dict:
     """Load the data, tokenizer and model, train, evaluate, save; returns the results (also ``results.json``)."""
     previous = start_script_run(training_args)
@@ -256,20 +250,9 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         return previous
     text, label = data_args.text_column_name, data_args.label_column_name
 
-    # ---- data: columns and labels checked on every split before anything is built
-    if args.streaming:  # `train`: the stream's first rows (the tokenizer's sample); the label set fixed up front
-        stream, raw = streamed_task_splits(args, training_args, data_args)
-    else:
-        stream, raw = None, load_task_data(task, data_args)
-    require_columns(raw, {"text_column_name": text, "label_column_name": label})
-    require_text(raw, text, "text_column_name")
-    if stream is not None:
-        names = streamed_label_names(raw, label, "label_column_name", args.streaming_label_names)
-    else:
-        names = label_names(raw, label, "label_column_name")
-    if len(names) < 2:
-        raise DataError(f"column {label!r} (`label_column_name`) has a single label {names}: nothing to classify")
-    raw = cap_splits(raw, data_args)
+    # ---- data: columns and labels checked on every split before anything is built (or read from the record)
+    data = LabelledData(classifier_columns(task, data_args), model_args, data_args, args, training_args)
+    names = data.names
     max_length = data_args.max_seq_length
     built_word_tokenizer = not (model_args.tokenizer_name or model_args.model_name_or_path)
     if args.word_pre_tokenizer != "whitespace_punct" and not (
@@ -280,87 +263,30 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
             "loaded one (`tokenizer_name` / `model_name_or_path`) or a sub-word one"
         )
     also_keep, extra_words, vectors = vocabulary_words(args, model_args, model_args.tokenizer_kind)
-    root = None if stream is not None else cache_root(args, data_args)  # streamed: the first rows, in memory
-    base = data_key(data_args, raw, text=text, label=label, names=names, labels=label_features(raw, label))
-
-    def build_tokenizer():  # trained from batches of the Arrow column, never one list of all the texts
-        texts = ColumnTexts(raw["train"], [text], max_rows=args.tokenizer_max_train_lines)
-        return tokenizer_for(
-            model_args,
-            lambda: texts,
-            max_length,
-            pre_tokenizer=args.word_pre_tokenizer,
-            also_keep=also_keep,
-            extra_words=extra_words,
-        )
-
-    if model_args.tokenizer_name or model_args.model_name_or_path or also_keep is not None or extra_words:
-        tokenizer = build_tokenizer()  # loaded, or shaped by a vector file: not cached
-    else:
-        settings = tokenizer_settings(model_args, max_length, args.tokenizer_max_train_lines, args.word_pre_tokenizer)
-        tokenizer = cached_tokenizer(root, task.name, base | settings, args.overwrite_cache, build_tokenizer)
+    tokenizer = data.tokenizer(
+        lambda train: ColumnTexts(train, [text], max_rows=args.tokenizer_max_train_lines),
+        args.word_pre_tokenizer,
+        (also_keep, extra_words),
+        key_pre_tokenizer=args.word_pre_tokenizer,
+    )
 
     # ---- model
     model, flatten = build_classifier_model(task, model_args, data_args, tokenizer, names)
     coverage = apply_word_vectors(args, model, tokenizer, vectors, seed=training_args.seed)
 
     # ---- features
-    def encode(batch, lookup):
-        encoded = tokenizer(batch[text], truncation=True, max_length=max_length)
-        encoded["labels"] = [lookup(value) for value in batch[label]]
-        return encoded
-
-    def encode_stream(batch, lookup):
-        bad = next((t for t in batch[text] if not isinstance(t, str)), "")
-        if bad != "":
-            raise DataError(
-                f"`train_file` {data_args.train_file}: a row has no text in column {text!r} (`text_column_name`): "
-                f"got {bad!r}"
-            )
-        return encode(batch, lookup)
-
-    with training_args.main_process_first(desc="tokenizing"):  # one process builds the cache, the others read it
-        encoded = tokenized_splits(
-            root,
-            task.name,
-            base | {"tokenizer": tokenizer_fingerprint(tokenizer), "max_length": max_length, "truncation": True},
-            raw,
-            {split: partial(encode, lookup=label_lookup(dataset, label, names)) for split, dataset in raw.items()},
-            args.preprocessing_num_workers,
-            args.overwrite_cache,
-        )
-    dropout_counts = encoded["train"]  # streamed: the counts of the first rows
-    if stream is not None:
-        lookup = streamed_lookup(label_lookup(raw["train"], label, names), data_args.train_file, label, names)
-        encoded["train"] = streamed_train_features(
-            stream, partial(encode_stream, lookup=lookup), encoded["train"].column_names, data_args, args,
-            training_args.seed,
-        )  # fmt: skip
-    collator = DataCollatorWithPadding(tokenizer, padding="max_length" if flatten else "longest", max_length=max_length)
-    compute_metrics = accuracy_metrics()
-    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
-    trainer = TrainCollatorTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=encoded["train"],
-        eval_dataset=encoded["validation"],
-        processing_class=tokenizer,
-        data_collator=collator,
-        train_collator=word_dropout_collator(
-            collator, tokenizer, dropout_counts, args.word_dropout, seed=training_args.seed
-        ),
-        compute_metrics=compute_metrics,
-        callbacks=[budget],
+    encoded, dropout_counts = data.features(  # streamed: the counts of the first rows
+        tokenizer, text_encoder(tokenizer, text, label, max_length), stream_text_check(data_args, text)
     )
-    start = time.monotonic()
-    train_output = run_training(trainer, training_args)
-    train_minutes = (time.monotonic() - start) / 60.0
-    val = trainer.evaluate(encoded["validation"], metric_key_prefix="validation")
+    collator = DataCollatorWithPadding(tokenizer, padding="max_length" if flatten else "longest", max_length=max_length)
+    trainer, train_output, train_minutes, budget, val = train_and_validate(
+        model, training_args, args, tokenizer, encoded, collator,
+        word_dropout_collator(collator, tokenizer, dropout_counts, args.word_dropout, seed=training_args.seed),
+        accuracy_metrics(),
+    )  # fmt: skip
     test = trainer.evaluate(encoded["test"], metric_key_prefix="test") if "test" in encoded else {}
 
-    data_line = describe_data(data_args, raw)
-    if stream is not None:
-        data_line = streamed_data_line(data_args, args, raw)
+    data_line = data.data_line(encoded)
     results = {
         "task": f"text classification, {len(names)} labels",
         "data": data_line,
@@ -370,7 +296,8 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         "validation_loss": val["validation_loss"],
         "test_loss": test.get("test_loss"),
         **training_results(trainer, train_output, train_minutes, budget),
-        **model_results(model_args, args, model, tokenizer, coverage, raw, encoded, streamed=stream is not None),
+        **model_results(model_args, args, model, tokenizer, coverage, data.split_sizes(), encoded, vocab_coverage=True),
+        "model_config": model.config.to_diff_dict(),
     }
     card = classifier_card(model_args, training_args, tokenizer, names, results, max_length)
 

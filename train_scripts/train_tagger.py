@@ -19,60 +19,32 @@ the model + tokenizer, whose ``id2label`` makes ``pipeline("token-classification
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 import pyarrow.compute as pc
 from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task
 from hf_seq.train_scripts.classification import (
+    LabelColumns,
+    LabelledData,
     StreamLabelArguments,
-    TrainCollatorTrainer,
     WordVectorArguments,
     apply_word_vectors,
     card_origins,
     check_word_vector_arguments,
-    count_parameters,
-    coverage_results,
-    in_memory,
-    streamed_data_line,
+    model_results,
+    train_and_validate,
     training_results,
     vocabulary_words,
     word_dropout_collator,
 )
-from hf_seq.train_scripts.common import (
-    TimeBudgetCallback,
-    cap_splits,
-    describe_data,
-    label_lookup,
-    label_names,
-    load_or_build_model,
-    load_task_data,
-    require_columns,
-    require_text,
-    run_training,
-    tokenizer_for,
-)
-from hf_seq.train_scripts.features import (
-    ColumnTexts,
-    cache_root,
-    cached_tokenizer,
-    data_key,
-    label_features,
-    streamed_label_names,
-    streamed_lookup,
-    streamed_task_splits,
-    streamed_train_features,
-    tokenized_splits,
-    tokenizer_settings,
-)
+from hf_seq.train_scripts.common import load_or_build_model
+from hf_seq.train_scripts.features import ColumnTexts
 from hf_seq.train_scripts.skeleton import finish_script_run, parse_script_args, start_script_run
 from transformers import DataCollatorForTokenClassification
 
 from hf_seq.data import DataError, row_location
 from hf_seq.metrics import load_metric
-from hf_seq.preprocessing import tokenizer_fingerprint
 
 
 @dataclass
@@ -179,54 +151,10 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
     return run(model_args, data_args, args, training_args, command=command)
 
 
-def run(model_args, data_args, args, training_args, command: str, task: Task = TASK) -> dict:
-    """Load the data, tokenizer and model, train, evaluate, save; returns the results (also ``results.json``)."""
-    previous = start_script_run(training_args)
-    if previous is not None:  # a finished run asked to resume: nothing to do
-        return previous
-    words, tags = tagger_columns(data_args)
-    if args.streaming:  # `train`: the stream's first rows (the tokenizer's sample); the tag set fixed up front
-        stream, raw = streamed_task_splits(args, training_args, data_args)
-    else:
-        stream, raw = None, load_task_data(task, data_args)
-    require_columns(raw, {"tokens_column_name": words, "tags_column_name": tags})
-    require_text(raw, words, "tokens_column_name", words=True)
-    if stream is not None:
-        names = streamed_label_names(raw, tags, "tags_column_name", args.streaming_label_names, nested=True)
-    else:
-        names = label_names(raw, tags, "tags_column_name", nested=True)
-    require_one_tag_per_word(raw, words, tags)
-    raw = cap_splits(raw, data_args)
-    max_length = data_args.max_seq_length
-
-    also_keep, extra_words, vectors = vocabulary_words(args, model_args, model_args.tokenizer_kind)
-    root = None if stream is not None else cache_root(args, data_args)  # streamed: the first rows, in memory
-    base = data_key(data_args, raw, words=words, tags=tags, names=names, labels=label_features(raw, tags))
-
-    def build_tokenizer():
-        # word level: one word = one token; sub-word tokenizers see sentences. Read in batches of the Arrow column.
-        texts = ColumnTexts(
-            raw["train"],
-            [words],
-            join_words=model_args.tokenizer_kind != "word",
-            max_rows=args.tokenizer_max_train_lines,
-        )
-        return tokenizer_for(
-            model_args,
-            lambda: texts,
-            max_length,
-            pre_tokenizer="whitespace",
-            also_keep=also_keep,
-            extra_words=extra_words,
-        )
-
-    if model_args.tokenizer_name or model_args.model_name_or_path or also_keep is not None or extra_words:
-        tokenizer = build_tokenizer()  # loaded, or shaped by a vector file: not cached
-    else:
-        settings = tokenizer_settings(model_args, max_length, args.tokenizer_max_train_lines)
-        tokenizer = cached_tokenizer(root, task.name, base | settings, args.overwrite_cache, build_tokenizer)
+def build_tagger_model(task, model_args, data_args, tokenizer, names: list[str]):
+    """A new model with one output per tag (``id2label``: the tag names), or the saved one."""
     id2label = dict(enumerate(names))
-    model = load_or_build_model(
+    return load_or_build_model(
         task,
         model_args,
         data_args,
@@ -235,7 +163,11 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         id2label=id2label,
         label2id={v: k for k, v in id2label.items()},
     )
-    coverage = apply_word_vectors(args, model, tokenizer, vectors, seed=training_args.seed)
+
+
+def word_encoder(tokenizer, words: str, tags: str, max_length: int):
+    """``encode(batch, lookup)``: the words tokenized with ``is_split_into_words`` (truncated to ``max_length``);
+    the first token of each word carries the word's tag id, specials and continuation tokens -100."""
 
     def encode(batch, lookup):
         enc = tokenizer(batch[words], is_split_into_words=True, truncation=True, max_length=max_length)
@@ -244,75 +176,75 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
             ids = lookup(row_tags)
             previous, row = None, []
             for word in enc.word_ids(batch_index=i):
-                # first token of each word carries the word's tag; specials / continuation tokens are ignored
                 row.append(-100 if word is None or word == previous else ids[word])
                 previous = word
             labels.append(row)
         enc["labels"] = labels
         return enc
 
-    def encode_stream(batch, lookup):
+    return encode
+
+
+def stream_words_check(data_args, words: str, tags: str):
+    """A streamed batch's check: ``DataError`` naming the file and the flags for a row without one tag per word."""
+
+    def check(batch):
         for row_words, row_tags in zip(batch[words], batch[tags]):
             if not isinstance(row_words, list) or not isinstance(row_tags, list) or len(row_words) != len(row_tags):
                 raise DataError(
                     f"`train_file` {data_args.train_file}: a row has {row_words!r} words and {row_tags!r} tags; every "
                     f"word ({words!r}, `tokens_column_name`) needs one tag ({tags!r}, `tags_column_name`)"
                 )
-        return encode(batch, lookup)
 
-    with training_args.main_process_first(desc="tokenizing"):  # one process builds the cache, the others read it
-        encoded = tokenized_splits(
-            root,
-            task.name,
-            base | {"tokenizer": tokenizer_fingerprint(tokenizer), "max_length": max_length, "truncation": True},
-            raw,
-            {
-                split: partial(encode, lookup=label_lookup(dataset, tags, names, nested=True))
-                for split, dataset in raw.items()
-            },
-            args.preprocessing_num_workers,
-            args.overwrite_cache,
-        )
+    return check
+
+
+def run(model_args, data_args, args, training_args, command: str, task: Task = TASK) -> dict:
+    """Load the data, tokenizer and model, train, evaluate, save; returns the results (also ``results.json``)."""
+    previous = start_script_run(training_args)
+    if previous is not None:  # a finished run asked to resume: nothing to do
+        return previous
+    words, tags = tagger_columns(data_args)
+    columns = LabelColumns(
+        task, words, tags, ("tokens_column_name", "tags_column_name"), ("words", "tags"),
+        check_labels=lambda raw, names: require_one_tag_per_word(raw, words, tags), nested=True, unit="sentences",
+    )  # fmt: skip
+    data = LabelledData(columns, model_args, data_args, args, training_args)  # or the record of a cached run
+    names, max_length = data.names, data_args.max_seq_length
+
+    also_keep, extra_words, vectors = vocabulary_words(args, model_args, model_args.tokenizer_kind)
+    # word level: one word = one token; sub-word tokenizers see sentences. Read in batches of the Arrow column.
+    tokenizer = data.tokenizer(
+        lambda train: ColumnTexts(
+            train, [words], join_words=model_args.tokenizer_kind != "word", max_rows=args.tokenizer_max_train_lines
+        ),
+        "whitespace",
+        (also_keep, extra_words),
+        key_pre_tokenizer="whitespace_punct",
+    )
+    model = build_tagger_model(task, model_args, data_args, tokenizer, names)
+    coverage = apply_word_vectors(args, model, tokenizer, vectors, seed=training_args.seed)
+
+    encoded, first_rows = data.features(
+        tokenizer, word_encoder(tokenizer, words, tags, max_length), stream_words_check(data_args, words, tags)
+    )
     collator = DataCollatorForTokenClassification(tokenizer)
     train_collator = word_dropout_collator(  # streamed: the counts of the first rows
-        collator, tokenizer, encoded["train"], args.word_dropout, seed=training_args.seed
+        collator, tokenizer, first_rows, args.word_dropout, seed=training_args.seed
     )
-    if stream is not None:
-        lookup = streamed_lookup(
-            label_lookup(raw["train"], tags, names, nested=True), data_args.train_file, tags, names
-        )
-        encoded["train"] = streamed_train_features(
-            stream, partial(encode_stream, lookup=lookup), encoded["train"].column_names, data_args, args,
-            training_args.seed,
-        )  # fmt: skip
     compute_metrics = tagging_metrics(tokenizer.unk_token_id)
     if "inputs" not in training_args.include_for_metrics:  # aligned with the predictions whatever the sampler
         training_args.include_for_metrics = [*training_args.include_for_metrics, "inputs"]
 
-    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
-    trainer = TrainCollatorTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=encoded["train"],
-        eval_dataset=encoded["validation"],
-        processing_class=tokenizer,
-        data_collator=collator,
-        train_collator=train_collator,
-        compute_metrics=compute_metrics,
-        callbacks=[budget],
+    trainer, train_output, train_minutes, budget, val = train_and_validate(
+        model, training_args, args, tokenizer, encoded, collator, train_collator, compute_metrics
     )
-    start = time.monotonic()
-    train_output = run_training(trainer, training_args)
-    train_minutes = (time.monotonic() - start) / 60.0
-    val = trainer.evaluate(encoded["validation"], metric_key_prefix="validation")
     test = {}
     if "test" in encoded:
         prediction = trainer.predict(encoded["test"], metric_key_prefix="test")
         test = dict(prediction.metrics, test_tokens=int((prediction.label_ids != -100).sum()))
 
-    data_line = describe_data(data_args, raw, unit="sentences")
-    if stream is not None:
-        data_line = streamed_data_line(data_args, args, raw)
+    data_line = data.data_line(encoded)
     results = {
         "task": f"token classification, {len(names)} tags (column {tags!r})",
         "data": data_line,
@@ -324,13 +256,7 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         "test_oov_rate": test.get("test_oov_rate"),
         "test_oov_accuracy": test.get("test_oov_accuracy"),
         **training_results(trainer, train_output, train_minutes, budget),
-        "parameters": count_parameters(model),
-        "splits": {k: None if k == "train" and stream is not None else len(v) for k, v in raw.items()},
-        "vocab_size": len(tokenizer),
-        "model_name_or_path": model_args.model_name_or_path,
-        "pretrained_embeddings": args.pretrained_embeddings,
-        "pretrained_coverage": coverage_results(coverage, in_memory(encoded), tokenizer.pad_token_id),
-        "model_type": model.config.model_type,
+        **model_results(model_args, args, model, tokenizer, coverage, data.split_sizes(), encoded),
         "tags": names,
     }
     card = tagger_card(model_args, training_args, tokenizer, names, results)

@@ -64,7 +64,9 @@ from hf_seq.train_scripts.features import (
     cache_root,
     check_streaming,
     data_key,
+    data_record,
     head_dataset,
+    id_type,
     release_mapped_pages,
     releasing_pages,
     repeated_stream,
@@ -480,13 +482,6 @@ def make_tokenize(
 TEXT_COLUMNS = ["source_text", "target_text"]
 
 
-def id_type(tokenizer) -> pa.DataType:
-    """The Arrow type of the cached token ids: ``uint16`` when every id of ``tokenizer`` is below 65,536, else
-    ``uint32`` (a quarter and a half of the ``int64`` of Python ints; rows are read back as Python ints, and the
-    collator makes the same ``int64`` tensors)."""
-    return pa.uint16() if len(tokenizer) <= 1 << 16 else pa.uint32()
-
-
 def pair_features(keep_text: bool, ids: pa.DataType | str = "uint32") -> Features:
     """The cached columns: ``ids`` token ids (:func:`id_type`), ``int8`` mask, and the texts of the evaluation
     splits."""
@@ -621,13 +616,9 @@ def _recorded_features(model_args, data_args, args, root, src: str, tgt: str):
     """``(features, record cache, record, overwrite)``: :func:`cached_features`' answer read without the data files
     (``features`` None when the record, the tokenizer or the features are not in the cache: ``overwrite`` says
     whether what is found unreadable is rebuilt)."""
-    try:
-        record_key = data_key(data_args, {}, src=src, tgt=tgt, max_words=args.max_words)
-    except OSError:  # a data file that cannot be read: load_task_data says which
-        record_key = None
-    record_cache = FeatureCache(None if record_key is None else root, "translation_data", record_key or {})
-    record_cache.overwrite = args.overwrite_cache
-    record = record_cache.load_record()
+    record_cache, record = data_record(
+        root, "translation_data", data_args, args.overwrite_cache, src=src, tgt=tgt, max_words=args.max_words
+    )
     if record is None:
         return None, record_cache, record, args.overwrite_cache
     cache = feature_cache(model_args, data_args, args, root, record["base"], tokenizer=None)
