@@ -85,3 +85,18 @@ def number_pairs(n: int, start: int = 0) -> list[dict]:
 def documents(n: int, sentences: int = 4, start: int = 0) -> list[list[str]]:
     """``n`` documents of ``sentences`` toy sentences each."""
     return [[" ".join(row["tokens"]) for row in tagged(sentences, start=start + d * sentences)] for d in range(n)]
+
+
+def count_builds(monkeypatch) -> list:
+    """The folders of every feature cache built while the test runs (``FeatureCache.build`` wrapped)."""
+    from hf_seq.train_scripts import features as features_module
+
+    calls = []
+    original = features_module.FeatureCache.build
+
+    def counting(self, *a, **k):
+        calls.append(self.folder)
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(features_module.FeatureCache, "build", counting)
+    return calls

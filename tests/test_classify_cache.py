@@ -14,9 +14,8 @@ import torch
 from datasets import Dataset
 from hf_seq.train_scripts import classification, train_classifier, train_tagger
 from hf_seq.train_scripts import common as common_module
-from hf_seq.train_scripts import features as features_module
 from hf_seq.train_scripts.trainer import HfSeqTrainer
-from own_data import flags, reviews, tagged, write_splits
+from own_data import count_builds, flags, reviews, tagged, write_splits
 from transformers import AutoTokenizer, DataCollatorForTokenClassification, DataCollatorWithPadding
 
 TINY = [
@@ -84,18 +83,6 @@ def loads(monkeypatch) -> list:
         return original(*args, **kwargs)
 
     monkeypatch.setattr(common_module, "load_data", counting)
-    return calls
-
-
-def count_builds(monkeypatch) -> list:
-    calls = []
-    original = features_module.FeatureCache.build
-
-    def counting(self, *a, **k):
-        calls.append(self.folder)
-        return original(self, *a, **k)
-
-    monkeypatch.setattr(features_module.FeatureCache, "build", counting)
     return calls
 
 

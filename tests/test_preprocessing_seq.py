@@ -20,6 +20,7 @@ from hf_seq.train_scripts import features as features_module
 from hf_seq.train_scripts import train_classifier, train_tagger, train_translation
 from hf_seq.train_scripts.arguments import parse_args
 from hf_seq.train_scripts.common import cap_splits, load_task_data
+from own_data import count_builds
 
 from hf_seq.samplers import LengthBucketSampler, example_lengths
 from hf_seq.tokenization import build_translation_tokenizer
@@ -97,18 +98,6 @@ def old_translation_features(model_args, data_args, args):
 def features(tmp_path, train, *extra):
     model_args, data_args, args, training_args = translation_args(tmp_path, train, *extra)
     return train_translation.cached_features(model_args, data_args, args, training_args, "en", "es")
-
-
-def count_builds(monkeypatch) -> list:
-    calls = []
-    original = features_module.FeatureCache.build
-
-    def counting(self, *a, **k):
-        calls.append(self.folder)
-        return original(self, *a, **k)
-
-    monkeypatch.setattr(features_module.FeatureCache, "build", counting)
-    return calls
 
 
 def test_cached_translation_features_equal_the_in_memory_lists_and_are_reused(tmp_path, monkeypatch, cache_env):
