@@ -3,16 +3,19 @@ PY      ?= python3
 VENV    ?= .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
+# The transformers release `make` installs: the one tests/transformers_common was vendored from (its PROVENANCE.md).
+# The package accepts any release of its range (pyproject.toml); `make test-compat` runs the others.
+TRANSFORMERS_RELEASE := 5.25.0
 
 .PHONY: demo test test-all test-compat data pretrained bench bench-gpu lint venv clean-venv
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q torch==2.13.0
-	$(VPY) -m pip install -q -e '.[test,bench,plot]'
+	$(VPY) -m pip install -q -e '.[test,bench,plot]' 'transformers==$(TRANSFORMERS_RELEASE)'
 	touch $(STAMP)
 
 data: $(STAMP)

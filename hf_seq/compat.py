@@ -25,6 +25,15 @@ What differs, and what this module gives instead:
   plain ``nn.Module`` stack with its own recorders (the Transformer's encoder and decoder) adds itself with
   :func:`register_output_recorders`. The decorator here also refuses a mistyped keyword argument
   (:func:`check_keyword_arguments`), which ``**kwargs: Unpack[TransformersKwargs]`` alone would take silently.
+* **Continuing from a recurrent state**: up to 5.24 ``generate()``'s ``_prefill`` cuts the part of the input a cache
+  has read only for key/value caches (``not all(cache.is_linear)``); from 5.25 on it cuts it for every cache, the
+  ``inputs_embeds`` of a decoder-only prompt included (:data:`PREFILL_CUTS_EVERY_CACHE`, read by
+  ``modeling_utils.RecurrentStateGenerationMixin``, which cuts what the release leaves uncut).
+* **Assisted and prompt-lookup decoding of a recurrent model**: up to 5.24 ``generate()`` refuses them for a model
+  with ``_is_stateful = True`` ("assisted generation is not supported with stateful models"); 5.25 has no
+  ``_is_stateful`` and fails with "Assisted decoding requires a cache" (a ``RuntimeError``) for a model whose cache
+  its first forward creates. The recurrent heads refuse them in ``generate()`` itself, on every release, with the
+  first message (``modeling_utils.refuse_assisted_generation``).
 * **Trainer's label smoother** shifts labels only for class names in ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``, which no
   public API extends (:func:`shift_labels_when_smoothing`).
 
@@ -78,6 +87,9 @@ try:  # 5.24: hooks
 except ImportError:  # 5.0: forward wrappers, same recorder specification
     from transformers.utils.generic import _CAN_RECORD_REGISTRY, OutputRecorder  # noqa: E402
     from transformers.utils.generic import check_model_inputs as _release_capture_outputs  # noqa: E402
+
+# 5.25 on: generate()'s prefill cuts what a cache has read from the input for every cache, recurrent states included
+PREFILL_CUTS_EVERY_CACHE = Version(TRANSFORMERS_VERSION).release >= (5, 25)
 
 # "cache" from 5.24 on, "past_key_values" before: the name of generate()'s cache argument and output field
 CACHE_NAME = "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
@@ -247,6 +259,7 @@ def rotate_checkpoints(trainer, output_dir: str) -> None:
 __all__ = [
     "CACHE_NAME",
     "MINIMUM_VERSION",
+    "PREFILL_CUTS_EVERY_CACHE",
     "SUPPORTED_RANGE",
     "TRANSFORMERS_VERSION",
     "UnsupportedTransformersError",

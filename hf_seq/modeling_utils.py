@@ -10,7 +10,8 @@ the class that saved), so a folder pretrained with one head loads with any other
 
 Generation: ``generation_config.max_length`` is a model's default length; a ``max_new_tokens`` given to ``generate()``
 replaces it without transformers' "Both `max_new_tokens` and `max_length` seem to have been set" warning. A recurrent
-model continuing from a returned cache reads only the tokens its state has not read (:class:`RecurrentStateGenerationMixin`).
+model continuing from a returned cache reads only the tokens its state has not read, and assisted decoding, which
+rolls the cache back, is refused (:class:`RecurrentStateGenerationMixin`).
 
 Wiring (one line per family): ``class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):`` with
 ``from .modeling_utils import CheckedLoadingMixin`` and the family's heads in ``_auto_heads``; generative heads add
@@ -20,12 +21,17 @@ to the modelling file and ``trust_remote_code`` loading keeps all of this.
 
 from __future__ import annotations
 
+import copy
+import inspect
 import json
 import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .compat import CACHE_NAME, registered_for_auto_class
+from transformers import GenerationMixin
+from transformers.generation import GenerationMode
+
+from .compat import CACHE_NAME, PREFILL_CUTS_EVERY_CACHE, registered_for_auto_class
 
 CONFIG_NAME = "config.json"
 SAFE_WEIGHTS_NAME = "model.safetensors"
@@ -238,6 +244,30 @@ class GenerationLengthMixin:
         return generation_config, model_kwargs
 
 
+ASSISTANT_SETTINGS = ("prompt_lookup_num_tokens", "assistant_early_exit")  # with assistant_model: assisted decoding
+
+
+def refuse_assisted_generation(model: Any, args: tuple, kwargs: dict) -> None:
+    """``ValueError`` when ``model.generate(*args, **kwargs)`` would run assisted decoding (an ``assistant_model``,
+    ``prompt_lookup_num_tokens`` or ``assistant_early_exit``, with greedy search or sampling): its draft tokens are
+    checked by rolling the cache back to a shorter prefix, which a recurrent state cannot do. The message is
+    transformers' own for stateful models (up to 5.24 it refuses them itself)."""
+    call = inspect.signature(GenerationMixin.generate).bind_partial(model, *args, **kwargs).arguments
+    settings = {**call.pop("kwargs", {}), **call}
+    config = settings.pop("generation_config", None) or model.generation_config
+    assistant = settings.get("assistant_model")
+    if assistant is None and all(settings.get(n, getattr(config, n, None)) is None for n in ASSISTANT_SETTINGS):
+        return
+    config = copy.deepcopy(config)
+    config.update(**{name: value for name, value in settings.items() if hasattr(config, name)})
+    if config.get_generation_mode(assistant) == GenerationMode.ASSISTED_GENERATION:
+        raise ValueError(
+            f"assisted generation is not supported with stateful models, such as {type(model).__name__}: its cache "
+            "is a recurrent state, which cannot be rolled back to check draft tokens (drop `assistant_model`, "
+            "`prompt_lookup_num_tokens` and `assistant_early_exit`)"
+        )
+
+
 class RecurrentStateGenerationMixin:
     """For generative heads whose cache is a recurrent state (``cache.is_linear`` all True, ``get_seq_length()`` = the
     tokens read so far): ``generate(..., cache=<a cache returned by an earlier call>)`` reads only the tokens the
@@ -252,6 +282,10 @@ class RecurrentStateGenerationMixin:
     ``cache.get_seq_length()`` tokens; an input shorter than its mask by exactly that count is the new tokens;
     anything else is a ``ValueError`` that says what to pass.
     """
+
+    def generate(self, *args: Any, **kwargs: Any):
+        refuse_assisted_generation(self, args, kwargs)
+        return super().generate(*args, **kwargs)
 
     def _prefill(self, input_ids: Any, generation_config: Any, model_kwargs: dict, *args: Any, **kwargs: Any):
         cache = model_kwargs.get(CACHE_NAME)
@@ -271,6 +305,8 @@ class RecurrentStateGenerationMixin:
                     f"the cache pass the embeddings of the whole sequence (the {seen} positions it has read, then the "
                     "new ones)"
                 )
+            if PREFILL_CUTS_EVERY_CACHE:  # the release cuts them itself (5.25 on)
+                return input_ids, model_kwargs
             return input_ids, {**model_kwargs, "inputs_embeds": embeds[:, seen:]}
         name = "decoder_input_ids" if encoder_decoder else "input_ids"
         mask = model_kwargs.get("decoder_attention_mask" if encoder_decoder else "attention_mask")

@@ -14,12 +14,23 @@ import os
 import tempfile
 from unittest import mock
 
+import pytest
 import torch
 import transformers
+from compat_envs import VENDORED_RELEASE
 from safetensors.torch import save_file
 from tiny_models import registered_heads
 
 import hf_seq.losses
+
+# tests/transformers_common imports helpers of its own release's transformers.testing_utils: on another release the
+# test_common_* modules are skipped, with this reason, instead of failing to import.
+if transformers.__version__ != VENDORED_RELEASE:
+    pytest.skip(
+        f"transformers' common tests (tests/transformers_common) are those of transformers {VENDORED_RELEASE}, and "
+        f"{transformers.__version__} is installed: `make test` installs {VENDORED_RELEASE}",
+        allow_module_level=True,
+    )
 
 
 class HfSeqTesterMixin:

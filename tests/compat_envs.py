@@ -3,16 +3,16 @@
 Each environment (``.compat/transformers-<release>/``, git-ignored) is a ``venv --without-pip`` whose interpreter
 sees this environment's site-packages through a ``.pth`` line — torch, numpy, datasets, accelerate are shared, not
 installed again — and holds in its own site-packages, which come first on ``sys.path``, only what the release needs
-that this environment does not have: transformers itself and the versions it pins of ``huggingface_hub`` and
-``tokenizers`` (e.g. 5.0–5.12 want ``huggingface_hub<2`` and ``tokenizers<=0.23.0``). pip resolves that from the
+that this environment does not have: transformers itself and the versions it pins of ``huggingface_hub``,
+``tokenizers`` and ``kernels`` (e.g. 5.0–5.12 want ``huggingface_hub<2`` and ``tokenizers<=0.23.0``). pip resolves that from the
 registry, run from this environment against the new interpreter (``pip --python``). A release this environment
-already has (5.24.0 here) installs nothing. A ``.ready`` stamp makes the next run reuse the environment.
+already has (5.25.0 here) installs nothing. A ``.ready`` stamp makes the next run reuse the environment.
 
 ``install_hf_seq(python, wheel)`` puts the package itself (a wheel built once per test session) into an environment;
 the editable install of this environment is invisible there (``.pth`` files of a directory named by a ``.pth`` line
 are not processed).
 
-Run directly to build environments ahead of the tests: ``python tests/compat_envs.py 5.0.0 5.24.0``.
+Run directly to build environments ahead of the tests: ``python tests/compat_envs.py 5.0.0 5.25.0``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ CACHE = Path(os.environ.get("HF_SEQ_COMPAT_CACHE", ROOT / ".compat"))
 
 # The supported range's releases that the matrix covers (the latest patch of these minors), oldest first. The range
 # itself is declared in pyproject.toml and checked at import by hf_seq/compat.py.
-RELEASES = ["5.0.0", "5.6.2", "5.12.1", "5.18.0", "5.21.1", "5.23.0", "5.24.0"]
+RELEASES = ["5.0.0", "5.6.2", "5.12.1", "5.18.0", "5.21.1", "5.23.0", "5.24.0", "5.25.0"]
+# The release `make` installs (the Makefile's TRANSFORMERS_RELEASE): the one tests/transformers_common was vendored from
+VENDORED_RELEASE = RELEASES[-1]
 # The last release below the range: importing hf_seq or loading a folder there must fail with one clear error.
 BELOW_RANGE = "4.57.6"
 # What `make test` (CI) runs: the oldest release of the range. The release installed in this environment (the newest
@@ -72,17 +74,26 @@ def venv_sharing_deps(env_dir: Path, clear: bool = False) -> Path:
     return python
 
 
+def release_requirement(release: str) -> str:
+    """What an environment installs: the release with its ``hub-kernels`` extra, so that the ``kernels`` package it
+    imports at start-up (when installed) is a version it supports. This environment's ``kernels`` (a dependency of
+    transformers from 5.25 on) is shared with every environment, and an older release fails to import beside a newer
+    ``kernels`` (5.0.0 with kernels 0.19: "Either a revision or a version must be specified")."""
+    return f"transformers[hub-kernels]=={release}"
+
+
 def compat_python(release: str) -> Path:
     """The interpreter of the environment for ``release``, created (and its transformers installed) on first use."""
     env = CACHE / f"transformers-{release}"
     python = env / "bin" / "python"
     stamp = env / ".ready"
     shared = sysconfig.get_paths()["purelib"]
-    key = f"{release}\n{shared}\n"
+    requirement = release_requirement(release)
+    key = f"{requirement}\n{shared}\n"
     if stamp.is_file() and stamp.read_text() == key and python.exists():
         return python
     venv_sharing_deps(env, clear=True)
-    pip(python, "install", f"transformers=={release}")
+    pip(python, "install", requirement)
     found = subprocess.run(
         [str(python), "-c", "import transformers; print(transformers.__version__)"],
         check=True,

@@ -19,12 +19,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from compat_envs import BELOW_RANGE, build_wheel, compat_python, install_hf_seq, selected_releases, uninstall_hf_seq
+from compat_envs import (
+    BELOW_RANGE,
+    RELEASES,
+    VENDORED_RELEASE,
+    build_wheel,
+    compat_python,
+    install_hf_seq,
+    selected_releases,
+    uninstall_hf_seq,
+)
 from tiny_models import ALL_HEADS, EOS, build_tokenizer, main_output, model_inputs, tiny_model
 from transformers.dynamic_module_utils import get_relative_imports
 
@@ -67,6 +77,16 @@ def test_version_check_names_the_installed_release_and_the_range():
         compat.check_transformers_version("4.57.6")
     pyproject = (PACKAGE.parent / "pyproject.toml").read_text()
     assert f'"transformers{compat.SUPPORTED_RANGE}"' in pyproject
+
+
+def test_make_installs_the_release_the_common_tests_come_from():
+    """The Makefile's pinned release, the vendored common tests' release (tests/transformers_common/PROVENANCE.md)
+    and the newest release of the matrix are one release."""
+    makefile = (PACKAGE.parent / "Makefile").read_text()
+    assert re.search(r"^TRANSFORMERS_RELEASE := (\S+)$", makefile, re.M).group(1) == VENDORED_RELEASE
+    provenance = (PACKAGE.parent / "tests" / "transformers_common" / "PROVENANCE.md").read_text()
+    assert f"transformers **{VENDORED_RELEASE}** source distribution" in provenance
+    assert RELEASES[-1] == VENDORED_RELEASE
 
 
 def test_cache_helpers_follow_the_installed_release():

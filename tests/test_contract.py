@@ -419,7 +419,9 @@ RECURRENT_GENERATIVE = [h for h in HEADS if family_of(h) in RECURRENT_FAMILIES a
 @pytest.mark.parametrize("head", RECURRENT_GENERATIVE, ids=head_id)
 @pytest.mark.parametrize("assist", ["assistant_model", "prompt_lookup_num_tokens"])
 def test_recurrent_models_are_stateful(head, assist, tokenizer):
-    """``_is_stateful = True``: assisted and prompt-lookup decoding give transformers' clear error."""
+    """Assisted and prompt-lookup decoding roll the cache back, which a recurrent state cannot do: a clear
+    ``ValueError`` on every release, asked for by keyword or through a generation config (``_is_stateful = True`` is
+    what transformers up to 5.24 reads; 5.25 has no such check)."""
     assert head._is_stateful is True
     model, _ = build(head, tokenizer)
     inputs = model_inputs(model, tokenizer, texts=["let there be light"])
@@ -427,6 +429,10 @@ def test_recurrent_models_are_stateful(head, assist, tokenizer):
     extra = {"assistant_model": model} if assist == "assistant_model" else {"prompt_lookup_num_tokens": 2}
     with pytest.raises(ValueError, match="not supported with stateful models"):
         model.generate(**inputs, max_new_tokens=3, do_sample=False, **extra)
+    if assist == "prompt_lookup_num_tokens":
+        config = transformers.GenerationConfig(prompt_lookup_num_tokens=2, max_new_tokens=3, do_sample=False)
+        with pytest.raises(ValueError, match="not supported with stateful models"):
+            model.generate(inputs.pop(model.main_input_name), config, **inputs)
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Base class that ``ModelTesterMixin`` derives from; NOT part of the transformers 5.24.0 source distribution.
+"""Base class that ``ModelTesterMixin`` derives from; NOT part of the transformers 5.25.0 source distribution.
 
 transformers' ``tests/exporters/test_export.py`` is not shipped in the sdist. hf_seq checks ``torch.export.export`` and
 ``torch.onnx.export(..., dynamo=True)`` of every registered head in ``tests/test_contract.py`` instead, so this base
