@@ -75,11 +75,12 @@ def venv_sharing_deps(env_dir: Path, clear: bool = False) -> Path:
 
 
 def release_requirement(release: str) -> str:
-    """What an environment installs: the release with its ``hub-kernels`` extra, so that the ``kernels`` package it
-    imports at start-up (when installed) is a version it supports. This environment's ``kernels`` (a dependency of
-    transformers from 5.25 on) is shared with every environment, and an older release fails to import beside a newer
-    ``kernels`` (5.0.0 with kernels 0.19: "Either a revision or a version must be specified")."""
-    return f"transformers[hub-kernels]=={release}"
+    """What an environment installs: the release with its extra for the ``kernels`` package (``hub-kernels`` up to
+    5.0, ``kernels`` from 5.6 on; pip skips the one a release lacks), so that the ``kernels`` it imports at start-up
+    (when installed) is a version it supports. This environment's ``kernels`` (a dependency of transformers from 5.25
+    on) is shared with every environment, and an older release fails to import beside a newer one (5.0.0 with
+    kernels 0.19, 5.6.2 and 5.12.1 too: "Either a revision or a version must be specified")."""
+    return f"transformers[hub-kernels,kernels]=={release}"
 
 
 def compat_python(release: str) -> Path:
