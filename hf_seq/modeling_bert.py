@@ -538,6 +538,13 @@ def _head_output(output_cls: type[ModelOutput], outputs: BaseModelOutputWithPool
     return output_cls(**head_fields, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
+def _classifier_layers(config: HfSeqBertConfig) -> tuple[nn.Dropout, nn.Linear]:
+    """A classifier head's dropout (``classifier_dropout``, else ``hidden_dropout_prob``) and its linear layer
+    ``hidden_size`` → ``num_labels``."""
+    dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+    return nn.Dropout(dropout), nn.Linear(config.hidden_size, config.num_labels)
+
+
 def _masked_lm_logits(
     head: BertLMPredictionHead, sequence_output: torch.Tensor, labels: torch.Tensor | None, sparse: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -657,9 +664,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.bert = BertModel(config)
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.dropout, self.classifier = _classifier_layers(config)
         self.post_init()
 
     @can_return_tuple
@@ -702,9 +707,7 @@ class BertForTokenClassification(BertPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.bert = BertModel(config, add_pooling_layer=False)
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.dropout, self.classifier = _classifier_layers(config)
         self.post_init()
 
     @can_return_tuple

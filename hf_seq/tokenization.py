@@ -100,6 +100,34 @@ def _dedupe(tokens: Iterable[str | None]) -> list[str]:
     return out
 
 
+def _special_tokens(
+    special_tokens: Sequence[str],
+    unk_token: str | None,
+    pad_token: str | None,
+    bos_token: str | None,
+    eos_token: str | None,
+    add_bos: bool,
+    add_eos: bool,
+    unk_is_second: bool,
+) -> tuple[list[str], str, str | None]:
+    """``(every special token in id order: pad, unk, special_tokens, bos, eos; unk_token; pad_token)`` of the word and
+    char builders. ``unk_token`` / ``pad_token`` default to the ``special_tokens`` entry spelled ``[UNK]``/``<unk>``,
+    ``[PAD]``/``<pad>`` (``unk_is_second``: else the unknown token is the second entry); ``ValueError`` without an
+    unknown token, or for ``add_bos`` / ``add_eos`` without ``bos_token`` / ``eos_token``."""
+    specials = list(special_tokens)
+    unk_token = unk_token or next((t for t in specials if t.lower() in ("[unk]", "<unk>")), None)
+    pad_token = pad_token or next((t for t in specials if t.lower() in ("[pad]", "<pad>")), None)
+    if unk_token is None:
+        if not unk_is_second or len(specials) < 2:
+            raise ValueError("special_tokens must contain an unknown token (e.g. '[UNK]') or pass unk_token=")
+        unk_token = specials[1]
+    if add_bos and not bos_token:
+        raise ValueError("add_bos=True needs bos_token (e.g. '<s>')")
+    if add_eos and not eos_token:
+        raise ValueError("add_eos=True needs eos_token (e.g. '</s>')")
+    return _dedupe([pad_token, unk_token, *specials, bos_token, eos_token]), unk_token, pad_token
+
+
 def _template(tokenizer: Tokenizer, bos: str | None, eos: str | None) -> processors.TemplateProcessing | None:
     """ "<bos> $A <eos>" (either may be None) and the pair form "<bos> $A <eos> $B:1 <eos>:1"."""
     if bos is None and eos is None:
@@ -203,18 +231,9 @@ def build_word_level_tokenizer(
         raise ValueError(f"max_vocab_size must be a positive int or None, got {max_vocab_size!r}")
     if not isinstance(min_frequency, int) or min_frequency < 1:
         raise ValueError(f"min_frequency must be an int >= 1, got {min_frequency!r}")
-    specials = list(special_tokens)
-    unk_token = unk_token or next((t for t in specials if t.lower() in ("[unk]", "<unk>")), None)
-    pad_token = pad_token or next((t for t in specials if t.lower() in ("[pad]", "<pad>")), None)
-    if unk_token is None:
-        if len(specials) < 2:
-            raise ValueError("special_tokens must contain an unknown token (e.g. '[UNK]') or pass unk_token=")
-        unk_token = specials[1]
-    if add_bos and not bos_token:
-        raise ValueError("add_bos=True needs bos_token (e.g. '<s>')")
-    if add_eos and not eos_token:
-        raise ValueError("add_eos=True needs eos_token (e.g. '</s>')")
-    specials = _dedupe([pad_token, unk_token, *specials, bos_token, eos_token])
+    specials, unk_token, pad_token = _special_tokens(
+        special_tokens, unk_token, pad_token, bos_token, eos_token, add_bos, add_eos, unk_is_second=True
+    )
     if also_keep is not None:
         texts = list(iter_texts(texts))  # read twice
 
@@ -280,16 +299,9 @@ def build_char_tokenizer(
     characters in the vocabulary; others come back as the unk token).
     """
     _check_common(padding_side, truncation_side, model_max_length)
-    specials = list(special_tokens)
-    unk_token = unk_token or next((t for t in specials if t.lower() in ("[unk]", "<unk>")), None)
-    pad_token = pad_token or next((t for t in specials if t.lower() in ("[pad]", "<pad>")), None)
-    if unk_token is None:
-        raise ValueError("special_tokens must contain an unknown token (e.g. '[UNK]') or pass unk_token=")
-    if add_bos and not bos_token:
-        raise ValueError("add_bos=True needs bos_token (e.g. '<s>')")
-    if add_eos and not eos_token:
-        raise ValueError("add_eos=True needs eos_token (e.g. '</s>')")
-    specials = _dedupe([pad_token, unk_token, *specials, bos_token, eos_token])
+    specials, unk_token, pad_token = _special_tokens(
+        special_tokens, unk_token, pad_token, bos_token, eos_token, add_bos, add_eos, unk_is_second=False
+    )
     counts: Counter = Counter()
     for text in iter_texts(texts):
         counts.update(text.lower() if lowercase else text)

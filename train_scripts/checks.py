@@ -25,7 +25,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hf_seq.train_scripts import outputs
 from hf_seq.train_scripts.errors import RecipeError
@@ -33,64 +33,80 @@ from hf_seq.train_scripts.errors import RecipeError
 if TYPE_CHECKING:  # annotations only
     from hf_seq.train_scripts.arguments import Task
 
-# (field, lowest, lowest allowed itself, highest, highest allowed itself, None allowed): the numeric fields of
-# TrainingArguments (and Seq2SeqTrainingArguments) whose range transformers does not check before training starts
 _INF = math.inf
+
+
+class _Range(NamedTuple):
+    """The numbers from ``low`` to ``high``, each end allowed itself or not (``high`` infinite: no upper end)."""
+
+    low: float
+    low_in: bool
+    high: float = _INF
+    high_in: bool = False
+
+    def holds(self, value) -> bool:
+        """True for a finite int or float (not a bool) inside the range."""
+        return (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and (value >= self.low if self.low_in else value > self.low)
+            and (self.high == _INF or (value <= self.high if self.high_in else value < self.high))
+        )
+
+    def __str__(self) -> str:
+        if self.high == _INF:
+            return f">= {self.low}" if self.low_in else f"> {self.low}"
+        return f"in {'[' if self.low_in else '('}{self.low}, {self.high}{']' if self.high_in else ')'}"
+
+
+_AT_LEAST_1, _AT_LEAST_0, _ABOVE_0 = _Range(1, True), _Range(0, True), _Range(0, False)
+_UNIT_OPEN, _UNIT, _SEED = _Range(0, True, 1, False), _Range(0, True, 1, True), _Range(0, True, 2**32, False)
+
+# (field, its range, None allowed): the numeric fields of TrainingArguments (and Seq2SeqTrainingArguments) whose range
+# transformers does not check before training starts
 TRAINING_RANGES = (
-    ("per_device_train_batch_size", 1, True, _INF, False, False),
-    ("per_device_eval_batch_size", 1, True, _INF, False, False),
-    ("gradient_accumulation_steps", 1, True, _INF, False, False),
-    ("eval_accumulation_steps", 1, True, _INF, False, True),
-    ("learning_rate", 0, True, _INF, False, False),  # 0: keeps the weights (a loaded model evaluated as trained)
-    ("weight_decay", 0, True, _INF, False, False),
-    ("adam_beta1", 0, True, 1, False, False),
-    ("adam_beta2", 0, True, 1, False, False),
-    ("adam_epsilon", 0, False, _INF, False, False),
-    ("max_grad_norm", 0, True, _INF, False, True),
-    ("warmup_steps", 0, True, _INF, False, False),
-    ("warmup_ratio", 0, True, 1, True, True),
-    ("label_smoothing_factor", 0, True, 1, False, False),
-    ("logging_steps", 0, False, _INF, False, False),
-    ("save_steps", 0, False, _INF, False, False),
-    ("eval_steps", 0, False, _INF, False, True),
-    ("save_total_limit", 1, True, _INF, False, True),
-    ("dataloader_num_workers", 0, True, _INF, False, False),
-    ("dataloader_prefetch_factor", 1, True, _INF, False, True),
-    ("seed", 0, True, 2**32, False, False),
-    ("data_seed", 0, True, 2**32, False, True),
-    ("torch_empty_cache_steps", 1, True, _INF, False, True),
-    ("neftune_noise_alpha", 0, False, _INF, False, True),
-    ("generation_num_beams", 1, True, _INF, False, True),
-    ("generation_max_length", 1, True, _INF, False, True),
-    ("max_train_minutes", 0, False, _INF, False, True),
-    ("max_train_cpu_minutes", 0, False, _INF, False, True),
+    ("per_device_train_batch_size", _AT_LEAST_1, False),
+    ("per_device_eval_batch_size", _AT_LEAST_1, False),
+    ("gradient_accumulation_steps", _AT_LEAST_1, False),
+    ("eval_accumulation_steps", _AT_LEAST_1, True),
+    ("learning_rate", _AT_LEAST_0, False),  # 0: keeps the weights (a loaded model evaluated as trained)
+    ("weight_decay", _AT_LEAST_0, False),
+    ("adam_beta1", _UNIT_OPEN, False),
+    ("adam_beta2", _UNIT_OPEN, False),
+    ("adam_epsilon", _ABOVE_0, False),
+    ("max_grad_norm", _AT_LEAST_0, True),
+    ("warmup_steps", _AT_LEAST_0, False),
+    ("warmup_ratio", _UNIT, True),
+    ("label_smoothing_factor", _UNIT_OPEN, False),
+    ("logging_steps", _ABOVE_0, False),
+    ("save_steps", _ABOVE_0, False),
+    ("eval_steps", _ABOVE_0, True),
+    ("save_total_limit", _AT_LEAST_1, True),
+    ("dataloader_num_workers", _AT_LEAST_0, False),
+    ("dataloader_prefetch_factor", _AT_LEAST_1, True),
+    ("seed", _SEED, False),
+    ("data_seed", _SEED, True),
+    ("torch_empty_cache_steps", _AT_LEAST_1, True),
+    ("neftune_noise_alpha", _ABOVE_0, True),
+    ("generation_num_beams", _AT_LEAST_1, True),
+    ("generation_max_length", _AT_LEAST_1, True),
+    ("max_train_minutes", _ABOVE_0, True),
+    ("max_train_cpu_minutes", _ABOVE_0, True),
 )
-
-
-def _interval(low, low_in, high, high_in) -> str:
-    if high == _INF:
-        return f">= {low}" if low_in else f"> {low}"
-    return f"in {'[' if low_in else '('}{low}, {high}{']' if high_in else ')'}"
 
 
 def check_training_ranges(args: Any, origin) -> None:
     """``RecipeError`` for a numeric field of ``args`` (``TrainingArguments`` or a script's dataclass) outside its
     range (:data:`TRAINING_RANGES`), a ``max_steps`` other than -1 or a positive count, or epochs that train nothing."""
-    for name, low, low_in, high, high_in, none_ok in TRAINING_RANGES:
+    for name, allowed_range, none_ok in TRAINING_RANGES:
         if not hasattr(args, name):
             continue
         value = getattr(args, name)
         if value is None and none_ok:
             continue
-        inside = (
-            isinstance(value, (int, float))
-            and not isinstance(value, bool)
-            and math.isfinite(value)
-            and (value >= low if low_in else value > low)
-            and (high == _INF or (value <= high if high_in else value < high))
-        )
-        if not inside:
-            allowed = _interval(low, low_in, high, high_in) + (" or null" if none_ok else "")
+        if not allowed_range.holds(value):
+            allowed = str(allowed_range) + (" or null" if none_ok else "")
             raise RecipeError(f"{origin(name)}: `{name}` must be {allowed}, got {value!r}")
     if not hasattr(args, "max_steps"):
         return

@@ -1,7 +1,9 @@
-"""What the classifier, the tagger and the BERT fine-tuning share: their data (:class:`LabelledData`: the checked
-splits, the label set, the cached tokenizer and features; a run that finds its features reads no data file),
-pretrained word vectors for a recurrent model's embedding, the labels of a streamed training file, frequency-based word dropout in training batches (a collator and
-the ``Trainer`` that uses it only for training), parameter counts, and the model card's words about streamed data.
+"""What the classifier, the tagger and the BERT fine-tuning share: the classifier's and the tagger's argument class
+(:class:`LabelledTextArguments`), their data (:class:`LabelledData`: the checked splits, the label set, the cached
+tokenizer and features, the word vectors; a run that finds its features reads no data file), pretrained word vectors
+for a recurrent model's embedding, the labels of a streamed training file, frequency-based word dropout in training
+batches (a collator and the ``Trainer`` that uses it only for training, :func:`train_and_validate`), parameter counts,
+and the model card's words about streamed data.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from functools import partial
 
 import torch
 from datasets import Dataset, DatasetDict
+from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments
 from hf_seq.train_scripts.common import (
     TimeBudgetCallback,
     cap_splits,
@@ -222,6 +225,26 @@ class StreamLabelArguments:
     )
 
 
+@dataclass
+class LabelledTextArguments(StreamLabelArguments, WordVectorArguments, PreprocessingArguments, BudgetArguments):
+    """The classifier's and the tagger's own arguments: word dropout, pretrained word vectors (recurrent models), the
+    labels of a stream and the preprocessing (cache, workers); checked on creation."""
+
+    word_dropout: float = field(
+        default=0.0,
+        metadata={
+            "help": "alpha of frequency-based word dropout in training (a word seen f times becomes the "
+            "unknown token with probability alpha / (alpha + f)); 0 = off"
+        },
+    )
+
+    def __post_init__(self):
+        super().__post_init__()  # PreprocessingArguments' checks
+        if not 0.0 <= self.word_dropout:
+            raise ValueError(f"`word_dropout` must be >= 0, got {self.word_dropout}")
+        check_word_vector_arguments(self)
+
+
 class WordDropoutCollator(TrainerCallback):
     """Wraps a collator; replaces training tokens by ``unk_id`` with probability ``drop_prob[token]``.
 
@@ -290,10 +313,12 @@ class TrainCollatorTrainer(HfSeqTrainer):
             self.data_collator = original
 
 
-def train_and_validate(model, training_args, args, tokenizer, encoded: dict, collator, train_collator, metrics):
+def train_and_validate(model, training_args, args, tokenizer, encoded: dict, collator, train_rows, metrics):
     """Train ``model`` on ``encoded["train"]`` (:class:`TrainCollatorTrainer`: training batches through
-    ``train_collator``; the time budget of ``max_train_minutes`` / ``max_train_cpu_minutes``), then evaluate it on
-    the validation split: ``(trainer, train_output, train_minutes, budget, validation metrics)``."""
+    :func:`word_dropout_collator`, its counts from ``train_rows``; the time budget of ``max_train_minutes`` /
+    ``max_train_cpu_minutes``), then evaluate it on the validation split: ``(trainer, train_minutes, validation
+    metrics, results.json's training keys)`` (:func:`training_results`)."""
+    train_collator = word_dropout_collator(collator, tokenizer, train_rows, args.word_dropout, seed=training_args.seed)
     budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
     trainer = TrainCollatorTrainer(
         model=model,
@@ -310,7 +335,7 @@ def train_and_validate(model, training_args, args, tokenizer, encoded: dict, col
     train_output = run_training(trainer, training_args)
     train_minutes = (time.monotonic() - start) / 60.0
     val = trainer.evaluate(encoded["validation"], metric_key_prefix="validation")
-    return trainer, train_output, train_minutes, budget, val
+    return trainer, train_minutes, val, training_results(trainer, train_output, train_minutes, budget)
 
 
 def model_results(model_args, args, model, tokenizer, coverage, splits: dict, encoded, vocab_coverage=False) -> dict:
@@ -398,8 +423,9 @@ def card_origins(model_args) -> tuple[str, str]:
 class LabelColumns:
     """What the classifier and the tagger tell :class:`LabelledData`: the task, the input and label columns, the
     flags that name them and the names they have in the cache keys; ``nested``: one label per word (the tagger);
-    ``check_labels(splits, names)``: the script's own checks once the label set is known; ``unit``: the rows' name
-    in the data line."""
+    ``check_labels(splits, names)``: the script's own checks once the label set is known; ``check_stream(batch)``:
+    its check of each batch of a streamed training file, before the batch is encoded; ``unit``: the rows' name in
+    the data line."""
 
     task: object
     inputs: str
@@ -407,6 +433,7 @@ class LabelColumns:
     flags: tuple[str, str]
     key_names: tuple[str, str]
     check_labels: Callable[[dict, list[str]], None]
+    check_stream: Callable[[dict], None]
     nested: bool = False
     unit: str = "rows"
 
@@ -425,7 +452,7 @@ class LabelledData:
         self.columns, self.model_args, self.data_args = columns, model_args, data_args
         self.args, self.training_args = args, training_args
         self.stream, self._raw, record = None, None, None
-        self.record_cache = None
+        self.record_cache, self.vectors = None, None
         if args.streaming:  # `train`: the stream's first rows (the tokenizer's sample); the label set fixed up front
             self.stream, raw = streamed_task_splits(args, training_args, data_args)
             self.root = None  # streamed: the first rows, in memory
@@ -465,12 +492,13 @@ class LabelledData:
             self._check(load_task_data(self.columns.task, self.data_args))
         return self._raw
 
-    def tokenizer(self, texts: Callable, pre_tokenizer: str, vocabulary: tuple, key_pre_tokenizer: str):
+    def tokenizer(self, texts: Callable, pre_tokenizer: str, key_pre_tokenizer: str):
         """The tokenizer given (``tokenizer_name`` / ``model_name_or_path``) or shaped by a vector file
-        (``vocabulary``: :func:`vocabulary_words`' ``also_keep, extra_words``), else the one cached for this data and
-        these settings, else built on ``texts(training split)`` and cached."""
+        (:func:`vocabulary_words`' ``also_keep, extra_words``; the vectors it reads are kept for
+        :meth:`word_vectors`), else the one cached for this data and these settings, else built on ``texts(training
+        split)`` and cached."""
         model_args, args, max_length = self.model_args, self.args, self.data_args.max_seq_length
-        also_keep, extra_words = vocabulary
+        also_keep, extra_words, self.vectors = vocabulary_words(args, model_args, model_args.tokenizer_kind)
 
         def build():  # trained from batches of the Arrow column, never one list of all the texts
             return tokenizer_for(
@@ -487,11 +515,17 @@ class LabelledData:
         settings = tokenizer_settings(model_args, max_length, args.tokenizer_max_train_lines, key_pre_tokenizer)
         return cached_tokenizer(self.root, self.columns.task.name, self.base | settings, args.overwrite_cache, build)
 
-    def features(self, tokenizer, encode: Callable, check_stream: Callable):
+    def word_vectors(self, model, tokenizer):
+        """``pretrained_embeddings`` into ``model``'s embedding (:func:`apply_word_vectors`, with the vectors
+        :meth:`tokenizer` read); the coverage, or None."""
+        return apply_word_vectors(self.args, model, tokenizer, self.vectors, seed=self.training_args.seed)
+
+    def features(self, tokenizer, encode: Callable):
         """``(features, the in-memory training features)``: the splits tokenized by ``encode(batch, lookup)`` (a
         label -> id), read from the cache when complete and sound, else built into it (:class:`FeatureCache`;
         :func:`encoded_features`' narrow ids); with ``--streaming`` the training split is the stream, each batch
-        checked by ``check_stream(batch)`` first, and the second value its first rows (the word-dropout counts)."""
+        checked by the columns' ``check_stream(batch)`` first, and the second value its first rows (the word-dropout
+        counts)."""
         c, args, max_length = self.columns, self.args, self.data_args.max_seq_length
         types = encoded_features(tokenizer, label_id_type(len(self.names)), nested=c.nested)
         key = self.base | {"tokenizer": tokenizer_fingerprint(tokenizer), "max_length": max_length, "truncation": True}
@@ -517,7 +551,7 @@ class LabelledData:
             lookup = label_lookup(self._raw["train"], c.labels, self.names, nested=c.nested)
             lookup = streamed_lookup(lookup, self.data_args.train_file, c.labels, self.names)
             encoded["train"] = streamed_train_features(
-                self.stream, partial(_checked_encode, check=check_stream, encode=encode, lookup=lookup),
+                self.stream, partial(_checked_encode, check=c.check_stream, encode=encode, lookup=lookup),
                 first.column_names, self.data_args, args, self.training_args.seed,
             )  # fmt: skip
         return encoded, first
@@ -530,6 +564,11 @@ class LabelledData:
     def split_sizes(self) -> dict:
         """``results.json``'s ``splits``: the rows of each split (``None`` for a streamed training file)."""
         return {k: None if k == "train" and self.stream is not None else n for k, n in self.base["splits"].items()}
+
+    def model_results(self, model, tokenizer, coverage, encoded: dict, vocab_coverage: bool = False) -> dict:
+        """:func:`model_results` of this run (its split sizes)."""
+        splits = self.split_sizes()
+        return model_results(self.model_args, self.args, model, tokenizer, coverage, splits, encoded, vocab_coverage)
 
     def data_line(self, encoded: dict) -> str:
         """The model card's words about the data."""

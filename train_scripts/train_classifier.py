@@ -29,28 +29,14 @@ import logging
 from dataclasses import dataclass, field
 
 import numpy as np
-from hf_seq.train_scripts.arguments import (
-    BudgetArguments,
-    PreprocessingArguments,
-    RecipeError,
-    Task,
-    model_config_dict,
-    override_values,
-)
+from hf_seq.train_scripts.arguments import RecipeError, Task, model_config_dict, override_values
 from hf_seq.train_scripts.classification import (
     WORD_PRE_TOKENIZERS,
     LabelColumns,
     LabelledData,
-    StreamLabelArguments,
-    WordVectorArguments,
-    apply_word_vectors,
+    LabelledTextArguments,
     card_origins,
-    check_word_vector_arguments,
-    model_results,
     train_and_validate,
-    training_results,
-    vocabulary_words,
-    word_dropout_collator,
 )
 from hf_seq.train_scripts.common import load_or_build_model
 from hf_seq.train_scripts.features import ColumnTexts
@@ -64,16 +50,9 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class ClassifierArguments(StreamLabelArguments, WordVectorArguments, PreprocessingArguments, BudgetArguments):
-    """Word dropout, pretrained word vectors (recurrent models) and the preprocessing (cache, workers)."""
-
-    word_dropout: float = field(
-        default=0.0,
-        metadata={
-            "help": "alpha of frequency-based word dropout in training (a word seen f times becomes the "
-            "unknown token with probability alpha / (alpha + f)); 0 = off"
-        },
-    )
+class ClassifierArguments(LabelledTextArguments):
+    """Word dropout, pretrained word vectors (recurrent models), the preprocessing (cache, workers) and how a built
+    word-level tokenizer splits text."""
 
     word_pre_tokenizer: str = field(
         default="whitespace_punct",
@@ -86,14 +65,11 @@ class ClassifierArguments(StreamLabelArguments, WordVectorArguments, Preprocessi
     )
 
     def __post_init__(self):
-        super().__post_init__()  # PreprocessingArguments' checks
-        if not 0.0 <= self.word_dropout:
-            raise ValueError(f"`word_dropout` must be >= 0, got {self.word_dropout}")
+        super().__post_init__()  # LabelledTextArguments' checks
         if self.word_pre_tokenizer not in WORD_PRE_TOKENIZERS:
             raise ValueError(
                 f"`word_pre_tokenizer` must be one of {WORD_PRE_TOKENIZERS}, got {self.word_pre_tokenizer!r}"
             )
-        check_word_vector_arguments(self)
 
 
 SHARED_UNUSED = frozenset({"tokens_column_name", "tags_column_name", "source_lang", "target_lang"})
@@ -205,30 +181,6 @@ def classifier_card(model_args, training_args, tokenizer, names: list[str], resu
     }
 
 
-def classifier_columns(task: Task, data_args) -> LabelColumns:
-    """The text and label columns (``text_column_name`` / ``label_column_name``); at least two labels."""
-    text, label = data_args.text_column_name, data_args.label_column_name
-
-    def check_labels(raw, names):
-        if len(names) < 2:
-            raise DataError(f"column {label!r} (`label_column_name`) has a single label {names}: nothing to classify")
-
-    return LabelColumns(
-        task, text, label, ("text_column_name", "label_column_name"), ("text", "label"), check_labels=check_labels
-    )
-
-
-def text_encoder(tokenizer, text: str, label: str, max_length: int):
-    """``encode(batch, lookup)``: the texts tokenized (truncated to ``max_length``), ``labels`` the label ids."""
-
-    def encode(batch, lookup):
-        encoded = tokenizer(batch[text], truncation=True, max_length=max_length)
-        encoded["labels"] = [lookup(value) for value in batch[label]]
-        return encoded
-
-    return encode
-
-
 def stream_text_check(data_args, text: str):
     """A streamed batch's check: ``DataError`` naming the file and the flag for a row without text."""
 
@@ -241,6 +193,31 @@ def stream_text_check(data_args, text: str):
             )
 
     return check
+
+
+def classifier_columns(task: Task, data_args) -> LabelColumns:
+    """The text and label columns (``text_column_name`` / ``label_column_name``); at least two labels."""
+    text, label = data_args.text_column_name, data_args.label_column_name
+
+    def check_labels(raw, names):
+        if len(names) < 2:
+            raise DataError(f"column {label!r} (`label_column_name`) has a single label {names}: nothing to classify")
+
+    return LabelColumns(
+        task, text, label, ("text_column_name", "label_column_name"), ("text", "label"), check_labels=check_labels,
+        check_stream=stream_text_check(data_args, text),
+    )  # fmt: skip
+
+
+def text_encoder(tokenizer, text: str, label: str, max_length: int):
+    """``encode(batch, lookup)``: the texts tokenized (truncated to ``max_length``), ``labels`` the label ids."""
+
+    def encode(batch, lookup):
+        encoded = tokenizer(batch[text], truncation=True, max_length=max_length)
+        encoded["labels"] = [lookup(value) for value in batch[label]]
+        return encoded
+
+    return encode
 
 
 def run(model_args, data_args, args, training_args, command: str, task: Task = TASK) -> dict:
@@ -262,28 +239,23 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
             f"`word_pre_tokenizer` {args.word_pre_tokenizer!r} shapes a new word-level tokenizer: it cannot change a "
             "loaded one (`tokenizer_name` / `model_name_or_path`) or a sub-word one"
         )
-    also_keep, extra_words, vectors = vocabulary_words(args, model_args, model_args.tokenizer_kind)
     tokenizer = data.tokenizer(
         lambda train: ColumnTexts(train, [text], max_rows=args.tokenizer_max_train_lines),
         args.word_pre_tokenizer,
-        (also_keep, extra_words),
         key_pre_tokenizer=args.word_pre_tokenizer,
     )
 
     # ---- model
     model, flatten = build_classifier_model(task, model_args, data_args, tokenizer, names)
-    coverage = apply_word_vectors(args, model, tokenizer, vectors, seed=training_args.seed)
+    coverage = data.word_vectors(model, tokenizer)
 
     # ---- features
-    encoded, dropout_counts = data.features(  # streamed: the counts of the first rows
-        tokenizer, text_encoder(tokenizer, text, label, max_length), stream_text_check(data_args, text)
-    )
+    # streamed: dropout_counts are the first rows (word dropout counts its words there)
+    encoded, dropout_counts = data.features(tokenizer, text_encoder(tokenizer, text, label, max_length))
     collator = DataCollatorWithPadding(tokenizer, padding="max_length" if flatten else "longest", max_length=max_length)
-    trainer, train_output, train_minutes, budget, val = train_and_validate(
-        model, training_args, args, tokenizer, encoded, collator,
-        word_dropout_collator(collator, tokenizer, dropout_counts, args.word_dropout, seed=training_args.seed),
-        accuracy_metrics(),
-    )  # fmt: skip
+    trainer, train_minutes, val, training = train_and_validate(
+        model, training_args, args, tokenizer, encoded, collator, dropout_counts, accuracy_metrics()
+    )
     test = trainer.evaluate(encoded["test"], metric_key_prefix="test") if "test" in encoded else {}
 
     data_line = data.data_line(encoded)
@@ -295,8 +267,8 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         "test_accuracy": test.get("test_accuracy"),
         "validation_loss": val["validation_loss"],
         "test_loss": test.get("test_loss"),
-        **training_results(trainer, train_output, train_minutes, budget),
-        **model_results(model_args, args, model, tokenizer, coverage, data.split_sizes(), encoded, vocab_coverage=True),
+        **training,
+        **data.model_results(model, tokenizer, coverage, encoded, vocab_coverage=True),
         "model_config": model.config.to_diff_dict(),
     }
     card = classifier_card(model_args, training_args, tokenizer, names, results, max_length)

@@ -23,20 +23,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow.compute as pc
-from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments, RecipeError, Task
+from hf_seq.train_scripts.arguments import RecipeError, Task
 from hf_seq.train_scripts.classification import (
     LabelColumns,
     LabelledData,
-    StreamLabelArguments,
-    WordVectorArguments,
-    apply_word_vectors,
+    LabelledTextArguments,
     card_origins,
-    check_word_vector_arguments,
-    model_results,
     train_and_validate,
-    training_results,
-    vocabulary_words,
-    word_dropout_collator,
 )
 from hf_seq.train_scripts.common import load_or_build_model
 from hf_seq.train_scripts.features import ColumnTexts
@@ -48,8 +41,9 @@ from hf_seq.metrics import load_metric
 
 
 @dataclass
-class TaggerArguments(StreamLabelArguments, WordVectorArguments, PreprocessingArguments, BudgetArguments):
-    """Word dropout, pretrained word vectors (recurrent models) and the preprocessing (cache, workers)."""
+class TaggerArguments(LabelledTextArguments):
+    """Word dropout (on by default: the unknown-word vector is learnt), pretrained word vectors (recurrent models)
+    and the preprocessing (cache, workers)."""
 
     word_dropout: float = field(
         default=0.25,
@@ -58,12 +52,6 @@ class TaggerArguments(StreamLabelArguments, WordVectorArguments, PreprocessingAr
             "the unknown token with probability alpha / (alpha + f), so the unknown-word vector is learnt"
         },
     )
-
-    def __post_init__(self):
-        super().__post_init__()  # PreprocessingArguments' checks
-        if not 0.0 <= self.word_dropout:
-            raise ValueError(f"`word_dropout` must be >= 0, got {self.word_dropout}")
-        check_word_vector_arguments(self)
 
 
 TASK = Task(
@@ -207,37 +195,32 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
     words, tags = tagger_columns(data_args)
     columns = LabelColumns(
         task, words, tags, ("tokens_column_name", "tags_column_name"), ("words", "tags"),
-        check_labels=lambda raw, names: require_one_tag_per_word(raw, words, tags), nested=True, unit="sentences",
+        check_labels=lambda raw, names: require_one_tag_per_word(raw, words, tags),
+        check_stream=stream_words_check(data_args, words, tags), nested=True, unit="sentences",
     )  # fmt: skip
     data = LabelledData(columns, model_args, data_args, args, training_args)  # or the record of a cached run
     names, max_length = data.names, data_args.max_seq_length
 
-    also_keep, extra_words, vectors = vocabulary_words(args, model_args, model_args.tokenizer_kind)
     # word level: one word = one token; sub-word tokenizers see sentences. Read in batches of the Arrow column.
     tokenizer = data.tokenizer(
         lambda train: ColumnTexts(
             train, [words], join_words=model_args.tokenizer_kind != "word", max_rows=args.tokenizer_max_train_lines
         ),
         "whitespace",
-        (also_keep, extra_words),
         key_pre_tokenizer="whitespace_punct",
     )
     model = build_tagger_model(task, model_args, data_args, tokenizer, names)
-    coverage = apply_word_vectors(args, model, tokenizer, vectors, seed=training_args.seed)
+    coverage = data.word_vectors(model, tokenizer)
 
-    encoded, first_rows = data.features(
-        tokenizer, word_encoder(tokenizer, words, tags, max_length), stream_words_check(data_args, words, tags)
-    )
+    # streamed: first_rows are the stream's first rows (word dropout counts its words there)
+    encoded, first_rows = data.features(tokenizer, word_encoder(tokenizer, words, tags, max_length))
     collator = DataCollatorForTokenClassification(tokenizer)
-    train_collator = word_dropout_collator(  # streamed: the counts of the first rows
-        collator, tokenizer, first_rows, args.word_dropout, seed=training_args.seed
-    )
     compute_metrics = tagging_metrics(tokenizer.unk_token_id)
     if "inputs" not in training_args.include_for_metrics:  # aligned with the predictions whatever the sampler
         training_args.include_for_metrics = [*training_args.include_for_metrics, "inputs"]
 
-    trainer, train_output, train_minutes, budget, val = train_and_validate(
-        model, training_args, args, tokenizer, encoded, collator, train_collator, compute_metrics
+    trainer, train_minutes, val, training = train_and_validate(
+        model, training_args, args, tokenizer, encoded, collator, first_rows, compute_metrics
     )
     test = {}
     if "test" in encoded:
@@ -255,8 +238,8 @@ def run(model_args, data_args, args, training_args, command: str, task: Task = T
         "test_tokens": test.get("test_tokens"),
         "test_oov_rate": test.get("test_oov_rate"),
         "test_oov_accuracy": test.get("test_oov_accuracy"),
-        **training_results(trainer, train_output, train_minutes, budget),
-        **model_results(model_args, args, model, tokenizer, coverage, data.split_sizes(), encoded),
+        **training,
+        **data.model_results(model, tokenizer, coverage, encoded),
         "tags": names,
     }
     card = tagger_card(model_args, training_args, tokenizer, names, results)
