@@ -18,6 +18,7 @@ function / class                   use
 :func:`iter_text_file_lines`       the lines of a ``.txt`` file as ``datasets``' text loader reads them
 :func:`release_mapped_pages`       drop this process's resident pages of its memory maps of some files
 :func:`arrow_maps_released`        ``datasets`` opens its Arrow files without leaving them resident (a context)
+:func:`release_arrow_memory`       hand pyarrow's freed memory back to the system
 =================================  =================================================================================
 
 A cache folder is valid only when its ``meta.json`` (written last, atomically) lists every file with its byte
@@ -782,3 +783,17 @@ def arrow_maps_released() -> Iterator[None]:
         yield
     finally:
         setattr(datasets.table, name, original)
+
+
+def release_arrow_memory() -> None:
+    """Hand the memory pyarrow's allocator holds but no longer uses back to the system
+    (``pyarrow.default_memory_pool().release_unused()``), after a garbage collection so that tables only
+    reference cycles keep are freed first. The allocator (mimalloc, jemalloc) keeps freed blocks for reuse: a
+    ``datasets`` filter's row indices of 10 M rows, built in a buffer grown by doubling, stay 0.14 GB of the
+    process's RSS after the filtered dataset is gone unless they are handed back."""
+    import gc
+
+    import pyarrow as pa
+
+    gc.collect()
+    pa.default_memory_pool().release_unused()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from hf_seq.train_scripts.arguments import parse_args
 from hf_seq.train_scripts.common import cap_splits, load_task_data
 from own_data import count_builds
 
+from hf_seq.preprocessing import release_arrow_memory
 from hf_seq.samplers import LengthBucketSampler, example_lengths
 from hf_seq.tokenization import build_translation_tokenizer
 
@@ -242,6 +244,54 @@ def test_loaded_data_files_are_not_left_resident(tmp_path):
     assert _resident_bytes(path) > path.stat().st_size * 0.5
     assert raw["train"].num_rows + raw["validation"].num_rows == plain.num_rows == 60_000
     assert raw["train"].data.table.equals(plain.data.table)  # the rows the hold-out's indices select from
+
+
+def _anonymous_bytes() -> int:
+    return int(re.search(r"^RssAnon:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M).group(1)) * 1024
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_release_arrow_memory_hands_freed_arrow_buffers_back():
+    """pyarrow's allocator keeps a freed buffer's memory resident (a 64 MB stream written in 1 MB pieces, grown by
+    doubling as a ``datasets`` filter's indices are); ``release_arrow_memory`` hands it back."""
+    import pyarrow as pa
+
+    before = _anonymous_bytes()
+    stream = pa.BufferOutputStream()
+    piece = np.ones(1 << 20, dtype=np.uint8).tobytes()
+    for _ in range(64):
+        stream.write(piece)
+    buffer = stream.getvalue()
+    del stream, buffer
+    held = _anonymous_bytes()
+    assert pa.total_allocated_bytes() < 1 << 20 and held > before + (48 << 20)  # freed, yet resident
+    release_arrow_memory()
+    assert _anonymous_bytes() < held - (48 << 20)
+
+
+def test_a_first_run_hands_back_its_filtered_splits_memory(tmp_path, monkeypatch, cache_env):
+    """The max_words filter's row indices (8 bytes a kept pair) are gone once the features are built, and their
+    memory is handed back (``release_arrow_memory``, after the filtered splits are freed) before training."""
+    import weakref
+
+    train = write_pairs(tmp_path / "pairs.jsonl", 300)
+    filtered, releases = [], []
+    plain_filter = train_translation._short_capped_splits
+
+    def spied_filter(*args, **kwargs):
+        splits = plain_filter(*args, **kwargs)
+        filtered.extend(weakref.ref(dataset) for dataset in splits.values())
+        return splits
+
+    def spied_release():
+        releases.append([ref() is None for ref in filtered])
+
+    monkeypatch.setattr(train_translation, "_short_capped_splits", spied_filter)
+    monkeypatch.setattr(train_translation, "release_arrow_memory", spied_release)
+    features(tmp_path, train)
+    assert len(filtered) == 2 and releases == [[True, True]]
+    features(tmp_path, train)  # a run that finds its features has nothing to hand back
+    assert len(releases) == 1
 
 
 def test_changed_file_is_never_read_from_the_stale_cache(tmp_path, monkeypatch):
