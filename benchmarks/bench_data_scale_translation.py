@@ -7,9 +7,10 @@ For each size: ``train_translation.py configs/translation_transformer.json --tra
 --validation_file <valid.jsonl> --max_steps 3`` three times — a first run on an empty preprocessing cache (and an
 empty ``datasets`` cache: the jsonl is converted to Arrow too), a second run on the same files (reads the cache),
 and ``--streaming true`` (no preprocessing pass; ``--train_sampling_strategy random``: length buckets need the
-lengths in advance). Every 0.1 s the script reads ``VmRSS`` and ``RssAnon`` of ``/proc/<pid>/status`` of the run and
-of its child processes (``--preprocessing_num_workers``); the table gives the peaks of the main process and of the
-process tree. Time to the first step: from the start of the process to its first logged loss (``--logging_steps 1``);
+lengths in advance). Every 0.1 s the script reads ``VmRSS``, ``RssAnon`` and ``RssFile`` of ``/proc/<pid>/status`` of
+the run and of its child processes (``--preprocessing_num_workers``); the table gives the peaks of the main process and
+of the process tree, and ``<log>.memory.tsv`` beside each run's log the tree's figures every 2 s (the phase a peak
+belongs to: the log's lines carry the same seconds). Time to the first step: from the start of the process to its first logged loss (``--logging_steps 1``);
 preprocessing: from the start to the line that says the tokenized cache is written, and the MB/s of the training file
 over it; a second run's time splits into the script's imports (``python -c "import
 hf_seq.train_scripts.train_translation"``, timed once per size), the data (to the line that says the features are
