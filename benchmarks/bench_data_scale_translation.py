@@ -7,9 +7,10 @@ For each size: ``train_translation.py configs/translation_transformer.json --tra
 --validation_file <valid.jsonl> --max_steps 3`` three times — a first run on an empty preprocessing cache (and an
 empty ``datasets`` cache: the jsonl is converted to Arrow too), a second run on the same files (reads the cache),
 and ``--streaming true`` (no preprocessing pass; ``--train_sampling_strategy random``: length buckets need the
-lengths in advance). Every 0.1 s the script reads ``VmRSS`` and ``RssAnon`` of ``/proc/<pid>/status`` of the run and
-of its child processes (``--preprocessing_num_workers``); the table gives the peaks of the main process and of the
-process tree. Time to the first step: from the start of the process to its first logged loss (``--logging_steps 1``);
+lengths in advance). Every 0.1 s the script reads ``VmRSS``, ``RssAnon`` and ``RssFile`` of ``/proc/<pid>/status`` of
+the run and of its child processes (``--preprocessing_num_workers``); the table gives the peaks of the main process and
+of the process tree, and ``<log>.memory.tsv`` beside each run's log the tree's figures every 2 s (the phase a peak
+belongs to: the log's lines carry the same seconds). Time to the first step: from the start of the process to its first logged loss (``--logging_steps 1``);
 preprocessing: from the start to the line that says the tokenized cache is written, and the MB/s of the training file
 over it; a second run's time splits into the script's imports (``python -c "import
 hf_seq.train_scripts.train_translation"``, timed once per size), the data (to the line that says the features are
@@ -90,14 +91,14 @@ def generate_pairs(path: Path, n: int, seed: int = 0) -> Path:
     return path
 
 
-def _status(pid: int) -> tuple[int, int]:
-    """(VmRSS, RssAnon) of a process in bytes; (0, 0) once it is gone."""
+def _status(pid: int) -> tuple[int, int, int]:
+    """(VmRSS, RssAnon, RssFile) of a process in bytes; zeros once it is gone."""
     try:
         text = Path(f"/proc/{pid}/status").read_text()
     except OSError:
-        return 0, 0
-    values = dict(re.findall(r"^(VmRSS|RssAnon):\s+(\d+) kB", text, re.M))
-    return int(values.get("VmRSS", 0)) * 1024, int(values.get("RssAnon", 0)) * 1024
+        return 0, 0, 0
+    values = dict(re.findall(r"^(VmRSS|RssAnon|RssFile):\s+(\d+) kB", text, re.M))
+    return tuple(int(values.get(key, 0)) * 1024 for key in ("VmRSS", "RssAnon", "RssFile"))
 
 
 def _children(pid: int) -> list[int]:
@@ -120,22 +121,37 @@ def _tree(pid: int) -> list[int]:
     return pids
 
 
+TIMELINE_EVERY = 2.0  # seconds between two rows of a run's memory timeline
+
+
 def run_once(argv: list[str], env: dict, log_path: Path) -> dict:
     """One run of the script: peaks of RSS / anonymous RSS (main process and tree), the time of the first loss line
-    and of the cache line, and Trainer's steps per second."""
+    and of the cache line, and Trainer's steps per second. Beside the log (its lines prefixed with the seconds since
+    the start), ``<log>.memory.tsv``: the process tree's RSS, RssAnon and RssFile every :data:`TIMELINE_EVERY`
+    seconds on the same clock, the phase a peak belongs to."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    peaks = {"rss": 0, "anon": 0, "tree_rss": 0, "tree_anon": 0}
+    peaks = {"rss": 0, "anon": 0, "tree_rss": 0, "tree_anon": 0, "tree_file": 0}
     stop = threading.Event()
+    timeline_path = log_path.with_suffix(".memory.tsv")
 
     def sample():
-        while not stop.is_set():
-            rss, anon = _status(proc.pid)
-            tree = [_status(p) for p in _tree(proc.pid)]
-            peaks["rss"], peaks["anon"] = max(peaks["rss"], rss), max(peaks["anon"], anon)
-            peaks["tree_rss"] = max(peaks["tree_rss"], sum(t[0] for t in tree))
-            peaks["tree_anon"] = max(peaks["tree_anon"], sum(t[1] for t in tree))
-            time.sleep(0.1)
+        written = -TIMELINE_EVERY
+        with open(timeline_path, "w") as timeline:
+            timeline.write("seconds\ttree_rss_mb\ttree_anon_mb\ttree_file_mb\n")
+            while not stop.is_set():
+                rss, anon, _ = _status(proc.pid)
+                tree = [_status(p) for p in _tree(proc.pid)]
+                totals = [sum(t[i] for t in tree) for i in range(3)]
+                peaks["rss"], peaks["anon"] = max(peaks["rss"], rss), max(peaks["anon"], anon)
+                for key, value in zip(("tree_rss", "tree_anon", "tree_file"), totals):
+                    peaks[key] = max(peaks[key], value)
+                now = time.perf_counter() - start
+                if now - written >= TIMELINE_EVERY and totals[0]:
+                    timeline.write(f"{now:.1f}\t" + "\t".join(f"{v / 2**20:.0f}" for v in totals) + "\n")
+                    timeline.flush()
+                    written = now
+                time.sleep(0.1)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -170,7 +186,9 @@ def run_once(argv: list[str], env: dict, log_path: Path) -> dict:
         "peak_rss_anon_gb": round(peaks["anon"] / 2**30, 3),
         "peak_tree_rss_gb": round(peaks["tree_rss"] / 2**30, 3),
         "peak_tree_rss_anon_gb": round(peaks["tree_anon"] / 2**30, 3),
+        "peak_tree_rss_file_gb": round(peaks["tree_file"] / 2**30, 3),
         "log": str(log_path),
+        "memory_timeline": str(timeline_path),
     }
 
 

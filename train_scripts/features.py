@@ -40,6 +40,7 @@ import numpy as np
 from datasets import Dataset, concatenate_datasets
 
 from hf_seq.preprocessing import (
+    arrow_maps_released,
     cache_is_complete,
     cached_build,
     default_cache_root,
@@ -49,6 +50,7 @@ from hf_seq.preprocessing import (
     preprocessing_cache_dir,
     read_meta,
     release_mapped_pages,
+    released_arrow_table,
 )
 
 logger = logging.getLogger(__name__)
@@ -134,27 +136,12 @@ def releasing_pages(function: Callable, paths, every: int = RELEASE_EVERY) -> Ca
     return wrapped
 
 
-RELEASE_EVERY_BATCHES = 256  # record batches (of 1,000 rows) opened between two releases of the file's pages
-
-
-def _mapped_dataset(path: str, release_every: int = RELEASE_EVERY_BATCHES) -> Dataset:
-    """``Dataset.from_file(path)`` (the same memory-mapped table, record batch by record batch, the same features
-    and fingerprint), this process's pages of the file released every ``release_every`` record batches and at the
-    end. Opening an Arrow stream reads the header of every record batch through the memory map, and the kernel maps
-    the pages around each header too: ``Dataset.from_file`` of a 10 M-row, 1.4 GB features file (10,000 batches)
-    would map about half of it, and keep it resident."""
-    import pyarrow as pa
+def _mapped_dataset(path: str) -> Dataset:
+    """``Dataset.from_file(path)`` (the same memory-mapped table, the same features and fingerprint) through
+    :func:`released_arrow_table`: the file does not stay resident."""
     from datasets.table import MemoryMappedTable
 
-    reader = pa.ipc.open_stream(pa.memory_map(path))
-    batches = []
-    for batch in reader:
-        batches.append(batch)
-        if len(batches) % release_every == 0:
-            release_mapped_pages([path])
-    table = pa.Table.from_batches(batches, schema=reader.schema)
-    release_mapped_pages([path])
-    return Dataset(MemoryMappedTable(table, path))
+    return Dataset(MemoryMappedTable(released_arrow_table(path), path))
 
 
 def _open_split(folder: Path, entry: dict) -> Dataset:
@@ -249,7 +236,12 @@ class FeatureCache:
         def build_into(tmp: Path) -> dict:
             splits = {}
             for split, dataset in datasets_in.items():
-                out = mapped(split, dataset, cache_file_name=str(tmp / f"{split}.arrow"), load_from_cache_file=False)
+                # map opens the file it wrote (Dataset.from_file): released as it is read, or a 10 M-pair split's
+                # file would be half resident at once
+                with arrow_maps_released():
+                    out = mapped(
+                        split, dataset, cache_file_name=str(tmp / f"{split}.arrow"), load_from_cache_file=False
+                    )
                 files = [Path(f["filename"]) for f in out.cache_files]
                 if not files or any(f.parent.resolve() != tmp.resolve() for f in files):
                     raise RuntimeError(f"datasets.map did not write the {split} split into {tmp}: {files}")
