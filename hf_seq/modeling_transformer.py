@@ -534,7 +534,12 @@ class TransformerForConditionalGeneration(
     def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
         """``GenerationMixin.generate`` with a decoder cache whose self-attention layers append in place
         (:func:`new_decoder_cache`), given to it as the caller's cache would be. A call that passes its own cache, a
-        ``cache_implementation`` or ``use_cache=False`` is left as it is."""
+        ``cache_implementation`` or ``use_cache=False`` is left as it is.
+
+        ``labels`` (which ``Seq2SeqTrainer(predict_with_generate=True)`` passes with each batch) are not a generation
+        input: they are dropped here, as transformers' encoder-decoders ignore them, instead of reaching the encoder,
+        whose forward refuses keywords it does not take."""
+        kwargs.pop("labels", None)
         config = generation_config if generation_config is not None else self.generation_config
         use_cache = kwargs.get("use_cache", getattr(config, "use_cache", True))
         implementation = kwargs.get("cache_implementation", getattr(config, "cache_implementation", None))

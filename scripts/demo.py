@@ -1,13 +1,14 @@
 """`make demo`: the English -> Spanish translator.
 
 Trains the small Transformer of ``configs/translation_transformer.json`` on the real verse pairs for a fixed
-``DEMO_STEPS`` (5,000) steps on ``DEMO_THREADS`` (one) thread — about 12 minutes in all on a quiet machine; the
-recipe itself trains 9,000 steps, and its learning rate decays to zero at ``max_steps``, so the demo runs the same
+``DEMO_STEPS`` (5,000) steps on ``DEMO_THREADS`` (one) thread — 12 to 20 minutes in all on a quiet machine, by CPU;
+the recipe itself trains 9,000 steps, and its learning rate decays to zero at ``max_steps``, so the demo runs the same
 schedule compressed into 5,000 steps — prints its test BLEU / chrF and the wall time, reloads it with
 ``AutoModelForSeq2SeqLM.from_pretrained`` and ``pipeline("translation")``, translates held-out verses with beam
 search and saves one cross-attention heat map; then (with ``pip install 'hf_seq[ctranslate2]'``) exports it to
 CTranslate2 int8, translates the same verses with ``ctranslate2.Translator`` and times both engines. A fixed number of steps (not a time budget)
-makes the result the same on a busy machine as on a quiet one: same seed, same batches, same updates.
+makes the result the same on a busy machine as on a quiet one: same seed, same batches, same updates (on one
+CPU: another instruction set rounds differently, see docs/results/translation.md).
 
 Reuses the run in ``runs/translation_transformer_demo`` when it is complete (delete the folder to retrain). Extra
 arguments are passed to the train script and force a new run, e.g.

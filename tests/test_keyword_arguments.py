@@ -8,7 +8,15 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny_models import EOS, FAMILIES, PAD, build_tokenizer, main_output, model_inputs, tiny_model
-from transformers import AttentionInterface, Trainer, TrainingArguments, pipeline
+from transformers import (
+    AttentionInterface,
+    DataCollatorForSeq2Seq,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    Trainer,
+    TrainingArguments,
+    pipeline,
+)
 from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
 from transformers.utils import TransformersKwargs
 
@@ -121,6 +129,29 @@ def test_generate_greedy_and_beam_with_output_flags(kwargs, tokenizer):
     assert len(flagged.encoder_hidden_states) == model.config.encoder_layers + 1
     with pytest.raises((TypeError, ValueError), match="output_hiden_states"):
         model.generate(**inputs, **common, output_hiden_states=True)
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_generate_and_seq2seq_trainer_predict_take_labels(num_beams, tokenizer, tmp_path):
+    """``Seq2SeqTrainer(predict_with_generate=True)`` passes each batch's ``labels`` to ``generate()`` (the translation
+    script's test decodes): they change nothing (the encoder never sees them, so its keyword check cannot refuse
+    them), and predict() gives generate()'s tokens, then padding."""
+    model = tiny_model(FAMILIES["transformer"][2][0], len(tokenizer), seed=3).eval()
+    batch = batch_for(model, tokenizer, labels=True)
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    common = dict(max_new_tokens=4, num_beams=num_beams, eos_token_id=EOS, pad_token_id=PAD, do_sample=False)
+    plain = model.generate(**inputs, **common)
+    assert torch.equal(model.generate(**inputs, labels=batch["labels"], **common), plain)
+
+    rows = [{k: v[i].tolist() for k, v in batch.items()} for i in range(batch["input_ids"].shape[0])]
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path), per_device_eval_batch_size=len(rows), predict_with_generate=True, report_to="none",
+        use_cpu=True, disable_tqdm=True,
+    )  # fmt: skip
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
+    trainer = Seq2SeqTrainer(model=model, args=args, data_collator=collator, processing_class=tokenizer)
+    predicted = trainer.predict(rows, **common).predictions  # padded to the generation config's max_length
+    assert predicted[:, : plain.shape[1]].tolist() == plain.tolist() and (predicted[:, plain.shape[1] :] == PAD).all()
 
 
 @pytest.mark.parametrize("family", ["bert", "transformer"])
