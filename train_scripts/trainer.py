@@ -16,12 +16,17 @@ error on a full disk, and no step past the end when resumed from the final check
   (translation, classifier, tagger) under ``train_sampling_strategy="random"`` are shuffled by
   :class:`hf_seq.samplers.PermutationSampler`: the order of ``Trainer``'s default shuffle, without its Python list of
   every index.
+* While it trains, the process keeps the memory it frees at the top of its heap (:func:`keep_heap_resident`): glibc
+  would hand it back to the system after every step and fault it in again at the next one.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -36,11 +41,59 @@ from hf_seq.samplers import LengthBucketSampler, PermutationSampler
 
 LENGTH_BUCKETS = "length_buckets"  # the train_sampling_strategy added here
 
+# glibc's mallopt() parameters (malloc.h) and what keep_heap_resident sets them to
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+HEAP_MMAP_THRESHOLD = 32 << 20  # glibc's largest on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX), where its own rule ends
+HEAP_TRIM_THRESHOLD = -1  # mallopt's "never trim"
+# a user's own glibc malloc settings, which keep_heap_resident leaves as they are
+_GLIBC_MALLOC_VARIABLES = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+_GLIBC_MALLOC_TUNABLES = ("glibc.malloc.trim_threshold", "glibc.malloc.mmap_threshold", "glibc.malloc.top_pad")
+
+
+def keep_heap_resident() -> bool:
+    """Keep the memory this process frees at the top of glibc's heap mapped, instead of handing it back to the
+    system; True where the setting was made (Linux with glibc, no malloc setting of the user's own), else False.
+
+    glibc returns the free top of its heap (``brk``) once it exceeds ``M_TRIM_THRESHOLD``, which its dynamic rule
+    raises to at most 64 MiB (twice the largest ``M_MMAP_THRESHOLD``, 32 MiB). A training step allocates and frees
+    its activations, gradients and logits every step; when they lie at the top of the heap (a process whose data
+    are memory-mapped Arrow files or token stores, not Python objects in the heap below them) every step gives
+    them back and the next one faults them in again, page by page: the translation recipe took 16,000-38,000 minor
+    page faults a step and ran at 0.8x the steps per second. Here trimming is switched off and the mmap threshold
+    is fixed at 32 MiB (setting one of them ends the dynamic rule, so both are set). The resident memory stays at
+    its peak instead of falling between steps, and the peak rises a little (buffers of 128 KiB-32 MiB that glibc's
+    rule would have mapped and unmapped stay in the heap): 0.77 GB against 0.73-0.75 GB for the translation
+    recipe's 1 M-pair second run. Nothing computed changes.
+
+    Variables ``MALLOC_TRIM_THRESHOLD_`` / ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TOP_PAD_`` / ``MALLOC_MMAP_MAX_``
+    or their ``GLIBC_TUNABLES`` are the user's choice: with any of them set nothing is changed. It is set when
+    training starts (``train()``), not before: the memory that reading and tokenizing the data freed is still handed
+    back as glibc would."""
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return False
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if any(os.environ.get(name) for name in _GLIBC_MALLOC_VARIABLES) or any(
+        t in tunables for t in _GLIBC_MALLOC_TUNABLES
+    ):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    if mallopt(_M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD) != 1:  # refused: the dynamic rule stays
+        return False
+    return mallopt(_M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD) == 1
+
 
 class HfSeqTrainerMixin:
     """The additions above, for any ``Trainer`` subclass (``class MyTrainer(HfSeqTrainerMixin, Trainer)``)."""
 
     _checkpoint_staging: str | None = None
+
+    def train(self, *args, **kwargs):
+        keep_heap_resident()  # from here on the steps' memory stays mapped from one step to the next
+        return super().train(*args, **kwargs)
 
     def _get_output_dir(self, trial) -> str:
         # while a checkpoint is written (only then), Trainer's run directory is the staging folder
