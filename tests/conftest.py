@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -13,8 +15,11 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the Hub is unreachable here; fail fast instead of retrying
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# the train scripts' preprocessing cache (hf_seq.preprocessing): one fresh folder per test process, not ~/.cache
-os.environ.setdefault("HF_SEQ_CACHE", tempfile.mkdtemp(prefix="hf_seq_cache_"))
+# the train scripts' preprocessing cache (hf_seq.preprocessing): one fresh folder per test session, not ~/.cache;
+# xdist workers and the scripts the tests start inherit it, and the process that made it removes it at exit
+if "HF_SEQ_CACHE" not in os.environ:
+    os.environ["HF_SEQ_CACHE"] = tempfile.mkdtemp(prefix="hf_seq_cache_")
+    atexit.register(shutil.rmtree, os.environ["HF_SEQ_CACHE"], ignore_errors=True)
 
 torch.set_num_threads(1)  # tiny models: a second thread only adds synchronisation; xdist runs 2 workers
 
