@@ -2,14 +2,16 @@
 (``hf_seq.train_scripts.trainer.keep_heap_resident``): a step's activations, gradients and logits are freed at the end
 of every step, and a heap that hands them back to the system faults them in again at the next step, page by page.
 
-Each probe runs in a fresh interpreter (the allocator's settings are per process and cannot be undone): six 20 MB
-buffers (each below glibc's 32 MiB mmap threshold, together above the 64 MiB its dynamic trim rule reaches) are
-allocated, written and freed three times, as a step's tensors are (after one 30 MB buffer, freed: glibc's dynamic
-rule then keeps buffers up to that size in the heap and trims its top beyond 60 MB). Printed: how far the program break fell after the
-frees (the memory handed back) and the fewest minor page faults of a later round."""
+Each probe runs in a fresh interpreter (the allocator's settings are per process and cannot be undone): after one step
+of ``HfSeqTrainer.train()``, six 20 MB blocks (each below the 32 MiB mmap threshold, together above the 64 MiB that
+glibc's dynamic trim rule reaches) are allocated with ``malloc``, written and freed three times, as a step's tensors
+are; ``malloc`` itself, so that nothing else allocates between them. The control runs the same step with
+``keep_heap_resident`` switched off. Printed: how far the program break fell after the frees (the memory handed back)
+and the fewest minor page faults of a later round."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import platform
 import subprocess
@@ -22,19 +24,23 @@ pytestmark = pytest.mark.skipif(
 )
 
 PROBE = """
-import ctypes, resource, sys
-import torch
+import ctypes, resource
 
 {setup}
 libc = ctypes.CDLL(None)
 libc.sbrk.argtypes, libc.sbrk.restype = [ctypes.c_ssize_t], ctypes.c_void_p
-torch.empty(30 << 20, dtype=torch.uint8).fill_(1)  # once freed, glibc's own rule keeps buffers up to 30 MB in the heap
+libc.malloc.argtypes, libc.malloc.restype = [ctypes.c_size_t], ctypes.c_void_p
+libc.free.argtypes, libc.free.restype = [ctypes.c_void_p], None
+size = 20 << 20
 falls, faults = [], []
 for _ in range(3):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    buffers = [torch.empty(20 << 20, dtype=torch.uint8).fill_(1) for _ in range(6)]
+    blocks = [libc.malloc(size) for _ in range(6)]
+    for block in blocks:
+        ctypes.memset(block, 1, size)
     top = libc.sbrk(0)
-    del buffers
+    for block in reversed(blocks):
+        libc.free(block)
     falls.append(top - libc.sbrk(0))
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 print(max(falls), min(faults[1:]))
@@ -42,6 +48,7 @@ print(max(falls), min(faults[1:]))
 
 # one step of HfSeqTrainer.train() on a one-parameter model: what every train script runs
 TRAIN_ONE_STEP = """
+import torch
 from datasets import Dataset
 from hf_seq.train_scripts.arguments import HfSeqTrainingArguments
 from hf_seq.train_scripts.trainer import HfSeqTrainer
@@ -63,6 +70,7 @@ args = HfSeqTrainingArguments(
 HfSeqTrainer(model=Scalar(), args=args, train_dataset=Dataset.from_dict({{"input_ids": [[1, 2], [3, 4]]}})).train()
 """
 
+BUFFER_PAGES = 6 * (20 << 20) // mmap.PAGESIZE  # the pages of one round's blocks
 MALLOC_VARIABLES = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
 
 
@@ -78,12 +86,14 @@ def _probe(setup: str) -> tuple[int, int]:
 
 
 def test_a_trainer_run_keeps_the_freed_heap_mapped(tmp_path):
-    plain_fall, plain_faults = _probe("")
-    # without the setting glibc hands buffers back after every round and faults them in again at the next
-    assert plain_fall >= 20 << 20 and plain_faults > 0, (plain_fall, plain_faults)
-    kept_fall, kept_faults = _probe(TRAIN_ONE_STEP.format(output_dir=str(tmp_path / "out")))
-    assert kept_fall == 0, kept_fall  # after a train() the program break stays where the buffers were
-    assert kept_faults * 10 < plain_faults, (kept_faults, plain_faults)
+    step = TRAIN_ONE_STEP.format(output_dir=str(tmp_path / "out"))
+    switched_off = "import hf_seq.train_scripts.trainer as trainer\ntrainer.keep_heap_resident = lambda: False\n"
+    plain_fall, plain_faults = _probe(switched_off + step)
+    # without the setting glibc hands the blocks back after every round and faults them in again at the next
+    assert plain_fall >= 20 << 20 and plain_faults * 2 > BUFFER_PAGES, (plain_fall, plain_faults)
+    kept_fall, kept_faults = _probe(step)
+    assert kept_fall == 0, kept_fall  # after a train() the program break stays where the blocks were
+    assert kept_faults * 10 < BUFFER_PAGES, (kept_faults, BUFFER_PAGES)
 
 
 @pytest.mark.parametrize(
