@@ -51,6 +51,7 @@ import difflib
 import functools
 import inspect
 
+import torch
 import transformers
 from packaging.version import Version
 
@@ -165,6 +166,8 @@ def _attention_function_keywords(config) -> tuple[str | None, frozenset[str]]:
     return implementation, frozenset(p.name for p in parameters if p.kind in kinds)
 
 
+@torch.compiler.disable  # runs eagerly under torch.compile (a graph break, only when a keyword is unknown): the
+# set arithmetic and the message are plain Python, which torch 2.11's dynamo cannot trace
 def check_keyword_arguments(module, forward, named: frozenset[str], given) -> None:
     """Raise ``TypeError`` naming a keyword in ``given`` that ``module``'s ``forward`` (undecorated; ``named`` are its
     parameters) does not take and transformers does not pass: ``**kwargs: Unpack[TransformersKwargs]`` alone would
@@ -200,11 +203,16 @@ def capture_outputs(func=None, **options):
     def decorate(forward):
         captured = _release_capture_outputs(**options)(forward) if options else _release_capture_outputs(forward)
         named = _named_parameters(forward)
+        accepted = named | TRANSFORMERS_KEYWORDS
 
         @functools.wraps(captured)
         def wrapper(self, *args, **kwargs):
-            if kwargs.keys() - named - TRANSFORMERS_KEYWORDS:
-                check_keyword_arguments(self, forward, named, kwargs.keys())
+            # a loop, not `kwargs.keys() - accepted`: torch.compile of torch 2.11 cannot trace a set difference of
+            # dict keys (InternalTorchDynamoError), and a compiled model runs this on every call
+            for key in kwargs:
+                if key not in accepted:
+                    check_keyword_arguments(self, forward, named, kwargs.keys())
+                    break
             return captured(self, *args, **kwargs)
 
         return wrapper

@@ -54,6 +54,22 @@ def test_two_mistyped_keywords_are_both_named(tokenizer):
         model(**batch_for(model, tokenizer), output_attentionss=True, zzz=1)
 
 
+@pytest.mark.parametrize("family", ["bert", "transformer"])
+def test_a_compiled_model_takes_its_keywords_and_refuses_a_mistyped_one(family, tokenizer):
+    """Under torch.compile (dynamo traces the keyword check on every call; backend "eager" keeps it cheap) the
+    outputs equal the model's own, and a mistyped keyword is still the TypeError naming it: the check runs outside
+    the graph (``torch.compiler.disable``). This torch traced the check's former set arithmetic on ``kwargs.keys()``
+    as well; torch 2.11's dynamo could not (InternalTorchDynamoError), which only a machine with torch 2.11 shows
+    (docs/compile.md)."""
+    model = tiny_model(FAMILIES[family][2][0], len(tokenizer))
+    batch = batch_for(model, tokenizer)
+    compiled = torch.compile(model, backend="eager")
+    with torch.no_grad():
+        torch.testing.assert_close(main_output(compiled(**batch)), main_output(model(**batch)), rtol=0, atol=0)
+        with pytest.raises(TypeError, match=r"unexpected keyword argument 'output_hiden_states'"):
+            compiled(**batch, output_hiden_states=True)
+
+
 def test_the_accepted_keywords_are_transformers_typed_dicts_read_from_the_release():
     fields = TransformersKwargs.__optional_keys__ | FlashAttentionKwargs.__optional_keys__
     assert fields and fields <= compat.TRANSFORMERS_KEYWORDS
