@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 import pytest
+from hf_seq.train_scripts.trainer import GLIBC_MALLOC_VARIABLES
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc's heap only"
@@ -71,11 +72,10 @@ HfSeqTrainer(model=Scalar(), args=args, train_dataset=Dataset.from_dict({{"input
 """
 
 BUFFER_PAGES = 6 * (20 << 20) // mmap.PAGESIZE  # the pages of one round's blocks
-MALLOC_VARIABLES = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
 
 
 def _probe(setup: str) -> tuple[int, int]:
-    env = {k: v for k, v in os.environ.items() if k not in MALLOC_VARIABLES and k != "GLIBC_TUNABLES"}
+    env = {k: v for k, v in os.environ.items() if k not in GLIBC_MALLOC_VARIABLES and k != "GLIBC_TUNABLES"}
     env["OMP_NUM_THREADS"] = "1"
     result = subprocess.run(
         [sys.executable, "-c", PROBE.format(setup=setup)], capture_output=True, text=True, env=env, timeout=300

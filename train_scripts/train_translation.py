@@ -716,10 +716,11 @@ def cached_features(model_args, data_args, args, training_args, src: str, tgt: s
     return built
 
 
-def _features_from_files(model_args, data_args, args, root, src: str, tgt: str, found: tuple):
-    """:func:`cached_features` of a run that reads the data files (``found``: what :func:`_recorded_features`
-    found): the features read from the cache or built (filtered, tokenizer built, tokenized), the record saved."""
-    record_cache, record, overwrite = found
+def _features_from_files(model_args, data_args, args, root, src: str, tgt: str, recorded: tuple):
+    """:func:`cached_features` of a run that reads the data files (``recorded``: the record cache, record and
+    overwrite flag :func:`_recorded_features` returned): the features read from the cache or built (filtered,
+    tokenizer built, tokenized), the record saved."""
+    record_cache, record, overwrite = recorded
     loaded = load_task_data(TASK, data_args)
     raw = {split: dataset for split, dataset in loaded.items() if split in ("train", "validation", "test")}
     columns = {split: check_pairs(dataset, src, tgt) for split, dataset in raw.items()}

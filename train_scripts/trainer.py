@@ -46,8 +46,8 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 HEAP_MMAP_THRESHOLD = 32 << 20  # glibc's largest on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX), where its own rule ends
 HEAP_TRIM_THRESHOLD = -1  # mallopt's "never trim"
 # a user's own glibc malloc settings, which keep_heap_resident leaves as they are
-_GLIBC_MALLOC_VARIABLES = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
-_GLIBC_MALLOC_TUNABLES = ("glibc.malloc.trim_threshold", "glibc.malloc.mmap_threshold", "glibc.malloc.top_pad")
+GLIBC_MALLOC_VARIABLES = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+GLIBC_MALLOC_TUNABLES = ("glibc.malloc.trim_threshold", "glibc.malloc.mmap_threshold", "glibc.malloc.top_pad")
 
 
 def keep_heap_resident() -> bool:
@@ -72,8 +72,8 @@ def keep_heap_resident() -> bool:
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         return False
     tunables = os.environ.get("GLIBC_TUNABLES", "")
-    if any(os.environ.get(name) for name in _GLIBC_MALLOC_VARIABLES) or any(
-        t in tunables for t in _GLIBC_MALLOC_TUNABLES
+    if any(os.environ.get(name) for name in GLIBC_MALLOC_VARIABLES) or any(
+        t in tunables for t in GLIBC_MALLOC_TUNABLES
     ):
         return False
     try:
