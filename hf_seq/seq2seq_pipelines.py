@@ -153,6 +153,26 @@ def register_pipelines() -> None:
         removed = getattr(pipelines, "REMOVED_TASKS", None)
         if isinstance(removed, dict):
             removed.pop(task, None)
+        entry = pipelines.PIPELINE_REGISTRY.supported_tasks[task]
+        if not isinstance(entry, _TaskWithoutDefault):  # pipeline(task) alone: a message, not KeyError('default')
+            pipelines.PIPELINE_REGISTRY.supported_tasks[task] = _TaskWithoutDefault(task, entry)
     for pipeline_class in classes.values():
         if "_registered_impl" in vars(pipeline_class):
             delattr(pipeline_class, "_registered_impl")
+
+
+class _TaskWithoutDefault(dict):
+    """A registry entry without a default model: ``pipeline(task)`` without ``model=`` reads its ``"default"`` and
+    gets a ``KeyError`` that says what to pass."""
+
+    def __init__(self, task: str, entry: dict):
+        super().__init__(entry)
+        self.task = task
+
+    def __missing__(self, key):
+        if key == "default":
+            raise KeyError(
+                f"pipeline({self.task!r}) has no default model: transformers 5 removed the task, and hf_seq serves "
+                "it for hf_seq encoder-decoder models: pass model=<a saved hf_seq folder>"
+            )
+        raise KeyError(key)
