@@ -97,7 +97,9 @@ class Text2TextGenerationPipeline(Pipeline):
         return self.tokenizer(inputs, truncation=truncation, max_length=max_length, return_tensors="pt")
 
     def _forward(self, model_inputs: dict, **generate_kwargs) -> dict:
-        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        prepare = getattr(self, "_prepare_generate_kwargs", None)  # the pipeline's defaults; 5.0 has none: the model's
+        if prepare is not None:
+            generate_kwargs = prepare(generate_kwargs)
         output_ids = self.model.generate(**model_inputs, **generate_kwargs)  # (B * num_return_sequences, T)
         in_batch = model_inputs["input_ids"].shape[0]
         return {"output_ids": output_ids.reshape(in_batch, -1, output_ids.shape[-1])}
