@@ -129,3 +129,20 @@ def test_unknown_names_and_the_folder_commands(tmp_path):
     listing = run_data_command("list", "--data_dir", str(tmp_path), path="/usr/bin:/bin")
     assert listing.returncode == 0 and f"data folder: {tmp_path}" in listing.stdout
     assert [line.split() for line in listing.stdout.splitlines()[1:]] == [[name, "missing"] for name in I.GROUPS["all"]]
+
+
+def test_a_pretrained_folder_is_checked_against_the_pinned_manifest(tmp_path):
+    """The pretrained files' SHA-256 ship with the package (hf_seq/pretrained.sha256); a folder without its
+    ``.complete`` mark or with a file that differs is reinstalled, and ``list`` calls it damaged."""
+    assert sorted(I.pretrained_sha256("glove-6b-50d")) == ["glove_6B_50d_emb.npy", "glove_6B_index.parquet"]
+    assert len(I.pretrained_sha256("all-MiniLM-L6-v2")) == 5
+    folder = tmp_path / "pretrained" / "glove-6b-50d"
+    assert I.problems("glove-6b-50d", tmp_path) == [f"{folder} does not exist"]
+    folder.mkdir(parents=True)
+    for name in I.pretrained_sha256("glove-6b-50d"):
+        (folder / name).write_bytes(b"not the vectors")
+    found = I.problems("glove-6b-50d", tmp_path)
+    assert found[0] == f"{folder} is incomplete (no .complete marker)"
+    assert found[1:] == [f"{folder / name} is damaged" for name in I.pretrained_sha256("glove-6b-50d")]
+    listing = run_data_command("list", "--data_dir", str(tmp_path), path="/usr/bin:/bin")
+    assert f"glove-6b-50d      damaged: {folder} is incomplete" in listing.stdout
