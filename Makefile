@@ -42,7 +42,7 @@ test-compat: $(STAMP)
 	HF_SEQ_COMPAT_RELEASES=all $(VPY) -m pytest -q tests/test_compat.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check hf_seq train_scripts benchmarks tests scripts
+	$(VENV)/bin/ruff check hf_seq hf_seq_cli.py train_scripts benchmarks tests scripts
 
 # The README's speed and baseline figures (each script writes benchmarks/results/<name>.json).
 bench: $(STAMP) data

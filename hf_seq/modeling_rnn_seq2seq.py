@@ -35,6 +35,7 @@ from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
 from .fast_paths import drop_all_ones_mask
 from .losses import lm_head_and_loss  # noqa: F401  (seq2seq_utils.py imports it; 5.0–5.6 copy only these siblings)
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
+from .pipeline_tasks import DeclaredPipelinesMixin  # noqa: F401  (the config imports it; 5.0–5.6 copy only these siblings)
 from .recurrent import RecurrentStack, to_torch_rnn_modules_
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)

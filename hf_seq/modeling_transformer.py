@@ -49,6 +49,7 @@ from .configuration_transformer import HfSeqTransformerConfig
 from .fast_paths import appends_in_place, drop_all_ones_mask, padding_free_rows
 from .losses import lm_head_and_loss  # noqa: F401  (seq2seq_utils.py imports it; 5.0–5.6 copy only these siblings)
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
+from .pipeline_tasks import DeclaredPipelinesMixin  # noqa: F401  (the config imports it; 5.0–5.6 copy only these siblings)
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES  # noqa: F401  (seq2seq_utils.py imports it, as above)
 from .seq2seq_utils import Seq2SeqLMHeadMixin, shift_tokens_right
 from .validation import GenerationArgumentsMixin, check_batch_shape, check_token_ids

@@ -100,7 +100,10 @@ def load_word_vectors(
     """
     path = Path(path)
     if not path.exists():
-        raise WordVectorError(f"word vectors {path} do not exist (GloVe 6B: `make pretrained`)")
+        raise WordVectorError(
+            f"word vectors {path} do not exist (GloVe 6B: `hf-seq-data fetch glove-6b-50d`; `make pretrained` in a "
+            "clone)"
+        )
     if path.is_dir():
         _check_manifest(path)
         path, words = _find_in_folder(path, words)
@@ -143,7 +146,7 @@ def _check_manifest(folder: Path) -> None:
     if problems:
         raise WordVectorError(
             f"word vectors in {folder} do not match their {MANIFEST}: {'; '.join(problems)} (reinstall: "
-            "`make pretrained`)"
+            "`hf-seq-data fetch glove-6b-50d`; `make pretrained` in a clone)"
         )
 
 

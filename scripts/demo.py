@@ -117,7 +117,7 @@ def main(argv: list[str]) -> None:
 
     model = AutoModelForSeq2SeqLM.from_pretrained(run_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
-    translate = pipeline("translation", model=str(run_dir), trust_remote_code=True)  # hf_seq/seq2seq_pipelines.py
+    translate = pipeline("translation", model=str(run_dir))  # hf_seq/seq2seq_pipelines.py, registered by import hf_seq
     print(f"\nReloaded {type(model).__name__} with AutoModelForSeq2SeqLM; pipeline('translation'), beam {NUM_BEAMS}:")
     verses = held_out_verses(results, NUM_EXAMPLES)
     outputs = translate([v["en"] for v in verses], num_beams=NUM_BEAMS)

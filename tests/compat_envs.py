@@ -115,7 +115,7 @@ def pip(python: Path, *args: str) -> None:
         raise RuntimeError(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
 
 
-WHEEL_SOURCES = ("pyproject.toml", "README.md", "hf_seq", "train_scripts", "configs")
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "hf_seq", "hf_seq_cli.py", "train_scripts", "configs")
 
 
 def build_wheel(out_dir: Path) -> Path:

@@ -363,8 +363,8 @@ def test_a_missing_preset_names_the_command_that_installs_it(cli_main, tmp_path,
     monkeypatch.setattr(hf_seq.data, "_clone_root", lambda: None)  # a pip install: no Makefile, no scripts/
     status, line = cli_main("classifier", CONFIGS / "sentiment_bilstm.json", "--output_dir", "runs/out")
     assert status == 2 and "make data" not in line
-    assert f"in a clone of the hf_seq repository run `HF_SEQ_DATA={tmp_path / 'no_data'} bash " in line
-    assert "scripts/fetch_data.sh`" in line and "or pass your own data with `--train_file`" in line
+    assert f"run `hf-seq-data fetch sentiment` (it installs into {tmp_path / 'no_data'}, the data folder" in line
+    assert "or pass your own data with `--train_file`" in line
 
 
 def test_translation_trains_by_default():

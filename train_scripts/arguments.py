@@ -43,6 +43,7 @@ from hf_seq.train_scripts.trainer import start_deepspeed_comm_on_cpu
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments, TrainingArguments
 
 from hf_seq.data import DATASET_PRESETS, DataError, check_data_file
+from hf_seq.data_install import resolve_data_path
 
 TOKENIZER_KINDS = ("word", "char", "wordpiece", "bpe")
 
@@ -541,6 +542,15 @@ def _data_source_from_command_line(recipe: dict, flags: set[str]) -> dict:
     return recipe
 
 
+class ArgumentParser(HfArgumentParser):
+    """``HfArgumentParser`` whose usage errors (a value of the wrong type, a choice not offered, a missing value) are
+    one line, ``<prog>: error: <message>``, exit status 2 — without argparse's usage block, which lists every field
+    (``--help`` prints it)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (`--help` lists the options)\n")
+
+
 def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
     """``[recipe.json] [--field value ...]`` -> ``(model_args, data_args, task_args, training_args)``, checked.
 
@@ -549,7 +559,7 @@ def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
     checked (:func:`check_recipe`, :func:`check_arguments`) before the caller reads any data."""
     argv = list(sys.argv[1:] if argv is None else argv)
     dataclass_types = (ModelArguments, DataArguments, task.arguments, task.training_arguments)
-    parser = HfArgumentParser(dataclass_types)
+    parser = ArgumentParser(dataclass_types)
     parser.set_defaults(**task.defaults)
     for action in parser._actions:
         if action.dest in task.unused:
@@ -583,6 +593,9 @@ def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
         model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     except (ValueError, TypeError) as error:  # TrainingArguments / a task dataclass rejected a value
         raise RecipeError(f"{where}: {error}") from error
+    # data/pretrained/<name> (the MiniLM recipes) is the data folder's (HF_SEQ_DATA, a clone's data/, the user's)
+    model_args.model_name_or_path = resolve_data_path(model_args.model_name_or_path)
+    model_args.tokenizer_name = resolve_data_path(model_args.tokenizer_name)
     sources = {key: recipe_where for key in recipe} | {key: "command line" for key in flags}
     check_run(task, model_args, data_args, task_args, training_args, sources=sources)
     check_arguments(task, model_args, data_args, training_args, sources=sources)

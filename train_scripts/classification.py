@@ -53,6 +53,7 @@ from hf_seq.train_scripts.features import (
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 from transformers import TrainerCallback
 
+from hf_seq.data_install import resolve_data_path
 from hf_seq.preprocessing import tokenizer_fingerprint
 from hf_seq.word_vectors import MISSING_INITS, TEXT_SUFFIXES, init_embeddings_from_vectors, load_word_vectors
 
@@ -114,11 +115,13 @@ class WordVectorArguments:
 
 def check_word_vector_arguments(args) -> None:
     """``ValueError`` naming the field for a missing vectors path or a value outside the choices."""
-    path = args.pretrained_embeddings
+    # data/pretrained/<name> (the GloVe recipes) is the data folder's (HF_SEQ_DATA, a clone's data/, the user's)
+    path = args.pretrained_embeddings = resolve_data_path(args.pretrained_embeddings)
     if path and not os.path.exists(path):
         raise ValueError(
-            f"`pretrained_embeddings` {path} does not exist (GloVe 6B: `make pretrained`, then "
-            "data/pretrained/glove-6b-50d; skip-gram vectors: run train_scripts/train_word_vectors.py first)"
+            f"`pretrained_embeddings` {path} does not exist (GloVe 6B: `hf-seq-data fetch glove-6b-50d` (`make "
+            "pretrained` in a clone), then data/pretrained/glove-6b-50d; skip-gram vectors: run `hf-seq-train "
+            "word_vectors` first)"
         )
     if args.pretrained_embeddings_words and not os.path.isfile(args.pretrained_embeddings_words):
         raise ValueError(f"`pretrained_embeddings_words` {args.pretrained_embeddings_words} does not exist")

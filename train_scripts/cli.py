@@ -1,6 +1,7 @@
 """``hf-seq-train <task> [recipe] [--field value ...]``: every train script behind one command.
 
-Installed by ``pip install hf-seq`` (``[project.scripts]``), so the scripts run without a clone; ``python -m
+Installed by ``pip install hf-seq`` (``[project.scripts]``, through ``hf_seq_cli.train``, which answers ``--help`` and
+``--list-recipes`` without importing torch), so the scripts run without a clone; ``python -m
 hf_seq.train_scripts <task> ...`` is the same (and works under ``torchrun -m`` / ``accelerate launch -m``). The task name is
 the script's (``classifier`` = ``train_scripts/train_classifier.py``); the rest of the command line is the script's.
 A recipe is a JSON file or the name of a shipped recipe (:mod:`hf_seq.train_scripts.recipes`);
@@ -25,7 +26,8 @@ recipe: a JSON file, or the name of a shipped recipe (`hf-seq-train <task> --lis
 the defaults are those of the task's default recipe (its model and training settings; the data is yours:
 --train_file ... or --dataset_name):
 {chr(10).join(f"  {task:<14}{recipe}" for task, recipe in DEFAULT_RECIPES.items())}
-`hf-seq-train <task> --help` lists every field of that task (docs/training.md describes them).
+`hf-seq-train <task> --help` lists every field of that task (docs/training.md describes them); `hf-seq-data fetch`
+installs the corpora of the dataset presets (--dataset_name hf_seq/sentiment, ...).
 A mistake in the recipe, a flag or the data is one line `hf-seq-train: error: ...` (exit status 2); `--debug` (or
 HF_SEQ_DEBUG=1) shows its traceback."""
 
