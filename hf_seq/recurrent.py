@@ -75,8 +75,11 @@ from .recurrent_cells import (
 from .recurrent_kernels import (
     ALIGNED,
     ALIGNED_FILL,
+    FOLD,
+    MODULES,
     PACKED,
     PADDED,
+    GateProjection,
     PaddingPlan,
     RecurrentLayer,
     cell_forward,
@@ -168,8 +171,13 @@ class RecurrentStack(nn.Module):
 
     @property
     def uses_fused_path(self) -> bool:
-        """True when forward calls the fused ``torch.nn`` kernels (implementation "fused" and the cell has them)."""
-        return self.implementation == "fused" and self.cell_type.has_kernel
+        """True when forward calls the fused ``torch.nn`` kernels (implementation "fused", the cell has them, and no
+        adapter on a gate needs its own forward: :meth:`RecurrentLayer.adapter_path`)."""
+        return (
+            self.implementation == "fused"
+            and self.cell_type.has_kernel
+            and all(layer.uses_kernel for layer in self.layers if isinstance(layer, RecurrentLayer))
+        )
 
     def extra_repr(self) -> str:
         return (
@@ -429,11 +437,14 @@ __all__ = [
     "ALIGNED",
     "ALIGNED_FILL",
     "CELL_TYPES",
+    "FOLD",
     "IMPLEMENTATIONS",
+    "MODULES",
     "PACKED",
     "PADDED",
     "SELF_ATTENTION_LSTM_STATES",
     "CellType",
+    "GateProjection",
     "PaddingPlan",
     "RecurrentLayer",
     "RecurrentStack",
