@@ -511,7 +511,11 @@ def choose_kernel(layer: RecurrentLayer, inputs: torch.Tensor, padding: PaddingP
        column: forget gate 1, input gate 0).
 
     Every fused call of an LSTM compiled for training on CPU runs as an unrolled loop of ``lstm_step`` instead
-    (:func:`_lstm_needs_unrolled_kernel`: AOTAutograd cannot differentiate oneDNN's LSTM op)."""
+    (:func:`_lstm_needs_unrolled_kernel`: AOTAutograd cannot differentiate oneDNN's LSTM op).
+
+    PEFT adapters on the gates (:meth:`RecurrentLayer.adapter_path`) change the weights, not the kernel: a LoRA
+    adapter without active dropout runs in the same fused calls over ``W + ΔW``; only an adapter that cannot be
+    folded (dropout while training, DoRA, ...) makes the layer a cell-path layer (rule 2, with a "padded" plan)."""
     if padding is not None and padding.layout == PACKED:
         return PACKED
     if not layer.uses_kernel or (padding is not None and padding.layout == PADDED):
