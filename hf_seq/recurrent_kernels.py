@@ -221,7 +221,7 @@ def _lstm_unrolled(x: torch.Tensor, hx: State, weights: list[torch.Tensor], bidi
 FOLD, MODULES = "fold", "modules"
 
 
-class GateProjection(nn.Linear):
+class GateProjection(nn.modules.linear.NonDynamicallyQuantizableLinear):
     """One gate projection of a :class:`RecurrentLayer` seen as an ``nn.Linear``: ``ih_l0`` is ``x -> W_ih·x + b_ih``,
     ``hh_l0`` is ``h -> W_hh·h + b_hh`` (and ``ih_l0_reverse``, ``hh_l0_reverse``). Its ``weight`` and ``bias`` ARE the
     layer's ``weight_ih_l0`` / ``bias_ih_l0`` (...) parameters: it holds no tensor of its own, so parameter names, the
@@ -229,14 +229,22 @@ class GateProjection(nn.Linear):
 
     It exists for the libraries that look for ``nn.Linear`` modules: PEFT's ``target_modules="all-linear"`` (or
     ``["ih_l0", "hh_l0"]``) wraps it with a LoRA layer, and the recurrent layer then runs its fused kernel with
-    ``W + ΔW`` (:meth:`RecurrentLayer.adapter_path`). ``quantize_dynamic`` matches classes exactly and leaves it alone
-    (the recurrent layer is quantized as a whole, after ``prepare_for_quantization_()``)."""
+    ``W + ΔW`` (:meth:`RecurrentLayer.adapter_path`). Int8 quantizers leave it alone (the recurrent layer is quantized
+    as a whole, after ``prepare_for_quantization_()``): ``quantize_dynamic`` matches classes exactly, and torchao's
+    ``quantize_`` skips ``NonDynamicallyQuantizableLinear``, torch's marker for such a layer (as in
+    ``nn.MultiheadAttention``). Assigning its ``weight`` or ``bias`` assigns the layer's parameter."""
 
     def __init__(self, owner: nn.Module, weight_name: str, bias_name: str) -> None:
         nn.Module.__init__(self)
         self.__dict__["_owner"] = owner  # a plain reference, not a submodule: the owner holds (and moves) the tensors
         self.weight_name, self.bias_name = weight_name, bias_name
         self.out_features, self.in_features = getattr(owner, weight_name).shape
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in ("weight", "bias") and "_owner" in self.__dict__:
+            setattr(self.__dict__["_owner"], self.weight_name if name == "weight" else self.bias_name, value)
+        else:
+            super().__setattr__(name, value)
 
     @property
     def weight(self) -> torch.Tensor:  # type: ignore[override]

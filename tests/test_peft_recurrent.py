@@ -318,3 +318,22 @@ def test_gate_projection_holds_no_tensor():
     torch.testing.assert_close(layer.ih_l0(x), nn.functional.linear(x, layer.weight_ih_l0, layer.bias_ih_l0))
     clone = copy.deepcopy(model)
     assert clone.rnn.encoder.layers[0].ih_l0.weight is clone.rnn.encoder.layers[0].weight_ih_l0
+
+
+def test_gate_projection_assignment_and_int8_quantizers():
+    """Assigning a gate module's weight assigns the layer's parameter (the kernels use it); int8 quantizers of
+    ``nn.Linear`` layers skip the gates: torch's by exact class, torchao's by torch's ``NonDynamicallyQuantizableLinear``
+    marker (the recurrent layer is quantized as a whole instead)."""
+    model = build("lm")
+    inputs = batch("lm")
+    layer = model.rnn.encoder.layers[0]
+    before = logits(model, inputs)
+    replacement = nn.Parameter(layer.weight_hh_l0.detach() * 0.5)
+    layer.hh_l0.weight = replacement
+    assert layer.weight_hh_l0 is replacement and layer.hh_l0.weight is replacement
+    assert differs(logits(model, inputs), before)
+    assert isinstance(layer.ih_l0, nn.modules.linear.NonDynamicallyQuantizableLinear)
+    torchao = pytest.importorskip("torchao.quantization")
+    torchao.quantize_(model, torchao.Int8DynamicActivationInt8WeightConfig())
+    assert type(layer.weight_ih_l0) is nn.Parameter and type(layer.weight_ih_l0.data) is torch.Tensor
+    assert torch.isfinite(logits(model, inputs)).all()
