@@ -337,3 +337,19 @@ def test_gate_projection_assignment_and_int8_quantizers():
     torchao.quantize_(model, torchao.Int8DynamicActivationInt8WeightConfig())
     assert type(layer.weight_ih_l0) is nn.Parameter and type(layer.weight_ih_l0.data) is torch.Tensor
     assert torch.isfinite(logits(model, inputs)).all()
+
+
+@pytest.mark.parametrize("head", ["lm", "seq2seq"])
+def test_adapted_generate_equals_merged_generate(head):
+    """Decoding steps (the one-step kernel and the recurrent cache) run the adapter too: greedy and beam search of the
+    adapted model give the merged model's tokens."""
+    model = build(head)
+    inputs = {k: v for k, v in batch(head).items() if k in ("input_ids", "attention_mask")}
+    kwargs = dict(max_new_tokens=4, do_sample=False, pad_token_id=PAD, eos_token_id=None)
+    base = [model.generate(**inputs, num_beams=beams, **kwargs) for beams in (1, 3)]
+    peft_model = get_peft_model(model, lora(head)).eval()
+    adapted = [peft_model.generate(**inputs, num_beams=beams, **kwargs) for beams in (1, 3)]
+    assert not all(torch.equal(a, b) for a, b in zip(adapted, base)), "the adapter changed no token"
+    merged = peft_model.merge_and_unload()
+    for beams, tokens in zip((1, 3), adapted):
+        assert torch.equal(merged.generate(**inputs, num_beams=beams, **kwargs), tokens)
