@@ -222,6 +222,23 @@ class HfSeqRNNConfig(PretrainedConfig):
         ``num_directions*hidden_size``."""
         return self.encoder_input_size if self.cell == "none" else self.num_directions * self.hidden_size
 
+    @property
+    def word_embed_proj_dim(self) -> int:
+        """The width of ``last_hidden_state`` (:attr:`feature_size`) under the name embedding clients read before
+        ``hidden_size``: transformers' models whose outputs are not ``hidden_size`` wide declare it there (OPT), and
+        sentence-transformers' ``get_embedding_dimension()`` (so its pooling layer and model card) takes it first.
+        ``hidden_size`` keeps its meaning (the recurrent state per direction). Computed, never saved: folders load
+        unchanged."""
+        return self.feature_size
+
+    @word_embed_proj_dim.setter
+    def word_embed_proj_dim(self, value) -> None:
+        if value != self.feature_size:
+            raise ValueError(
+                f"`word_embed_proj_dim` is the width of last_hidden_state ({self.feature_size}: `cell`, "
+                f"`hidden_size`, `bidirectional` and the embedding sizes set it) and cannot be set to {value!r}"
+            )
+
 
 # The former name, kept as an alias: imports of it and old folders whose auto_map names
 # "configuration_rnn.RNNConfig" keep working. transformers looks config classes up by __name__ and would

@@ -138,6 +138,22 @@ class HfSeqRNNSeq2SeqConfig(DeclaredPipelinesMixin, PretrainedConfig):
             check_token_id(name, getattr(self, name), self.vocab_size)
         check_token_id("eos_token_id", self.eos_token_id, self.vocab_size, allow_list=True)
 
+    @property
+    def word_embed_proj_dim(self) -> int:
+        """The width of ``RNNSeq2SeqModel``'s ``last_hidden_state`` (the decoder outputs, projected to
+        ``embedding_size`` for the output layer) under the name embedding clients read before ``hidden_size`` (as
+        OPT declares it; sentence-transformers' ``get_embedding_dimension()`` takes it first). ``hidden_size`` keeps
+        its meaning. Computed, never saved."""
+        return self.embedding_size
+
+    @word_embed_proj_dim.setter
+    def word_embed_proj_dim(self, value) -> None:
+        if value != self.embedding_size:
+            raise ValueError(
+                f"`word_embed_proj_dim` is the width of last_hidden_state (`embedding_size` = {self.embedding_size}) "
+                f"and cannot be set to {value!r}"
+            )
+
 
 # The former name, kept as an alias: imports of it and old folders whose auto_map names
 # "configuration_rnn_seq2seq.RNNSeq2SeqConfig" keep working. transformers looks config classes up by __name__ and would

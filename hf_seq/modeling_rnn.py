@@ -32,7 +32,7 @@ from .configuration_rnn import HfSeqRNNConfig
 from .fast_paths import drop_all_ones_mask
 from .losses import lm_head_and_loss, sequence_classification_loss, token_classification_loss
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
-from .recurrent import RecurrentLayer, RecurrentStack, State, to_torch_rnn_modules_
+from .recurrent import GateProjection, RecurrentLayer, RecurrentStack, State, to_torch_rnn_modules_
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
 from .validation import IGNORE_INDEX, GenerationArgumentsMixin, check_label_range, check_token_ids
@@ -108,6 +108,8 @@ class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
             init.normal_(module.weight, mean=0.0, std=std)
             if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
                 module.weight[module.padding_idx].zero_()
+        elif isinstance(module, GateProjection):
+            return  # a view of a recurrent layer's gate parameters, initialised with the layer below
         elif isinstance(module, nn.Linear):
             init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
@@ -127,8 +129,8 @@ class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
 
     def prepare_for_quantization_(self) -> RNNPreTrainedModel:
         """Swap every recurrent layer for the ``torch.nn.RNN/LSTM/GRU`` holding the same parameter tensors, in place,
-        so that ``torch.ao.quantization.quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU}, dtype=torch.qint8)``
-        quantizes the LSTM/GRU layers too: it matches module classes exactly, and hf_seq's recurrent layers are not
+        so that dynamic int8 quantization (:func:`hf_seq.quantization.quantize_dynamic_int8`, which calls this
+        itself; torch's ``quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU})``) quantizes the LSTM/GRU layers too: it matches module classes exactly, and hf_seq's recurrent layers are not
         ``nn.LSTM``/``nn.GRU`` (TorchDynamo refuses to trace those). Parameter names, state dict and outputs do not
         change. Afterwards the model runs in eager mode only: compiling or exporting a prepared (or quantized) model
         is not supported (see :func:`~.recurrent.to_torch_rnn_modules_`). Returns the model."""

@@ -33,10 +33,16 @@ How padding reaches the fused kernel depends on where the code runs (see :func:`
   forget gate to 1 and the input gate to 0 at padded steps (``c_t = 1·c_{t-1} + 0·g``, exactly, in value and
   gradient). A batch passed without ``attention_mask`` is one kernel call per layer (cuDNN on CUDA).
 
-Dynamic int8 quantization: ``torch.ao.quantization.quantize_dynamic`` replaces modules by their exact class
-(``nn.LSTM``, ``nn.GRU``), and TorchDynamo refuses to trace any ``nn.RNN/LSTM/GRU`` instance, so a
-:class:`RecurrentLayer` is neither. :func:`to_torch_rnn_modules_` (``model.prepare_for_quantization_()``) swaps each
-for the ``torch.nn`` module holding the same parameter tensors, an explicit eager-only step before quantizing.
+Dynamic int8 quantization (``hf_seq.quantization.quantize_dynamic_int8``, over torch's ``quantize_dynamic``) replaces
+modules by their exact class (``nn.LSTM``, ``nn.GRU``), and TorchDynamo refuses to trace any ``nn.RNN/LSTM/GRU``
+instance, so a :class:`RecurrentLayer` is neither. :func:`to_torch_rnn_modules_` (``model.prepare_for_quantization_()``)
+swaps each for the ``torch.nn`` module holding the same parameter tensors, an explicit eager-only step before
+quantizing.
+
+Adapters: each :class:`RecurrentLayer` also shows its gate projections as ``nn.Linear`` modules (``ih_l0``, ``hh_l0``,
+``*_reverse``: :class:`GateProjection`, views holding no tensor of their own), so PEFT's LoRA with
+``target_modules="all-linear"`` reaches the recurrent weights; the layer then runs its fused kernel over
+``W + ΔW`` (:meth:`RecurrentLayer.adapter_path`).
 
 A new cell type plugs in through :func:`register_cell` (see :class:`CellType`); a cell without a fused kernel
 provides ``build_layer`` (its parameter holder) and either a ``step`` function or a whole ``scan`` over time, and
@@ -75,8 +81,11 @@ from .recurrent_cells import (
 from .recurrent_kernels import (
     ALIGNED,
     ALIGNED_FILL,
+    FOLD,
+    MODULES,
     PACKED,
     PADDED,
+    GateProjection,
     PaddingPlan,
     RecurrentLayer,
     cell_forward,
@@ -168,8 +177,13 @@ class RecurrentStack(nn.Module):
 
     @property
     def uses_fused_path(self) -> bool:
-        """True when forward calls the fused ``torch.nn`` kernels (implementation "fused" and the cell has them)."""
-        return self.implementation == "fused" and self.cell_type.has_kernel
+        """True when forward calls the fused ``torch.nn`` kernels (implementation "fused", the cell has them, and no
+        adapter on a gate needs its own forward: :meth:`RecurrentLayer.adapter_path`)."""
+        return (
+            self.implementation == "fused"
+            and self.cell_type.has_kernel
+            and all(layer.uses_kernel for layer in self.layers if isinstance(layer, RecurrentLayer))
+        )
 
     def extra_repr(self) -> str:
         return (
@@ -381,7 +395,7 @@ class RecurrentStack(nn.Module):
 
 
 def to_torch_rnn_modules_(module: nn.Module) -> nn.Module:
-    """Prepare ``module`` for ``torch.ao.quantization.quantize_dynamic``, in place (fairseq-style explicit step):
+    """Prepare ``module`` for torch's ``quantize_dynamic`` (:func:`hf_seq.quantization.quantize_dynamic_int8`), in place (fairseq-style explicit step):
     every :class:`RecurrentLayer` of every :class:`RecurrentStack` in it becomes the ``torch.nn.RNN/LSTM/GRU`` holding
     the same parameter tensors, so that ``quantize_dynamic(module, {nn.Linear, nn.LSTM, nn.GRU})`` replaces the LSTM
     and GRU layers with ``torch.ao.nn.quantized.dynamic.LSTM/GRU`` (a SimpleRNN layer stays float: torch has no
@@ -429,11 +443,14 @@ __all__ = [
     "ALIGNED",
     "ALIGNED_FILL",
     "CELL_TYPES",
+    "FOLD",
     "IMPLEMENTATIONS",
+    "MODULES",
     "PACKED",
     "PADDED",
     "SELF_ATTENTION_LSTM_STATES",
     "CellType",
+    "GateProjection",
     "PaddingPlan",
     "RecurrentLayer",
     "RecurrentStack",

@@ -142,23 +142,41 @@ def get_cell_type(name: str) -> CellType:
     return CELL_TYPES[name]
 
 
+def layer_weights(layer: nn.Module, suffix: str) -> list[torch.Tensor | None]:
+    """``[weight_ih, weight_hh, bias_ih, bias_hh]`` of one direction of a layer (``suffix`` "" or "_reverse"): a
+    recurrent layer's own answer (adapters on its gates folded in), else its parameters read by name."""
+    direction_weights = getattr(layer, "direction_weights", None)
+    if direction_weights is not None:
+        return direction_weights(1 if suffix else 0)
+    names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+    return [getattr(layer, f"{name}_l0{suffix}", None) for name in names]
+
+
 def step_scan(cell_type: CellType, hidden_size: int, layer, suffix, x, mask, init):
     """The cell path of one direction of one layer: ``cell_type.step`` at every time step of ``x`` (B, T, I);
-    padded steps (``mask`` False) keep the state and output zeros. Returns ``(outputs (B, T, H), state)``."""
+    padded steps (``mask`` False) keep the state and output zeros. Returns ``(outputs (B, T, H), state)``.
+
+    When adapters on the layer's gates need their own forward (``layer.gate_modules``, e.g. LoRA dropout while
+    training), the input half is the ``ih`` module's output and each step's recurrent half the ``hh`` module's
+    output (passed to the step function as its bias, with a zero ``W_hh``)."""
     step = cell_type.step
-    weight_ih = getattr(layer, f"weight_ih_l0{suffix}")
-    weight_hh = getattr(layer, f"weight_hh_l0{suffix}")
-    bias_ih = getattr(layer, f"bias_ih_l0{suffix}", None)
-    bias_hh = getattr(layer, f"bias_hh_l0{suffix}", None)
+    gate_modules = getattr(layer, "gate_modules", None)
+    modules = gate_modules(1 if suffix else 0) if gate_modules is not None else None
+    weight_ih, weight_hh, bias_ih, bias_hh = layer_weights(layer, suffix)
     batch_size, seq_len, _ = x.shape
     if init is None:
         zeros = x.new_zeros(batch_size, hidden_size)
         init = tuple(zeros for _ in range(cell_type.num_states))
     state = init
-    gates_x = F.linear(x, weight_ih, bias_ih)  # (B, T, G*H): the W_ih·x_t half of A·[h_{t-1}; x_t] for all t
+    if modules is None:
+        gates_x = F.linear(x, weight_ih, bias_ih)  # (B, T, G*H): the W_ih·x_t half of A·[h_{t-1}; x_t] for all t
+    else:
+        ih, hh = modules
+        gates_x = ih(x)  # (B, T, G*H), the adapters' forward included
+        weight_hh = torch.zeros_like(weight_hh)  # F.linear(h, 0, hh(h)) = hh(h): the step adds the adapted half
     outputs = []
     for t in range(seq_len):
-        new_state = step(gates_x[:, t], state, weight_hh, bias_hh)
+        new_state = step(gates_x[:, t], state, weight_hh, hh(state[0]) if modules is not None else bias_hh)
         if mask is not None:
             real = mask[:, t].unsqueeze(-1)  # (B, 1)
             new_state = tuple(torch.where(real, new, old) for new, old in zip(new_state, state))
@@ -200,10 +218,13 @@ def self_attention_lstm_scan(
     x: (B, T, I); mask: (B, T) bool (True = real token) or None; init: the direction's state from a previous call
     (the tape continues) or None. Returns outputs (B, T, H) (zero at padding) and the new state.
     """
-    weight_ih = getattr(layer, f"weight_ih_l0{suffix}")  # (4H, I)
-    weight_hh = getattr(layer, f"weight_hh_l0{suffix}")  # (4H, H)
-    bias_ih = getattr(layer, f"bias_ih_l0{suffix}", None)
-    bias_hh = getattr(layer, f"bias_hh_l0{suffix}", None)
+    gate_modules = getattr(layer, "gate_modules", None)
+    if gate_modules is not None and gate_modules(1 if suffix else 0) is not None:
+        raise ValueError(
+            "the self-attention LSTM runs adapters on its gates only as LoRA folded into the weights: set "
+            "`lora_dropout=0` (or evaluate with model.eval()), and no `use_dora` / `lora_bias`"
+        )
+    weight_ih, weight_hh, bias_ih, bias_hh = layer_weights(layer, suffix)  # (4H, I), (4H, H), (4H,), (4H,)
     scorer: AttentionScore = getattr(layer, f"attention_l0{suffix}")
     batch_size, seq_len, _ = x.shape
     hidden_size = weight_hh.shape[1]
@@ -254,6 +275,7 @@ __all__ = [
     "StepFn",
     "get_cell_type",
     "gru_step",
+    "layer_weights",
     "lstm_step",
     "register_cell",
     "rnn_step",

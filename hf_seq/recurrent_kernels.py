@@ -212,6 +212,85 @@ def _lstm_unrolled(x: torch.Tensor, hx: State, weights: list[torch.Tensor], bidi
     return torch.cat(outs, dim=-1), torch.stack(hs), torch.stack(cs)
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# The gates as nn.Linear modules, for adapters (PEFT's LoRA with target_modules="all-linear")
+# ----------------------------------------------------------------------------------------------------------------
+
+# how a layer runs adapters on its gates (RecurrentLayer.adapter_path): folded into the weights of the fused kernels,
+# or through the adapter modules' own forward on the cell path
+FOLD, MODULES = "fold", "modules"
+
+
+class GateProjection(nn.modules.linear.NonDynamicallyQuantizableLinear):
+    """One gate projection of a :class:`RecurrentLayer` seen as an ``nn.Linear``: ``ih_l0`` is ``x -> W_ih·x + b_ih``,
+    ``hh_l0`` is ``h -> W_hh·h + b_hh`` (and ``ih_l0_reverse``, ``hh_l0_reverse``). Its ``weight`` and ``bias`` ARE the
+    layer's ``weight_ih_l0`` / ``bias_ih_l0`` (...) parameters: it holds no tensor of its own, so parameter names, the
+    state dict and the fused kernels do not change, and folders saved before load as they did.
+
+    It exists for the libraries that look for ``nn.Linear`` modules: PEFT's ``target_modules="all-linear"`` (or
+    ``["ih_l0", "hh_l0"]``) wraps it with a LoRA layer, and the recurrent layer then runs its fused kernel with
+    ``W + ΔW`` (:meth:`RecurrentLayer.adapter_path`). Int8 quantizers leave it alone (the recurrent layer is quantized
+    as a whole, after ``prepare_for_quantization_()``): ``quantize_dynamic`` matches classes exactly, and torchao's
+    ``quantize_`` skips ``NonDynamicallyQuantizableLinear``, torch's marker for such a layer (as in
+    ``nn.MultiheadAttention``). Assigning its ``weight`` or ``bias`` assigns the layer's parameter."""
+
+    def __init__(self, owner: nn.Module, weight_name: str, bias_name: str) -> None:
+        nn.Module.__init__(self)
+        self.__dict__["_owner"] = owner  # a plain reference, not a submodule: the owner holds (and moves) the tensors
+        self.weight_name, self.bias_name = weight_name, bias_name
+        self.out_features, self.in_features = getattr(owner, weight_name).shape
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in ("weight", "bias") and "_owner" in self.__dict__:
+            setattr(self.__dict__["_owner"], self.weight_name if name == "weight" else self.bias_name, value)
+        else:
+            super().__setattr__(name, value)
+
+    @property
+    def weight(self) -> torch.Tensor:  # type: ignore[override]
+        return getattr(self.__dict__["_owner"], self.weight_name)
+
+    @property
+    def bias(self) -> torch.Tensor | None:  # type: ignore[override]
+        return getattr(self.__dict__["_owner"], self.bias_name, None)
+
+
+def _adapter_kind(module: nn.Module, training: bool) -> str | None:
+    """How a gate wrapped by an adapter layer runs: ``None`` (adapters disabled, merged or none active: the layer's own
+    tensors), :data:`FOLD` (LoRA whose output is ``x·ΔWᵀ``: no dropout while training, no DoRA, no LoRA bias, no
+    variant) or :data:`MODULES` (anything else: the adapter module's own forward, on the cell path)."""
+    if getattr(module, "disable_adapters", False):
+        if getattr(module, "merged", False):
+            module.unmerge()  # what PEFT's forward does with a disabled adapter that was merged
+        return None
+    if getattr(module, "merged", False):
+        return None  # the base weights already hold ΔW; PEFT's forward then runs the base layer alone
+    lora_a = getattr(module, "lora_A", None)
+    if lora_a is None or not hasattr(module, "get_delta_weight"):
+        return MODULES  # another kind of adapter: its own forward is the projection
+    active = [name for name in module.active_adapters if name in lora_a]
+    if not active:
+        return None
+    for name in active:
+        dropout = module.lora_dropout[name]
+        if (
+            module.use_dora.get(name)
+            or getattr(module, "lora_bias", {}).get(name)
+            or name in getattr(module, "lora_variant", {})
+            or (training and isinstance(dropout, nn.Dropout) and dropout.p > 0)
+        ):
+            return MODULES
+    return FOLD
+
+
+def _adapted_weight(module: nn.Module, weight: torch.Tensor) -> torch.Tensor:
+    """``W + Σ ΔW`` over the active LoRA adapters of a gate (``module`` a LoRA layer, :data:`FOLD`)."""
+    for name in module.active_adapters:
+        if name in module.lora_A:
+            weight = weight + module.get_delta_weight(name).to(weight.dtype)
+    return weight
+
+
 class RecurrentLayer(GradientCheckpointingLayer, nn.RNNBase):
     """One level of the recurrent stack, both directions: the unit of activation checkpointing and of FSDP wrapping.
 
@@ -241,24 +320,71 @@ class RecurrentLayer(GradientCheckpointingLayer, nn.RNNBase):
         self.cell_type = cell_type
         self.implementation = implementation
         self.num_directions = 2 if bidirectional else 1
+        # the gate projections as nn.Linear views of the parameters above (for adapters; they hold no tensor)
+        self._gate_names = []
+        for suffix in ("", "_reverse")[: self.num_directions]:
+            for kind in ("ih", "hh"):
+                name = f"{kind}_l0{suffix}"
+                setattr(self, name, GateProjection(self, f"weight_{name}", f"bias_{name}"))
+                self._gate_names.append(name)
 
     @property
     def uses_kernel(self) -> bool:
-        """True when this layer runs the fused ``torch.nn`` kernel (implementation "fused" and the cell has one)."""
-        return self.implementation == "fused" and self.cell_type.has_kernel
+        """True when this layer runs the fused ``torch.nn`` kernel (implementation "fused", the cell has one, and no
+        adapter on its gates needs its own forward)."""
+        return self.implementation == "fused" and self.cell_type.has_kernel and self.adapter_path() != MODULES
+
+    def adapter_path(self) -> str | None:
+        """How the adapters on this layer's gates run (PEFT wraps the :class:`GateProjection` modules ``ih_l0``,
+        ``hh_l0``...): ``None`` — no gate is wrapped, or every adapter is disabled, merged or inactive: the fused
+        kernels over the layer's own parameters, exactly as without PEFT; ``"fold"`` — LoRA adapters whose output
+        is ``x·ΔWᵀ`` (no dropout while training, no DoRA, no LoRA bias): the same fused kernels over ``W + ΔW``;
+        ``"modules"`` — any other adapter (LoRA dropout while training, DoRA, ...): the cell path, each step
+        calling the adapter modules themselves (slower; exact PEFT semantics)."""
+        path = None
+        for name in self._gate_names:
+            module = getattr(self, name)
+            if type(module) is GateProjection:
+                continue
+            kind = _adapter_kind(module, self.training)
+            if kind == MODULES:
+                return MODULES
+            path = kind or path
+        return path
+
+    def gate_modules(self, direction: int) -> tuple[nn.Module, nn.Module] | None:
+        """``(ih, hh)`` modules of one direction when the adapters on them run through their own forward
+        (:meth:`adapter_path` is ``"modules"``), else ``None``."""
+        if self.adapter_path() != MODULES:
+            return None
+        ih, hh = self._gate_names[2 * direction : 2 * direction + 2]
+        return getattr(self, ih), getattr(self, hh)
 
     def extra_repr(self) -> str:
         return f"cell={self.cell!r}, {super().extra_repr()}, implementation={self.implementation!r}"
 
     def direction_weights(self, direction: int) -> list[torch.Tensor]:
-        """``[weight_ih, weight_hh, bias_ih, bias_hh]`` of one direction (read by name, so replaced parameters count)."""
-        return [getattr(self, name) for name in self._flat_weights_names[4 * direction : 4 * direction + 4]]
+        """``[weight_ih, weight_hh, bias_ih, bias_hh]`` of one direction (read by name, so replaced parameters count),
+        with the active LoRA adapters on the gates folded in (``W + ΔW``, see :meth:`adapter_path`)."""
+        weights = [getattr(self, name) for name in self._flat_weights_names[4 * direction : 4 * direction + 4]]
+        if self.adapter_path() == FOLD:
+            for i, name in enumerate(self._gate_names[2 * direction : 2 * direction + 2]):
+                module = getattr(self, name)
+                if type(module) is not GateProjection and _adapter_kind(module, self.training) == FOLD:
+                    weights[i] = _adapted_weight(module, weights[i])
+        return weights
 
     def to_torch_module(self) -> nn.RNNBase:
         """The ``torch.nn.RNN/LSTM/GRU`` (one layer, batch-first) that computes what this layer computes, holding the
         SAME parameter tensors under the same names (no copy); see :func:`to_torch_rnn_modules_`."""
         if not self.cell_type.has_kernel:
             raise ValueError(f"cell {self.cell!r} has no torch.nn module (only rnn, lstm and gru have one)")
+        adapted = [name for name in self._gate_names if type(getattr(self, name)) is not GateProjection]
+        if adapted:
+            raise ValueError(
+                f"the gates {adapted} of this recurrent layer carry adapters, which a torch.nn module cannot run: "
+                "merge them first (`model = peft_model.merge_and_unload()`)"
+            )
         module = _TORCH_MODULES[self.mode](
             self.input_size,
             self.hidden_size,
@@ -298,7 +424,10 @@ class RecurrentLayer(GradientCheckpointingLayer, nn.RNNBase):
         return tuple(_KERNELS[self.mode](x, hx[0], weights, True, 1, 0.0, self.training, bidirectional, True))
 
     def _kernel_weights(self) -> list[torch.Tensor]:
-        return [getattr(self, name) for name in self._flat_weights_names]  # both directions, torch.nn's order
+        """Both directions in torch.nn's order (adapters folded in, see :meth:`direction_weights`)."""
+        if self.num_directions == 1:
+            return self.direction_weights(0)
+        return [*self.direction_weights(0), *self.direction_weights(1)]
 
     def _forward_full(self, x: torch.Tensor, state: State | None) -> State:
         """No padding: one kernel call for both directions (what ``torch.nn.LSTM`` does on a plain tensor)."""
@@ -390,7 +519,11 @@ def choose_kernel(layer: RecurrentLayer, inputs: torch.Tensor, padding: PaddingP
        column: forget gate 1, input gate 0).
 
     Every fused call of an LSTM compiled for training on CPU runs as an unrolled loop of ``lstm_step`` instead
-    (:func:`_lstm_needs_unrolled_kernel`: AOTAutograd cannot differentiate oneDNN's LSTM op)."""
+    (:func:`_lstm_needs_unrolled_kernel`: AOTAutograd cannot differentiate oneDNN's LSTM op).
+
+    PEFT adapters on the gates (:meth:`RecurrentLayer.adapter_path`) change the weights, not the kernel: a LoRA
+    adapter without active dropout runs in the same fused calls over ``W + ΔW``; only an adapter that cannot be
+    folded (dropout while training, DoRA, ...) makes the layer a cell-path layer (rule 2, with a "padded" plan)."""
     if padding is not None and padding.layout == PACKED:
         return PACKED
     if not layer.uses_kernel or (padding is not None and padding.layout == PADDED):
@@ -457,10 +590,13 @@ __all__ = [
     "ALIGNED",
     "ALIGNED_FILL",
     "CELL",
+    "FOLD",
     "FULL",
+    "MODULES",
     "ONE_STEP",
     "PACKED",
     "PADDED",
+    "GateProjection",
     "PaddingPlan",
     "RecurrentLayer",
     "cell_forward",

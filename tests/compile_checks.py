@@ -123,12 +123,15 @@ def assert_export_and_onnx_match(model: nn.Module, batch: dict, tmp_path, masks:
 
 
 def assert_quantize_dynamic_covers_every_linear(model: nn.Module, batch: dict) -> None:
-    """``torch.ao.quantization.quantize_dynamic(model, {nn.Linear})`` replaces every ``nn.Linear`` (exact-type
-    match, so no projection may be a subclass) and the int8 model gives finite outputs close to the float ones."""
+    """``hf_seq.quantization.quantize_dynamic_int8(model)`` (torch's dynamic int8 quantization) replaces every
+    ``nn.Linear`` (exact-type match, so no projection may be a subclass) and the int8 model gives finite outputs close
+    to the float ones."""
+    from hf_seq.quantization import quantize_dynamic_int8
+
     model.eval()
     linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
     assert linears and all(type(model.get_submodule(n)) is nn.Linear for n in linears)
-    quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=False)
+    quantized = quantize_dynamic_int8(model)
     left = [n for n, m in quantized.named_modules() if type(m) is nn.Linear]
     assert not left, f"not quantized: {left}"
     replaced = [n for n in linears if type(quantized.get_submodule(n)).__module__.startswith("torch.ao.nn.quantized")]

@@ -7,6 +7,7 @@ meta device (any host read of a tensor value raises there, which is what a CUDA 
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import torch
 import torch.utils._pytree as pytree
@@ -78,14 +79,20 @@ def assert_export_and_onnx_match(model: nn.Module, inputs: dict, tmp_path) -> li
 
 
 def assert_quantizes(model: nn.Module, inputs: dict, tied: tuple[str, ...] = ()) -> nn.Module:
-    """``quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU})`` replaces every such module (a tied output layer may
-    stay) and the quantized model gives finite outputs close to the float model's."""
+    """``hf_seq.quantization.quantize_dynamic_int8`` replaces every ``nn.Linear``/``nn.LSTM``/``nn.GRU`` (a tied output
+    layer may stay), leaks no deprecation warning, and the quantized model gives finite outputs close to the float
+    model's."""
+    from hf_seq.quantization import quantize_dynamic_int8
+
     model.eval()
     with torch.no_grad():
         reference = model(**inputs)
     before = [n for n, m in model.named_modules() if isinstance(m, QUANTIZABLE)]
     assert before, "nothing to quantize"
-    quantized = torch.ao.quantization.quantize_dynamic(model, set(QUANTIZABLE), dtype=torch.qint8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quantized = quantize_dynamic_int8(model)
+    assert not [str(w.message) for w in caught if "deprecated" in str(w.message)]
     left = [n for n, m in quantized.named_modules() if isinstance(m, QUANTIZABLE) and n not in tied]
     assert left == [], f"not quantized: {left}"
     with torch.no_grad():

@@ -40,6 +40,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 import hf_seq
+from hf_seq.quantization import quantize_dynamic_int8
 
 HEADS = [model_cls for _, model_cls in registered_heads()]
 AUTO_NAME = {model_cls: auto_name for auto_name, model_cls in registered_heads()}
@@ -236,10 +237,11 @@ def tied_output_layer(model) -> str | None:
 
 @pytest.mark.parametrize("head", [*HEADS, *peer_params(*PEERS)], ids=head_id)
 def test_quantize_dynamic(head, tokenizer):
-    """``quantize_dynamic(model, {Linear, LSTM, GRU})`` quantizes every such layer (a tied output layer may stay) and
-    the quantized model gives finite outputs. The recurrent families first call ``prepare_for_quantization_()`` (their
-    recurrent layers become the ``torch.nn`` modules quantize_dynamic matches by exact class); every recurrent layer
-    of the tiny models (LSTM) must then be among the quantized ones."""
+    """``hf_seq.quantization.quantize_dynamic_int8`` quantizes every ``Linear``/``LSTM``/``GRU`` layer (a tied output
+    layer may stay), leaks no deprecation warning, and the quantized model gives finite outputs. For the recurrent
+    families it calls ``prepare_for_quantization_()`` (their recurrent layers become the ``torch.nn`` modules
+    quantize_dynamic matches by exact class); every recurrent layer of the tiny models (LSTM) must then be among the
+    quantized ones."""
     model, inputs = build(head, tokenizer)
     if not isinstance(head, str) and family_of(head) in RECURRENT_FAMILIES:
         recurrent = [name for name, module in model.named_modules() if isinstance(module, nn.RNNBase)]
@@ -247,7 +249,10 @@ def test_quantize_dynamic(head, tokenizer):
         assert recurrent and all(type(model.get_submodule(name)) in (nn.LSTM, nn.GRU) for name in recurrent)
     targets = {name for name, module in model.named_modules() if isinstance(module, QUANTIZABLE)}
     assert targets, "the tiny model has no Linear/LSTM/GRU layer"
-    quantized = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), set(QUANTIZABLE), dtype=torch.qint8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quantized = quantize_dynamic_int8(model)
+    assert not [str(w.message) for w in caught if "deprecated" in str(w.message)]
     modules = dict(quantized.named_modules())
     missed = sorted(
         f"{name} ({type(modules.get(name)).__module__}.{type(modules.get(name)).__name__})"
@@ -258,6 +263,30 @@ def test_quantize_dynamic(head, tokenizer):
     with torch.no_grad():
         output = main_output(quantized(**inputs))
     assert torch.isfinite(output).all()
+
+
+def test_quantize_dynamic_int8_prepares_recurrent_models_itself_and_copies(tokenizer):
+    """Without ``prepare_for_quantization_()`` and without ``inplace``: the float model is left as it was (same
+    outputs, its own recurrent layers) and the int8 copy has torch's dynamic int8 LSTM."""
+    model, inputs = build(hf_seq.RNNForSequenceClassification, tokenizer)
+    with torch.no_grad():
+        expected = main_output(model(**inputs))
+        quantized = quantize_dynamic_int8(model)
+        assert torch.equal(main_output(model(**inputs)), expected)
+        assert torch.isfinite(main_output(quantized(**inputs))).all()
+    assert not any(type(m) is nn.LSTM for m in model.modules())
+    assert any(type(m) is torch.ao.nn.quantized.dynamic.LSTM for m in quantized.modules())
+
+
+def test_quantize_dynamic_int8_without_torch_eager_quantization_says_what_to_use(tokenizer):
+    """A torch that dropped ``torch.ao.quantization``: one RuntimeError naming it and the alternatives, before the
+    model is touched."""
+    model, _ = build(hf_seq.RNNForSequenceClassification, tokenizer)
+    with mock.patch.dict("sys.modules", {"torch.ao.quantization": None}):
+        with pytest.raises(RuntimeError, match=r"torch\.ao\.quantization\.quantize_dynamic.*--quantization int8"):
+            quantize_dynamic_int8(model)
+    with pytest.raises(TypeError, match="`model` must be a torch.nn.Module"):
+        quantize_dynamic_int8("a model")
 
 
 @pytest.mark.parametrize("head", [*HEADS, *peer_params(*PEERS)], ids=head_id)
