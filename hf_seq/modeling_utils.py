@@ -360,7 +360,9 @@ class GenerationStepsMixin:
     """For generative heads (put before ``GenerationMixin``): ``generate()`` runs with a :class:`GenerationSteps`,
     so that a decoding step reads on the host only what ``GenerationMixin``'s own loop reads (its stopping check).
     ``_decoding_module()`` names the module whose forward checks the ids of a step and the bound it checks them
-    against (``(module, upper)``)."""
+    against (``(module, upper)``). The end of the prompt is marked by transformers' private
+    ``_update_model_kwargs_for_generation`` (called after each step on every release of the range; a release that did
+    not call it would keep every step's checks, as before: safe, only slower)."""
 
     def _decoding_module(self) -> tuple[Any, int]:
         raise NotImplementedError
