@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AttentionInterface
 
-from .fast_paths import every_row_sees_a_key
+from .fast_paths import current_generation_steps, every_row_sees_a_key, reads_values, recalled
 
 SCORE_FUNCTIONS = ("dot", "scaled_dot", "general", "additive", "cosine")
 
@@ -196,6 +196,19 @@ def attend(
 # ---------------------------------------------------------------------------------------------------------------
 
 
+ROWS_SEE_A_KEY = "every_row_sees_a_key"
+
+
+def remember_rows_see_a_key(mask: torch.Tensor) -> torch.Tensor:
+    """``mask``, after noting (eager CPU, inside ``generate()``: ``fast_paths.remembered``) whether every query row
+    of it sees a key, so that :func:`sdpa_attend` does not read it again for each layer and step that gets this
+    same mask object. Elsewhere nothing is read or noted here."""
+    steps = current_generation_steps() if reads_values(mask) else None
+    if steps is not None:
+        steps.remember(mask, ROWS_SEE_A_KEY, lambda: every_row_sees_a_key(mask.any(dim=-1, keepdim=True)))
+    return mask
+
+
 def sdpa_attend(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -217,6 +230,8 @@ def sdpa_attend(
     """
     if mask is None:
         return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, is_causal=is_causal, scale=scale)
+    if recalled(mask, ROWS_SEE_A_KEY):  # known for this mask (the cross-attention mask of a generate() call)
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout_p, scale=scale)
     has_key = mask.any(dim=-1, keepdim=True)  # (..., T_q, 1): rows with at least one visible key
     if every_row_sees_a_key(has_key):
         # Every row sees a key (the usual padding mask): nothing to repair (saves two elementwise passes).

@@ -33,6 +33,10 @@ cheaper CPU dropout mask                two keep decisions per random int32     
 (:func:`cheap_dropout`)                 (static path: ``nn.Dropout``)
 self-attention KV cache appended in     a ``torch.cat`` copy of the cache per        eager, any   modeling_transformer
 place (:func:`appends_in_place`)        decoding step (static path: ``torch.cat``)   device
+what a ``generate()`` call knows        the host reads of a decoding step: the ids   eager CPU    modeling_transformer,
+across its steps (:class:`Generation    ``generate()`` chose itself are not checked               modeling_rnn,
+Steps`, :func:`decodes_generated_ids`,  again, the source mask's checks are made                  modeling_rnn_seq2seq,
+:func:`remembered`)                     once per call (static path: no such reads)                attention
 ======================================  ===========================================  ===========  ====================
 
 One switch turns every eager-CPU fast path off: inside ``with hf_seq.fast_paths.disabled():`` (or with the
@@ -47,9 +51,11 @@ copies it next to the weights for ``trust_remote_code``.
 
 from __future__ import annotations
 
+import contextvars
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -133,7 +139,96 @@ def appends_in_place() -> bool:
     return not is_tracing()
 
 
+class GenerationSteps:
+    """What one ``generate()`` call of one model knows across its decoding steps, so that a step reads on the host
+    only what transformers' own decoding loop reads (its stopping check). Set by ``modeling_utils.
+    GenerationStepsMixin.generate`` (:func:`generation_steps`); consulted only where :func:`reads_values`.
+
+    * ``decoder``: the module whose forward checks the ids of each step (ids in ``[0, vocab)``: two values read on
+      the host). Once ``generate()`` has appended its first token (``tokens_appended``, set when transformers calls
+      ``_update_model_kwargs_for_generation``) every id that module gets is either the caller's prompt, checked by
+      the prompt's forward, or a token ``generate()`` chose itself: an index into the output vocabulary, which is no
+      larger than the embedding the ids index (``trusts_ids``), or its pad / eos id, checked against that vocabulary
+      before decoding starts (``validation.GenerationArgumentsMixin``). :func:`decodes_generated_ids`.
+    * :meth:`remember`: a value derived from a tensor that stays the same object through the loop (the source
+      ``attention_mask`` of an encoder-decoder, the cross-attention mask built from it) is computed once per call,
+      keyed on the tensor object and its version counter (an in-place edit computes it again).
+    """
+
+    def __init__(self, model: Any, decoder: Any, trusts_ids: bool) -> None:
+        self.model = model
+        self.decoder = decoder
+        self.trusts_ids = trusts_ids
+        self.tokens_appended = False
+        self._memo: dict[tuple[int, str], tuple[torch.Tensor, int, Any]] = {}
+
+    def remember(self, tensor: torch.Tensor, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, computed once per (``tensor`` object, ``name``) while ``tensor`` is not modified in place."""
+        hit = self._memo.get((id(tensor), name))
+        if hit is not None and hit[0] is tensor and hit[1] == tensor._version:
+            return hit[2]
+        value = compute()
+        self._memo[(id(tensor), name)] = (tensor, tensor._version, value)  # holds tensor: its id stays unique
+        return value
+
+    def recall(self, tensor: torch.Tensor, name: str) -> Any:
+        """What :meth:`remember` stored for (``tensor``, ``name``), None if nothing (or ``tensor`` changed since)."""
+        hit = self._memo.get((id(tensor), name))
+        return hit[2] if hit is not None and hit[0] is tensor and hit[1] == tensor._version else None
+
+
+_GENERATION_STEPS: contextvars.ContextVar[GenerationSteps | None] = contextvars.ContextVar(
+    "hf_seq_generation_steps", default=None
+)
+
+
+@contextmanager
+def generation_steps(steps: GenerationSteps) -> Iterator[GenerationSteps]:
+    """Within the block (one ``generate()`` call, in this thread or task) :func:`current_generation_steps` is
+    ``steps``."""
+    token = _GENERATION_STEPS.set(steps)
+    try:
+        yield steps
+    finally:
+        _GENERATION_STEPS.reset(token)
+
+
+def current_generation_steps() -> GenerationSteps | None:
+    """The :class:`GenerationSteps` of the ``generate()`` call running here, None outside one."""
+    return _GENERATION_STEPS.get()
+
+
+def decodes_generated_ids(module: Any, ids: torch.Tensor | None) -> bool:
+    """True where :func:`reads_values` and ``module`` runs a decoding step of its model's own ``generate()`` past
+    the prompt: the ``ids`` it gets are tokens ``generate()`` chose (see :class:`GenerationSteps`), so their range
+    check is skipped. False everywhere else: a forward called directly, the prompt's forward, assisted decoding."""
+    if ids is None or not reads_values(ids):
+        return False
+    steps = _GENERATION_STEPS.get()
+    return steps is not None and steps.decoder is module and steps.trusts_ids and steps.tokens_appended
+
+
+def remembered(tensor: torch.Tensor, name: str, compute: Callable[[], Any]) -> Any:
+    """``compute()`` — once per ``generate()`` call for the same ``tensor`` object (:meth:`GenerationSteps.remember`)
+    where :func:`reads_values`; every time elsewhere. ``compute`` must depend on nothing but ``tensor``."""
+    steps = _GENERATION_STEPS.get() if reads_values(tensor) else None
+    return compute() if steps is None else steps.remember(tensor, name, compute)
+
+
+def recalled(tensor: torch.Tensor, name: str) -> Any:
+    """What :func:`remembered` stored for ``tensor`` in the running ``generate()`` call (where
+    :func:`reads_values`), else None."""
+    steps = _GENERATION_STEPS.get() if reads_values(tensor) else None
+    return None if steps is None else steps.recall(tensor, name)
+
+
 __all__ = [
+    "GenerationSteps",
+    "current_generation_steps",
+    "decodes_generated_ids",
+    "generation_steps",
+    "recalled",
+    "remembered",
     "appends_in_place",
     "cheap_dropout",
     "disabled",

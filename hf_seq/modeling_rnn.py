@@ -29,9 +29,14 @@ from transformers.utils import can_return_tuple
 from .attention import attend  # noqa: F401
 from .compat import cache_argument, cache_output, init, shift_labels_when_smoothing
 from .configuration_rnn import HfSeqRNNConfig
-from .fast_paths import drop_all_ones_mask
+from .fast_paths import decodes_generated_ids, drop_all_ones_mask
 from .losses import lm_head_and_loss, sequence_classification_loss, token_classification_loss
-from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
+from .modeling_utils import (
+    CheckedLoadingMixin,
+    GenerationLengthMixin,
+    GenerationStepsMixin,
+    RecurrentStateGenerationMixin,
+)
 from .recurrent import GateProjection, RecurrentLayer, RecurrentStack, State, to_torch_rnn_modules_
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
@@ -313,7 +318,8 @@ class RNNModel(RNNPreTrainedModel):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`")
         if input_ids is not None:
-            check_token_ids("input_ids", input_ids, self.config.vocab_size, batched=True)
+            if not decodes_generated_ids(self, input_ids):  # a generate() step past the prompt: checked already
+                check_token_ids("input_ids", input_ids, self.config.vocab_size, batched=True)
             if input_ids.numel() == 0:
                 raise ValueError(f"`input_ids` must not be empty, got shape {tuple(input_ids.shape)}")
             batch_size, seq_len = input_ids.shape
@@ -375,8 +381,10 @@ class RNNModel(RNNPreTrainedModel):
             features, final_state = result[0], result[1]  # (B, T, D*H)
             if output_hidden_states:
                 hidden_states = (embedded, *result[2])
-        mask = drop_all_ones_mask(mask)  # eager CPU shortcut; traced or on an accelerator the pooler takes the mask
-        pooled = self.pooler(features, mask, final_state) if self.pooler is not None else None
+        pooled = None
+        if self.pooler is not None:
+            mask = drop_all_ones_mask(mask)  # eager CPU shortcut; traced or on an accelerator the pooler takes it
+            pooled = self.pooler(features, mask, final_state)
         return RNNModelOutput(
             last_hidden_state=features, pooler_output=pooled, hidden_states=hidden_states, final_state=final_state
         )
@@ -547,7 +555,12 @@ pytree.register_pytree_node(
 
 
 class RNNForCausalLM(
-    GenerationArgumentsMixin, RecurrentStateGenerationMixin, GenerationLengthMixin, RNNPreTrainedModel, GenerationMixin
+    GenerationArgumentsMixin,
+    RecurrentStateGenerationMixin,
+    GenerationStepsMixin,
+    GenerationLengthMixin,
+    RNNPreTrainedModel,
+    GenerationMixin,
 ):
     """Recurrent language model: embedding (learned, or the notes' fixed one-hot) → unidirectional recurrent stack →
     dropout → linear → softmax over the vocabulary (``CausalLMOutputWithPast``).
@@ -587,6 +600,10 @@ class RNNForCausalLM(
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
+
+    def _decoding_module(self) -> tuple[RNNModel, int]:
+        """The recurrent model, which checks each step's ids against ``vocab_size`` (``GenerationStepsMixin``)."""
+        return self.rnn, self.config.vocab_size
 
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
@@ -644,6 +661,8 @@ class RNNForCausalLM(
         batch_size, seq_len = reference.shape[:2]
         if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape[1] > seq_len:
             attention_mask = attention_mask[:, -seq_len:]  # (B, T): the columns of the tokens read now
+            if cache is not None and seq_len == 1 and decodes_generated_ids(self.rnn, input_ids):
+                attention_mask = None  # the column generate() appended for its own token: all ones, nothing to read
         state_cache = self._cache_state(cache, batch_size) if (use_cache or cache is not None) else None
         outputs = self.rnn(
             input_ids=input_ids,

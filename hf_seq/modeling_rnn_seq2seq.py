@@ -32,9 +32,14 @@ from transformers.utils import can_return_tuple
 from .attention import AttentionScore, attend
 from .compat import cache_argument, cache_output, init
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
-from .fast_paths import drop_all_ones_mask
+from .fast_paths import decodes_generated_ids, drop_all_ones_mask
 from .losses import lm_head_and_loss  # noqa: F401  (seq2seq_utils.py imports it; 5.0–5.6 copy only these siblings)
-from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, RecurrentStateGenerationMixin
+from .modeling_utils import (
+    CheckedLoadingMixin,
+    GenerationLengthMixin,
+    GenerationStepsMixin,
+    RecurrentStateGenerationMixin,
+)
 from .pipeline_tasks import DeclaredPipelinesMixin  # noqa: F401  (the config imports it; 5.0–5.6 copy only these siblings)
 from .recurrent import RecurrentStack, to_torch_rnn_modules_
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
@@ -507,7 +512,8 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         if decoder_inputs_embeds is None:
             if decoder_input_ids is None:
                 raise ValueError("Pass `decoder_input_ids` (or `labels` to the ForConditionalGeneration head).")
-            check_token_ids("decoder_input_ids", decoder_input_ids, self.config.vocab_size, batched=True)
+            if not decodes_generated_ids(self, decoder_input_ids):  # a generate() step past the prompt: checked
+                check_token_ids("decoder_input_ids", decoder_input_ids, self.config.vocab_size, batched=True)
             decoder_inputs_embeds = self.encoder.embed_tokens(decoder_input_ids)  # (B, T, E)
         if decoder_inputs_embeds.shape[0] != batch_size:
             raise ValueError(
@@ -629,6 +635,7 @@ class RNNSeq2SeqForConditionalGeneration(
     Seq2SeqLMHeadMixin,
     GenerationArgumentsMixin,
     RecurrentStateGenerationMixin,
+    GenerationStepsMixin,
     GenerationLengthMixin,
     RNNSeq2SeqPreTrainedModel,
     GenerationMixin,
@@ -655,6 +662,10 @@ class RNNSeq2SeqForConditionalGeneration(
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
+
+    def _decoding_module(self) -> tuple[RNNSeq2SeqModel, int]:
+        """The encoder-decoder, which checks each step's ids against ``vocab_size`` (``GenerationStepsMixin``)."""
+        return self.model, self.config.vocab_size
 
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value

@@ -33,7 +33,7 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
 from transformers.utils.generic import can_return_tuple
 
-from .attention import MultiHeadAttention, make_attention_mask
+from .attention import MultiHeadAttention, make_attention_mask, remember_rows_see_a_key
 from .blocks import Dropout, TransformerDecoderBlock, TransformerEncoderBlock, sinusoidal_position_table
 from .compat import (
     CACHE_NAME,
@@ -46,13 +46,18 @@ from .compat import (
     register_output_recorders,
 )
 from .configuration_transformer import HfSeqTransformerConfig
-from .fast_paths import appends_in_place, drop_all_ones_mask, padding_free_rows
+from .fast_paths import appends_in_place, decodes_generated_ids, drop_all_ones_mask, padding_free_rows, remembered
 from .losses import lm_head_and_loss  # noqa: F401  (seq2seq_utils.py imports it; 5.0–5.6 copy only these siblings)
-from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin
+from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, GenerationStepsMixin
 from .pipeline_tasks import DeclaredPipelinesMixin  # noqa: F401  (the config imports it; 5.0–5.6 copy only these siblings)
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES  # noqa: F401  (seq2seq_utils.py imports it, as above)
 from .seq2seq_utils import Seq2SeqLMHeadMixin, shift_tokens_right
 from .validation import GenerationArgumentsMixin, check_batch_shape, check_token_ids
+
+
+def _check_mask_shape(mask: torch.Tensor, name: str, shape: tuple[int, int]) -> None:
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"`{name}` must have shape {tuple(shape)} (batch, length), got {tuple(mask.shape)}")
 
 
 def _padding_only(mask: torch.Tensor | None, name: str, shape: tuple[int, int]) -> torch.Tensor | None:
@@ -60,9 +65,23 @@ def _padding_only(mask: torch.Tensor | None, name: str, shape: tuple[int, int]) 
     where the check reads no device value) None when nothing is masked, so attention runs without a mask."""
     if mask is None:
         return None
-    if tuple(mask.shape) != tuple(shape):
-        raise ValueError(f"`{name}` must have shape {tuple(shape)} (batch, length), got {tuple(mask.shape)}")
+    _check_mask_shape(mask, name, shape)
     return drop_all_ones_mask(mask)
+
+
+def _cross_attention_mask(mask: torch.Tensor | None, shape: tuple[int, int]) -> torch.Tensor | None:
+    """The cross-attention mask ``(B, 1, 1, S)`` of the source ``attention_mask`` ``(B, S)`` (None: nothing padded,
+    eager CPU). Inside ``generate()`` (eager CPU) the source mask is the same tensor at every step, so what is read
+    on the host to build this mask (is anything padded, does every row see a key) is read once per call."""
+    if mask is None:
+        return None
+    _check_mask_shape(mask, "attention_mask", shape)
+
+    def build() -> torch.Tensor | None:
+        pad = drop_all_ones_mask(mask)
+        return remember_rows_see_a_key(make_attention_mask(pad, 1)) if pad is not None else None  # one query row
+
+    return remembered(mask, "transformer_cross_attention_mask", build)
 
 
 class AppendBufferLayer(DynamicLayer):
@@ -167,12 +186,16 @@ class TransformerEmbeddings(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         past_length: int = 0,
         name: str = "input_ids",
+        check_ids: bool = True,
     ) -> torch.Tensor:
-        """``input_ids`` ``(B, T)`` (or ``inputs_embeds`` ``(B, T, d)``) at positions ``past_length..`` → ``(B, T, d)``."""
+        """``input_ids`` ``(B, T)`` (or ``inputs_embeds`` ``(B, T, d)``) at positions ``past_length..`` → ``(B, T, d)``.
+
+        ``check_ids=False``: the ids are tokens ``generate()`` chose itself (their range is not checked again)."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError(f"Pass exactly one of `{name}` and the matching `inputs_embeds`.")
         if inputs_embeds is None:
-            check_token_ids(name, input_ids, self.embed_tokens.num_embeddings, batched=True)
+            if check_ids:
+                check_token_ids(name, input_ids, self.embed_tokens.num_embeddings, batched=True)
             inputs_embeds = self.embed_tokens(input_ids)  # (B, T, d)
         else:
             embeds_name = name.replace("input_ids", "inputs_embeds")  # inputs_embeds / decoder_inputs_embeds
@@ -315,14 +338,14 @@ class TransformerDecoder(_TransformerStack):
         if encoder_hidden_states is None:
             raise ValueError("The decoder needs `encoder_hidden_states` (run the encoder or pass `encoder_outputs`).")
         past_length = cache.get_seq_length() if cache is not None else 0
-        hidden = self.embeddings(input_ids, inputs_embeds, past_length, name="decoder_input_ids")  # (B, T, d)
+        check_ids = not decodes_generated_ids(self, input_ids)  # a generate() step past the prompt: checked already
+        hidden = self.embeddings(input_ids, inputs_embeds, past_length, "decoder_input_ids", check_ids)  # (B, T, d)
         batch, length = hidden.shape[:2]
         if encoder_hidden_states.shape[0] != batch:
             raise ValueError(
                 f"`encoder_hidden_states` has batch size {encoder_hidden_states.shape[0]} but the decoder input has {batch}"
             )
-        source_pad = _padding_only(encoder_attention_mask, "attention_mask", encoder_hidden_states.shape[:2])
-        cross_mask = make_attention_mask(source_pad, length) if source_pad is not None else None  # (B, 1, 1, S)
+        cross_mask = _cross_attention_mask(encoder_attention_mask, encoder_hidden_states.shape[:2])  # (B, 1, 1, S)
         target_pad = _padding_only(attention_mask, "decoder_attention_mask", (batch, past_length + length))
         self_mask = (
             make_attention_mask(target_pad, length, past_length + length, causal=True)  # (B, 1, T, past + T)
@@ -505,7 +528,12 @@ class TransformerModel(TransformerPreTrainedModel):
 
 
 class TransformerForConditionalGeneration(
-    Seq2SeqLMHeadMixin, GenerationArgumentsMixin, GenerationLengthMixin, TransformerPreTrainedModel, GenerationMixin
+    Seq2SeqLMHeadMixin,
+    GenerationArgumentsMixin,
+    GenerationStepsMixin,
+    GenerationLengthMixin,
+    TransformerPreTrainedModel,
+    GenerationMixin,
 ):
     """Encoder-decoder + output projection (linear + softmax over the vocabulary): translation, ``generate()``.
 
@@ -531,6 +559,11 @@ class TransformerForConditionalGeneration(
 
     def get_decoder(self) -> TransformerDecoder:
         return self.model.decoder
+
+    def _decoding_module(self) -> tuple[TransformerDecoder, int]:
+        """The decoder, which checks each step's ids against its embedding's rows (``GenerationStepsMixin``)."""
+        decoder = self.model.decoder
+        return decoder, decoder.embed_tokens.num_embeddings
 
     def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
         """``GenerationMixin.generate`` with a decoder cache whose self-attention layers append in place

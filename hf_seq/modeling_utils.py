@@ -11,11 +11,13 @@ the class that saved), so a folder pretrained with one head loads with any other
 Generation: ``generation_config.max_length`` is a model's default length; a ``max_new_tokens`` given to ``generate()``
 replaces it without transformers' "Both `max_new_tokens` and `max_length` seem to have been set" warning. A recurrent
 model continuing from a returned cache reads only the tokens its state has not read, and assisted decoding, which
-rolls the cache back, is refused (:class:`RecurrentStateGenerationMixin`).
+rolls the cache back, is refused (:class:`RecurrentStateGenerationMixin`). A decoding step re-reads nothing on the
+host that its ``generate()`` call already knows (:class:`GenerationStepsMixin`): the ids of the caller's prompt are
+checked in the first forward, the tokens ``generate()`` chose itself are not checked again at every step.
 
 Wiring (one line per family): ``class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):`` with
 ``from .modeling_utils import CheckedLoadingMixin`` and the family's heads in ``_auto_heads``; generative heads add
-:class:`GenerationLengthMixin`, and those whose cache is a recurrent state :class:`RecurrentStateGenerationMixin`. The file is a flat sibling imported relatively, so ``save_pretrained`` copies it next
+:class:`GenerationStepsMixin` and :class:`GenerationLengthMixin`, and those whose cache is a recurrent state :class:`RecurrentStateGenerationMixin`. The file is a flat sibling imported relatively, so ``save_pretrained`` copies it next
 to the modelling file and ``trust_remote_code`` loading keeps all of this.
 """
 
@@ -32,6 +34,7 @@ from transformers import GenerationMixin
 from transformers.generation import GenerationMode
 
 from .compat import CACHE_NAME, PREFILL_CUTS_EVERY_CACHE, registered_for_auto_class
+from .fast_paths import GenerationSteps, current_generation_steps, generation_steps
 
 CONFIG_NAME = "config.json"
 SAFE_WEIGHTS_NAME = "model.safetensors"
@@ -332,3 +335,55 @@ class RecurrentStateGenerationMixin:
             f"`{name}` has {length} tokens (attention mask: {mask_length} columns) but `cache` has read {seen}: to "
             f"continue from the cache pass {expected}"
         )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What one generate() call knows across its decoding steps
+# ---------------------------------------------------------------------------------------------------------------
+
+# generate() arguments under which a forward inside the loop may get ids that generate() did not choose from the
+# model's output vocabulary: draft tokens of an assistant or of prompt look-up, a decoding loop from the Hub, the
+# negative prompt of classifier-free guidance (run through the model by a logits processor), user-written logits
+# processors and stopping criteria (which may call the model themselves)
+UNCHOSEN_TOKEN_SOURCES = (
+    "assistant_model",
+    "prompt_lookup_num_tokens",
+    "assistant_early_exit",
+    "custom_generate",
+    "negative_prompt_ids",
+    "logits_processor",
+    "stopping_criteria",
+)
+
+
+class GenerationStepsMixin:
+    """For generative heads (put before ``GenerationMixin``): ``generate()`` runs with a :class:`GenerationSteps`,
+    so that a decoding step reads on the host only what ``GenerationMixin``'s own loop reads (its stopping check).
+    ``_decoding_module()`` names the module whose forward checks the ids of a step and the bound it checks them
+    against (``(module, upper)``). The end of the prompt is marked by transformers' private
+    ``_update_model_kwargs_for_generation`` (called after each step on every release of the range; a release that did
+    not call it would keep every step's checks, as before: safe, only slower)."""
+
+    def _decoding_module(self) -> tuple[Any, int]:
+        raise NotImplementedError
+
+    def generate(self, *args: Any, **kwargs: Any):
+        decoder, upper = self._decoding_module()
+        vocab = getattr(self.get_output_embeddings(), "out_features", None)
+        call = inspect.signature(GenerationMixin.generate).bind_partial(self, *args, **kwargs).arguments
+        settings = {**call.pop("kwargs", {}), **call}
+        config = settings.get("generation_config") or self.generation_config
+
+        def given(name: str) -> bool:
+            value = settings.get(name, getattr(config, name, None))
+            return value is not None and not (isinstance(value, (list, tuple)) and len(value) == 0)
+
+        chosen_only = not any(given(name) for name in UNCHOSEN_TOKEN_SOURCES)
+        with generation_steps(GenerationSteps(self, decoder, chosen_only and vocab is not None and vocab <= upper)):
+            return super().generate(*args, **kwargs)
+
+    def _update_model_kwargs_for_generation(self, *args: Any, **kwargs: Any) -> dict:
+        steps = current_generation_steps()
+        if steps is not None and steps.model is self:
+            steps.tokens_appended = True  # the prompt has been read; generate() appends its own tokens from now on
+        return super()._update_model_kwargs_for_generation(*args, **kwargs)
