@@ -40,6 +40,7 @@ them. The modelling files never import this module (a saved model folder does no
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
@@ -62,6 +63,7 @@ from transformers.modeling_outputs import (
 )
 
 from .compat import cache_argument, cache_output
+from .export import ExportError
 from .modeling_rnn import RNNCache
 from .modeling_rnn_seq2seq import RNNDecoderCache
 from .modeling_utils import GenerationLengthMixin, RecurrentStateGenerationMixin
@@ -91,7 +93,7 @@ OPTIMIZE = os.environ.get("HF_SEQ_ONNX_OPTIMIZE", "1") == "1"
 EXPORTABLE_CELLS = ("rnn", "gru", "lstm")
 
 
-class OnnxExportError(ValueError):
+class OnnxExportError(ExportError):
     """A model or config that cannot be exported to ONNX Runtime generation; the message names the field."""
 
 
@@ -268,6 +270,44 @@ def _remainder_scalar(self, other):
     return op.Mod(self, op.CastLike(other, self))
 
 
+_FUSED_RECURRENT_OPS = (
+    "lstm.input",
+    "lstm.data",
+    "gru.input",
+    "gru.data",
+    "rnn_tanh.input",
+    "rnn_tanh.data",
+    "rnn_relu.input",
+    "rnn_relu.data",
+)
+
+
+@contextlib.contextmanager
+def _recurrent_autograd_decompositions_off():
+    """Take the Python ``Autograd`` kernels of ``aten.lstm`` / ``gru`` / ``rnn_*`` off while exporting.
+
+    ``torch.onnx.export`` traces these ops with a ``while_loop`` decomposition (dynamic in length), which it registers
+    under ``CompositeImplicitAutograd``; once ``torch._decomp.decompositions`` has been imported (the first ONNX export
+    of a process imports it), the same ops also carry a Python ``Autograd`` kernel, an unrolled loop that is dispatched
+    first, and the export comes out fixed to the example's length (the exporter then retries with static shapes).
+    Those kernels are put back after the export."""
+    from torch._C import DispatchKey
+
+    removed = []
+    for name in _FUSED_RECURRENT_OPS:
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload)
+        if DispatchKey.Autograd in op.py_kernels:
+            removed.append((op, op.py_kernels.pop(DispatchKey.Autograd)))
+        op._dispatch_cache.clear()
+    try:
+        yield
+    finally:
+        for op, kernel in removed:
+            op.py_kernels[DispatchKey.Autograd] = kernel
+            op._dispatch_cache.clear()
+
+
 def _export_graph(module: nn.Module, args: tuple, path: Path, input_names, output_names, dynamic: dict) -> None:
     """``torch.onnx.export(dynamo=True)`` of ``module`` with the named dynamic dimensions ``dynamic``
     (input name → {dim: name})."""
@@ -287,7 +327,7 @@ def _export_graph(module: nn.Module, args: tuple, path: Path, input_names, outpu
     ]
     shapes = (*flat[: len(named)], tuple(flat[len(named) :])) if len(flat) > len(named) else tuple(flat)
     module.eval()
-    with torch.no_grad():
+    with torch.no_grad(), _recurrent_autograd_decompositions_off():
         program = torch.onnx.export(
             module,
             args,
@@ -300,6 +340,23 @@ def _export_graph(module: nn.Module, args: tuple, path: Path, input_names, outpu
             verbose=False,
         )
     program.save(str(path))
+    _check_dynamic(path, input_names, dynamic)
+
+
+def _check_dynamic(path: Path, input_names, dynamic: dict) -> None:
+    """Every axis meant to be dynamic is symbolic in the saved graph: the exporter falls back to a specialised
+    program when its first strategy fails, which would run only at the example's sizes."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    shapes = {value.name: value.type.tensor_type.shape.dim for value in graph.input}
+    for name in input_names:
+        for axis in dynamic.get(name, {}):
+            if name in shapes and shapes[name][axis].dim_value:
+                raise OnnxExportError(
+                    f"the export of {path.name} fixed axis {axis} of `{name}` to {shapes[name][axis].dim_value}; the "
+                    "graph would run at that size only"
+                )
 
 
 def check_onnx_exportable(model) -> str:
@@ -339,7 +396,7 @@ def check_onnx_exportable(model) -> str:
     return kinds[name]
 
 
-def _example_inputs(config, batch: int = 2, length: int = 5):
+def _example_inputs(config, length: int, batch: int = 2):
     vocab = config.vocab_size
     ids = (torch.arange(batch * length).reshape(batch, length) * 7 + 4) % vocab
     mask = torch.ones(batch, length, dtype=torch.long)
@@ -350,7 +407,7 @@ def _example_inputs(config, batch: int = 2, length: int = 5):
 def _export_causal_lm(model, folder: Path) -> dict:
     config = model.config
     names = _state_names(config.cell)
-    ids, mask = _example_inputs(config)
+    ids, mask = _example_inputs(config, 6)
     layers, hidden = config.num_hidden_layers, config.hidden_size
     state = tuple(torch.zeros(layers, ids.shape[0], hidden) for _ in names)
     inputs = ("input_ids", "attention_mask", *names)
@@ -366,7 +423,7 @@ def _export_rnn_seq2seq(model, folder: Path) -> dict:
     base = model.model
     names = _state_names(config.cell)
     attention = base.decoder.use_attention
-    ids, mask = _example_inputs(config)
+    ids, mask = _example_inputs(config, 7)
     enc_outputs = ("encoder_hidden_states", *(("keys", "feed") if attention else ()), *(f"init_{n}" for n in names))
     _export_graph(
         _RNNEncoderGraph(model),
@@ -411,7 +468,7 @@ def _export_rnn_seq2seq(model, folder: Path) -> dict:
 
 def _export_transformer(model, folder: Path) -> dict:
     config = model.config
-    ids, mask = _example_inputs(config)
+    ids, mask = _example_inputs(config, 9)
     _export_graph(
         _TransformerEncoderGraph(model),
         (ids, mask),
@@ -455,7 +512,7 @@ def _export_transformer(model, folder: Path) -> dict:
 
 def _export_forward(model, folder: Path, kind: str) -> dict:
     config = model.config
-    ids, mask = _example_inputs(config)
+    ids, mask = _example_inputs(config, 11)
     token_types = config.model_type == BERT_TYPE
     output = "last_hidden_state" if kind == "feature_extraction" else "logits"
     inputs = ("input_ids", "attention_mask", *(("token_type_ids",) if token_types else ()))
