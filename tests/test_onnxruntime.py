@@ -378,3 +378,45 @@ def test_refusals_name_the_field(tokenizer, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         main(["onnx", str(tmp_path / "missing"), str(tmp_path / "out")])
     assert exit_info.value.code == 2
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --test_engine onnxruntime in the training scripts
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_lm_script_tests_with_onnxruntime(tmp_path):
+    """The final evaluation and the samples through the export give the PyTorch figures and texts of the same run."""
+    from hf_seq.train_scripts import train_lm
+    from test_train_lm import run_args
+
+    for name in ("eager", "onnx", "bad"):
+        (tmp_path / name).mkdir()
+    model_config = ["--max_steps", "10", "--model_config", '{"cell": "lstm", "hidden_size": 16, "embedding_size": 8}']
+    eager = train_lm.main(run_args(tmp_path / "eager", *model_config, "--eval_windows", "true"))
+    exported = train_lm.main(
+        run_args(tmp_path / "onnx", *model_config, "--eval_windows", "true", "--test_engine", "onnxruntime")
+    )
+    assert exported["test_engine"] == "onnxruntime" and exported["test_quantization"] == "float32"
+    for key in ("test_windows_loss_nats", "test_carried_loss_nats", "validation_windows_loss_nats"):
+        assert exported[key] == pytest.approx(eager[key], abs=2e-4), key
+    assert exported["samples"]["0.2"] == eager["samples"]["0.2"]
+    assert (tmp_path / "onnx" / "run" / "onnxruntime" / "decoder_model.onnx").is_file()
+    with pytest.raises(ValueError, match="`test_onnxruntime_quantization` needs"):
+        train_lm.main(run_args(tmp_path / "bad", "--test_onnxruntime_quantization", "int8"))
+
+
+@pytest.mark.slow
+@pytest.mark.data
+def test_translation_script_tests_with_onnxruntime(tmp_path):
+    from hf_seq.train_scripts import train_translation
+    from test_export import TINY_RUN
+
+    argv = [*TINY_RUN, "--max_steps", "4", "--save_strategy", "no"]
+    eager = train_translation.main([*argv, "--output_dir", str(tmp_path / "eager")])
+    exported = train_translation.main([*argv, "--output_dir", str(tmp_path / "onnx"), "--test_engine", "onnxruntime"])
+    for key in ("test_greedy", "test_beam2"):
+        assert exported[key]["test_engine"] == "onnxruntime"
+        assert exported[key]["test_bleu"] == pytest.approx(eager[key]["test_bleu"], abs=1e-6)
+    assert (tmp_path / "onnx" / "onnxruntime" / "encoder_model.onnx").is_file()
