@@ -14,7 +14,8 @@ Parity (``--parity``):
 Speed (``--speed``; one process, one thread for torch and ONNX Runtime, every setting runs the engines one after the
 other ``--repeats`` times, median wall seconds of each): greedy at batch 1 and 32 (and beam 5 at batch 32 for the
 translators) — eager ``generate()``, ONNX Runtime float32 and int8, and for the Transformer CTranslate2 float32 and
-int8. The 1-minute load average is recorded before and after each setting; on a shared machine read the ratios.
+int8; for the LM also the model alone (``forward_only``: the prompt, then 200 single-token forwards with the cache,
+greedy, without ``generate()``'s own per-step work). The 1-minute load average is recorded before and after each setting; on a shared machine read the ratios.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_onnxruntime.py --lm runs/lm --seq2seq runs/rnn --transformer runs/tf \
         --parity --speed
@@ -244,10 +245,23 @@ def lm_speed(run_dir: Path, folders: dict, repeats: int) -> list[dict]:
 
             return go
 
+        def steps(m, ids=ids):
+            def go():  # the model alone: the prompt, then 200 single-token forwards carrying the cache
+                with torch.no_grad():
+                    out = m(input_ids=ids, use_cache=True)
+                    token = out.logits[:, -1:].argmax(-1)
+                    for _ in range(200):
+                        out = m(input_ids=token, cache=out.cache, use_cache=True)
+                        token = out.logits[:, -1:].argmax(-1)
+
+            return go
+
         engines = {"eager": run(model), **{f"onnxruntime_{k}": run(m) for k, m in ort.items()}}
         before = load()
         row = {"model": str(run_dir), "batch": batch, "new_tokens": 200}
         row.update(measure(engines, repeats))
+        forward = {"eager": steps(model), **{f"onnxruntime_{k}": steps(m) for k, m in ort.items()}}
+        row["forward_only"] = measure(forward, repeats)
         row["load"] = [before, load()]
         print(row, flush=True)
         rows.append(row)

@@ -88,9 +88,9 @@ GRAPHS = {
     "token_classification": ("model.onnx",),
     "feature_extraction": ("model.onnx",),
 }
-# the cells whose state is a fixed set of (L, B, H) tensors
-OPTIMIZE = os.environ.get("HF_SEQ_ONNX_OPTIMIZE", "1") == "1"
-EXPORTABLE_CELLS = ("rnn", "gru", "lstm")
+# the cells torch.onnx exports with a dynamic length (a while_loop form of aten.lstm / aten.gru); the SimpleRNN
+# kernel (aten.rnn_tanh) has none and comes out fixed to the example's length
+EXPORTABLE_CELLS = ("gru", "lstm")
 
 
 class OnnxExportError(ExportError):
@@ -336,7 +336,6 @@ def _export_graph(module: nn.Module, args: tuple, path: Path, input_names, outpu
             dynamic_shapes=shapes,
             dynamo=True,
             custom_translation_table={torch.ops.aten.remainder.Scalar: _remainder_scalar},
-            optimize=OPTIMIZE,
             verbose=False,
         )
     program.save(str(path))
@@ -367,6 +366,11 @@ def check_onnx_exportable(model) -> str:
     name = type(model).__name__
     if model_type in (RNN_TYPE, RNN_SEQ2SEQ_TYPE):
         cell = getattr(config, "cell", None)
+        if cell == "rnn":
+            raise OnnxExportError(
+                "`cell` 'rnn': torch.onnx.export has no dynamic-length form of the SimpleRNN kernel (aten.rnn_tanh), "
+                f"so the graph would run at one sequence length only; exportable cells are {list(EXPORTABLE_CELLS)}"
+            )
         if cell not in EXPORTABLE_CELLS and not (cell == "none" and model_type == RNN_TYPE and "CausalLM" not in name):
             raise OnnxExportError(
                 f"`cell` {cell!r}: the ONNX export carries a recurrent state of fixed size per layer; exportable cells "
