@@ -730,7 +730,12 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "onnx":
             if not Path(args.folder).is_dir():
                 parser.error(f"FOLDER {args.folder} is not a directory")
-            out = to_onnx(args.folder, args.output_dir, quantization=args.quantization, force=args.force)
+            from .onnx_runtime import OnnxExportError
+
+            try:
+                out = to_onnx(args.folder, args.output_dir, quantization=args.quantization, force=args.force)
+            except OnnxExportError as error:
+                parser.error(str(error))
             print(f"Wrote {out} (ONNX, {args.quantization or 'float32'})")
         else:
             if len(args.paths) < 3:

@@ -63,7 +63,6 @@ from transformers.modeling_outputs import (
 )
 
 from .compat import cache_argument, cache_output
-from .export import ExportError
 from .modeling_rnn import RNNCache
 from .modeling_rnn_seq2seq import RNNDecoderCache
 from .modeling_utils import GenerationLengthMixin, RecurrentStateGenerationMixin
@@ -93,7 +92,7 @@ GRAPHS = {
 EXPORTABLE_CELLS = ("gru", "lstm")
 
 
-class OnnxExportError(ExportError):
+class OnnxExportError(ValueError):
     """A model or config that cannot be exported to ONNX Runtime generation; the message names the field."""
 
 

@@ -385,6 +385,10 @@ def test_refusals_name_the_field(tokenizer, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         main(["onnx", str(tmp_path / "missing"), str(tmp_path / "out")])
     assert exit_info.value.code == 2
+    lstmn.save_pretrained(tmp_path / "lstmn")  # the command line: one line naming the field, exit status 2
+    with pytest.raises(SystemExit) as exit_info:
+        main(["onnx", str(tmp_path / "lstmn"), str(tmp_path / "out")])
+    assert exit_info.value.code == 2 and not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------------------------------------------------------------------
