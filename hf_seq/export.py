@@ -1,15 +1,20 @@
-"""Deployment of trained hf_seq models: CTranslate2 export and checkpoint averaging.
+"""Deployment of trained hf_seq models: CTranslate2 and ONNX Runtime exports, checkpoint averaging.
 
 * :func:`to_ctranslate2` writes a CTranslate2 model folder (``ctranslate2.Translator`` for
   ``TransformerForConditionalGeneration``, ``ctranslate2.Encoder`` for the BERT models) with the tokenizer files
   beside it, so the folder alone translates or encodes. ``ctranslate2`` is an optional extra
   (``pip install hf_seq[ctranslate2]``), imported only inside the functions that need it.
+* :func:`to_onnx` writes ONNX graphs of any generative family (the RNN LM, the RNN seq2seq, the Transformer: encoder
+  and one decoder step with its state) or of a classifier, tagger or encoder, and :func:`load_onnxruntime` loads
+  the folder as a model whose ``generate()`` is ``transformers``' own (:mod:`hf_seq.onnx_runtime`); ``onnx``,
+  ``onnxscript`` and ``onnxruntime`` are optional, imported only there.
 * :func:`average_checkpoints` writes the element-wise mean of the weights of several checkpoints of one model (the
   habit of fairseq's ``scripts/average_checkpoints.py`` and OpenNMT-py's ``average_models.py``).
 * :func:`ctranslate2_translate` decodes texts with an exported translator and returns token ids, as ``generate()``;
   :func:`generate_options` maps a generation config's search settings to CTranslate2's options.
-* ``hf-seq-export ctranslate2 FOLDER OUTPUT_DIR [--quantization ...]`` and
-  ``hf-seq-export average CHECKPOINT... OUTPUT_DIR`` (:func:`main`) run the two from the command line.
+* ``hf-seq-export ctranslate2 FOLDER OUTPUT_DIR [--quantization ...]``, ``hf-seq-export onnx FOLDER OUTPUT_DIR
+  [--quantization int8]`` and ``hf-seq-export average CHECKPOINT... OUTPUT_DIR`` (:func:`main`) run them from the
+  command line.
 
 A config CTranslate2 cannot express is refused with :class:`ExportError` naming the field — never converted into a
 silently different model. The mapping of every weight:
@@ -640,15 +645,36 @@ def average_checkpoints(
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# ONNX Runtime (hf_seq.onnx_runtime, imported when used)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def to_onnx(model_or_folder, output_dir, quantization: str | None = None, tokenizer=None, force: bool = False) -> Path:
+    """Export a model for ONNX Runtime generation (or inference); see :func:`hf_seq.onnx_runtime.to_onnx`."""
+    from .onnx_runtime import to_onnx as export
+
+    return export(model_or_folder, output_dir, quantization=quantization, tokenizer=tokenizer, force=force)
+
+
+def load_onnxruntime(folder, threads: int | None = None, providers: list | None = None):
+    """The ``ORTModelFor...`` of a folder written by :func:`to_onnx`; ``generate()`` takes the PyTorch model's
+    arguments. See :func:`hf_seq.onnx_runtime.load_onnxruntime`."""
+    from .onnx_runtime import load_onnxruntime as load
+
+    return load(folder, threads=threads, providers=providers)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # hf-seq-export
 # ---------------------------------------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="hf-seq-export", description="Export a trained hf_seq model to CTranslate2, or average checkpoints."
+        prog="hf-seq-export",
+        description="Export a trained hf_seq model to CTranslate2 or ONNX Runtime, or average checkpoints.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{ctranslate2,average}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{ctranslate2,onnx,average}")
     ct2 = commands.add_parser(
         "ctranslate2",
         help="Export a Transformer translation model or a BERT encoder to a CTranslate2 folder.",
@@ -661,6 +687,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--quantization", choices=QUANTIZATIONS, default=None, help="Weight type (default: float32 as trained)."
     )
     ct2.add_argument("--force", action="store_true", help="Replace an existing OUTPUT_DIR.")
+    onnx = commands.add_parser(
+        "onnx",
+        help="Export any hf_seq model to ONNX graphs that ONNX Runtime generates with (load_onnxruntime).",
+        description="Export FOLDER (a saved hf_seq model with its tokenizer: RNN LM, RNN seq2seq, Transformer, "
+        "classifier, tagger, BERT) to OUTPUT_DIR: ONNX graphs (encoder and one decoder step with its state for "
+        "the generative models), config, generation config, tokenizer. hf_seq.export.load_onnxruntime(OUTPUT_DIR) "
+        "loads it.",
+    )
+    onnx.add_argument("folder", metavar="FOLDER", help="A saved hf_seq model folder (model, config, tokenizer).")
+    onnx.add_argument("output_dir", metavar="OUTPUT_DIR", help="The folder to write.")
+    onnx.add_argument(
+        "--quantization",
+        choices=("int8",),
+        default=None,
+        help="int8: ONNX Runtime dynamic quantization of every graph (default: float32 as trained).",
+    )
+    onnx.add_argument("--force", action="store_true", help="Replace an existing OUTPUT_DIR.")
     avg = commands.add_parser(
         "average",
         help="Average the weights of checkpoints of one model.",
@@ -684,6 +727,16 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"FOLDER {args.folder} is not a directory")
             out = to_ctranslate2(args.folder, args.output_dir, quantization=args.quantization, force=args.force)
             print(f"Wrote {out} ({args.quantization or 'float32'})")
+        elif args.command == "onnx":
+            if not Path(args.folder).is_dir():
+                parser.error(f"FOLDER {args.folder} is not a directory")
+            from .onnx_runtime import OnnxExportError
+
+            try:
+                out = to_onnx(args.folder, args.output_dir, quantization=args.quantization, force=args.force)
+            except OnnxExportError as error:
+                parser.error(str(error))
+            print(f"Wrote {out} (ONNX, {args.quantization or 'float32'})")
         else:
             if len(args.paths) < 3:
                 parser.error("average needs at least two CHECKPOINT folders and then OUTPUT_DIR")

@@ -106,6 +106,9 @@ from hf_seq.tokenization import build_char_tokenizer, build_word_level_tokenizer
 LEVELS = ("char", "word")
 
 
+TEST_ENGINES = ("pytorch", "onnxruntime")
+
+
 @dataclass
 class LMArguments(PreprocessingArguments, BudgetArguments):
     """Tokenization level, windows, evaluation and samples."""
@@ -125,6 +128,18 @@ class LMArguments(PreprocessingArguments, BudgetArguments):
     )
     sample_length: int = field(default=300, metadata={"help": "new tokens per sample"})
     sample_seed: int = field(default=0, metadata={"help": "torch seed of each sample"})
+    test_engine: str = field(
+        default="pytorch",
+        metadata={
+            "help": '"pytorch" or "onnxruntime": the final evaluation and the samples by the model exported to ONNX '
+            "Runtime (generate() over the exported graph; written into <output_dir>/onnxruntime; needs onnx, "
+            "onnxscript and onnxruntime)."
+        },
+    )
+    test_onnxruntime_quantization: str | None = field(
+        default=None,
+        metadata={"help": "int8: ONNX Runtime dynamic quantization of that export (default float32)."},
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -133,6 +148,15 @@ class LMArguments(PreprocessingArguments, BudgetArguments):
         require_minimum(self, 1, "segment_length", "eval_streams", "sample_length", allowed="a positive integer")
         if any(t <= 0 for t in self.sample_temperatures):
             raise ValueError(f"`sample_temperatures` must be positive numbers, got {self.sample_temperatures}")
+        if self.test_engine not in TEST_ENGINES:
+            raise ValueError(f"`test_engine` must be one of {list(TEST_ENGINES)}, got {self.test_engine!r}")
+        if self.test_onnxruntime_quantization is not None:
+            if self.test_onnxruntime_quantization != "int8":
+                raise ValueError(
+                    f'`test_onnxruntime_quantization` must be "int8" or null, got {self.test_onnxruntime_quantization!r}'
+                )
+            if self.test_engine != "onnxruntime":
+                raise ValueError('`test_onnxruntime_quantization` needs `test_engine` "onnxruntime"')
 
 
 TASK = Task(
@@ -685,6 +709,19 @@ def lm_results(args, model_args, training_args, config, num_params, budget, trai
     return results
 
 
+def onnxruntime_model(model, tokenizer, args, results: dict) -> tuple:
+    """``test_engine`` "onnxruntime": the model exported (``test_onnxruntime_quantization``) into a temporary folder
+    and loaded there, and the folder (it goes into the run folder)."""
+    from hf_seq.export import load_onnxruntime, to_onnx
+
+    export_dir = Path(tempfile.mkdtemp()) / "onnxruntime"
+    to_onnx(model, export_dir, quantization=args.test_onnxruntime_quantization, tokenizer=tokenizer)
+    threads = int(os.environ.get("OMP_NUM_THREADS") or torch.get_num_threads())
+    results["test_engine"] = "onnxruntime"
+    results["test_quantization"] = args.test_onnxruntime_quantization or "float32"
+    return load_onnxruntime(export_dir, threads=threads), export_dir
+
+
 def final_evaluation(model, streams: dict, args, results: dict) -> None:
     """The validation / test losses (state carried across windows and/or per window) into ``results``; every
     process evaluates (the same numbers), so none waits alone at the final save's barrier."""
@@ -793,8 +830,13 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
     data_line = data.data_line
     timing = (train_minutes, train_cpu_minutes, train_tokens, data_line)
     results = lm_results(args, model_args, training_args, config, num_params, budget, train_output, timing)
-    final_evaluation(model, streams, args, results)
-    samples_text, results["samples"] = sample_texts(model, tokenizer, args)
+    files: dict = {}
+    tested = model
+    if args.test_engine == "onnxruntime":  # evaluate and sample with the exported model
+        tested, files["onnxruntime"] = onnxruntime_model(model, tokenizer, args, results)
+    final_evaluation(tested, streams, args, results)
+    samples_text, results["samples"] = sample_texts(tested, tokenizer, args)
+    files["samples.txt"] = samples_text
 
     def report(results: dict) -> None:
         print(f"results -> {os.path.join(training_args.output_dir, 'results.json')}")
@@ -803,9 +845,7 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
                 print(f"  {key}: {results[key]}")
 
     card = lm_card(args, model_args, training_args, tokenizer, streams, results, data_line)
-    return finish_script_run(
-        trainer, training_args, results, command, card=card, files={"samples.txt": samples_text}, report=report
-    )
+    return finish_script_run(trainer, training_args, results, command, card=card, files=files, report=report)
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ from hf_seq.tokenization import build_translation_tokenizer
 from hf_seq.visualization import plot_translation_attention
 
 logger = logging.getLogger("train_translation")
-TEST_ENGINES = ("pytorch", "ctranslate2")
+TEST_ENGINES = ("pytorch", "ctranslate2", "onnxruntime")
 
 
 @dataclass
@@ -115,9 +115,15 @@ class TranslationArguments(PreprocessingArguments, BudgetArguments):
     test_engine: str = field(
         default="pytorch",
         metadata={
-            "help": '"pytorch" (generate()) or "ctranslate2": decode the test split with the model exported to '
-            "CTranslate2 (written into <output_dir>/ctranslate2; needs `pip install hf_seq[ctranslate2]`)."
+            "help": '"pytorch" (generate()), "ctranslate2" or "onnxruntime": decode the test split with the model '
+            "exported to CTranslate2 (a Transformer; written into <output_dir>/ctranslate2; needs `pip install "
+            "hf_seq[ctranslate2]`) or to ONNX Runtime (any translation model, generate() over the exported graphs; "
+            "written into <output_dir>/onnxruntime; needs onnx, onnxscript and onnxruntime)."
         },
+    )
+    test_onnxruntime_quantization: str | None = field(
+        default=None,
+        metadata={"help": 'int8: ONNX Runtime dynamic quantization of the "onnxruntime" export (default float32).'},
     )
     test_ctranslate2_quantization: str | None = field(
         default=None,
@@ -152,6 +158,13 @@ class TranslationArguments(PreprocessingArguments, BudgetArguments):
                 )
             if self.test_engine != "ctranslate2":
                 raise ValueError('`test_ctranslate2_quantization` needs `test_engine` "ctranslate2"')
+        if self.test_onnxruntime_quantization is not None:
+            if self.test_onnxruntime_quantization != "int8":
+                raise ValueError(
+                    f'`test_onnxruntime_quantization` must be "int8" or null, got {self.test_onnxruntime_quantization!r}'
+                )
+            if self.test_engine != "onnxruntime":
+                raise ValueError('`test_onnxruntime_quantization` needs `test_engine` "onnxruntime"')
 
 
 TASK = Task(
@@ -596,6 +609,36 @@ def ctranslate2_predictions(
     return out
 
 
+def onnxruntime_predictions(
+    model, tokenizer, sources: list[str], export_dir: Path, quantization, beams, max_new, max_source_length, batch_size
+) -> np.ndarray:
+    """Test translations of ``sources`` by ``generate()`` over the model exported to ONNX Runtime in ``export_dir``
+    (exported on the first call), with the model's generation config, as a right-padded ``(N, T)`` array of token
+    ids without the decoder start token."""
+    from hf_seq.export import load_onnxruntime, to_onnx
+
+    if not (export_dir / "hf_seq_onnx.json").is_file():
+        to_onnx(model, export_dir, quantization=quantization, tokenizer=tokenizer, force=True)
+    threads = int(os.environ.get("OMP_NUM_THREADS") or torch.get_num_threads())
+    ort_model = load_onnxruntime(export_dir, threads=threads)
+    rows: list[list[int]] = []
+    for start in range(0, len(sources), batch_size):
+        enc = tokenizer(
+            sources[start : start + batch_size],
+            padding=True,
+            truncation=max_source_length is not None,
+            max_length=max_source_length,
+            return_tensors="pt",
+        )
+        out = ort_model.generate(**enc, num_beams=beams, max_new_tokens=max_new)
+        rows.extend(out[:, 1:].tolist())
+    width = max([len(row) for row in rows] + [1])
+    out = np.full((len(rows), width), tokenizer.pad_token_id, dtype=np.int64)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
+
+
 def total_length(dataset, column: str) -> int:
     """The number of tokens in a list column, summed from the Arrow offsets (no Python lists), the pages of the
     mapped cache released as it goes (:func:`hf_seq.samplers.total_list_length`)."""
@@ -982,22 +1025,37 @@ def test_examples(tokenizer, tokenized, pairs, preds, label_ids) -> list[dict]:
 
 def test_decodes(run, store: dict, export_dir: Path | None = None) -> None:
     """Greedy / beam test decodes of ``run.trainer.model`` into ``store`` (``test_engine``: generate() or the model
-    exported to CTranslate2 in ``export_dir``)."""
+    exported to CTranslate2 or ONNX Runtime in ``export_dir``)."""
     trainer, tokenizer, tokenized, pairs, args = run.trainer, run.tokenizer, run.tokenized, run.pairs, run.args
     max_new = run.data_args.max_target_length + 16
     for beams in (int(b) for b in args.test_num_beams.split(",") if b.strip()):
         t0 = time.perf_counter()
-        if args.test_engine == "ctranslate2":
-            preds = ctranslate2_predictions(
-                trainer.model,
-                tokenizer,
-                pairs["test"][0],
-                export_dir,
-                args.test_ctranslate2_quantization,
-                beams,
-                max_new,
-                run.data_args.max_source_length,
-            )
+        if args.test_engine in ("ctranslate2", "onnxruntime"):
+            if args.test_engine == "ctranslate2":
+                preds = ctranslate2_predictions(
+                    trainer.model,
+                    tokenizer,
+                    pairs["test"][0],
+                    export_dir,
+                    args.test_ctranslate2_quantization,
+                    beams,
+                    max_new,
+                    run.data_args.max_source_length,
+                )
+                quantization = args.test_ctranslate2_quantization
+            else:
+                preds = onnxruntime_predictions(
+                    trainer.model,
+                    tokenizer,
+                    pairs["test"][0],
+                    export_dir,
+                    args.test_onnxruntime_quantization,
+                    beams,
+                    max_new,
+                    run.data_args.max_source_length,
+                    run.training_args.per_device_eval_batch_size,
+                )
+                quantization = args.test_onnxruntime_quantization
             labels = np.array(
                 [
                     row + [-100] * (max(map(len, tokenized["test"]["labels"])) - len(row))
@@ -1005,8 +1063,8 @@ def test_decodes(run, store: dict, export_dir: Path | None = None) -> None:
                 ]
             )
             metrics = {f"test_{k}": v for k, v in run.compute_metrics((preds, labels)).items()}
-            metrics["test_engine"] = "ctranslate2"
-            metrics["test_quantization"] = args.test_ctranslate2_quantization or "float32"
+            metrics["test_engine"] = args.test_engine
+            metrics["test_quantization"] = quantization or "float32"
             label_ids = labels
         else:
             pred = trainer.predict(tokenized["test"], metric_key_prefix="test", num_beams=beams, max_new_tokens=max_new)
@@ -1027,7 +1085,7 @@ def average_and_test(run, results: dict, extra_files: dict) -> None:
     testing = training_args.do_predict and "test" in run.tokenized
     if training_args.do_predict and "test" not in run.tokenized:
         logger.warning("no test split: nothing to predict")
-    export_root = Path(tempfile.mkdtemp()) if args.test_engine == "ctranslate2" else None
+    export_root = Path(tempfile.mkdtemp()) if args.test_engine != "pytorch" else None
     if args.average_last_checkpoints:
         folders = last_checkpoints(training_args.output_dir, args.average_last_checkpoints, trainer.state.global_step)
         if len(folders) < args.average_last_checkpoints:
@@ -1043,9 +1101,9 @@ def average_and_test(run, results: dict, extra_files: dict) -> None:
         results["averaged_checkpoints"] = [p.name for p in folders]
         logger.info("averaged the weights of %s", ", ".join(p.name for p in folders))
     if testing:
-        test_decodes(run, results, export_root / "ctranslate2" if export_root else None)
+        test_decodes(run, results, export_root / args.test_engine if export_root else None)
         if export_root is not None and trainer.is_world_process_zero():
-            extra_files["ctranslate2"] = export_root / "ctranslate2"  # the tested export, into the run folder
+            extra_files[args.test_engine] = export_root / args.test_engine  # the tested export, into the run folder
 
 
 def plot_attention(run, results: dict, extra_files: dict) -> None:

@@ -1,0 +1,1021 @@
+"""ONNX Runtime deployment of hf_seq models: exported graphs decoded by ``transformers``' own ``generate()``.
+
+:func:`to_onnx` exports a model as ONNX graphs with dynamic batch and length (``torch.onnx.export(dynamo=True)``),
+:func:`load_onnxruntime` loads such a folder as a model class in ``optimum.onnxruntime``'s conventions
+(:class:`ORTModelForCausalLM`, :class:`ORTModelForSeq2SeqLM`, :class:`ORTModelForSequenceClassification`,
+:class:`ORTModelForTokenClassification`, :class:`ORTModelForFeatureExtraction`): a ``PreTrainedModel`` whose
+``forward`` runs ONNX Runtime sessions and which inherits ``GenerationMixin``, so ``generate()`` (greedy, sampling,
+beam search, every logits processor and stopping rule) and ``generation_config`` mean what they mean in PyTorch, and
+``pipeline()`` takes the model. ``optimum`` is not used: its ONNX configs describe Transformer key/value caches
+only, and the recurrent decoders carry a state of another shape (below).
+
+What is exported, per family (the graphs of one folder; names of the inputs and outputs in ``hf_seq_onnx.json``):
+
+=======================================  ================================================================================
+family / head                            graphs
+=======================================  ================================================================================
+``RNNForCausalLM`` (char and word LM)    ``decoder_model.onnx``: ``(input_ids (B, T), attention_mask (B, T), h, c)`` →
+                                         ``(logits (B, T, V), h, c)``: the prompt in one call (left padding as in
+                                         PyTorch), then one token a step; the state ``(L, B, H)`` is the cache
+``RNNSeq2SeqForConditionalGeneration``   ``encoder_model.onnx``: source → encoder states, the attention keys prepared
+                                         once, the bridged initial decoder state and the first input-feeding vector;
+                                         ``decoder_model.onnx``: one target token with the state (``h``, ``c``) and
+                                         the fed vector (context or attentional vector ``h̃``) → logits and the next
+                                         state and vector (every attention type, input feeding, bidirectional encoder)
+``TransformerForConditionalGeneration``  ``encoder_model.onnx``: source → encoder states and every decoder layer's
+                                         cross-attention keys/values (computed once per source);
+                                         ``decoder_model.onnx``: one target token with the self-attention key/value
+                                         cache of every layer → logits and the cache one position longer
+classifier, tagger, ``RNNModel``, BERT   ``model.onnx``: the inference forward (logits, or the last hidden state)
+=======================================  ================================================================================
+
+Beam search reorders the runtime state as in PyTorch: the recurrent models keep :class:`~.modeling_rnn.RNNCache` /
+:class:`~.modeling_rnn_seq2seq.RNNDecoderCache` (their ``reorder_cache``), the Transformer an
+:class:`ORTKeyValueCache` of per-layer key/value tensors. ``quantization="int8"`` applies ONNX Runtime's dynamic
+quantization (``onnxruntime.quantization.quantize_dynamic``, int8 weights) to every graph.
+
+``onnx``, ``onnxscript`` and ``onnxruntime`` are optional packages, imported only inside the functions that need
+them. The modelling files never import this module (a saved model folder does not carry it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoConfig, GenerationConfig, GenerationMixin, PreTrainedModel
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    CausalLMOutputWithPast,
+    ModelOutput,
+    Seq2SeqLMOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+
+from .compat import cache_argument, cache_output
+from .modeling_rnn import RNNCache
+from .modeling_rnn_seq2seq import RNNDecoderCache
+from .modeling_utils import GenerationLengthMixin, RecurrentStateGenerationMixin
+from .seq2seq_utils import Seq2SeqLMHeadMixin
+from .validation import GenerationArgumentsMixin
+
+logger = logging.getLogger(__name__)
+
+ONNX_INFO = "hf_seq_onnx.json"  # what the folder holds: the kind, the graphs and their input/output names
+ONNX_QUANTIZATIONS = ("int8",)
+RNN_TYPE, RNN_SEQ2SEQ_TYPE, TRANSFORMER_TYPE, BERT_TYPE = (
+    "hf_seq_rnn",
+    "hf_seq_rnn_seq2seq",
+    "hf_seq_transformer",
+    "hf_seq_bert",
+)
+# kind of folder -> graph files
+GRAPHS = {
+    "causal_lm": ("decoder_model.onnx",),
+    "seq2seq_lm": ("encoder_model.onnx", "decoder_model.onnx"),
+    "sequence_classification": ("model.onnx",),
+    "token_classification": ("model.onnx",),
+    "feature_extraction": ("model.onnx",),
+}
+# the cells torch.onnx exports with a dynamic length (a while_loop form of aten.lstm / aten.gru); the SimpleRNN
+# kernel (aten.rnn_tanh) has none and comes out fixed to the example's length
+EXPORTABLE_CELLS = ("gru", "lstm")
+
+
+class OnnxExportError(ValueError):
+    """A model or config that cannot be exported to ONNX Runtime generation; the message names the field."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Export: small wrappers that give each graph plain tensors in and out
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _state_names(cell: str) -> tuple[str, ...]:
+    return ("h", "c") if cell == "lstm" else ("h",)
+
+
+class _CausalLMGraph(nn.Module):
+    """``RNNForCausalLM`` from a given state: ``(input_ids, attention_mask, *state)`` → ``(logits, *state)``."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, *state):
+        cache = RNNCache(self.model.config.num_hidden_layers, tuple(state), 0)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, cache=cache, use_cache=True)
+        return (out.logits, *cache.state)
+
+
+class _RNNEncoderGraph(nn.Module):
+    """Source → ``(encoder_states, [keys, feed,] *initial_state)``; the state batch-first ``(B, L, H)`` so that
+    ``generate()`` expands it per beam with the other encoder outputs."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model.model
+
+    def forward(self, input_ids, attention_mask):
+        base = self.model
+        enc = base.encoder(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+        state = base.bridge(enc.final_hidden_state, enc.final_cell_state)  # (L, B, H) each
+        batch_first = tuple(s.transpose(0, 1) for s in state)
+        if not base.decoder.use_attention:
+            return (enc.last_hidden_state, *batch_first)
+        keys = base.decoder.prepare_keys(enc.last_hidden_state)  # (B, S, K)
+        feed = base.decoder.initial_feed(state, keys, enc.last_hidden_state, attention_mask.bool()[:, None, :])
+        return (enc.last_hidden_state, keys, feed, *batch_first)
+
+
+class _RNNDecoderGraph(nn.Module):
+    """One target token: ``(decoder_input_ids (B, 1), [encoder_states, encoder_mask, keys, feed,] *state)`` →
+    ``(logits (B, V), [feed,] *state)``."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, decoder_input_ids, *inputs):
+        base = self.model.model
+        embeds = base.encoder.embed_tokens(decoder_input_ids)  # (B, 1, E)
+        if base.decoder.use_attention:
+            encoder_states, encoder_mask, keys, feed, *state = inputs
+            out, _, state, feed, _ = base.decoder(
+                embeds, tuple(state), encoder_states=encoder_states, encoder_mask=encoder_mask, keys=keys, feed=feed
+            )
+            return (self.model.lm_head(out[:, -1]), feed, *state)
+        out, _, state, _, _ = base.decoder(embeds, tuple(inputs))
+        return (self.model.lm_head(out[:, -1]), *state)
+
+
+class _TransformerEncoderGraph(nn.Module):
+    """Source → ``(encoder_states, cross_key_values (B, L, 2, nh, S, hs))``: every decoder layer's cross-attention
+    keys and values, projected once per source."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model.model
+
+    def forward(self, input_ids, attention_mask):
+        states = self.model.encoder(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+        states = states.last_hidden_state  # (B, S, d)
+        per_layer = []
+        for layer in self.model.decoder.layers:
+            key, value = layer.cross_attn._cross_key_values(states, None)  # (B, nh, S, hs) each
+            per_layer.append(torch.stack([key, value], dim=1))  # (B, 2, nh, S, hs)
+        return states, torch.stack(per_layer, dim=1)  # (B, L, 2, nh, S, hs)
+
+
+class _ExportSelfCache:
+    """The self-attention cache of one traced decoder step: appends this step's keys/values to the given ones."""
+
+    def __init__(self, past: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        self.past = past
+        self.new: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def update(self, key, value, layer_idx, *args, **kwargs):
+        past_key, past_value = self.past[layer_idx]
+        key, value = torch.cat([past_key, key], dim=-2), torch.cat([past_value, value], dim=-2)
+        self.new[layer_idx] = (key, value)
+        return key, value
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.past[0][0].shape[-2]
+
+
+@dataclass
+class _ExportCrossLayer:
+    keys: torch.Tensor
+    values: torch.Tensor
+
+
+class _ExportCrossCache:
+    def __init__(self, layers: list[_ExportCrossLayer]) -> None:
+        self.layers = layers
+
+
+class _ExportStepCache:
+    """What hf_seq's Transformer decoder reads of an ``EncoderDecoderCache``, over plain tensors (traced)."""
+
+    def __init__(self, past, cross) -> None:
+        self.self_attention_cache = _ExportSelfCache(past)
+        self.cross_attention_cache = _ExportCrossCache([_ExportCrossLayer(k, v) for k, v in cross])
+        self.is_updated = dict.fromkeys(range(len(cross)), True)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.self_attention_cache.get_seq_length(layer_idx)
+
+
+class _TransformerDecoderGraph(nn.Module):
+    """One target token: ``(decoder_input_ids (B, 1), encoder_attention_mask (B, S), past_key_0, past_value_0, ...,
+    cross_key_0, cross_value_0, ...)`` → ``(logits (B, V), present_key_0, present_value_0, ...)``."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+        self.num_layers = model.config.decoder_layers
+
+    def forward(self, decoder_input_ids, encoder_attention_mask, *key_values):
+        n = self.num_layers
+        past = [(key_values[2 * i], key_values[2 * i + 1]) for i in range(n)]
+        cross = [(key_values[2 * n + 2 * i], key_values[2 * n + 2 * i + 1]) for i in range(n)]
+        cache = _ExportStepCache(past, cross)
+        # the decoder reads only the shape (B, S) of the encoder states when the cross keys/values are cached
+        encoder_states = encoder_attention_mask[:, :, None].to(cross[0][0].dtype)  # (B, S, 1)
+        hidden = self.model.model.decoder(
+            input_ids=decoder_input_ids,
+            encoder_hidden_states=encoder_states,
+            encoder_attention_mask=encoder_attention_mask,
+            cache=cache,
+            return_dict=True,
+        ).last_hidden_state
+        logits = self.model.lm_head(hidden[:, -1])  # (B, V)
+        present = [t for i in range(n) for t in cache.self_attention_cache.new[i]]
+        return (logits, *present)
+
+
+class _ForwardGraph(nn.Module):
+    """The inference forward of a classifier, tagger or encoder: ``(input_ids, attention_mask[, token_type_ids])`` →
+    the main output (logits, or the last hidden state)."""
+
+    def __init__(self, model, output: str, token_types: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.output = output
+        self.token_types = token_types
+
+    def forward(self, input_ids, attention_mask, *token_type_ids):
+        kwargs = {"token_type_ids": token_type_ids[0]} if self.token_types else {}
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True, **kwargs)
+        return getattr(out, self.output)
+
+
+def _remainder_scalar(self, other):
+    """``aten::remainder.Scalar`` with a symbolic divisor (the row shift of the recurrent core's padding path), which
+    onnxscript's own translation does not take: ONNX ``Mod`` (integer, Python's sign rule)."""
+    from onnxscript import opset18 as op
+
+    return op.Mod(self, op.CastLike(other, self))
+
+
+_FUSED_RECURRENT_OPS = (
+    "lstm.input",
+    "lstm.data",
+    "gru.input",
+    "gru.data",
+    "rnn_tanh.input",
+    "rnn_tanh.data",
+    "rnn_relu.input",
+    "rnn_relu.data",
+)
+
+
+@contextlib.contextmanager
+def _recurrent_autograd_decompositions_off():
+    """Take the Python ``Autograd`` kernels of ``aten.lstm`` / ``gru`` / ``rnn_*`` off while exporting.
+
+    ``torch.onnx.export`` traces these ops with a ``while_loop`` decomposition (dynamic in length), which it registers
+    under ``CompositeImplicitAutograd``; once ``torch._decomp.decompositions`` has been imported (the first ONNX export
+    of a process imports it), the same ops also carry a Python ``Autograd`` kernel, an unrolled loop that is dispatched
+    first, and the export comes out fixed to the example's length (the exporter then retries with static shapes).
+    Those kernels are put back after the export."""
+    from torch._C import DispatchKey
+
+    removed = []
+    for name in _FUSED_RECURRENT_OPS:
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload)
+        if DispatchKey.Autograd in op.py_kernels:
+            removed.append((op, op.py_kernels.pop(DispatchKey.Autograd)))
+        op._dispatch_cache.clear()
+    try:
+        yield
+    finally:
+        for op, kernel in removed:
+            op.py_kernels[DispatchKey.Autograd] = kernel
+            op._dispatch_cache.clear()
+
+
+def _export_graph(module: nn.Module, args: tuple, path: Path, input_names, output_names, dynamic: dict) -> None:
+    """``torch.onnx.export(dynamo=True)`` of ``module`` with the named dynamic dimensions ``dynamic``
+    (input name → {dim: name})."""
+    dims: dict[str, torch.export.Dim] = {}
+
+    def dim(name: str):
+        if name not in dims:
+            dims[name] = torch.export.Dim(name, min=1) if name != "past" else torch.export.Dim(name, min=0)
+        return dims[name]
+
+    flat = [{axis: dim(label) for axis, label in dynamic.get(name, {}).items()} or None for name in input_names]
+    # the structure of the forward's signature: named parameters, then one tuple for ``*inputs``
+    named = [
+        p
+        for p in inspect.signature(module.forward).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    shapes = (*flat[: len(named)], tuple(flat[len(named) :])) if len(flat) > len(named) else tuple(flat)
+    module.eval()
+    with torch.no_grad(), _recurrent_autograd_decompositions_off():
+        program = torch.onnx.export(
+            module,
+            args,
+            input_names=list(input_names),
+            output_names=list(output_names),
+            dynamic_shapes=shapes,
+            dynamo=True,
+            custom_translation_table={torch.ops.aten.remainder.Scalar: _remainder_scalar},
+            verbose=False,
+        )
+    program.save(str(path))
+    _check_dynamic(path, input_names, dynamic)
+
+
+def _check_dynamic(path: Path, input_names, dynamic: dict) -> None:
+    """Every axis meant to be dynamic is symbolic in the saved graph: the exporter falls back to a specialised
+    program when its first strategy fails, which would run only at the example's sizes."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    shapes = {value.name: value.type.tensor_type.shape.dim for value in graph.input}
+    for name in input_names:
+        for axis in dynamic.get(name, {}):
+            if name in shapes and shapes[name][axis].dim_value:
+                raise OnnxExportError(
+                    f"the export of {path.name} fixed axis {axis} of `{name}` to {shapes[name][axis].dim_value}; the "
+                    "graph would run at that size only"
+                )
+
+
+def check_onnx_exportable(model) -> str:
+    """The kind of folder ``model`` exports to (a key of :data:`GRAPHS`), or :class:`OnnxExportError` naming the field
+    that cannot be exported."""
+    config = model.config
+    model_type = getattr(config, "model_type", None)
+    name = type(model).__name__
+    if model_type in (RNN_TYPE, RNN_SEQ2SEQ_TYPE):
+        cell = getattr(config, "cell", None)
+        if cell == "rnn":
+            raise OnnxExportError(
+                "`cell` 'rnn': torch.onnx.export has no dynamic-length form of the SimpleRNN kernel (aten.rnn_tanh), "
+                f"so the graph would run at one sequence length only; exportable cells are {list(EXPORTABLE_CELLS)}"
+            )
+        if cell not in EXPORTABLE_CELLS and not (cell == "none" and model_type == RNN_TYPE and "CausalLM" not in name):
+            raise OnnxExportError(
+                f"`cell` {cell!r}: the ONNX export carries a recurrent state of fixed size per layer; exportable cells "
+                f"are {list(EXPORTABLE_CELLS)} (the self-attention LSTM's state is a tape that grows with every token)"
+            )
+        if getattr(config, "implementation", "fused") not in ("fused", None):
+            logger.info("`implementation` %r: the export runs the fused kernel's equations", config.implementation)
+    kinds = {
+        "RNNForCausalLM": "causal_lm",
+        "RNNSeq2SeqForConditionalGeneration": "seq2seq_lm",
+        "TransformerForConditionalGeneration": "seq2seq_lm",
+        "RNNForSequenceClassification": "sequence_classification",
+        "BertForSequenceClassification": "sequence_classification",
+        "RNNForTokenClassification": "token_classification",
+        "BertForTokenClassification": "token_classification",
+        "RNNModel": "feature_extraction",
+        "BertModel": "feature_extraction",
+    }
+    if name not in kinds:
+        raise OnnxExportError(
+            f"{name} (`architectures`) has no ONNX Runtime export; exportable heads are {sorted(kinds)}"
+        )
+    if model_type == TRANSFORMER_TYPE and not config.is_encoder_decoder:
+        raise OnnxExportError("`is_encoder_decoder` must be True for the Transformer's encoder/decoder export")
+    if kinds[name] == "seq2seq_lm" and getattr(config, "decoder_start_token_id", None) is None:
+        raise OnnxExportError("`decoder_start_token_id` is None: generate() needs it to start the decoder")
+    return kinds[name]
+
+
+def _example_inputs(config, length: int, batch: int = 2):
+    vocab = config.vocab_size
+    ids = (torch.arange(batch * length).reshape(batch, length) * 7 + 4) % vocab
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[1, :2] = 0  # one left-padded row: the export keeps the padding path
+    return ids, mask
+
+
+def _export_causal_lm(model, folder: Path) -> dict:
+    config = model.config
+    names = _state_names(config.cell)
+    ids, mask = _example_inputs(config, 6)
+    layers, hidden = config.num_hidden_layers, config.hidden_size
+    state = tuple(torch.zeros(layers, ids.shape[0], hidden) for _ in names)
+    inputs = ("input_ids", "attention_mask", *names)
+    outputs = ("logits", *(f"{n}_out" for n in names))
+    dynamic = {"input_ids": {0: "batch", 1: "length"}, "attention_mask": {0: "batch", 1: "length"}}
+    dynamic.update({n: {1: "batch"} for n in names})
+    _export_graph(_CausalLMGraph(model), (ids, mask, *state), folder / "decoder_model.onnx", inputs, outputs, dynamic)
+    return {"decoder": {"file": "decoder_model.onnx", "inputs": list(inputs), "outputs": list(outputs)}, "state": names}
+
+
+def _export_rnn_seq2seq(model, folder: Path) -> dict:
+    config = model.config
+    base = model.model
+    names = _state_names(config.cell)
+    attention = base.decoder.use_attention
+    ids, mask = _example_inputs(config, 7)
+    enc_outputs = ("encoder_hidden_states", *(("keys", "feed") if attention else ()), *(f"init_{n}" for n in names))
+    _export_graph(
+        _RNNEncoderGraph(model),
+        (ids, mask),
+        folder / "encoder_model.onnx",
+        ("input_ids", "attention_mask"),
+        enc_outputs,
+        {"input_ids": {0: "batch", 1: "source"}, "attention_mask": {0: "batch", 1: "source"}},
+    )
+    with torch.no_grad():
+        example = _RNNEncoderGraph(model)(ids, mask)
+    start = torch.full((ids.shape[0], 1), config.decoder_start_token_id, dtype=torch.long)
+    state = tuple(s.transpose(0, 1).contiguous() for s in example[-len(names) :])  # (L, B, H)
+    if attention:
+        dec_inputs = ("decoder_input_ids", "encoder_hidden_states", "encoder_attention_mask", "keys", "feed", *names)
+        args = (start, example[0], mask, example[1], example[2], *state)
+        dec_outputs = ("logits", "feed_out", *(f"{n}_out" for n in names))
+    else:
+        dec_inputs = ("decoder_input_ids", *names)
+        args = (start, *state)
+        dec_outputs = ("logits", *(f"{n}_out" for n in names))
+    dynamic = {
+        "decoder_input_ids": {0: "batch"},
+        "encoder_hidden_states": {0: "batch", 1: "source"},
+        "encoder_attention_mask": {0: "batch", 1: "source"},
+        "keys": {0: "batch", 1: "source"},
+        "feed": {0: "batch"},
+    }
+    dynamic.update({n: {1: "batch"} for n in names})
+    _export_graph(_RNNDecoderGraph(model), args, folder / "decoder_model.onnx", dec_inputs, dec_outputs, dynamic)
+    return {
+        "encoder": {
+            "file": "encoder_model.onnx",
+            "inputs": ["input_ids", "attention_mask"],
+            "outputs": list(enc_outputs),
+        },
+        "decoder": {"file": "decoder_model.onnx", "inputs": list(dec_inputs), "outputs": list(dec_outputs)},
+        "state": names,
+        "attention": attention,
+    }
+
+
+def _export_transformer(model, folder: Path) -> dict:
+    config = model.config
+    ids, mask = _example_inputs(config, 9)
+    _export_graph(
+        _TransformerEncoderGraph(model),
+        (ids, mask),
+        folder / "encoder_model.onnx",
+        ("input_ids", "attention_mask"),
+        ("encoder_hidden_states", "cross_key_values"),
+        {"input_ids": {0: "batch", 1: "source"}, "attention_mask": {0: "batch", 1: "source"}},
+    )
+    with torch.no_grad():
+        _, cross = _TransformerEncoderGraph(model)(ids, mask)  # (B, L, 2, nh, S, hs)
+    n = config.decoder_layers
+    batch, heads, head_dim = ids.shape[0], cross.shape[3], cross.shape[5]
+    past = [torch.randn(batch, heads, 3, head_dim) for _ in range(2 * n)]
+    cross_list = [cross[:, i, j].contiguous() for i in range(n) for j in range(2)]
+    start = torch.full((batch, 1), config.decoder_start_token_id, dtype=torch.long)
+    past_names = [f"past_{kind}_{i}" for i in range(n) for kind in ("key", "value")]
+    cross_names = [f"cross_{kind}_{i}" for i in range(n) for kind in ("key", "value")]
+    dec_inputs = ("decoder_input_ids", "encoder_attention_mask", *past_names, *cross_names)
+    dec_outputs = ("logits", *(f"present_{kind}_{i}" for i in range(n) for kind in ("key", "value")))
+    dynamic = {"decoder_input_ids": {0: "batch"}, "encoder_attention_mask": {0: "batch", 1: "source"}}
+    dynamic.update({name: {0: "batch", 2: "past"} for name in past_names})
+    dynamic.update({name: {0: "batch", 2: "source"} for name in cross_names})
+    _export_graph(
+        _TransformerDecoderGraph(model),
+        (start, mask, *past, *cross_list),
+        folder / "decoder_model.onnx",
+        dec_inputs,
+        dec_outputs,
+        dynamic,
+    )
+    return {
+        "encoder": {
+            "file": "encoder_model.onnx",
+            "inputs": ["input_ids", "attention_mask"],
+            "outputs": ["encoder_hidden_states", "cross_key_values"],
+        },
+        "decoder": {"file": "decoder_model.onnx", "inputs": list(dec_inputs), "outputs": list(dec_outputs)},
+        "decoder_layers": n,
+    }
+
+
+def _export_forward(model, folder: Path, kind: str) -> dict:
+    config = model.config
+    ids, mask = _example_inputs(config, 11)
+    token_types = config.model_type == BERT_TYPE
+    output = "last_hidden_state" if kind == "feature_extraction" else "logits"
+    inputs = ("input_ids", "attention_mask", *(("token_type_ids",) if token_types else ()))
+    args = (ids, mask, *((torch.zeros_like(ids),) if token_types else ()))
+    dynamic = {name: {0: "batch", 1: "length"} for name in inputs}
+    _export_graph(_ForwardGraph(model, output, token_types), args, folder / "model.onnx", inputs, (output,), dynamic)
+    return {"model": {"file": "model.onnx", "inputs": list(inputs), "outputs": [output]}}
+
+
+def quantize_graphs(folder: str | os.PathLike, files: list[str]) -> None:
+    """ONNX Runtime's dynamic int8 quantization (int8 weights, activations quantized per call) of ``files`` in
+    ``folder``, in place."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    folder = Path(folder)
+    for name in files:
+        source = folder / name
+        target = folder / f".{name}.int8"
+        quantize_dynamic(source, target, weight_type=QuantType.QInt8)
+        os.replace(target, source)
+
+
+def _load_model(model_or_folder, tokenizer):
+    """(model, tokenizer, source) from a saved folder (its ``architectures`` class) or a model object."""
+    import hf_seq
+
+    if isinstance(model_or_folder, (str, os.PathLike)):
+        folder = Path(model_or_folder)
+        if not (folder / "config.json").is_file():
+            raise OnnxExportError(f"{folder} is not a saved model folder (no config.json)")
+        config = AutoConfig.from_pretrained(folder)
+        architectures = getattr(config, "architectures", None) or []
+        cls = getattr(hf_seq, architectures[0], None) if architectures else None
+        if cls is None:
+            raise OnnxExportError(f"{folder}: `architectures` {architectures} names no hf_seq model class")
+        model = cls.from_pretrained(folder)
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(folder)
+            except (OSError, ValueError):
+                tokenizer = None
+        return model.eval(), tokenizer, str(folder)
+    return model_or_folder.eval(), tokenizer, type(model_or_folder).__name__
+
+
+def to_onnx(
+    model_or_folder,
+    output_dir: str | os.PathLike,
+    quantization: str | None = None,
+    tokenizer=None,
+    force: bool = False,
+) -> Path:
+    """Export an hf_seq model for ONNX Runtime: the graphs of its family (see the module docstring), its config,
+    generation config and tokenizer, and ``hf_seq_onnx.json``; :func:`load_onnxruntime` loads the folder.
+
+    Args:
+        model_or_folder: a saved model folder or a model object (its tokenizer then given as ``tokenizer``).
+        output_dir: the folder to write; an existing non-empty one is replaced only with ``force=True``.
+        quantization: None (float32 as trained) or ``"int8"`` (ONNX Runtime dynamic quantization of every graph).
+        tokenizer: the tokenizer to save beside the graphs (default: the folder's, if it has one).
+
+    :class:`OnnxExportError` names the field of a model that cannot be exported; an ``ImportError`` says how to
+    install the optional packages."""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            "to_onnx needs onnx, onnxscript and onnxruntime: pip install onnx onnxscript onnxruntime"
+        ) from error
+    if quantization not in (None, *ONNX_QUANTIZATIONS):
+        raise OnnxExportError(f"`quantization` must be one of {list(ONNX_QUANTIZATIONS)} or None, got {quantization!r}")
+    output_dir = Path(output_dir)
+    if output_dir.exists() and any(output_dir.iterdir()) and not force:
+        raise OnnxExportError(
+            f"`output_dir` {output_dir} exists and is not empty; pass force=True (--force) to replace it"
+        )
+    model, tokenizer, source = _load_model(model_or_folder, tokenizer)
+    kind = check_onnx_exportable(model)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        if kind == "causal_lm":
+            graphs = _export_causal_lm(model, staging)
+        elif kind == "seq2seq_lm" and model.config.model_type == TRANSFORMER_TYPE:
+            graphs = _export_transformer(model, staging)
+        elif kind == "seq2seq_lm":
+            graphs = _export_rnn_seq2seq(model, staging)
+        else:
+            graphs = _export_forward(model, staging, kind)
+        for leftover in staging.glob("*.onnx.data"):  # small models: weights inside the graph file
+            leftover.unlink()
+        if quantization == "int8":
+            quantize_graphs(staging, list(GRAPHS[kind]))
+        model.config.save_pretrained(staging)
+        generation_config = getattr(model, "generation_config", None)
+        if kind in ("causal_lm", "seq2seq_lm") and generation_config is not None:
+            generation_config.save_pretrained(staging)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(staging)
+        info = {
+            "exported_from": source,
+            "model_type": model.config.model_type,
+            "architecture": type(model).__name__,
+            "kind": kind,
+            "quantization": quantization or "float32",
+            "graphs": graphs,
+            "torch_version": torch.__version__,
+        }
+        (staging / ONNX_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        os.replace(staging, output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return output_dir
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Runtime
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _session(path: Path, threads: int | None, providers):
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(str(path), options, providers=providers or ["CPUExecutionProvider"])
+
+
+def _run(session, names: list[str], values: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Run ``session`` on tensors (CPU, contiguous, as numpy views) and return its outputs as tensors."""
+    feeds = {name: value.detach().cpu().contiguous().numpy() for name, value in zip(names, values)}
+    return [torch.from_numpy(out) for out in session.run(None, feeds)]
+
+
+def _long(tensor: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    if tensor is None:
+        return torch.ones(like.shape[:2], dtype=torch.long)
+    return tensor.to(torch.long)
+
+
+class ORTModel(PreTrainedModel):
+    """A model folder of :func:`to_onnx` run by ONNX Runtime: a ``PreTrainedModel`` without parameters whose
+    ``forward`` feeds the sessions. ``device`` is the CPU (ONNX Runtime's CPU provider); ``dtype`` float32."""
+
+    main_input_name = "input_ids"
+    base_model_prefix = "onnx"
+    _supports_sdpa = True
+
+    def __init__(self, config, sessions: dict | None = None, info: dict | None = None, folder: Path | None = None):
+        super().__init__(config)
+        self.sessions = sessions or {}
+        self.info = info or {}
+        self.folder = folder
+        self.post_init()
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float32
+
+    def get_output_embeddings(self):
+        return None
+
+    def _graph(self, name: str):
+        graph = self.info["graphs"][name]
+        return self.sessions[name], graph["inputs"]
+
+    def save_pretrained(self, *args, **kwargs):
+        raise NotImplementedError(
+            f"{type(self).__name__} runs exported graphs: copy its folder ({self.folder}) or export the PyTorch model"
+        )
+
+
+class ORTModelForCausalLM(
+    GenerationArgumentsMixin, RecurrentStateGenerationMixin, GenerationLengthMixin, ORTModel, GenerationMixin
+):
+    """``RNNForCausalLM`` on ONNX Runtime: the recurrent state (:class:`~.modeling_rnn.RNNCache`) is the cache;
+    ``generate()`` reads the prompt in one call and then one token a step."""
+
+    _is_stateful = True
+
+    @cache_argument
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        cache: RNNCache | None = None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        """``input_ids`` ``(B, T)`` (the new tokens when ``cache`` is given); ``attention_mask`` ``(B, T)`` or the whole
+        sequence's ``(B, past + T)`` (its last T columns are read). Returns logits ``(B, T, V)`` and the cache."""
+        if input_ids is None:
+            raise ValueError(f"{type(self).__name__} takes `input_ids` (the exported graph embeds the tokens itself)")
+        if kwargs.get("inputs_embeds") is not None:
+            raise ValueError("`inputs_embeds` cannot be given to an exported model: pass `input_ids`")
+        batch, length = input_ids.shape
+        if attention_mask is not None and attention_mask.shape[1] > length:
+            attention_mask = attention_mask[:, -length:]
+        config = self.config
+        if cache is None or cache.state is None:
+            names = self.info["graphs"]["state"]
+            state = tuple(torch.zeros(config.num_hidden_layers, batch, config.hidden_size) for _ in names)
+            cache = cache if cache is not None else RNNCache(config.num_hidden_layers)
+        else:
+            if cache.state[0].shape[1] != batch:
+                raise ValueError(
+                    f"`cache` holds a state for batch size {cache.state[0].shape[1]}, but the input has {batch} rows"
+                )
+            state = cache.state
+        session, names = self._graph("decoder")
+        logits, *new_state = _run(session, names, [input_ids.to(torch.long), _long(attention_mask, input_ids), *state])
+        cache.update(tuple(new_state), length)
+        return CausalLMOutputWithPast(logits=logits, **cache_output(cache if use_cache is not False else None))
+
+
+@dataclass
+class ORTEncoderOutput(ModelOutput):
+    """The outputs of an exported encoder, batch-first (``generate()`` expands them per beam along dim 0).
+
+    ``last_hidden_state`` (B, S, D); ``keys`` (B, S, K) and ``feed`` (B, F) of an attention RNN decoder; ``state``
+    the initial decoder state (B, L, H) (and ``cell_state`` for an LSTM); ``cross_key_values`` (B, L, 2, nh, S, hs)
+    of the Transformer decoder's cross-attention."""
+
+    last_hidden_state: torch.Tensor | None = None
+    keys: torch.Tensor | None = None
+    feed: torch.Tensor | None = None
+    state: torch.Tensor | None = None
+    cell_state: torch.Tensor | None = None
+    cross_key_values: torch.Tensor | None = None
+
+
+class ORTEncoder(nn.Module):
+    """The encoder graph as the module ``generate()`` calls (``model.get_encoder()``)."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self, parent: ORTModel) -> None:
+        super().__init__()
+        self._parent = [parent]  # not a submodule
+
+    def forward(self, input_ids=None, attention_mask=None, return_dict=True, **kwargs) -> ORTEncoderOutput:
+        if input_ids is None:
+            raise ValueError("The exported encoder takes `input_ids` (it embeds the tokens itself)")
+        parent = self._parent[0]
+        session, names = parent._graph("encoder")
+        outputs = _run(session, names, [input_ids.to(torch.long), _long(attention_mask, input_ids)])
+        if parent.config.model_type == TRANSFORMER_TYPE:
+            return ORTEncoderOutput(last_hidden_state=outputs[0], cross_key_values=outputs[1])
+        graphs = parent.info["graphs"]
+        fields = {"last_hidden_state": outputs[0]}
+        rest = outputs[1:]
+        if graphs["attention"]:
+            fields["keys"], fields["feed"], rest = rest[0], rest[1], rest[2:]
+        fields["state"] = rest[0]
+        if len(rest) > 1:
+            fields["cell_state"] = rest[1]
+        return ORTEncoderOutput(**fields)
+
+
+class ORTKeyValueCache:
+    """The Transformer decoder's self-attention keys and values on ONNX Runtime: per layer ``(B, nh, T, hs)``;
+    :meth:`reorder_cache` for beam search, as ``EncoderDecoderCache`` does."""
+
+    is_compileable = False
+    is_croppable = False
+
+    def __init__(self, num_layers: int) -> None:
+        self.num_layers = num_layers
+        self.key_values: list[torch.Tensor] | None = None  # key_0, value_0, key_1, ...
+
+    def __len__(self) -> int:
+        return self.num_layers
+
+    @property
+    def is_linear(self) -> list[bool]:
+        return [False] * self.num_layers
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0 if self.key_values is None else self.key_values[0].shape[-2]
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if self.key_values is not None:
+            self.key_values = [t.index_select(0, beam_idx) for t in self.key_values]
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.reorder_cache(indices)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.key_values is not None:
+            self.key_values = [t.repeat_interleave(repeats, dim=0) for t in self.key_values]
+
+    def __repr__(self) -> str:
+        return f"ORTKeyValueCache(layers={self.num_layers}, seen={self.get_seq_length()})"
+
+
+class ORTModelForSeq2SeqLM(
+    Seq2SeqLMHeadMixin,
+    GenerationArgumentsMixin,
+    RecurrentStateGenerationMixin,
+    GenerationLengthMixin,
+    ORTModel,
+    GenerationMixin,
+):
+    """``RNNSeq2SeqForConditionalGeneration`` and ``TransformerForConditionalGeneration`` on ONNX Runtime: the
+    encoder graph once per source, the decoder graph once per target token (a longer ``decoder_input_ids`` is read
+    token by token). The recurrent decoder's cache is :class:`~.modeling_rnn_seq2seq.RNNDecoderCache`, the
+    Transformer's :class:`ORTKeyValueCache`."""
+
+    def __init__(self, config, sessions=None, info=None, folder=None) -> None:
+        super().__init__(config, sessions, info, folder)
+        self.encoder = ORTEncoder(self)
+        self._is_stateful = config.model_type != TRANSFORMER_TYPE
+        self._add_translation_pipelines()
+
+    def get_encoder(self, modality: str | None = None) -> ORTEncoder:
+        return self.encoder
+
+    @cache_argument
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        encoder_outputs: ORTEncoderOutput | None = None,
+        cache=None,
+        use_cache: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        """Encode ``input_ids`` (unless ``encoder_outputs`` are given) and read ``decoder_input_ids`` ``(B, T)`` from
+        ``cache`` (the new tokens only when one is given). Returns the logits of the last position ``(B, 1, V)``."""
+        if decoder_input_ids is None:
+            raise ValueError("Pass `decoder_input_ids` (the exported decoder reads target tokens)")
+        for name in ("inputs_embeds", "decoder_inputs_embeds", "labels"):
+            if kwargs.get(name) is not None:
+                raise ValueError(f"`{name}` cannot be given to an exported model")
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask)
+        elif not isinstance(encoder_outputs, ORTEncoderOutput):
+            raise ValueError("`encoder_outputs` must be the exported encoder's output (ORTEncoderOutput)")
+        batch = encoder_outputs.last_hidden_state.shape[0]
+        if decoder_input_ids.shape[0] != batch:
+            raise ValueError(
+                f"`decoder_input_ids` has batch size {decoder_input_ids.shape[0]} but the source has {batch}"
+            )
+        if attention_mask is None:
+            attention_mask = torch.ones(encoder_outputs.last_hidden_state.shape[:2], dtype=torch.long)
+        attention_mask = attention_mask.to(torch.long)
+        if self.config.model_type == TRANSFORMER_TYPE:
+            logits, cache = self._transformer_steps(decoder_input_ids, attention_mask, encoder_outputs, cache)
+        else:
+            logits, cache = self._rnn_steps(decoder_input_ids, attention_mask, encoder_outputs, cache)
+        return Seq2SeqLMOutput(logits=logits[:, None], **cache_output(cache if use_cache is not False else None))
+
+    def _rnn_steps(self, decoder_input_ids, attention_mask, encoder_outputs, cache):
+        graphs = self.info["graphs"]
+        if cache is None:
+            state = tuple(
+                s.transpose(0, 1) for s in (encoder_outputs.state, encoder_outputs.cell_state) if s is not None
+            )
+            cache = RNNDecoderCache(state, encoder_outputs.feed, None, 0)
+        elif not isinstance(cache, RNNDecoderCache):
+            raise ValueError(f"`cache` must be an RNNDecoderCache (the decoder's recurrent state), got {type(cache)}")
+        session, names = self._graph("decoder")
+        logits = None
+        for t in range(decoder_input_ids.shape[1]):
+            token = decoder_input_ids[:, t : t + 1].to(torch.long)
+            if graphs["attention"]:
+                inputs = [token, encoder_outputs.last_hidden_state, attention_mask, encoder_outputs.keys, cache.feed]
+                logits, feed, *state = _run(session, names, [*inputs, *cache.state])
+                cache.feed = feed
+            else:
+                logits, *state = _run(session, names, [token, *cache.state])
+            cache.state = tuple(state)
+            cache.seen_tokens += 1
+        return logits, cache
+
+    def _transformer_steps(self, decoder_input_ids, attention_mask, encoder_outputs, cache):
+        layers = self.info["graphs"]["decoder_layers"]
+        if cache is None:
+            cache = ORTKeyValueCache(layers)
+        elif not isinstance(cache, ORTKeyValueCache):
+            raise ValueError(
+                f"`cache` must be an ORTKeyValueCache (the exported decoder's keys/values), got {type(cache)}"
+            )
+        cross = encoder_outputs.cross_key_values  # (B, L, 2, nh, S, hs)
+        cross_list = [cross[:, i, j] for i in range(layers) for j in range(2)]
+        session, names = self._graph("decoder")
+        logits = None
+        for t in range(decoder_input_ids.shape[1]):
+            if cache.key_values is None:
+                batch, _, _, heads, _, head_dim = cross.shape
+                cache.key_values = [torch.zeros(batch, heads, 0, head_dim) for _ in range(2 * layers)]
+            token = decoder_input_ids[:, t : t + 1].to(torch.long)
+            logits, *present = _run(session, names, [token, attention_mask, *cache.key_values, *cross_list])
+            cache.key_values = present
+        return logits, cache
+
+
+class _ORTForward(ORTModel):
+    output_class = SequenceClassifierOutput
+    output_field = "logits"
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, return_dict=None, **kwargs):
+        if input_ids is None:
+            raise ValueError(f"{type(self).__name__} takes `input_ids`")
+        session, names = self._graph("model")
+        values = [input_ids.to(torch.long), _long(attention_mask, input_ids)]
+        if "token_type_ids" in names:
+            values.append(
+                torch.zeros_like(input_ids, dtype=torch.long) if token_type_ids is None else token_type_ids.long()
+            )
+        (output,) = _run(session, names, values)
+        return self.output_class(**{self.output_field: output})
+
+
+class ORTModelForSequenceClassification(_ORTForward):
+    """A sentence classifier (RNN or BERT) on ONNX Runtime: ``logits`` (B, num_labels)."""
+
+
+class ORTModelForTokenClassification(_ORTForward):
+    """A tagger (RNN or BERT) on ONNX Runtime: ``logits`` (B, T, num_labels)."""
+
+    output_class = TokenClassifierOutput
+
+
+class ORTModelForFeatureExtraction(_ORTForward):
+    """An encoder (``RNNModel``, ``BertModel``) on ONNX Runtime: ``last_hidden_state`` (B, T, D)."""
+
+    output_class = BaseModelOutput
+    output_field = "last_hidden_state"
+
+
+ORT_CLASSES = {
+    "causal_lm": ORTModelForCausalLM,
+    "seq2seq_lm": ORTModelForSeq2SeqLM,
+    "sequence_classification": ORTModelForSequenceClassification,
+    "token_classification": ORTModelForTokenClassification,
+    "feature_extraction": ORTModelForFeatureExtraction,
+}
+
+
+def load_onnxruntime(folder: str | os.PathLike, threads: int | None = None, providers: list | None = None) -> ORTModel:
+    """Load a folder written by :func:`to_onnx` (``hf-seq-export onnx``) as its ``ORTModelFor...`` class.
+
+    ``threads``: ONNX Runtime's intra-op threads (None: its default, every core); ``providers``: execution
+    providers (default ``["CPUExecutionProvider"]``). ``generate()`` takes the PyTorch model's arguments."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError as error:
+        raise ImportError("load_onnxruntime needs onnxruntime: pip install onnxruntime") from error
+    folder = Path(folder)
+    info_path = folder / ONNX_INFO
+    if not info_path.is_file():
+        raise OnnxExportError(f"{folder} is not an ONNX export of hf_seq (no {ONNX_INFO}; write one with to_onnx)")
+    info = json.loads(info_path.read_text(encoding="utf-8"))
+    config = AutoConfig.from_pretrained(folder)
+    sessions = {
+        name: _session(folder / graph["file"], threads, providers)
+        for name, graph in info["graphs"].items()
+        if isinstance(graph, dict) and "file" in graph
+    }
+    model = ORT_CLASSES[info["kind"]](config, sessions, info, folder)
+    if (folder / "generation_config.json").is_file():
+        model.generation_config = GenerationConfig.from_pretrained(folder)
+    model.name_or_path = str(folder)
+    return model.eval()
+
+
+__all__ = [
+    "ONNX_QUANTIZATIONS",
+    "ORTEncoderOutput",
+    "ORTKeyValueCache",
+    "ORTModel",
+    "ORTModelForCausalLM",
+    "ORTModelForFeatureExtraction",
+    "ORTModelForSeq2SeqLM",
+    "ORTModelForSequenceClassification",
+    "ORTModelForTokenClassification",
+    "OnnxExportError",
+    "check_onnx_exportable",
+    "load_onnxruntime",
+    "quantize_graphs",
+    "to_onnx",
+]
