@@ -8,10 +8,14 @@ flag costs the seconds of the parse, not a training run:
   ``do_train false`` where the script always trains; translation without ``do_train`` needs a model to evaluate);
 * ``output_dir`` a folder that can be created and written: a probe file is created and removed in it (if it exists)
   and in the folder that will hold it (the final save writes a sibling staging folder there);
-* ``resume_from_checkpoint``: ``last`` or a complete checkpoint folder;
+* ``resume_from_checkpoint``: ``last`` or a complete checkpoint folder; the folder it continues (``last``: the
+  newest complete checkpoint of ``output_dir``, or a finished run's final model there) holds a model of the
+  family and head the run trains, with an intact safetensors header;
 * ``tokenizer_name`` and ``model_name_or_path`` local folders that hold a tokenizer / a model of a family and a head
   the script can train (``allow_other_head`` to start from a folder saved with another head, e.g. a classifier's
   encoder under a language model); the language model's ``level`` matches a loaded tokenizer;
+* a sequence-to-sequence run's ``max_source_length``, ``max_target_length`` and ``generation_max_length`` within
+  the model's ``max_position_embeddings`` (a family with a position table);
 * a preset ``dataset_name`` whose corpus is installed.
 
 Every error is a :class:`~hf_seq.train_scripts.arguments.RecipeError` naming the flag (or recipe key), the value and
@@ -217,6 +221,97 @@ def check_resume(training_args, where: str) -> None:
         )
 
 
+def _newest_complete_checkpoint(root: Path) -> Path | None:
+    """The ``checkpoint-N`` of ``root`` that ``--resume_from_checkpoint last`` continues (the newest complete one)."""
+    if not root.is_dir():
+        return None
+    steps = [p for p in root.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    for candidate in sorted(steps, key=lambda p: int(p.name.split("-")[-1]), reverse=True):
+        if outputs.checkpoint_is_complete(candidate):
+            return candidate
+    return None
+
+
+def resumed_folders(training_args) -> list[Path]:
+    """The saved folders a ``resume_from_checkpoint`` run continues from or stops at: the checkpoint it names, or
+    with ``last`` the newest complete checkpoint of ``output_dir`` and the final model of a finished run there."""
+    value = training_args.resume_from_checkpoint
+    if value is None or str(value).lower() in ("", "false", "none"):
+        return []
+    if getattr(training_args, "overwrite_output_dir", False):
+        return []  # --overwrite_output_dir true starts from scratch (start_run drops the resume)
+    if str(value).lower() not in ("last", "true"):
+        return [Path(value)]
+    root = Path(training_args.output_dir or ".").expanduser()
+    found = [p for p in (_newest_complete_checkpoint(root),) if p is not None]
+    if (root / "config.json").is_file() and (root / "trainer_state.json").is_file():
+        found.append(root)  # a finished run's final model (`last` then has nothing to resume)
+    return found
+
+
+def _expected_model_type(task: Task, model_args) -> str | None:
+    """The family a run of ``task`` trains: that of ``model_name_or_path`` (a transformers BERT becomes hf_seq's),
+    else ``model_type``; None when it cannot tell (a folder without a readable config)."""
+    if model_args.model_name_or_path:
+        try:
+            config = json.loads((Path(model_args.model_name_or_path) / "config.json").read_text(encoding="utf-8"))
+            model_type = config["model_type"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return "hf_seq_bert" if model_type == "bert" and task.convert_transformers_bert else model_type
+    return model_args.model_type
+
+
+def check_resumed_folder(task: Task, model_args, task_args, training_args, where: str) -> None:
+    """The folder a resumed run continues (:func:`resumed_folders`) was written by a run of this task: a model of
+    the family it trains (``model_type`` / ``model_name_or_path``) with its head, and weights whose safetensors
+    header is intact. Read before any data, so that resuming into another task's folder, or from a truncated
+    checkpoint, costs the seconds of the parse."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    import hf_seq  # noqa: F401 - registers the hf_seq model types
+    from hf_seq.modeling_utils import check_safetensors_file
+
+    if not task.model_head:
+        return
+    head = task.model_head_of(task_args) if task.model_head_of is not None else task.model_head
+    auto = getattr(transformers, head)
+    family = _expected_model_type(task, model_args)
+    value = training_args.resume_from_checkpoint
+    for folder in resumed_folders(training_args):
+        named = folder if str(value).lower() not in ("last", "true") else f"{folder} (`last` in output_dir)"
+        config = _read_config(folder, "resume_from_checkpoint", where)
+        model_type = config["model_type"]
+        saved = (config.get("architectures") or [None])[0]
+        config_class = CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING else None
+        trained = auto._model_mapping.get(config_class, None) if config_class is not None else None
+        if family is not None and model_type != family:
+            raise RecipeError(
+                f"{where}: `resume_from_checkpoint` {named} holds a {model_type!r} model, but this {task.name} run "
+                f"trains a {family!r} model: resume from a checkpoint of the same run, or pass another `output_dir` "
+                "to start a new one"
+            )
+        if trained is None or (saved and saved != trained.__name__):
+            holds = _head_words(saved) if saved else f"a {model_type!r} model without a {head} head"
+            raise RecipeError(
+                f"{where}: `resume_from_checkpoint` {named} holds {holds}, but {task.name} trains "
+                f"{_head_words(trained.__name__) if trained is not None else head}: resume from a checkpoint of the "
+                "same run, or pass another `output_dir` to start a new one"
+            )
+        weights = folder / "model.safetensors"
+        if weights.is_file():
+            try:
+                check_safetensors_file(weights)
+            except OSError as error:
+                raise RecipeError(
+                    f"{where}: `resume_from_checkpoint` {named}: {' '.join(str(error).split())}".replace(
+                        "save the model again (save_pretrained) or download it again",
+                        "resume from an earlier checkpoint-N of the run",
+                    )
+                ) from None
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # tokenizer and model folders
 # ---------------------------------------------------------------------------------------------------------------
@@ -407,6 +502,68 @@ def _tokenizer_config(folder: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# lengths against the position table
+# ---------------------------------------------------------------------------------------------------------------
+def _position_rows(model_args, origin) -> tuple[int | None, str]:
+    """(``max_position_embeddings`` of the model the run trains, where it was set); None for a family without a
+    position table, or one that cannot be read yet (the later checks name that)."""
+    if model_args.model_name_or_path:
+        try:
+            config = json.loads((Path(model_args.model_name_or_path) / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None, ""
+        rows = config.get("max_position_embeddings") if isinstance(config, dict) else None
+        return (
+            rows if isinstance(rows, int) else None
+        ), f"the config of `model_name_or_path` {model_args.model_name_or_path}"
+    from transformers import AutoConfig
+
+    import hf_seq  # noqa: F401 - registers the hf_seq model types
+    from hf_seq.train_scripts.arguments import model_config_dict, override_values
+
+    try:
+        defaults = AutoConfig.for_model(model_args.model_type)
+        values = {**model_config_dict(model_args), **override_values(model_args.config_overrides, defaults)}
+    except (ValueError, TypeError, KeyError):
+        return None, ""
+    if "max_position_embeddings" in override_values(model_args.config_overrides, defaults):
+        where = "`config_overrides`"
+    elif "max_position_embeddings" in values:
+        where = f"`model_config` ({origin('model_config')})"
+    else:
+        where = f"the {model_args.model_type} default"
+    rows = values.get("max_position_embeddings", getattr(defaults, "max_position_embeddings", None))
+    return (rows if isinstance(rows, int) and not isinstance(rows, bool) else None), where
+
+
+def check_position_lengths(model_args, data_args, training_args, origin) -> None:
+    """A sequence-to-sequence run's lengths fit the model's position table: ``max_source_length``,
+    ``max_target_length`` and ``generation_max_length`` (which the saved ``generation_config.max_length`` keeps, so
+    the pipeline would fail on any input the model does not end in time) at most ``max_position_embeddings``."""
+    if (
+        not hasattr(training_args, "generation_max_length")
+        or model_args.model_type is None
+        and not (model_args.model_name_or_path)
+    ):
+        return
+    rows, where = _position_rows(model_args, origin)
+    if rows is None:
+        return
+    lengths = (
+        ("generation_max_length", training_args.generation_max_length),
+        ("max_source_length", getattr(data_args, "max_source_length", None)),
+        ("max_target_length", getattr(data_args, "max_target_length", None)),
+    )
+    for name, length in lengths:
+        if isinstance(length, int) and length > rows:
+            raise RecipeError(
+                f"{origin(name)}: `{name}` {length} exceeds the model's position table: `max_position_embeddings` "
+                f"{rows} ({where}) is the longest sequence it takes; pass `--{name} {rows}` or less, or a larger "
+                "`max_position_embeddings`"
+            )
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # the whole run
 # ---------------------------------------------------------------------------------------------------------------
 def check_run(task: Task, model_args, data_args, task_args, training_args, sources: dict[str, str]) -> None:
@@ -428,6 +585,8 @@ def check_run(task: Task, model_args, data_args, task_args, training_args, sourc
     check_trains_something(task, model_args, task_args, training_args, origin, given)
     check_resume(training_args, origin("resume_from_checkpoint"))
     check_model_paths(task, model_args, task_args, sources)
+    check_resumed_folder(task, model_args, task_args, training_args, origin("resume_from_checkpoint"))
+    check_position_lengths(model_args, data_args, training_args, origin)
     if data_args.dataset_name in DATASET_PRESETS:
         try:
             check_preset_installed(data_args.dataset_name)

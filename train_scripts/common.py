@@ -32,6 +32,7 @@ from hf_seq.train_scripts.arguments import (
     build_config,
     override_values,
 )
+from hf_seq.train_scripts.errors import RUN
 from hf_seq.train_scripts.outputs import checkpoint_is_complete
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
@@ -153,15 +154,18 @@ def training_command(script_file: str, argv: list[str] | None, command_prefix: l
     entry point (which passes ``command_prefix``, ``["hf-seq-train", task]``), or ``python <script> <argv>`` when
     ``main(argv)`` was called from Python (tests, notebooks)."""
     if command_prefix is not None and argv is not None:
-        return shlex.join([*command_prefix, *argv])
-    if argv is None:
-        return command_line()
-    script = Path(script_file).resolve()
-    try:
-        script = script.relative_to(Path.cwd())
-    except ValueError:
-        pass
-    return shlex.join(["python", str(script), *argv])
+        command = shlex.join([*command_prefix, *argv])
+    elif argv is None:
+        command = command_line()
+    else:
+        script = Path(script_file).resolve()
+        try:
+            script = script.relative_to(Path.cwd())
+        except ValueError:
+            pass
+        command = shlex.join(["python", str(script), *argv])
+    RUN["command"] = command  # for the line an interrupt (Ctrl-C) ends with
+    return command
 
 
 def _checkpoints(root: Path) -> list[Path]:
@@ -234,6 +238,7 @@ def start_run(training_args: TrainingArguments, results_name: str = "results.jso
     to do — prints why and returns the recorded results (``results_name``; ``{}`` if there are none), which the script
     returns unchanged; otherwise None."""
     output_dir = outputs.resolve(training_args.output_dir)
+    RUN["output_dir"] = str(training_args.output_dir)  # for the line an interrupt (Ctrl-C) ends with
     overwrite = getattr(training_args, "overwrite_output_dir", False)
     main = training_args.process_index == 0
     with training_args.main_process_first(local=False, desc="preparing output_dir"):
@@ -296,6 +301,10 @@ def run_training(trainer: Trainer, training_args: TrainingArguments) -> TrainOut
     start = 0
     if checkpoint is not None:
         start = int(json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"])
+        if training_args.process_index == 0:
+            print(
+                f"resuming from {checkpoint} (step {start}, --resume_from_checkpoint {training_args.resume_from_checkpoint})"
+            )
     output = trainer.train(resume_from_checkpoint=checkpoint)
     if start == 0:
         loss, steps = output.training_loss, output.global_step
