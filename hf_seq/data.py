@@ -973,6 +973,12 @@ def _load_named(name: str, config: str | None, seed: int, cache_dir: str | None)
         except Exception as error:  # noqa: BLE001 - re-raised with the name
             cause = _innermost(error)
             where = f" (configuration {config!r})" if config else ""
+            if isinstance(cause, FileNotFoundError) and not path.exists():
+                raise DataError(
+                    f"`dataset_name` {name!r}{where} is neither a preset ({', '.join(sorted(DATASET_PRESETS))}), a "
+                    "local folder, nor a data set in the `datasets` cache (nothing is downloaded while offline); "
+                    "pass a folder or your files with `train_file`"
+                ) from error
             raise DataError(
                 f"`dataset_name` {name!r}{where} could not be loaded with datasets.load_dataset "
                 f"({type(cause).__name__}: {str(cause)[:300]})"

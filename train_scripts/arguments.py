@@ -652,6 +652,12 @@ def check_arguments(
         raise RecipeError(
             f"{origin('dataset_name')}: unknown dataset preset {name!r}; the presets are {sorted(DATASET_PRESETS)}"
         )
+    if name and name.startswith((".", "/", "~")) and not Path(name).expanduser().exists():
+        raise RecipeError(
+            f"{origin('dataset_name')}: `dataset_name` {name} does not exist; pass a folder written by "
+            "`save_to_disk` or a folder of data files named by split, a preset "
+            f"({', '.join(sorted(DATASET_PRESETS))}), or your files with `--train_file`"
+        )
     for name, path in files.items():
         if path:
             try:
@@ -796,9 +802,7 @@ def build_config(
     if not model_type:
         raise RecipeError(f"{where}: `model_type` is needed to build a new model (or pass `model_name_or_path`)")
     heads = hf_seq.auto_heads()  # hf_seq's own families; another registered model_type is left to transformers
-    serving = sorted(
-        t for t, family in heads.items() if task.model_head in family and t in (task.model_types or heads)
-    )
+    serving = sorted(t for t, family in heads.items() if task.model_head in family and t in (task.model_types or heads))
     head_words = _HEAD_NAMES.get(task.model_head, task.model_head)
     if task.model_head and model_type in heads and model_type not in serving:
         # before the fields: a recipe's fields of another family would otherwise hide the cause

@@ -513,13 +513,12 @@ def _position_rows(model_args, origin) -> tuple[int | None, str]:
         except (OSError, ValueError):
             return None, ""
         rows = config.get("max_position_embeddings") if isinstance(config, dict) else None
-        return (
-            rows if isinstance(rows, int) else None
-        ), f"the config of `model_name_or_path` {model_args.model_name_or_path}"
+        where = f"the config of `model_name_or_path` {model_args.model_name_or_path}"
+        return (rows if isinstance(rows, int) else None), where
+    from hf_seq.train_scripts.arguments import model_config_dict, override_values
     from transformers import AutoConfig
 
     import hf_seq  # noqa: F401 - registers the hf_seq model types
-    from hf_seq.train_scripts.arguments import model_config_dict, override_values
 
     try:
         defaults = AutoConfig.for_model(model_args.model_type)
