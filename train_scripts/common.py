@@ -16,6 +16,7 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from hf_seq.train_scripts.outputs import checkpoint_is_complete
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
 
-from hf_seq.data import DATASET_PRESETS, DataError, load_data, row_location, split_source
+from hf_seq.data import DATASET_PRESETS, DataError, first_bad_row, load_data, row_location, split_source
 from hf_seq.preprocessing import arrow_maps_released
 
 
@@ -466,6 +467,39 @@ def require_text(splits: DatasetDict, column: str, flag: str, words: bool = Fals
                 f"{split_source(dataset)}: column {column!r} (`{flag}`) must hold {expected}, got {kind}; its "
                 f"columns are {dataset.column_names}"
             )
+
+
+def blank_text(values) -> Any:
+    """Arrow booleans: True where a string column (or ``struct_field``) holds an empty or all-space text."""
+    return pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0), False)
+
+
+def require_nonempty(splits: DatasetDict, column: str, flag: str, words: bool = False) -> None:
+    """``DataError`` naming the file and line (:func:`hf_seq.data.row_location`) of the first row whose text is
+    empty or only spaces (``words``: whose word list is empty), with the number of such rows: a row that trains on
+    nothing is a mistake in the data (a null value is :func:`require_columns`' error)."""
+    for dataset in splits.values():
+        values = dataset.data.column(column)
+        empty = pc.fill_null(pc.equal(pc.list_value_length(values), 0), False) if words else blank_text(values)
+        if pc.any(empty).as_py():
+            row = pc.index(empty, True).as_py()
+            what = "has no words" if words else "is empty or only spaces"
+            raise DataError(
+                f"{row_location(dataset, row)}: column {column!r} (`{flag}`) {what} ({pc.sum(empty).as_py()} row(s) "
+                f"in all); every row needs {'words' if words else 'text'}"
+            )
+
+
+def is_blank(value: Any) -> bool:
+    """A streamed row's value that holds no text: null, not a string, or empty / only spaces."""
+    return not isinstance(value, str) or not value.strip()
+
+
+def stream_row_error(path: str, flag: str, problem: Callable[[dict], str | None], fallback: str) -> DataError:
+    """The ``DataError`` of a bad row met in a stream: ``"`flag` <path> line N: <problem>"``, the first such row of
+    the file (read again only to say where), or ``fallback`` when the file cannot tell (parquet)."""
+    located = first_bad_row(path, problem)
+    return DataError(f"`{flag}` {path} {located}" if located else f"`{flag}` {path}: {fallback}")
 
 
 def cap_splits(splits: DatasetDict, data_args: DataArguments) -> DatasetDict:

@@ -50,12 +50,15 @@ from hf_seq.train_scripts.arguments import (
 )
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
+    blank_text,
     cap_splits,
     describe_data,
+    is_blank,
     load_or_build_model,
     load_task_data,
     load_tokenizer,
     run_training,
+    stream_row_error,
 )
 from hf_seq.train_scripts.features import (
     STREAMING_TOKENIZER_SAMPLES,
@@ -230,6 +233,14 @@ def check_pairs(dataset, src: str, tgt: str) -> list[str]:
             value = None if text else column[row].as_py()
             raise DataError(
                 f"{row_location(dataset, row)}: no {side!r} text (got {value!r}); every pair needs both sides"
+            )
+    for side, column in sides.items():
+        blank = blank_text(column)
+        if pc.any(blank).as_py():
+            row = pc.index(blank, True).as_py()
+            raise DataError(
+                f"{row_location(dataset, row)}: the {side!r} text is empty or only spaces ({pc.sum(blank).as_py()} "
+                "pair(s) in all); every pair needs both sides"
             )
     return columns
 
@@ -827,13 +838,20 @@ def streamed_features(model_args, data_args, args, training_args, src: str, tgt:
         return [max(len(s.split()), len(t.split())) <= args.max_words for s, t in zip(sources, targets)]
 
     def checked(stream, path, flag):
+        def problem(row: dict) -> str | None:
+            pair = row.get("translation") if isinstance(row.get("translation"), dict) else row
+            for side in (src, tgt):
+                if is_blank(pair.get(side)):
+                    return f"no {side!r} text (got {pair.get(side)!r}); every pair needs both sides"
+            return None
+
         def has_text(batch):
             sources, targets = batch_pairs(batch, src, tgt)
             for side, texts in ((src, sources), (tgt, targets)):
-                bad = next((t for t in texts if not isinstance(t, str)), "")
-                if bad != "":
-                    raise DataError(
-                        f"`{flag}` {path}: a row has no {side!r} text (got {bad!r}); every pair needs both sides"
+                bad = [t for t in texts if is_blank(t)]
+                if bad:
+                    raise stream_row_error(
+                        path, flag, problem, f"a row has no {side!r} text (got {bad[0]!r}); every pair needs both sides"
                     )
             return [True] * len(sources)
 
