@@ -10,7 +10,14 @@ from .fast_paths import reads_values  # noqa: F401  (validation.py imports it; 5
 from .recurrent import IMPLEMENTATIONS
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
-from .validation import check_choice, check_fields, check_positive_int, check_token_id, take_renamed_fields
+from .validation import (
+    check_choice,
+    check_config_keywords,
+    check_fields,
+    check_positive_int,
+    check_token_id,
+    take_renamed_fields,
+)
 
 ATTENTION_TYPES = ("none", *SCORE_FUNCTIONS)
 CELLS = ("rnn", "lstm", "gru")
@@ -107,6 +114,7 @@ class HfSeqRNNSeq2SeqConfig(PretrainedConfig):
         self.use_cache = use_cache
         self.decoder_start_token_id = decoder_start_token_id
         take_renamed_fields(self, kwargs)
+        check_config_keywords(self, kwargs)  # a misspelt field is an error, an unknown keyword a warning
         super().__init__(
             pad_token_id=pad_token_id,
             bos_token_id=bos_token_id,

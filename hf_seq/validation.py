@@ -113,6 +113,62 @@ def take_renamed_fields(config: Any, kwargs: dict) -> None:
         setattr(config, new, value)
 
 
+# keywords ``PretrainedConfig`` (transformers 5.0 - 5.25) reads or keeps besides its own fields: the generic part of
+# every config.json (and the generation settings older releases kept in the model config)
+GENERIC_CONFIG_KEYWORDS = frozenset(
+    """architectures auto_map custom_pipelines dtype torch_dtype transformers_version model_type name_or_path id2label label2id
+    num_labels problem_type return_dict output_hidden_states output_attentions is_encoder_decoder is_decoder
+    add_cross_attention cross_attention_hidden_size tie_encoder_decoder tie_word_embeddings chunk_size_feed_forward
+    pruned_heads torchscript use_bfloat16 tokenizer_class prefix task_specific_params finetuning_task use_cache
+    attn_implementation experts_implementation per_layer_config quantization_config base_model_tp_plan
+    base_model_pp_plan base_model_ep_plan max_length min_length do_sample early_stopping num_beams num_beam_groups
+    diversity_penalty temperature top_k top_p typical_p repetition_penalty length_penalty no_repeat_ngram_size
+    encoder_no_repeat_ngram_size bad_words_ids num_return_sequences output_scores return_dict_in_generate
+    remove_invalid_values exponential_decay_length_penalty suppress_tokens begin_suppress_tokens""".split()
+)
+
+
+def _config_fields(config: Any) -> set[str]:
+    """The keywords a config class reads itself: its ``__init__`` arguments, former names and attribute aliases."""
+    import inspect
+
+    cls = type(config)
+    names = set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
+    return names | set(getattr(cls, "renamed_fields", {})) | set(getattr(cls, "attribute_map", {}))
+
+
+def check_config_keywords(config: Any, kwargs: dict) -> None:
+    """Keywords of a config constructor that no field reads (``kwargs``, the rest of its arguments, before
+    ``PretrainedConfig.__init__`` stores them as attributes, which it does without a word).
+
+    transformers' strict configs (``@strict(accept_kwargs=True)``) accept any keyword, so that a config.json of
+    another release loads: so does this check, for a keyword it does not know, with a warning naming it and the
+    nearest field. A keyword that can only be a misspelt field (close to one of the class's own fields, and not a
+    generic keyword of :data:`GENERIC_CONFIG_KEYWORDS`, a ``*_token_id`` or a private ``_*`` key) is a ValueError
+    naming both, unless the keywords come from a saved config.json (they carry ``transformers_version``): a saved
+    folder always loads, with the warning."""
+    import difflib
+    import warnings
+
+    own = _config_fields(config)
+    loading = "transformers_version" in kwargs
+    for key in kwargs:
+        if key in own or key in GENERIC_CONFIG_KEYWORDS or key.startswith("_") or key.endswith("_token_id"):
+            continue
+        fields = sorted(own)
+        typo = difflib.get_close_matches(key, fields, n=1, cutoff=0.8)
+        name = type(config).__name__
+        if typo and not loading:
+            raise ValueError(f"`{key}` is not a field of {name}: did you mean `{typo[0]}`? (it would be ignored)")
+        nearest = typo or difflib.get_close_matches(key, fields, n=1, cutoff=0.5)
+        hint = f"; the nearest field is `{nearest[0]}`" if nearest else ""
+        warnings.warn(
+            f"{name} got the keyword `{key}`, which no field reads: it is kept in the config and ignored{hint}",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def _is_token_id(value: Any, vocab_size: int) -> bool:
     return value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < vocab_size)
 
@@ -312,6 +368,7 @@ __all__ = [
     "check_batch_shape",
     "check_bool",
     "check_choice",
+    "check_config_keywords",
     "check_divisible",
     "check_fields",
     "check_generation_arguments",
