@@ -349,15 +349,72 @@ def check_generation_arguments(generation_config: Any, kwargs: dict, vocab_size:
             raise ValueError(f"`{name}` must be a list of ids in [0, vocab_size={vocab_size}), got {v!r}")
 
 
+def check_generation_inputs(
+    generation_config: Any, kwargs: dict, inputs: Any, vocab_size: int, decoder_only: bool
+) -> None:
+    """ValueError naming the ``generate()`` argument for inputs that decode silently into a wrong answer:
+
+    * an ``attention_mask`` (given, or the one transformers infers from ``pad_token_id``) with a row of zeros: that
+      sequence has nothing to attend to (a decoder-only model returns pads, an encoder-decoder model translates
+      nothing);
+    * a right-padded prompt to a decoder-only model (its last position is padding; one prompt too, where
+      transformers warns only for batches): the model would continue after the pads;
+    * beam search asked for more ``num_return_sequences`` than distinct sequences exist (``vocab_size`` **
+      new tokens): transformers fills the rest with duplicates scored -1e9.
+
+    The masks' values are read only where that is free (:func:`~.fast_paths.reads_values`: eager, CPU)."""
+
+    def value(name: str) -> Any:
+        return kwargs[name] if name in kwargs else getattr(generation_config, name, None)
+
+    ids = inputs if isinstance(inputs, torch.Tensor) else kwargs.get("input_ids")
+    ids = ids if isinstance(ids, torch.Tensor) and ids.dim() == 2 and not ids.is_floating_point() else None
+    mask, flag, note = kwargs.get("attention_mask"), "attention_mask", ""
+    pad = value("pad_token_id")
+    if mask is None and ids is not None and _is_int(pad) and ids.numel() and reads_values(ids):
+        if pad not in (_token_ids(value("eos_token_id")) or []) and bool((ids == pad).any()):
+            mask, flag = ids != pad, "input_ids"
+            note = f" (without an `attention_mask`, its `pad_token_id` {pad} positions are padding)"
+    if isinstance(mask, torch.Tensor) and mask.dim() == 2 and mask.numel() and reads_values(mask):
+        attends = mask != 0
+        empty = ~attends.any(dim=-1)
+        if bool(empty.any()):
+            row = int(empty.nonzero()[0, 0])
+            raise ValueError(
+                f"`{flag}`{note} leaves row {row} of the batch nothing to attend to (all its positions are padding); every "
+                "sequence needs at least one position marked 1"
+            )
+        if decoder_only and not bool(attends[:, -1].all()):
+            row = int((~attends[:, -1]).nonzero()[0, 0])
+            raise ValueError(
+                f"`{flag}`{note} marks the last position of the prompt in row {row} as padding: a decoder-only model would "
+                "continue after the pads; pad prompts on the left (tokenizer.padding_side = 'left')"
+            )
+    wanted, beams = value("num_return_sequences"), value("num_beams")
+    if _is_int(wanted) and wanted > 1 and _is_int(beams) and beams > 1 and not value("do_sample"):
+        new = value("max_new_tokens")
+        if new is None and _is_int(value("max_length")):
+            new = value("max_length") - (ids.shape[-1] if decoder_only and ids is not None else 1)
+        if _is_int(new) and 0 < new < 64 and vocab_size**new < wanted:
+            raise ValueError(
+                f"`num_return_sequences` {wanted} is more than the {vocab_size**new} distinct sequences a search of "
+                f"{new} new token(s) over vocab_size={vocab_size} can make (the rest would be duplicates scored "
+                "-1e9); ask for fewer, or allow more new tokens (`max_new_tokens`)"
+            )
+
+
 class GenerationArgumentsMixin:
     """For generative heads: ``generate()`` first checks its arguments (:func:`check_generation_arguments`) against
-    the size of the model's output vocabulary, then runs ``GenerationMixin.generate`` unchanged."""
+    the size of the model's output vocabulary and its inputs (:func:`check_generation_inputs`: masks, padding, the
+    number of distinct sequences), then runs ``GenerationMixin.generate`` unchanged."""
 
     def generate(self, inputs: Any = None, generation_config: Any = None, **kwargs: Any):
         head = self.get_output_embeddings()
         vocab_size = getattr(head, "out_features", None) or self.config.vocab_size
         config = generation_config if generation_config is not None else self.generation_config
         check_generation_arguments(config, kwargs, vocab_size)
+        decoder_only = not getattr(self.config, "is_encoder_decoder", False)
+        check_generation_inputs(config, kwargs, inputs, vocab_size, decoder_only)
         return super().generate(inputs, generation_config, **kwargs)
 
 
@@ -372,6 +429,7 @@ __all__ = [
     "check_divisible",
     "check_fields",
     "check_generation_arguments",
+    "check_generation_inputs",
     "check_integer_labels",
     "check_label_range",
     "check_positive_float",
