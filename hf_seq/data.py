@@ -1067,6 +1067,12 @@ def _load_file(path: str, split: str, allow_text: bool, cache_dir: str | None) -
         raise DataError(
             f"`{flag}` {path} could not be read as {builder} ({type(cause).__name__}: {str(cause)[:300]})"
         ) from error
+    if builder == "json":  # Arrow's JSON reader keeps bytes that are not UTF-8 in its strings (the csv one refuses)
+        try:
+            dataset.data.table.validate(full=True)
+        except pa.ArrowInvalid:
+            located = first_bad_row(path)
+            raise DataError(f"`{flag}` {path} {located or 'is not UTF-8 text'}") from None
     mixed = [c for c in dataset.column_names if isinstance(dataset.data.column(c).type, pa.BaseExtensionType)]
     if mixed:  # values of several JSON kinds in one column: `datasets` keeps them as JSON text
         located = first_bad_row(path)
