@@ -625,6 +625,66 @@ def model_config_dict(model_args: ModelArguments) -> dict:
     return dict(value)
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# lengths against the position table
+# ---------------------------------------------------------------------------------------------------------------
+def _position_rows(model_args, origin) -> tuple[int | None, str]:
+    """(``max_position_embeddings`` of the model the run trains, where it was set); None for a family without a
+    position table, or one that cannot be read yet (the later checks name that)."""
+    if model_args.model_name_or_path:
+        try:
+            config = json.loads((Path(model_args.model_name_or_path) / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None, ""
+        rows = config.get("max_position_embeddings") if isinstance(config, dict) else None
+        where = f"the config of `model_name_or_path` {model_args.model_name_or_path}"
+        return (rows if isinstance(rows, int) else None), where
+    from transformers import AutoConfig
+
+    import hf_seq  # noqa: F401 - registers the hf_seq model types
+
+    try:
+        defaults = AutoConfig.for_model(model_args.model_type)
+        values = {**model_config_dict(model_args), **override_values(model_args.config_overrides, defaults)}
+    except (ValueError, TypeError, KeyError):
+        return None, ""
+    if "max_position_embeddings" in override_values(model_args.config_overrides, defaults):
+        where = "`config_overrides`"
+    elif "max_position_embeddings" in values:
+        where = f"`model_config` ({origin('model_config')})"
+    else:
+        where = f"the {model_args.model_type} default"
+    rows = values.get("max_position_embeddings", getattr(defaults, "max_position_embeddings", None))
+    return (rows if isinstance(rows, int) and not isinstance(rows, bool) else None), where
+
+
+def check_position_lengths(model_args, data_args, training_args, origin) -> None:
+    """A sequence-to-sequence run's lengths fit the model's position table: ``max_source_length``,
+    ``max_target_length`` and ``generation_max_length`` (which the saved ``generation_config.max_length`` keeps, so
+    the pipeline would fail on any input the model does not end in time) at most ``max_position_embeddings``."""
+    if (
+        not hasattr(training_args, "generation_max_length")
+        or model_args.model_type is None
+        and not (model_args.model_name_or_path)
+    ):
+        return
+    rows, where = _position_rows(model_args, origin)
+    if rows is None:
+        return
+    lengths = (
+        ("generation_max_length", training_args.generation_max_length),
+        ("max_source_length", getattr(data_args, "max_source_length", None)),
+        ("max_target_length", getattr(data_args, "max_target_length", None)),
+    )
+    for name, length in lengths:
+        if isinstance(length, int) and length > rows:
+            raise RecipeError(
+                f"{origin(name)}: `{name}` {length} exceeds the model's position table: `max_position_embeddings` "
+                f"{rows} ({where}) is the longest sequence it takes; pass `--{name} {rows}` or less, or a larger "
+                "`max_position_embeddings`"
+            )
+
+
 def check_arguments(
     task: Task, model_args: ModelArguments, data_args: DataArguments, training_args, sources: dict[str, str]
 ) -> None:
@@ -697,6 +757,8 @@ def check_arguments(
             raise RecipeError(
                 f"{origin(name)}: `{name}` must be one of ['left', 'right'], got {getattr(model_args, name)!r}"
             )
+
+    check_position_lengths(model_args, data_args, training_args, origin)
 
     # ---- model
     if task.model_head is None:

@@ -14,8 +14,6 @@ flag costs the seconds of the parse, not a training run:
 * ``tokenizer_name`` and ``model_name_or_path`` local folders that hold a tokenizer / a model of a family and a head
   the script can train (``allow_other_head`` to start from a folder saved with another head, e.g. a classifier's
   encoder under a language model); the language model's ``level`` matches a loaded tokenizer;
-* a sequence-to-sequence run's ``max_source_length``, ``max_target_length`` and ``generation_max_length`` within
-  the model's ``max_position_embeddings`` (a family with a position table);
 * a preset ``dataset_name`` whose corpus is installed.
 
 Every error is a :class:`~hf_seq.train_scripts.arguments.RecipeError` naming the flag (or recipe key), the value and
@@ -502,67 +500,6 @@ def _tokenizer_config(folder: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# lengths against the position table
-# ---------------------------------------------------------------------------------------------------------------
-def _position_rows(model_args, origin) -> tuple[int | None, str]:
-    """(``max_position_embeddings`` of the model the run trains, where it was set); None for a family without a
-    position table, or one that cannot be read yet (the later checks name that)."""
-    if model_args.model_name_or_path:
-        try:
-            config = json.loads((Path(model_args.model_name_or_path) / "config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None, ""
-        rows = config.get("max_position_embeddings") if isinstance(config, dict) else None
-        where = f"the config of `model_name_or_path` {model_args.model_name_or_path}"
-        return (rows if isinstance(rows, int) else None), where
-    from hf_seq.train_scripts.arguments import model_config_dict, override_values
-    from transformers import AutoConfig
-
-    import hf_seq  # noqa: F401 - registers the hf_seq model types
-
-    try:
-        defaults = AutoConfig.for_model(model_args.model_type)
-        values = {**model_config_dict(model_args), **override_values(model_args.config_overrides, defaults)}
-    except (ValueError, TypeError, KeyError):
-        return None, ""
-    if "max_position_embeddings" in override_values(model_args.config_overrides, defaults):
-        where = "`config_overrides`"
-    elif "max_position_embeddings" in values:
-        where = f"`model_config` ({origin('model_config')})"
-    else:
-        where = f"the {model_args.model_type} default"
-    rows = values.get("max_position_embeddings", getattr(defaults, "max_position_embeddings", None))
-    return (rows if isinstance(rows, int) and not isinstance(rows, bool) else None), where
-
-
-def check_position_lengths(model_args, data_args, training_args, origin) -> None:
-    """A sequence-to-sequence run's lengths fit the model's position table: ``max_source_length``,
-    ``max_target_length`` and ``generation_max_length`` (which the saved ``generation_config.max_length`` keeps, so
-    the pipeline would fail on any input the model does not end in time) at most ``max_position_embeddings``."""
-    if (
-        not hasattr(training_args, "generation_max_length")
-        or model_args.model_type is None
-        and not (model_args.model_name_or_path)
-    ):
-        return
-    rows, where = _position_rows(model_args, origin)
-    if rows is None:
-        return
-    lengths = (
-        ("generation_max_length", training_args.generation_max_length),
-        ("max_source_length", getattr(data_args, "max_source_length", None)),
-        ("max_target_length", getattr(data_args, "max_target_length", None)),
-    )
-    for name, length in lengths:
-        if isinstance(length, int) and length > rows:
-            raise RecipeError(
-                f"{origin(name)}: `{name}` {length} exceeds the model's position table: `max_position_embeddings` "
-                f"{rows} ({where}) is the longest sequence it takes; pass `--{name} {rows}` or less, or a larger "
-                "`max_position_embeddings`"
-            )
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # the whole run
 # ---------------------------------------------------------------------------------------------------------------
 def check_run(task: Task, model_args, data_args, task_args, training_args, sources: dict[str, str]) -> None:
@@ -585,7 +522,6 @@ def check_run(task: Task, model_args, data_args, task_args, training_args, sourc
     check_resume(training_args, origin("resume_from_checkpoint"))
     check_model_paths(task, model_args, task_args, sources)
     check_resumed_folder(task, model_args, task_args, training_args, origin("resume_from_checkpoint"))
-    check_position_lengths(model_args, data_args, training_args, origin)
     if data_args.dataset_name in DATASET_PRESETS:
         try:
             check_preset_installed(data_args.dataset_name)

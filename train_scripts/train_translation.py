@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -243,6 +244,15 @@ def check_pairs(dataset, src: str, tgt: str) -> list[str]:
                 "pair(s) in all); every pair needs both sides"
             )
     return columns
+
+
+def pair_problem(row: dict, src: str, tgt: str) -> str | None:
+    """What is wrong with a row of a pairs file read as a dict (a side without text), or None."""
+    pair = row.get("translation") if isinstance(row.get("translation"), dict) else row
+    for side in (src, tgt):
+        if is_blank(pair.get(side)):
+            return f"no {side!r} text (got {pair.get(side)!r}); every pair needs both sides"
+    return None
 
 
 def batch_pairs(batch: dict, src: str, tgt: str) -> tuple[list[str], list[str]]:
@@ -838,12 +848,7 @@ def streamed_features(model_args, data_args, args, training_args, src: str, tgt:
         return [max(len(s.split()), len(t.split())) <= args.max_words for s, t in zip(sources, targets)]
 
     def checked(stream, path, flag):
-        def problem(row: dict) -> str | None:
-            pair = row.get("translation") if isinstance(row.get("translation"), dict) else row
-            for side in (src, tgt):
-                if is_blank(pair.get(side)):
-                    return f"no {side!r} text (got {pair.get(side)!r}); every pair needs both sides"
-            return None
+        problem = partial(pair_problem, src=src, tgt=tgt)
 
         def has_text(batch):
             sources, targets = batch_pairs(batch, src, tgt)
