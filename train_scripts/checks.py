@@ -279,6 +279,8 @@ def check_resumed_folder(task: Task, model_args, task_args, training_args, where
     value = training_args.resume_from_checkpoint
     for folder in resumed_folders(training_args):
         named = folder if str(value).lower() not in ("last", "true") else f"{folder} (`last` in output_dir)"
+        if not (folder / "config.json").is_file():
+            continue  # an FSDP / DeepSpeed checkpoint of sharded states only: nothing to compare without loading
         config = _read_config(folder, "resume_from_checkpoint", where)
         model_type = config["model_type"]
         saved = (config.get("architectures") or [None])[0]
