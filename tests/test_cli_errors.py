@@ -769,3 +769,18 @@ def test_an_interrupt_ends_with_the_last_checkpoint_and_the_command_that_resumes
     import shutil
 
     shutil.rmtree(run_folders / "runs", ignore_errors=True)
+
+
+def test_an_interrupt_before_the_run_starts_says_nothing_was_written(cli_main, folders, monkeypatch, capsys):
+    """Ctrl-C while the run is checked (after an earlier run in the same process): nothing of that run is named."""
+    from hf_seq.train_scripts import arguments
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(arguments, "check_run", interrupted)
+    status = cli.main([*map(str, CLASSIFIER), "--output_dir", "runs/out"])
+    err = capsys.readouterr().err
+    assert status == 130 and "Traceback" not in err
+    assert err.splitlines()[-1] == "hf-seq-train: interrupted before the run started; nothing was written"
+    assert not (folders / "runs").exists()

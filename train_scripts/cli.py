@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from hf_seq.train_scripts.errors import RecipeError, interrupted_line
+from hf_seq.train_scripts.errors import RUN, RecipeError, interrupted_line
 from hf_seq.train_scripts.tasks import ALIASES, DEFAULT_RECIPES, TASKS, script
 
 USAGE = f"""usage: hf-seq-train <task> [recipe] [--field value ...]
@@ -60,6 +60,7 @@ def report_user_errors(prog: str) -> Callable:
                 args = [arg for arg in args if arg != "--debug"]
                 if argv is None:  # main() reads sys.argv itself (and records it as the command)
                     sys.argv[1:] = args
+            RUN.clear()  # the run this call starts (an interrupt names its checkpoint), not an earlier one
             try:
                 return main(None if argv is None else args)
             except KeyboardInterrupt:
