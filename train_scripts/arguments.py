@@ -572,8 +572,9 @@ def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
     if recipe_where is not None:
         check_recipe(recipe, task, dataclass_types, recipe_where)
         recipe = _data_source_from_command_line(recipe, set(_flags_given(argv)))
-        if shipped:
-            recipe = _labels_from_the_data(recipe, set(_flags_given(argv)))
+        given = set(_flags_given(argv))
+        if shipped and (recipe_where.startswith("the default recipe") or given & {*DATA_FILES, "dataset_name"}):
+            recipe = _labels_from_the_data(recipe, given)  # the user's data, not the recipe's corpus
         parser.set_defaults(**recipe)
         for action in parser._actions:
             if action.dest in recipe:
@@ -596,8 +597,9 @@ def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
 
 
 def _labels_from_the_data(recipe: dict, flags: set[str]) -> dict:
-    """A shipped recipe's ``model_config`` without its ``num_labels`` (the label count of the recipe's corpus),
-    unless it is 1 (a single sigmoid output: a choice of model) or the command line gives ``model_config``: the
+    """A shipped recipe's ``model_config`` without its ``num_labels`` (the label count of the recipe's corpus), for a
+    run on other data (the default recipe's data is always the user's; a named one's when the command line gives the
+    data), unless it is 1 (a single sigmoid output: a choice of model) or the command line gives ``model_config``: the
     user's data then decides the number of labels, as it does without a recipe. A count the user sets
     (``--model_config``, ``--config_overrides num_labels=N``, a recipe of their own) that contradicts the data
     stays an error."""
