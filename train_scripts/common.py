@@ -470,20 +470,20 @@ def require_text(splits: DatasetDict, column: str, flag: str, words: bool = Fals
 
 
 def blank_text(values) -> Any:
-    """Arrow booleans: True where a string column (or ``struct_field``) holds an empty or all-space text."""
-    return pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0), False)
+    """Arrow booleans: True where a string column (or ``struct_field``) holds the empty text."""
+    return pc.fill_null(pc.equal(pc.utf8_length(values), 0), False)
 
 
 def require_nonempty(splits: DatasetDict, column: str, flag: str, words: bool = False) -> None:
     """``DataError`` naming the file and line (:func:`hf_seq.data.row_location`) of the first row whose text is
-    empty or only spaces (``words``: whose word list is empty), with the number of such rows: a row that trains on
+    empty (``words``: whose word list is empty), with the number of such rows: a row that trains on
     nothing is a mistake in the data (a null value is :func:`require_columns`' error)."""
     for dataset in splits.values():
         values = dataset.data.column(column)
         empty = pc.fill_null(pc.equal(pc.list_value_length(values), 0), False) if words else blank_text(values)
         if pc.any(empty).as_py():
             row = pc.index(empty, True).as_py()
-            what = "has no words" if words else "is empty or only spaces"
+            what = "has no words" if words else "is empty"
             raise DataError(
                 f"{row_location(dataset, row)}: column {column!r} (`{flag}`) {what} ({pc.sum(empty).as_py()} row(s) "
                 f"in all); every row needs {'words' if words else 'text'}"
@@ -491,8 +491,8 @@ def require_nonempty(splits: DatasetDict, column: str, flag: str, words: bool = 
 
 
 def is_blank(value: Any) -> bool:
-    """A streamed row's value that holds no text: null, not a string, or empty / only spaces."""
-    return not isinstance(value, str) or not value.strip()
+    """A streamed row's value that holds no text: null, not a string, or the empty text."""
+    return not isinstance(value, str) or value == ""
 
 
 def stream_row_error(path: str, flag: str, problem: Callable[[dict], str | None], fallback: str) -> DataError:

@@ -240,7 +240,7 @@ def check_pairs(dataset, src: str, tgt: str) -> list[str]:
         if pc.any(blank).as_py():
             row = pc.index(blank, True).as_py()
             raise DataError(
-                f"{row_location(dataset, row)}: the {side!r} text is empty or only spaces ({pc.sum(blank).as_py()} "
+                f"{row_location(dataset, row)}: the {side!r} text is empty ({pc.sum(blank).as_py()} "
                 "pair(s) in all); every pair needs both sides"
             )
     return columns
