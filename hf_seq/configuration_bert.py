@@ -10,6 +10,7 @@ from .fast_paths import reads_values  # noqa: F401  (validation.py imports it; 5
 from .validation import (
     PROBLEM_TYPES,
     check_choice,
+    check_config_keywords,
     check_divisible,
     check_fields,
     check_token_id,
@@ -97,6 +98,7 @@ class HfSeqBertConfig(PretrainedConfig):
         self.sparse_prediction = sparse_prediction
         self.tie_word_embeddings = tie_word_embeddings
         self._validate_bert_fields()  # before transformers' own checks, which would trip over e.g. vocab_size="20"
+        check_config_keywords(self, kwargs)  # a misspelt field is an error, an unknown keyword a warning
         super().__init__(**kwargs)
         self.validate_bert_config()
 

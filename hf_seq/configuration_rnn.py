@@ -14,6 +14,7 @@ from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only 
 from .validation import (
     PROBLEM_TYPES,
     check_choice,
+    check_config_keywords,
     check_fields,
     check_positive_int,
     check_token_id,
@@ -147,6 +148,7 @@ class HfSeqRNNConfig(PretrainedConfig):
         self.input_encoding = input_encoding
         self.use_cache = use_cache
         take_renamed_fields(self, kwargs)
+        check_config_keywords(self, kwargs)  # a misspelt field is an error, an unknown keyword a warning
         super().__init__(
             pad_token_id=pad_token_id,
             bos_token_id=bos_token_id,

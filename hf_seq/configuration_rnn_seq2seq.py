@@ -11,7 +11,14 @@ from .pipeline_tasks import DeclaredPipelinesMixin
 from .recurrent import IMPLEMENTATIONS
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
-from .validation import check_choice, check_fields, check_positive_int, check_token_id, take_renamed_fields
+from .validation import (
+    check_choice,
+    check_config_keywords,
+    check_fields,
+    check_positive_int,
+    check_token_id,
+    take_renamed_fields,
+)
 
 ATTENTION_TYPES = ("none", *SCORE_FUNCTIONS)
 CELLS = ("rnn", "lstm", "gru")
@@ -108,6 +115,7 @@ class HfSeqRNNSeq2SeqConfig(DeclaredPipelinesMixin, PretrainedConfig):
         self.use_cache = use_cache
         self.decoder_start_token_id = decoder_start_token_id
         take_renamed_fields(self, kwargs)
+        check_config_keywords(self, kwargs)  # a misspelt field is an error, an unknown keyword a warning
         super().__init__(
             pad_token_id=pad_token_id,
             bos_token_id=bos_token_id,

@@ -11,6 +11,7 @@ from .pipeline_tasks import DeclaredPipelinesMixin
 from .validation import (
     check_bool,
     check_choice,
+    check_config_keywords,
     check_divisible,
     check_fields,
     check_token_id_fields,
@@ -120,6 +121,7 @@ class HfSeqTransformerConfig(DeclaredPipelinesMixin, PretrainedConfig):
         self.decoder_start_token_id = decoder_start_token_id
         self.tie_word_embeddings = tie_word_embeddings
         take_renamed_fields(self, kwargs)
+        check_config_keywords(self, kwargs)  # a misspelt field is an error, an unknown keyword a warning
         self._validate_transformer_fields()  # before transformers' own checks, which would trip over vocab_size="20"
         super().__init__(is_encoder_decoder=is_encoder_decoder, **kwargs)
         self.validate_transformer_config()

@@ -61,6 +61,7 @@ __all__ = [
     "check_preset_installed",
     "clean_sword_markup",
     "data_dir",
+    "first_bad_row",
     "hold_out_validation",
     "load_brown",
     "load_brown_documents",
@@ -880,6 +881,138 @@ def _file_line(path: Path, row: int) -> str:
     return f"line {row + 1}"  # txt: one row per line
 
 
+def _is_utf8(path: str | os.PathLike, block: int = 1 << 24) -> bool:
+    """True if the file is UTF-8 text: one sequential read in 16 MB blocks, decoded in C (not the Arrow file's
+    memory map, whose pages :func:`~hf_seq.preprocessing.arrow_maps_released` keeps out of memory)."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(block):
+                decoder.decode(chunk)
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _first_undecodable_line(path: Path) -> tuple[int, str] | None:
+    """(line number, what is wrong) of the first line of ``path`` that is not UTF-8 text, or None."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                byte = raw[error.start]
+                return number, (
+                    f"not UTF-8 text (byte 0x{byte:02x} at column {error.start + 1}); save the file as UTF-8 "
+                    "(e.g. `iconv -f latin1 -t utf-8`)"
+                )
+    return None
+
+
+def _text_rows(path: Path):
+    """``(line number, row dict)`` of each data row of a csv / tsv / json-lines file, or ``(line number, problem)``
+    where a row cannot be read (a problem is a str): malformed JSON, a JSON value that is not an object, a csv
+    record with more or fewer fields than the header. A JSON array file gives ``(record number, row)``. Empty csv
+    fields are None, as ``datasets``' csv reader reads them."""
+    import json
+
+    suffix = path.suffix.lower()
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        if suffix in (".csv", ".tsv"):
+            reader = csv.reader(f, delimiter="\t" if suffix == ".tsv" else ",")
+            header = None
+            while True:
+                start = reader.line_num + 1
+                try:
+                    record = next(reader)
+                except StopIteration:
+                    return
+                except csv.Error as error:
+                    yield start, f"not a valid {suffix[1:]} record ({error})"
+                    return
+                if not record:
+                    continue
+                if header is None:
+                    header = record
+                    continue
+                if len(record) != len(header):
+                    yield start, f"{len(record)} fields where the header has {len(header)} ({', '.join(header)})"
+                    continue
+                yield start, {k: (v if v != "" else None) for k, v in zip(header, record)}
+        text = f.read()
+    if text.lstrip().startswith("["):
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as error:
+            yield error.lineno, f"not valid JSON ({error.msg} at column {error.colno})"
+            return
+        for number, record in enumerate(records, start=1):
+            yield (number, record if isinstance(record, dict) else f"a JSON {type(record).__name__}, not an object")
+        return
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            yield number, f"not valid JSON ({error.msg} at column {error.colno})"
+            continue
+        yield number, (record if isinstance(record, dict) else "a JSON value that is not an object ({...}) per line")
+
+
+def _json_kind(value) -> str | None:
+    """The kind a column's value has for Arrow: None for null (any column may hold it)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def first_bad_row(path: str | os.PathLike, problem: Callable[[dict], str | None] | None = None) -> str | None:
+    """``"line N: <what is wrong>"`` for the first row of the csv / tsv / json / jsonl file ``path`` that cannot be
+    read (bytes that are not UTF-8, malformed JSON, a csv record of the wrong width) or for which ``problem(row)``
+    says something (an empty text, a wrong type), in file order; None if every row is fine (or the file is not a
+    text format: parquet). Reads the file once; for error messages (a failed read, a bad row of a stream)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".csv", ".tsv", ".json", ".jsonl", ".txt"):
+        return None
+    undecodable = _first_undecodable_line(path)
+    if suffix == ".txt":
+        return f"line {undecodable[0]}: {undecodable[1]}" if undecodable else None
+    array = suffix in (".json", ".jsonl") and path.read_text(encoding="utf-8", errors="replace").lstrip()[:1] == "["
+    if undecodable is not None and array:
+        return f"line {undecodable[0]}: {undecodable[1]}"
+    unit = "record" if array else "line"
+    kinds: dict[str, tuple[str, int]] = {}  # column -> (JSON kind, where first seen): a column of mixed kinds
+    for number, row in _text_rows(path):
+        if undecodable is not None and not array and number >= undecodable[0]:
+            break
+        if isinstance(row, str):
+            return f"{'line' if array and row.startswith('not valid') else unit} {number}: {row}"
+        said = problem(row) if problem is not None else None
+        if said:
+            return f"{unit} {number}: {said}"
+        for column, value in row.items():
+            kind = _json_kind(value)
+            if kind is None:
+                continue
+            seen = kinds.setdefault(column, (kind, number))
+            if seen[0] != kind:
+                return f"{unit} {number}: column {column!r} holds {kind} where {unit} {seen[1]} holds {seen[0]}"
+    return f"line {undecodable[0]}: {undecodable[1]}" if undecodable else None
+
+
 def row_location(dataset: Dataset, row: int) -> str:
     """Where row ``row`` of ``dataset.data`` (the Arrow table in file order; a split held out of a file shares the
     file's table) is in the user's data: ``"pos.jsonl line 3"``, ``"reviews.csv line 5"``; for a preset or a data
@@ -941,10 +1074,21 @@ def _load_file(path: str, split: str, allow_text: bool, cache_dir: str | None) -
     except Exception as error:  # noqa: BLE001 - re-raised with the file named
         if "corresponds to no data" in str(error):
             raise DataError(f"`{flag}` {path} has no data rows") from error
+        located = first_bad_row(path)  # the line of a row that cannot be read (JSON, bytes, csv width)
+        if located is not None:
+            raise DataError(f"`{flag}` {path} {located}") from error
         cause = _innermost(error)
         raise DataError(
             f"`{flag}` {path} could not be read as {builder} ({type(cause).__name__}: {str(cause)[:300]})"
         ) from error
+    if builder == "json" and not _is_utf8(path):  # Arrow's JSON reader keeps such bytes in its strings
+        located = first_bad_row(path)
+        raise DataError(f"`{flag}` {path} {located or 'is not UTF-8 text'}")
+    mixed = [c for c in dataset.column_names if isinstance(dataset.data.column(c).type, pa.BaseExtensionType)]
+    if mixed:  # values of several JSON kinds in one column: `datasets` keeps them as JSON text
+        located = first_bad_row(path)
+        where = f" {located}" if located else f": column {mixed[0]!r} holds values of different kinds"
+        raise DataError(f"`{flag}` {path}{where}; every row needs the same kind of value in a column")
     dataset.info.description = str(path)
     return dataset
 
@@ -971,6 +1115,12 @@ def _load_named(name: str, config: str | None, seed: int, cache_dir: str | None)
         except Exception as error:  # noqa: BLE001 - re-raised with the name
             cause = _innermost(error)
             where = f" (configuration {config!r})" if config else ""
+            if isinstance(cause, FileNotFoundError) and not path.exists():
+                raise DataError(
+                    f"`dataset_name` {name!r}{where} is neither a preset ({', '.join(sorted(DATASET_PRESETS))}), a "
+                    "local folder, nor a data set in the `datasets` cache (nothing is downloaded while offline); "
+                    "pass a folder or your files with `train_file`"
+                ) from error
             raise DataError(
                 f"`dataset_name` {name!r}{where} could not be loaded with datasets.load_dataset "
                 f"({type(cause).__name__}: {str(cause)[:300]})"

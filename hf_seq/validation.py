@@ -113,6 +113,62 @@ def take_renamed_fields(config: Any, kwargs: dict) -> None:
         setattr(config, new, value)
 
 
+# keywords ``PretrainedConfig`` (transformers 5.0 - 5.25) reads or keeps besides its own fields: the generic part of
+# every config.json (and the generation settings older releases kept in the model config)
+GENERIC_CONFIG_KEYWORDS = frozenset(
+    """architectures auto_map custom_pipelines dtype torch_dtype transformers_version model_type name_or_path id2label label2id
+    num_labels problem_type return_dict output_hidden_states output_attentions is_encoder_decoder is_decoder
+    add_cross_attention cross_attention_hidden_size tie_encoder_decoder tie_word_embeddings chunk_size_feed_forward
+    pruned_heads torchscript use_bfloat16 tokenizer_class prefix task_specific_params finetuning_task use_cache
+    attn_implementation experts_implementation per_layer_config quantization_config base_model_tp_plan
+    base_model_pp_plan base_model_ep_plan max_length min_length do_sample early_stopping num_beams num_beam_groups
+    diversity_penalty temperature top_k top_p typical_p repetition_penalty length_penalty no_repeat_ngram_size
+    encoder_no_repeat_ngram_size bad_words_ids num_return_sequences output_scores return_dict_in_generate
+    remove_invalid_values exponential_decay_length_penalty suppress_tokens begin_suppress_tokens""".split()
+)
+
+
+def _config_fields(config: Any) -> set[str]:
+    """The keywords a config class reads itself: its ``__init__`` arguments, former names and attribute aliases."""
+    import inspect
+
+    cls = type(config)
+    names = set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
+    return names | set(getattr(cls, "renamed_fields", {})) | set(getattr(cls, "attribute_map", {}))
+
+
+def check_config_keywords(config: Any, kwargs: dict) -> None:
+    """Keywords of a config constructor that no field reads (``kwargs``, the rest of its arguments, before
+    ``PretrainedConfig.__init__`` stores them as attributes, which it does without a word).
+
+    transformers' strict configs (``@strict(accept_kwargs=True)``) accept any keyword, so that a config.json of
+    another release loads: so does this check, for a keyword it does not know, with a warning naming it and the
+    nearest field. A keyword that can only be a misspelt field (close to one of the class's own fields, and not a
+    generic keyword of :data:`GENERIC_CONFIG_KEYWORDS`, a ``*_token_id`` or a private ``_*`` key) is a ValueError
+    naming both, unless the keywords come from a saved config.json (they carry ``transformers_version``): a saved
+    folder always loads, with the warning."""
+    import difflib
+    import warnings
+
+    own = _config_fields(config)
+    loading = "transformers_version" in kwargs
+    for key in kwargs:
+        if key in own or key in GENERIC_CONFIG_KEYWORDS or key.startswith("_") or key.endswith("_token_id"):
+            continue
+        fields = sorted(own)
+        typo = difflib.get_close_matches(key, fields, n=1, cutoff=0.8)
+        name = type(config).__name__
+        if typo and not loading:
+            raise ValueError(f"`{key}` is not a field of {name}: did you mean `{typo[0]}`? (it would be ignored)")
+        nearest = typo or difflib.get_close_matches(key, fields, n=1, cutoff=0.5)
+        hint = f"; the nearest field is `{nearest[0]}`" if nearest else ""
+        warnings.warn(
+            f"{name} got the keyword `{key}`, which no field reads: it is kept in the config and ignored{hint}",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def _is_token_id(value: Any, vocab_size: int) -> bool:
     return value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < vocab_size)
 
@@ -293,15 +349,72 @@ def check_generation_arguments(generation_config: Any, kwargs: dict, vocab_size:
             raise ValueError(f"`{name}` must be a list of ids in [0, vocab_size={vocab_size}), got {v!r}")
 
 
+def check_generation_inputs(
+    generation_config: Any, kwargs: dict, inputs: Any, vocab_size: int, decoder_only: bool
+) -> None:
+    """ValueError naming the ``generate()`` argument for inputs that decode silently into a wrong answer:
+
+    * an ``attention_mask`` (given, or the one transformers infers from ``pad_token_id``) with a row of zeros: that
+      sequence has nothing to attend to (a decoder-only model returns pads, an encoder-decoder model translates
+      nothing);
+    * a right-padded prompt to a decoder-only model (its last position is padding; one prompt too, where
+      transformers warns only for batches): the model would continue after the pads;
+    * beam search asked for more ``num_return_sequences`` than distinct sequences exist (``vocab_size`` **
+      new tokens): transformers fills the rest with duplicates scored -1e9.
+
+    The masks' values are read only where that is free (:func:`~.fast_paths.reads_values`: eager, CPU)."""
+
+    def value(name: str) -> Any:
+        return kwargs[name] if name in kwargs else getattr(generation_config, name, None)
+
+    ids = inputs if isinstance(inputs, torch.Tensor) else kwargs.get("input_ids")
+    ids = ids if isinstance(ids, torch.Tensor) and ids.dim() == 2 and not ids.is_floating_point() else None
+    mask, flag, note = kwargs.get("attention_mask"), "attention_mask", ""
+    pad = value("pad_token_id")
+    if mask is None and ids is not None and _is_int(pad) and ids.numel() and reads_values(ids):
+        if pad not in (_token_ids(value("eos_token_id")) or []) and bool((ids == pad).any()):
+            mask, flag = ids != pad, "input_ids"
+            note = f" (without an `attention_mask`, its `pad_token_id` {pad} positions are padding)"
+    if isinstance(mask, torch.Tensor) and mask.dim() == 2 and mask.numel() and reads_values(mask):
+        attends = mask != 0
+        empty = ~attends.any(dim=-1)
+        if bool(empty.any()):
+            row = int(empty.nonzero()[0, 0])
+            raise ValueError(
+                f"`{flag}`{note} leaves row {row} of the batch nothing to attend to (all its positions are padding); every "
+                "sequence needs at least one position marked 1"
+            )
+        if decoder_only and not bool(attends[:, -1].all()):
+            row = int((~attends[:, -1]).nonzero()[0, 0])
+            raise ValueError(
+                f"`{flag}`{note} marks the last position of the prompt in row {row} as padding: a decoder-only model would "
+                "continue after the pads; pad prompts on the left (tokenizer.padding_side = 'left')"
+            )
+    wanted, beams = value("num_return_sequences"), value("num_beams")
+    if _is_int(wanted) and wanted > 1 and _is_int(beams) and beams > 1 and not value("do_sample"):
+        new = value("max_new_tokens")
+        if new is None and _is_int(value("max_length")):
+            new = value("max_length") - (ids.shape[-1] if decoder_only and ids is not None else 1)
+        if _is_int(new) and 0 < new < 64 and vocab_size**new < wanted:
+            raise ValueError(
+                f"`num_return_sequences` {wanted} is more than the {vocab_size**new} distinct sequences a search of "
+                f"{new} new token(s) over vocab_size={vocab_size} can make (the rest would be duplicates scored "
+                "-1e9); ask for fewer, or allow more new tokens (`max_new_tokens`)"
+            )
+
+
 class GenerationArgumentsMixin:
     """For generative heads: ``generate()`` first checks its arguments (:func:`check_generation_arguments`) against
-    the size of the model's output vocabulary, then runs ``GenerationMixin.generate`` unchanged."""
+    the size of the model's output vocabulary and its inputs (:func:`check_generation_inputs`: masks, padding, the
+    number of distinct sequences), then runs ``GenerationMixin.generate`` unchanged."""
 
     def generate(self, inputs: Any = None, generation_config: Any = None, **kwargs: Any):
         head = self.get_output_embeddings()
         vocab_size = getattr(head, "out_features", None) or self.config.vocab_size
         config = generation_config if generation_config is not None else self.generation_config
         check_generation_arguments(config, kwargs, vocab_size)
+        decoder_only = not getattr(self.config, "is_encoder_decoder", False)
+        check_generation_inputs(config, kwargs, inputs, vocab_size, decoder_only)
         return super().generate(inputs, generation_config, **kwargs)
 
 
@@ -312,9 +425,11 @@ __all__ = [
     "check_batch_shape",
     "check_bool",
     "check_choice",
+    "check_config_keywords",
     "check_divisible",
     "check_fields",
     "check_generation_arguments",
+    "check_generation_inputs",
     "check_integer_labels",
     "check_label_range",
     "check_positive_float",

@@ -408,3 +408,381 @@ def test_debug_reraises_the_user_error(monkeypatch, capsys, how):
     with pytest.raises(RecipeError):
         mistaken(argv)
     assert seen[-1] == ["--a", "1"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# resumed runs: the folder is this task's, family's and head's, its weights intact, before any data is read
+# ---------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def run_folders(folders):
+    """``cls_run``: a finished classifier run (final model + trainer_state.json) with its checkpoint-40; ``lm_run``:
+    a language model's checkpoint-12; ``bad_ckpt/checkpoint-40``: a checkpoint whose weights file is cut short."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM, AutoModelForPreTraining
+
+    import hf_seq
+
+    def checkpoint(source: Path, folder: Path, step: int) -> Path:
+        shutil.copytree(source, folder)
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": []}))
+        return folder
+
+    run = checkpoint(folders / "classifier", folders / "cls_run", 60)
+    checkpoint(folders / "classifier", run / "checkpoint-40", 40)
+    lm = hf_seq.HfSeqRNNConfig(vocab_size=12, hidden_size=4, embedding_size=4)
+    AutoModelForCausalLM.from_config(lm).save_pretrained(folders / "lm_model")
+    bert = hf_seq.HfSeqBertConfig(
+        vocab_size=12, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8
+    )
+    AutoModelForPreTraining.from_config(bert).save_pretrained(folders / "bert")
+    for name in os.listdir(folders / "classifier"):
+        if name.startswith(("tokenizer", "special_tokens", "vocab")):
+            shutil.copy(folders / "classifier" / name, folders / "bert" / name)
+    checkpoint(folders / "lm_model", folders / "lm_run" / "checkpoint-12", 12)
+    bad = checkpoint(folders / "classifier", folders / "bad_ckpt" / "checkpoint-40", 40)
+    weights = (bad / "model.safetensors").read_bytes()
+    (bad / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    return folders
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+RESUME_CASES = {
+    # the issue's case: `last` in a classifier's finished run, from the tagger
+    "tagger, last, into a classifier's run": (
+        ("tagger", CONFIGS / "pos_bilstm.json", "--train_file", "pos.jsonl", "--resume_from_checkpoint", "last")
+        + ("--output_dir", "cls_run"),
+        "`resume_from_checkpoint` cls_run/checkpoint-40 (`last` in output_dir) holds a text classifier "
+        "(RNNForSequenceClassification), but train_tagger trains a tagger (RNNForTokenClassification)",
+    ),
+    # neighbours: an explicit checkpoint; another family with the same head; another head of the same family;
+    # the sequence-to-sequence task; a finished run without checkpoints
+    "tagger, explicit checkpoint": (
+        ("tagger", CONFIGS / "pos_bilstm.json", "--train_file", "pos.jsonl")
+        + ("--resume_from_checkpoint", "cls_run/checkpoint-40", "--output_dir", "runs/out"),
+        "`resume_from_checkpoint` cls_run/checkpoint-40 holds a text classifier (RNNForSequenceClassification), "
+        "but train_tagger trains a tagger",
+    ),
+    "finetune_bert from an RNN classifier's checkpoint": (
+        ("finetune_bert", CONFIGS / "bert_finetune_sentiment.json", "--train_file", "reviews.csv")
+        + ("--model_name_or_path", "bert", "--resume_from_checkpoint", "cls_run/checkpoint-40")
+        + ("--output_dir", "runs/out"),
+        "`resume_from_checkpoint` cls_run/checkpoint-40 holds a 'hf_seq_rnn' model, but this finetune_bert run "
+        "trains a 'hf_seq_bert' model",
+    ),
+    "lm, last, into a classifier's run": (
+        ("lm", "--train_file", "text.txt", "--resume_from_checkpoint", "last", "--output_dir", "cls_run"),
+        "holds a text classifier (RNNForSequenceClassification), but train_lm trains a language model (RNNForCausalLM)",
+    ),
+    "classifier from a language model's checkpoint": (
+        (*CLASSIFIER, "--resume_from_checkpoint", "lm_run/checkpoint-12", "--output_dir", "runs/out"),
+        "`resume_from_checkpoint` lm_run/checkpoint-12 holds a language model (RNNForCausalLM), but "
+        "train_classifier trains a text classifier (RNNForSequenceClassification)",
+    ),
+    "translation, last, into a language model's run": (
+        (*TRANSLATION, "--resume_from_checkpoint", "last", "--output_dir", "lm_run"),
+        "`resume_from_checkpoint` lm_run/checkpoint-12 (`last` in output_dir) holds a 'hf_seq_rnn' model, but this "
+        "train_translation run trains a 'hf_seq_transformer' model",
+    ),
+    "a truncated weights file": (
+        (*CLASSIFIER, "--resume_from_checkpoint", "bad_ckpt/checkpoint-40", "--output_dir", "runs/out"),
+        "`resume_from_checkpoint` bad_ckpt/checkpoint-40: bad_ckpt/checkpoint-40/model.safetensors is not a valid "
+        "safetensors weights file: it has ",
+    ),
+    "a truncated weights file, last": (
+        (*CLASSIFIER, "--resume_from_checkpoint", "last", "--output_dir", "bad_ckpt"),
+        "bad_ckpt/checkpoint-40/model.safetensors is not a valid safetensors weights file",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESUME_CASES))
+def test_a_resumed_run_checks_its_folder_before_the_data(cli_main, run_folders, case):
+    argv, expected = RESUME_CASES[case]
+    before = _listing(run_folders)
+    status, line = cli_main(*argv)
+    assert status == 2
+    assert expected in line, line
+    assert _listing(run_folders) == before  # nothing written, nothing recovered or removed
+
+
+def test_resuming_its_own_run_passes_the_check(run_folders):
+    """The same task, family and head: the check lets the run go on (``last`` and the explicit checkpoint)."""
+    from types import SimpleNamespace
+
+    from hf_seq.train_scripts import train_classifier
+
+    args = SimpleNamespace(resume_from_checkpoint="last", output_dir=str(run_folders / "cls_run"))
+    model_args = SimpleNamespace(model_name_or_path=None, model_type="hf_seq_rnn")
+    checks.check_resumed_folder(train_classifier.TASK, model_args, None, args, "command line")
+    args.resume_from_checkpoint = str(run_folders / "cls_run" / "checkpoint-40")
+    checks.check_resumed_folder(train_classifier.TASK, model_args, None, args, "command line")
+
+
+def test_a_resumed_run_says_which_checkpoint_and_step(run_folders, capsys):
+    from types import SimpleNamespace
+
+    from transformers.trainer_utils import TrainOutput
+
+    checkpoint = run_folders / "cls_run" / "checkpoint-40"
+    args = SimpleNamespace(resume_from_checkpoint="last", output_dir=str(run_folders / "cls_run"), process_index=0)
+    seen = []
+
+    class Trainer:
+        state = SimpleNamespace(log_history=[])
+
+        def train(self, resume_from_checkpoint):
+            seen.append(resume_from_checkpoint)
+            return TrainOutput(50, 0.5, {})
+
+    common.run_training(Trainer(), args)
+    assert seen == [str(checkpoint)]
+    assert f"resuming from {checkpoint} (step 40, --resume_from_checkpoint last)" in capsys.readouterr().out
+
+
+def test_the_issue_case_through_the_real_cli(run_folders):
+    """`hf-seq-train tagger ... --resume_from_checkpoint last --output_dir <a classifier's run>` (it exited 0 with
+    "nothing to resume"): exit 2, one line, before the data (which the subprocess refuses to read)."""
+    args = [CONFIGS / "pos_bilstm.json", "--train_file", "pos.jsonl", "--resume_from_checkpoint", "last"]
+    done = run_cli(run_folders, "hf-seq-train", "tagger", "train_tagger", [*args, "--output_dir", "cls_run"])
+    assert done.returncode == 2, done.stderr
+    assert "holds a text classifier (RNNForSequenceClassification), but train_tagger trains a tagger" in (
+        error_line(done.stderr, "hf-seq-train")
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# settings that contradict each other, model types, data set folders: before any data is read
+# ---------------------------------------------------------------------------------------------------------------
+SETTING_CASES = {
+    "generation length beyond the position table": (
+        (*TRANSLATION, "--config_overrides", "max_position_embeddings=64", "--output_dir", "runs/out"),
+        "the default recipe translation_transformer: `generation_max_length` 80 exceeds the model's position table: "
+        "`max_position_embeddings` 64 (`config_overrides`) is the longest sequence it takes; pass "
+        "`--generation_max_length 64` or less",
+    ),
+    "source length beyond the position table": (
+        (*TRANSLATION, "--config_overrides", "max_position_embeddings=64", "--generation_max_length", "64")
+        + ("--max_source_length", "100", "--output_dir", "runs/out"),
+        "command line: `max_source_length` 100 exceeds the model's position table: `max_position_embeddings` 64",
+    ),
+    "generation length beyond a saved model's table": (
+        (*TRANSLATION, "--model_name_or_path", "translator", "--generation_max_length", "600")
+        + ("--output_dir", "runs/out"),
+        "`generation_max_length` 600 exceeds the model's position table: `max_position_embeddings` 512 (the config "
+        "of `model_name_or_path` translator)",
+    ),
+    "unknown model type": (
+        (*CLASSIFIER, "--model_type", "hf_seq_foo", "--output_dir", "runs/out"),
+        "command line: unknown `model_type` 'hf_seq_foo' (did you mean 'hf_seq_rnn'?); train_classifier builds one "
+        "of ['hf_seq_bert', 'hf_seq_rnn']",
+    ),
+    "unknown model type, a near miss": (
+        ("lm", "--train_file", "text.txt", "--model_type", "hf_seq_rn", "--output_dir", "runs/out"),
+        "unknown `model_type` 'hf_seq_rn' (did you mean 'hf_seq_rnn'?); train_lm builds one of ['hf_seq_rnn']",
+    ),
+    "a family without a classifier head": (
+        (*CLASSIFIER, "--model_type", "hf_seq_transformer", "--output_dir", "runs/out"),
+        "command line: model_type 'hf_seq_transformer' has no text classifier head "
+        "(AutoModelForSequenceClassification); train_classifier builds one of ['hf_seq_bert', 'hf_seq_rnn']",
+    ),
+    "a family without a tagger head": (
+        ("tagger", CONFIGS / "pos_bilstm.json", "--train_file", "pos.jsonl", "--model_type", "hf_seq_rnn_seq2seq")
+        + ("--output_dir", "runs/out"),
+        "model_type 'hf_seq_rnn_seq2seq' has no tagger head (AutoModelForTokenClassification)",
+    ),
+    "a family without a language model head": (
+        ("lm", "--train_file", "text.txt", "--model_type", "hf_seq_bert", "--output_dir", "runs/out"),
+        "model_type 'hf_seq_bert' has no language model head (AutoModelForCausalLM); train_lm builds one of "
+        "['hf_seq_rnn']",
+    ),
+    "a family without a sequence-to-sequence head": (
+        (*TRANSLATION, "--model_type", "hf_seq_rnn", "--output_dir", "runs/out"),
+        "model_type 'hf_seq_rnn' has no sequence-to-sequence head (AutoModelForSeq2SeqLM); train_translation builds "
+        "one of ['hf_seq_rnn_seq2seq', 'hf_seq_transformer']",
+    ),
+    "a missing data set folder": (
+        ("classifier", "--dataset_name", "./nope_ds", "--output_dir", "runs/out"),
+        "command line: `dataset_name` ./nope_ds does not exist; pass a folder written by `save_to_disk`",
+    ),
+    "a missing data set folder, translation": (
+        ("translation", "--dataset_name", "./nope_ds", "--source_lang", "en", "--target_lang", "fr")
+        + ("--output_dir", "runs/out"),
+        "`dataset_name` ./nope_ds does not exist",
+    ),
+    "a missing data set folder, lm": (
+        ("lm", "--dataset_name", "/nope/ds", "--output_dir", "runs/out"),
+        "`dataset_name` /nope/ds does not exist",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SETTING_CASES))
+def test_contradicting_settings_model_types_and_folders(cli_main, folders, case):
+    argv, expected = SETTING_CASES[case]
+    status, line = cli_main(*argv)
+    assert status == 2
+    assert expected in line, line
+    assert not (folders / "runs").exists()
+
+
+def test_the_data_decides_the_number_of_labels_unless_the_user_set_it(folders, tmp_path):
+    """A shipped recipe's `num_labels` (its corpus' two) gives way to the data's three; one the user sets on the
+    command line or in a recipe of their own that contradicts the data is an error; 1 (a sigmoid head) stays."""
+    import shutil
+
+    from hf_seq.train_scripts import train_classifier
+    from hf_seq.train_scripts.arguments import RecipeError, parse_args
+
+    names = ["a", "b", "c"]
+    base = ["--train_file", str(folders / "reviews.csv"), "--output_dir", str(tmp_path / "out")]
+    for recipe in ([], [str(CONFIGS / "sentiment_bilstm.json")], ["sentiment_bilstm"]):
+        model_args = parse_args(train_classifier.TASK, [*recipe, *base])[0]
+        assert "num_labels" not in train_classifier.model_config_dict(model_args)
+        assert train_classifier._sigmoid_head(model_args, names) is False  # no error: three outputs
+    given = parse_args(train_classifier.TASK, [*base, "--config_overrides", "num_labels=2"])[0]
+    with pytest.raises(RecipeError, match=r"`num_labels` 2 does not fit the data's 3 labels"):
+        train_classifier._sigmoid_head(given, names)
+    own = tmp_path / "my_recipe.json"
+    shutil.copy(CONFIGS / "sentiment_bilstm.json", own)
+    mine = parse_args(train_classifier.TASK, [str(own), *base])[0]
+    with pytest.raises(RecipeError, match=r"`num_labels` 2 does not fit the data's 3 labels"):
+        train_classifier._sigmoid_head(mine, names)
+    sigmoid = parse_args(train_classifier.TASK, ["sentiment_logreg_sigmoid", *base])[0]
+    with pytest.raises(RecipeError, match=r"`num_labels` 1 \(a sigmoid output\) needs two labels"):
+        train_classifier._sigmoid_head(sigmoid, names)
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# rows of the user's data files: every error names the file and its line (the data is read: in-process, tiny)
+# ---------------------------------------------------------------------------------------------------------------
+def _jsonl(rows) -> str:
+    return "".join(json.dumps(row) + "\n" for row in rows)
+
+
+def _pairs(fr: dict) -> str:
+    return _jsonl({"translation": {"en": f"word {i}", "fr": fr.get(i, f"mot {i}")}} for i in range(8))
+
+
+DATA_FILES = {
+    "bad.jsonl": '{"text": "a", "label": "x"}\n{"text": "b", "label": "y"} junk\n{"text": "c", "label": "x"}\n',
+    "latin.csv": "text,label\ngood,pos\nbad,neg\ncaf\xe9,pos\ndull,neg\n".encode("latin-1"),
+    "latin.tsv": "text\tlabel\ngood\tpos\ncaf\xe9\tneg\nfine\tpos\n".encode("latin-1"),
+    "latin.jsonl": '{"text": "good", "label": "pos"}\n{"text": "caf\xe9", "label": "neg"}\n'.encode("latin-1"),
+    "array.json": '[\n{"text": "a", "label": "x"},\n{"text": "b" "label": "y"}\n]\n',
+    "wide.csv": "text,label\ngood,pos\nbad,neg,extra\nfine,pos\n",
+    "mixed.jsonl": _jsonl([{"text": "a", "label": "x"}, {"text": "b", "label": ["y"]}, {"text": "c", "label": "x"}]),
+    "empty_text.jsonl": _jsonl(
+        {"text": t, "label": ["pos", "neg"][i % 2]} for i, t in enumerate(["a", "b", "", "c", "d", "e", "f"])
+    ),
+    "empty_field.csv": 'text,label\ngood,pos\nbad,neg\n"",pos\nfine,neg\nok,pos\n',  # "" is a null field
+    "bad_pos.jsonl": '{"tokens": ["A"], "tags": ["DET"]}\n{"tokens": ["B"] "tags": ["X"]}\n',
+    "empty_pos.jsonl": _jsonl([{"tokens": ["A", "b"], "tags": ["DET", "NOUN"]}] * 4 + [{"tokens": [], "tags": []}]),
+    "empty_target.jsonl": _pairs({4: ""}),
+    "empty_source.csv": "en,fr\none,un\ntwo,deux\n,trois\nfour,quatre\n",
+    "bad_pairs.jsonl": _pairs({}).replace('"mot 5"}}', '"mot 5"}'),
+    "ok_pairs.jsonl": _pairs({}),
+    "ok_text.jsonl": _jsonl({"text": f"w{i}", "label": ["pos", "neg"][i % 2]} for i in range(4)),
+    "late_empty_text.jsonl": _jsonl(
+        {"text": "" if i == 5 else f"w{i}", "label": ["pos", "neg"][i % 2]} for i in range(8)
+    ),
+    "latin.txt": "some text\nmore caf\xe9 text\n".encode("latin-1"),
+}
+
+# each: (argv before --output_dir, the error line after "hf-seq-train: error: ")
+STREAM = ("--streaming", "true", "--train_sampling_strategy", "random", "--max_steps", "3")
+DATA_CASES = {
+    "malformed json line": (("classifier", "--train_file", "bad.jsonl"), "`train_file` bad.jsonl line 2: not valid JSON (Extra data at column 29)"),
+    "latin-1 csv": (("classifier", "--train_file", "latin.csv"), "`train_file` latin.csv line 4: not UTF-8 text (byte 0xe9 at column 4)"),
+    "latin-1 tsv": (("classifier", "--train_file", "latin.tsv"), "`train_file` latin.tsv line 3: not UTF-8 text (byte 0xe9 at column 4)"),
+    "latin-1 jsonl": (("classifier", "--train_file", "latin.jsonl"), "`train_file` latin.jsonl line 2: not UTF-8 text"),
+    "malformed json array": (("classifier", "--train_file", "array.json"), "`train_file` array.json line 3: not valid JSON (Expecting ',' delimiter"),
+    "csv record of the wrong width": (("classifier", "--train_file", "wide.csv"), "`train_file` wide.csv line 3: 3 fields where the header has 2 (text, label)"),
+    "a column of mixed kinds": (("classifier", "--train_file", "mixed.jsonl"), "`train_file` mixed.jsonl line 2: column 'label' holds a list where line 1 holds a string"),
+    "empty text": (("classifier", "--train_file", "empty_text.jsonl"), "empty_text.jsonl line 3: column 'text' (`text_column_name`) is empty (1 row(s) in all)"),
+    "empty csv field": (("classifier", "--train_file", "empty_field.csv"), "empty_field.csv line 4: column 'text' (`text_column_name`) is empty (it is empty in 1 row(s))"),
+    "malformed tagger line": (("tagger", "--train_file", "bad_pos.jsonl"), "`train_file` bad_pos.jsonl line 2: not valid JSON"),
+    "a sentence without words": (("tagger", "--train_file", "empty_pos.jsonl"), "empty_pos.jsonl line 5: column 'tokens' (`tokens_column_name`) has no words"),
+    "empty translation target": (("translation", "--train_file", "empty_target.jsonl", "--source_lang", "en", "--target_lang", "fr"), "empty_target.jsonl line 5: the 'fr' text is empty (1 pair(s) in all)"),
+    "empty translation source": (("translation", "--train_file", "empty_source.csv", "--source_lang", "en", "--target_lang", "fr"), "empty_source.csv line 4: no 'en' text (got None); every pair needs both sides"),
+    "malformed translation line": (("translation", "--train_file", "bad_pairs.jsonl", "--source_lang", "en", "--target_lang", "fr"), "`train_file` bad_pairs.jsonl line 6: not valid JSON"),
+    "streamed empty target": (("translation", "--train_file", "empty_target.jsonl", "--validation_file", "ok_pairs.jsonl", "--source_lang", "en", "--target_lang", "fr", *STREAM), "`train_file` empty_target.jsonl line 5: no 'fr' text (got ''); every pair needs both sides"),
+    "streamed empty text": (("classifier", "--train_file", "late_empty_text.jsonl", "--validation_file", "ok_text.jsonl", "--streaming_label_names", "pos,neg", *STREAM), "late_empty_text.jsonl line 6: column 'text' (`text_column_name`) is empty"),
+    "latin-1 text for word vectors": (("word_vectors", "--train_file", "latin.txt"), "`train_file` latin.txt line 2: not UTF-8 text"),
+    "too few words for min_count": (("word_vectors", "--train_file", "ok_text.jsonl", "--min_count", "100000"), "ok_text.jsonl: only 0 word(s) occur at least `min_count` 100000 times"),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def data_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data_rows")
+    for name, content in DATA_FILES.items():
+        (root / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    return root
+
+
+@pytest.mark.parametrize("case", sorted(DATA_CASES))
+def test_a_bad_row_names_its_file_and_line(data_files, monkeypatch, capsys, case):
+    argv, expected = DATA_CASES[case]
+    monkeypatch.chdir(data_files)
+    monkeypatch.setattr(sys, "argv", ["hf-seq-train"])
+    monkeypatch.delenv("HF_SEQ_DEBUG", raising=False)
+    cache = ["--cache_dir", "none"] if argv[0] != "word_vectors" else []  # no data record kept between cases
+    status = cli.main([*argv, *cache, "--output_dir", "out"])
+    line = error_line(capsys.readouterr().err, "hf-seq-train")
+    assert status == 2
+    assert line.startswith(f"hf-seq-train: error: {expected}"), line
+    assert not (data_files / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Ctrl-C
+# ---------------------------------------------------------------------------------------------------------------
+def test_an_interrupt_ends_with_the_last_checkpoint_and_the_command_that_resumes(run_folders, monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.chdir(run_folders)
+    monkeypatch.setattr(common, "load_data", interrupted)
+    monkeypatch.setattr(sys, "argv", ["hf-seq-train"])
+    monkeypatch.delenv("HF_SEQ_DEBUG", raising=False)
+    status = cli.main([*map(str, CLASSIFIER), "--output_dir", "cls_run", "--max_steps", "80"])
+    err = capsys.readouterr().err
+    assert status == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err
+    lines = [line for line in err.splitlines() if line.startswith("hf-seq-train: interrupted")]
+    assert lines == [
+        "hf-seq-train: interrupted: the last checkpoint is cls_run/checkpoint-40 (step 40); resume with "
+        f"`hf-seq-train classifier {CONFIGS / 'sentiment_bilstm.json'} --train_file reviews.csv --output_dir cls_run "
+        "--max_steps 80 --resume_from_checkpoint last`"
+    ]
+    # before any checkpoint: the same command starts again
+    status = cli.main([*map(str, CLASSIFIER), "--output_dir", "runs/fresh", "--resume_from_checkpoint", "last"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if "interrupted" in line]
+    assert status == 130
+    assert lines == [
+        "hf-seq-train: interrupted: no checkpoint of this run in runs/fresh yet; run "
+        f"`hf-seq-train classifier {CONFIGS / 'sentiment_bilstm.json'} --train_file reviews.csv --output_dir "
+        "runs/fresh` to start again"
+    ]
+    import shutil
+
+    shutil.rmtree(run_folders / "runs", ignore_errors=True)
+
+
+def test_an_interrupt_before_the_run_starts_says_nothing_was_written(cli_main, folders, monkeypatch, capsys):
+    """Ctrl-C while the run is checked (after an earlier run in the same process): nothing of that run is named."""
+    from hf_seq.train_scripts import arguments
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(arguments, "check_run", interrupted)
+    status = cli.main([*map(str, CLASSIFIER), "--output_dir", "runs/out"])
+    err = capsys.readouterr().err
+    assert status == 130 and "Traceback" not in err
+    assert err.splitlines()[-1] == "hf-seq-train: interrupted before the run started; nothing was written"
+    assert not (folders / "runs").exists()

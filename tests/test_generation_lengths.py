@@ -63,7 +63,8 @@ def test_max_new_tokens_on_a_saved_model_does_not_warn_and_keeps_lengths(head, a
     model = saved_model(head, auto, tokenizer, tmp_path / head.__name__)
     default_length = model.generation_config.max_length
     assert default_length is not None
-    inputs = tokenizer(TEXTS[:2], padding=True, return_tensors="pt")
+    side = "right" if model.config.is_encoder_decoder else "left"  # a decoder-only prompt is padded on the left
+    inputs = tokenizer(TEXTS[:2], padding=True, padding_side=side, return_tensors="pt")
     start = 1 if model.config.is_encoder_decoder else inputs["input_ids"].shape[1]  # decoder / prompt length
 
     with length_warnings() as messages:

@@ -38,7 +38,7 @@ from hf_seq.train_scripts import tasks
 from hf_seq.train_scripts.checks import check_run
 from hf_seq.train_scripts.errors import RecipeError
 from hf_seq.train_scripts.errors import json_kind as _json_kind
-from hf_seq.train_scripts.recipes import default_recipe, read_recipe, resolve_recipe
+from hf_seq.train_scripts.recipes import default_recipe, read_recipe, resolve_recipe, shipped_recipes
 from hf_seq.train_scripts.trainer import start_deepspeed_comm_on_cpu
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments, TrainingArguments
 
@@ -566,12 +566,15 @@ def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
             action.help = argparse.SUPPRESS  # --help lists only what this script reads
     recipe: dict = {}
     recipe_where = None  # where the recipe's values come from, for the errors
+    shipped = False  # a recipe shipped with hf_seq (named, or the default): its label count is its corpus'
     if argv and not argv[0].startswith("-"):  # a recipe file, or a shipped recipe's name
         recipe_path = resolve_recipe(argv.pop(0), task.name)
         recipe = read_recipe(recipe_path)
         recipe_where = f"recipe {recipe_path}"
+        shipped = any(recipe_path.resolve() == path.resolve() for path in shipped_recipes().values())
     elif (default := default_recipe(task.name)) is not None:  # no recipe: the task's default recipe
         recipe_where = f"the default recipe {default[0]}"
+        shipped = True
         recipe = default[1]
         parser.epilog = (
             f"Without a recipe, the defaults are those of the shipped recipe {default[0]} (docs/training.md)."
@@ -579,6 +582,9 @@ def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
     if recipe_where is not None:
         check_recipe(recipe, task, dataclass_types, recipe_where)
         recipe = _data_source_from_command_line(recipe, set(_flags_given(argv)))
+        given = set(_flags_given(argv))
+        if shipped and (recipe_where.startswith("the default recipe") or given & {*DATA_FILES, "dataset_name"}):
+            recipe = _labels_from_the_data(recipe, given)  # the user's data, not the recipe's corpus
         parser.set_defaults(**recipe)
         for action in parser._actions:
             if action.dest in recipe:
@@ -603,6 +609,19 @@ def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
     return model_args, data_args, task_args, training_args
 
 
+def _labels_from_the_data(recipe: dict, flags: set[str]) -> dict:
+    """A shipped recipe's ``model_config`` without its ``num_labels`` (the label count of the recipe's corpus), for a
+    run on other data (the default recipe's data is always the user's; a named one's when the command line gives the
+    data), unless it is 1 (a single sigmoid output: a choice of model) or the command line gives ``model_config``: the
+    user's data then decides the number of labels, as it does without a recipe. A count the user sets
+    (``--model_config``, ``--config_overrides num_labels=N``, a recipe of their own) that contradicts the data
+    stays an error."""
+    config = recipe.get("model_config")
+    if "model_config" in flags or not isinstance(config, dict) or config.get("num_labels") in (None, 1):
+        return recipe
+    return {**recipe, "model_config": {k: v for k, v in config.items() if k != "num_labels"}}
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # checks across fields (still before any data is read)
 # ---------------------------------------------------------------------------------------------------------------
@@ -619,6 +638,66 @@ def model_config_dict(model_args: ModelArguments) -> dict:
     if not isinstance(value, dict):
         raise RecipeError(f"`model_config` must be a JSON object, got {_json_kind(value)}")
     return dict(value)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# lengths against the position table
+# ---------------------------------------------------------------------------------------------------------------
+def _position_rows(model_args, origin) -> tuple[int | None, str]:
+    """(``max_position_embeddings`` of the model the run trains, where it was set); None for a family without a
+    position table, or one that cannot be read yet (the later checks name that)."""
+    if model_args.model_name_or_path:
+        try:
+            config = json.loads((Path(model_args.model_name_or_path) / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None, ""
+        rows = config.get("max_position_embeddings") if isinstance(config, dict) else None
+        where = f"the config of `model_name_or_path` {model_args.model_name_or_path}"
+        return (rows if isinstance(rows, int) else None), where
+    from transformers import AutoConfig
+
+    import hf_seq  # noqa: F401 - registers the hf_seq model types
+
+    try:
+        defaults = AutoConfig.for_model(model_args.model_type)
+        values = {**model_config_dict(model_args), **override_values(model_args.config_overrides, defaults)}
+    except (ValueError, TypeError, KeyError):
+        return None, ""
+    if "max_position_embeddings" in override_values(model_args.config_overrides, defaults):
+        where = "`config_overrides`"
+    elif "max_position_embeddings" in values:
+        where = f"`model_config` ({origin('model_config')})"
+    else:
+        where = f"the {model_args.model_type} default"
+    rows = values.get("max_position_embeddings", getattr(defaults, "max_position_embeddings", None))
+    return (rows if isinstance(rows, int) and not isinstance(rows, bool) else None), where
+
+
+def check_position_lengths(model_args, data_args, training_args, origin) -> None:
+    """A sequence-to-sequence run's lengths fit the model's position table: ``max_source_length``,
+    ``max_target_length`` and ``generation_max_length`` (which the saved ``generation_config.max_length`` keeps, so
+    the pipeline would fail on any input the model does not end in time) at most ``max_position_embeddings``."""
+    if (
+        not hasattr(training_args, "generation_max_length")
+        or model_args.model_type is None
+        and not (model_args.model_name_or_path)
+    ):
+        return
+    rows, where = _position_rows(model_args, origin)
+    if rows is None:
+        return
+    lengths = (
+        ("generation_max_length", training_args.generation_max_length),
+        ("max_source_length", getattr(data_args, "max_source_length", None)),
+        ("max_target_length", getattr(data_args, "max_target_length", None)),
+    )
+    for name, length in lengths:
+        if isinstance(length, int) and length > rows:
+            raise RecipeError(
+                f"{origin(name)}: `{name}` {length} exceeds the model's position table: `max_position_embeddings` "
+                f"{rows} ({where}) is the longest sequence it takes; pass `--{name} {rows}` or less, or a larger "
+                "`max_position_embeddings`"
+            )
 
 
 def check_arguments(
@@ -647,6 +726,12 @@ def check_arguments(
     if name and name.startswith("hf_seq/") and name not in DATASET_PRESETS:
         raise RecipeError(
             f"{origin('dataset_name')}: unknown dataset preset {name!r}; the presets are {sorted(DATASET_PRESETS)}"
+        )
+    if name and name.startswith((".", "/", "~")) and not Path(name).expanduser().exists():
+        raise RecipeError(
+            f"{origin('dataset_name')}: `dataset_name` {name} does not exist; pass a folder written by "
+            "`save_to_disk` or a folder of data files named by split, a preset "
+            f"({', '.join(sorted(DATASET_PRESETS))}), or your files with `--train_file`"
         )
     for name, path in files.items():
         if path:
@@ -688,6 +773,8 @@ def check_arguments(
                 f"{origin(name)}: `{name}` must be one of ['left', 'right'], got {getattr(model_args, name)!r}"
             )
 
+    check_position_lengths(model_args, data_args, training_args, origin)
+
     # ---- model
     if task.model_head is None:
         return
@@ -705,8 +792,20 @@ def check_arguments(
             ) from None
         return
     where = sources.get("model_config") or sources.get("model_type") or f"{task.name}'s defaults"
+    if sources.get("model_type") == "command line":
+        where = "command line"  # --model_type names the family its errors are about
     build_config(task, model_args, data_args, where=where, vocab_size=TRIAL_VOCAB_SIZE)
 
+
+# the words for each head the train scripts build (errors about a model type without it)
+_HEAD_NAMES = {
+    "AutoModelForSequenceClassification": "text classifier",
+    "AutoModelForTokenClassification": "tagger",
+    "AutoModelForCausalLM": "language model",
+    "AutoModelForSeq2SeqLM": "sequence-to-sequence",
+    "AutoModelForPreTraining": "BERT pretraining",
+    "AutoModelForMaskedLM": "masked language model",
+}
 
 TRIAL_VOCAB_SIZE = 1000  # the vocabulary size of the up-front check (the real one comes from the tokenizer)
 
@@ -779,10 +878,22 @@ def build_config(
     model_type = model_args.model_type
     if not model_type:
         raise RecipeError(f"{where}: `model_type` is needed to build a new model (or pass `model_name_or_path`)")
+    heads = hf_seq.auto_heads()  # hf_seq's own families; another registered model_type is left to transformers
+    serving = sorted(t for t, family in heads.items() if task.model_head in family and t in (task.model_types or heads))
+    head_words = _HEAD_NAMES.get(task.model_head, task.model_head)
+    if task.model_head and model_type in heads and model_type not in serving:
+        # before the fields: a recipe's fields of another family would otherwise hide the cause
+        raise RecipeError(
+            f"{where}: model_type {model_type!r} has no {head_words} head ({task.model_head}); {task.name} builds "
+            f"one of {serving}"
+        )
     try:
         defaults = AutoConfig.for_model(model_type)
-    except ValueError as error:
-        raise RecipeError(f"{where}: unknown `model_type` {model_type!r} ({str(error)[:300]})") from None
+    except ValueError:
+        close = difflib.get_close_matches(model_type, serving, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        listed = f"{task.name} builds one of {serving}" if task.model_head else f"hf_seq's are {sorted(heads)}"
+        raise RecipeError(f"{where}: unknown `model_type` {model_type!r}{hint}; {listed}") from None
     values = model_config_dict(model_args)
     known = config_fields(defaults)
     for key in values:
@@ -800,7 +911,6 @@ def build_config(
         raise RecipeError(
             f"{where}: not a valid {model_type} config (model_config / config_overrides): {error}"
         ) from None
-    heads = hf_seq.auto_heads()  # hf_seq's own families; another registered model_type is left to transformers
     if task.model_head and model_type in heads and task.model_head not in heads[model_type]:
         supported = sorted(t for t, family in heads.items() if task.model_head in family)
         raise RecipeError(

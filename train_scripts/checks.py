@@ -8,7 +8,9 @@ flag costs the seconds of the parse, not a training run:
   ``do_train false`` where the script always trains; translation without ``do_train`` needs a model to evaluate);
 * ``output_dir`` a folder that can be created and written: a probe file is created and removed in it (if it exists)
   and in the folder that will hold it (the final save writes a sibling staging folder there);
-* ``resume_from_checkpoint``: ``last`` or a complete checkpoint folder;
+* ``resume_from_checkpoint``: ``last`` or a complete checkpoint folder; the folder it continues (``last``: the
+  newest complete checkpoint of ``output_dir``, or a finished run's final model there) holds a model of the
+  family and head the run trains, with an intact safetensors header;
 * ``tokenizer_name`` and ``model_name_or_path`` local folders that hold a tokenizer / a model of a family and a head
   the script can train (``allow_other_head`` to start from a folder saved with another head, e.g. a classifier's
   encoder under a language model); the language model's ``level`` matches a loaded tokenizer;
@@ -215,6 +217,99 @@ def check_resume(training_args, where: str) -> None:
             f"{where}: `resume_from_checkpoint` {value} is not a complete Trainer checkpoint (it needs config.json, "
             "model.safetensors and a readable trainer_state.json); pass `last` to take the newest complete one"
         )
+
+
+def _newest_complete_checkpoint(root: Path) -> Path | None:
+    """The ``checkpoint-N`` of ``root`` that ``--resume_from_checkpoint last`` continues (the newest complete one)."""
+    if not root.is_dir():
+        return None
+    steps = [p for p in root.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    for candidate in sorted(steps, key=lambda p: int(p.name.split("-")[-1]), reverse=True):
+        if outputs.checkpoint_is_complete(candidate):
+            return candidate
+    return None
+
+
+def resumed_folders(training_args) -> list[Path]:
+    """The saved folders a ``resume_from_checkpoint`` run continues from or stops at: the checkpoint it names, or
+    with ``last`` the newest complete checkpoint of ``output_dir`` and the final model of a finished run there."""
+    value = training_args.resume_from_checkpoint
+    if value is None or str(value).lower() in ("", "false", "none"):
+        return []
+    if getattr(training_args, "overwrite_output_dir", False):
+        return []  # --overwrite_output_dir true starts from scratch (start_run drops the resume)
+    if str(value).lower() not in ("last", "true"):
+        return [Path(value)]
+    root = Path(training_args.output_dir or ".").expanduser()
+    found = [p for p in (_newest_complete_checkpoint(root),) if p is not None]
+    if (root / "config.json").is_file() and (root / "trainer_state.json").is_file():
+        found.append(root)  # a finished run's final model (`last` then has nothing to resume)
+    return found
+
+
+def _expected_model_type(task: Task, model_args) -> str | None:
+    """The family a run of ``task`` trains: that of ``model_name_or_path`` (a transformers BERT becomes hf_seq's),
+    else ``model_type``; None when it cannot tell (a folder without a readable config)."""
+    if model_args.model_name_or_path:
+        try:
+            config = json.loads((Path(model_args.model_name_or_path) / "config.json").read_text(encoding="utf-8"))
+            model_type = config["model_type"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return "hf_seq_bert" if model_type == "bert" and task.convert_transformers_bert else model_type
+    return model_args.model_type
+
+
+def check_resumed_folder(task: Task, model_args, task_args, training_args, where: str) -> None:
+    """The folder a resumed run continues (:func:`resumed_folders`) was written by a run of this task: a model of
+    the family it trains (``model_type`` / ``model_name_or_path``) with its head, and weights whose safetensors
+    header is intact. Read before any data, so that resuming into another task's folder, or from a truncated
+    checkpoint, costs the seconds of the parse."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    import hf_seq  # noqa: F401 - registers the hf_seq model types
+    from hf_seq.modeling_utils import check_safetensors_file
+
+    if not task.model_head:
+        return
+    head = task.model_head_of(task_args) if task.model_head_of is not None else task.model_head
+    auto = getattr(transformers, head)
+    family = _expected_model_type(task, model_args)
+    value = training_args.resume_from_checkpoint
+    for folder in resumed_folders(training_args):
+        named = folder if str(value).lower() not in ("last", "true") else f"{folder} (`last` in output_dir)"
+        if not (folder / "config.json").is_file():
+            continue  # an FSDP / DeepSpeed checkpoint of sharded states only: nothing to compare without loading
+        config = _read_config(folder, "resume_from_checkpoint", where)
+        model_type = config["model_type"]
+        saved = (config.get("architectures") or [None])[0]
+        config_class = CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING else None
+        trained = auto._model_mapping.get(config_class, None) if config_class is not None else None
+        if family is not None and model_type != family:
+            raise RecipeError(
+                f"{where}: `resume_from_checkpoint` {named} holds a {model_type!r} model, but this {task.name} run "
+                f"trains a {family!r} model: resume from a checkpoint of the same run, or pass another `output_dir` "
+                "to start a new one"
+            )
+        if trained is None or (saved and saved != trained.__name__):
+            holds = _head_words(saved) if saved else f"a {model_type!r} model without a {head} head"
+            raise RecipeError(
+                f"{where}: `resume_from_checkpoint` {named} holds {holds}, but {task.name} trains "
+                f"{_head_words(trained.__name__) if trained is not None else head}: resume from a checkpoint of the "
+                "same run, or pass another `output_dir` to start a new one"
+            )
+        weights = folder / "model.safetensors"
+        if weights.is_file():
+            try:
+                check_safetensors_file(weights)
+            except OSError as error:
+                raise RecipeError(
+                    f"{where}: `resume_from_checkpoint` {named}: {' '.join(str(error).split())}".replace(
+                        "save the model again (save_pretrained) or download it again",
+                        "resume from an earlier checkpoint-N of the run",
+                    )
+                ) from None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -428,6 +523,7 @@ def check_run(task: Task, model_args, data_args, task_args, training_args, sourc
     check_trains_something(task, model_args, task_args, training_args, origin, given)
     check_resume(training_args, origin("resume_from_checkpoint"))
     check_model_paths(task, model_args, task_args, sources)
+    check_resumed_folder(task, model_args, task_args, training_args, origin("resume_from_checkpoint"))
     if data_args.dataset_name in DATASET_PRESETS:
         try:
             check_preset_installed(data_args.dataset_name)

@@ -28,6 +28,7 @@ from hf_seq.train_scripts.common import (
     label_names,
     load_task_data,
     require_columns,
+    require_nonempty,
     require_text,
     run_training,
     tokenizer_for,
@@ -478,6 +479,7 @@ class LabelledData:
         c = self.columns
         require_columns(raw, dict(zip(c.flags, (c.inputs, c.labels))))
         require_text(raw, c.inputs, c.flags[0], words=c.nested)
+        require_nonempty(raw, c.inputs, c.flags[0], words=c.nested)
         if self.stream is not None:
             names = streamed_label_names(raw, c.labels, c.flags[1], self.args.streaming_label_names, nested=c.nested)
         else:

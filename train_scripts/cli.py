@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from hf_seq.train_scripts.errors import RecipeError
+from hf_seq.train_scripts.errors import RUN, RecipeError, interrupted_line
 from hf_seq.train_scripts.tasks import ALIASES, DEFAULT_RECIPES, TASKS, script
 
 USAGE = f"""usage: hf-seq-train <task> [recipe] [--field value ...]
@@ -50,7 +50,8 @@ def report_user_errors(prog: str) -> Callable:
     """Decorate a ``main(argv=None)``: a :class:`~hf_seq.train_scripts.arguments.RecipeError` or
     :class:`~hf_seq.data.DataError` it raises is printed as ``<prog>: error: <message>`` on one line to stderr and
     the call returns 2 (argparse's status for a usage error), without a traceback; ``--debug`` (removed from the
-    arguments) or ``HF_SEQ_DEBUG=1`` re-raises it with its traceback. Other exceptions (bugs) keep their traceback."""
+    arguments) or ``HF_SEQ_DEBUG=1`` re-raises it with its traceback. Other exceptions (bugs) keep their traceback.
+    An interrupt (Ctrl-C) ends with one line: where the last checkpoint is and the command that resumes (status 130)."""
 
     def decorate(main: Callable) -> Callable:
         @functools.wraps(main)
@@ -61,8 +62,14 @@ def report_user_errors(prog: str) -> Callable:
                 args = [arg for arg in args if arg != "--debug"]
                 if argv is None:  # main() reads sys.argv itself (and records it as the command)
                     sys.argv[1:] = args
+            RUN.clear()  # the run this call starts (an interrupt names its checkpoint), not an earlier one
             try:
                 return main(None if argv is None else args)
+            except KeyboardInterrupt:
+                if debug:
+                    raise
+                print(f"{prog}: {interrupted_line()}", file=sys.stderr)
+                return 130  # a shell's status for a command ended by SIGINT
             except ValueError as error:
                 if debug or not _is_user_error(error):
                     raise

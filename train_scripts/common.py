@@ -16,6 +16,7 @@ import shlex
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +33,12 @@ from hf_seq.train_scripts.arguments import (
     build_config,
     override_values,
 )
+from hf_seq.train_scripts.errors import RUN
 from hf_seq.train_scripts.outputs import checkpoint_is_complete
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
 
-from hf_seq.data import DATASET_PRESETS, DataError, load_data, row_location, split_source
+from hf_seq.data import DATASET_PRESETS, DataError, first_bad_row, load_data, row_location, split_source
 from hf_seq.preprocessing import arrow_maps_released
 
 
@@ -153,15 +155,18 @@ def training_command(script_file: str, argv: list[str] | None, command_prefix: l
     entry point (which passes ``command_prefix``, ``["hf-seq-train", task]``), or ``python <script> <argv>`` when
     ``main(argv)`` was called from Python (tests, notebooks)."""
     if command_prefix is not None and argv is not None:
-        return shlex.join([*command_prefix, *argv])
-    if argv is None:
-        return command_line()
-    script = Path(script_file).resolve()
-    try:
-        script = script.relative_to(Path.cwd())
-    except ValueError:
-        pass
-    return shlex.join(["python", str(script), *argv])
+        command = shlex.join([*command_prefix, *argv])
+    elif argv is None:
+        command = command_line()
+    else:
+        script = Path(script_file).resolve()
+        try:
+            script = script.relative_to(Path.cwd())
+        except ValueError:
+            pass
+        command = shlex.join(["python", str(script), *argv])
+    RUN["command"] = command  # for the line an interrupt (Ctrl-C) ends with
+    return command
 
 
 def _checkpoints(root: Path) -> list[Path]:
@@ -234,6 +239,7 @@ def start_run(training_args: TrainingArguments, results_name: str = "results.jso
     to do — prints why and returns the recorded results (``results_name``; ``{}`` if there are none), which the script
     returns unchanged; otherwise None."""
     output_dir = outputs.resolve(training_args.output_dir)
+    RUN["output_dir"] = str(training_args.output_dir)  # for the line an interrupt (Ctrl-C) ends with
     overwrite = getattr(training_args, "overwrite_output_dir", False)
     main = training_args.process_index == 0
     with training_args.main_process_first(local=False, desc="preparing output_dir"):
@@ -296,6 +302,10 @@ def run_training(trainer: Trainer, training_args: TrainingArguments) -> TrainOut
     start = 0
     if checkpoint is not None:
         start = int(json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"])
+        if training_args.process_index == 0:
+            print(
+                f"resuming from {checkpoint} (step {start}, --resume_from_checkpoint {training_args.resume_from_checkpoint})"
+            )
     output = trainer.train(resume_from_checkpoint=checkpoint)
     if start == 0:
         loss, steps = output.training_loss, output.global_step
@@ -457,6 +467,39 @@ def require_text(splits: DatasetDict, column: str, flag: str, words: bool = Fals
                 f"{split_source(dataset)}: column {column!r} (`{flag}`) must hold {expected}, got {kind}; its "
                 f"columns are {dataset.column_names}"
             )
+
+
+def blank_text(values) -> Any:
+    """Arrow booleans: True where a string column (or ``struct_field``) holds the empty text."""
+    return pc.fill_null(pc.equal(pc.utf8_length(values), 0), False)
+
+
+def require_nonempty(splits: DatasetDict, column: str, flag: str, words: bool = False) -> None:
+    """``DataError`` naming the file and line (:func:`hf_seq.data.row_location`) of the first row whose text is
+    empty (``words``: whose word list is empty), with the number of such rows: a row that trains on
+    nothing is a mistake in the data (a null value is :func:`require_columns`' error)."""
+    for dataset in splits.values():
+        values = dataset.data.column(column)
+        empty = pc.fill_null(pc.equal(pc.list_value_length(values), 0), False) if words else blank_text(values)
+        if pc.any(empty).as_py():
+            row = pc.index(empty, True).as_py()
+            what = "has no words" if words else "is empty"
+            raise DataError(
+                f"{row_location(dataset, row)}: column {column!r} (`{flag}`) {what} ({pc.sum(empty).as_py()} row(s) "
+                f"in all); every row needs {'words' if words else 'text'}"
+            )
+
+
+def is_blank(value: Any) -> bool:
+    """A streamed row's value that holds no text: null, not a string, or the empty text."""
+    return not isinstance(value, str) or value == ""
+
+
+def stream_row_error(path: str, flag: str, problem: Callable[[dict], str | None], fallback: str) -> DataError:
+    """The ``DataError`` of a bad row met in a stream: ``"`flag` <path> line N: <problem>"``, the first such row of
+    the file (read again only to say where), or ``fallback`` when the file cannot tell (parquet)."""
+    located = first_bad_row(path, problem)
+    return DataError(f"`{flag}` {path} {located}" if located else f"`{flag}` {path}: {fallback}")
 
 
 def cap_splits(splits: DatasetDict, data_args: DataArguments) -> DatasetDict:

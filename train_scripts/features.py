@@ -56,6 +56,9 @@ from hf_seq.preprocessing import (
 logger = logging.getLogger(__name__)
 
 CACHE_VERSION = 1  # bump when the layout or the meaning of a key changes
+# part of a data record's key: bump when the checks of the data files change (a record written before would let a
+# run skip them: it reads no data file)
+DATA_CHECKS = 2
 READ_BATCH = 10_000  # rows per Arrow batch read by ColumnTexts
 
 
@@ -308,7 +311,7 @@ def data_record(root, name: str, data_args, overwrite: bool, **extra) -> tuple[F
     A run that finds it (and its features) reads no data file; a file that changed is another key. A file that
     cannot be read gives no record (the loader then says which)."""
     try:
-        key = data_key(data_args, {}, **extra)
+        key = data_key(data_args, {}, data_checks=DATA_CHECKS, **extra)
     except OSError:
         key = None
     cache = FeatureCache(None if key is None else root, name, key or {}, overwrite=overwrite)

@@ -38,7 +38,7 @@ from hf_seq.train_scripts.classification import (
     card_origins,
     train_and_validate,
 )
-from hf_seq.train_scripts.common import load_or_build_model
+from hf_seq.train_scripts.common import is_blank, load_or_build_model, stream_row_error
 from hf_seq.train_scripts.features import ColumnTexts
 from hf_seq.train_scripts.skeleton import finish_script_run, parse_script_args, start_script_run
 from transformers import AutoConfig, DataCollatorWithPadding
@@ -184,13 +184,17 @@ def classifier_card(model_args, training_args, tokenizer, names: list[str], resu
 def stream_text_check(data_args, text: str):
     """A streamed batch's check: ``DataError`` naming the file and the flag for a row without text."""
 
+    def problem(row: dict) -> str | None:
+        value = row.get(text)
+        return f"no text in column {text!r} (`text_column_name`): got {value!r}" if is_blank(value) else None
+
     def check(batch):
-        bad = next((t for t in batch[text] if not isinstance(t, str)), "")
-        if bad != "":
-            raise DataError(
-                f"`train_file` {data_args.train_file}: a row has no text in column {text!r} (`text_column_name`): "
-                f"got {bad!r}"
-            )
+        bad = [t for t in batch[text] if is_blank(t)]
+        if bad:
+            raise stream_row_error(
+                data_args.train_file, "train_file", problem,
+                f"a row has no text in column {text!r} (`text_column_name`): got {bad[0]!r}",
+            )  # fmt: skip
 
     return check
 

@@ -50,6 +50,7 @@ from hf_seq.train_scripts.arguments import (
     TRANSLATION_FIELDS,
     BudgetArguments,
     PreprocessingArguments,
+    RecipeError,
     Task,
     require_minimum,
 )
@@ -263,9 +264,9 @@ def _read_text_errors(path: str, flag: str):
 
 
 def check_eos(args: LMArguments, model_args, tokenizer) -> None:
-    """``ValueError`` for a word-level run whose tokenizer has no eos token (it closes every text)."""
+    """``RecipeError`` for a word-level run whose tokenizer has no eos token (it closes every text)."""
     if args.level == "word" and tokenizer.eos_token_id is None:
-        raise ValueError(
+        raise RecipeError(
             f"`level` word closes every text with the tokenizer's eos token; "
             f"{model_args.tokenizer_name or model_args.model_name_or_path} has none"
         )

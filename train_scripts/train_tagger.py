@@ -31,7 +31,7 @@ from hf_seq.train_scripts.classification import (
     card_origins,
     train_and_validate,
 )
-from hf_seq.train_scripts.common import load_or_build_model
+from hf_seq.train_scripts.common import load_or_build_model, stream_row_error
 from hf_seq.train_scripts.features import ColumnTexts
 from hf_seq.train_scripts.skeleton import finish_script_run, parse_script_args, start_script_run
 from transformers import DataCollatorForTokenClassification
@@ -176,13 +176,23 @@ def word_encoder(tokenizer, words: str, tags: str, max_length: int):
 def stream_words_check(data_args, words: str, tags: str):
     """A streamed batch's check: ``DataError`` naming the file and the flags for a row without one tag per word."""
 
+    def problem(row: dict) -> str | None:
+        row_words, row_tags = row.get(words), row.get(tags)
+        if not isinstance(row_words, list) or not row_words:
+            return f"no words in column {words!r} (`tokens_column_name`): got {row_words!r}"
+        if not isinstance(row_tags, list) or len(row_words) != len(row_tags):
+            return f"{len(row_words)} words ({words!r}) but tags {row_tags!r} ({tags!r}); every word needs one tag"
+        return None
+
     def check(batch):
         for row_words, row_tags in zip(batch[words], batch[tags]):
-            if not isinstance(row_words, list) or not isinstance(row_tags, list) or len(row_words) != len(row_tags):
-                raise DataError(
-                    f"`train_file` {data_args.train_file}: a row has {row_words!r} words and {row_tags!r} tags; every "
-                    f"word ({words!r}, `tokens_column_name`) needs one tag ({tags!r}, `tags_column_name`)"
-                )
+            bad = not isinstance(row_words, list) or not isinstance(row_tags, list) or len(row_words) != len(row_tags)
+            if bad or not row_words:
+                raise stream_row_error(
+                    data_args.train_file, "train_file", problem,
+                    f"a row has {row_words!r} words and {row_tags!r} tags; every word ({words!r}, "
+                    f"`tokens_column_name`) needs one tag ({tags!r}, `tags_column_name`)",
+                )  # fmt: skip
 
     return check
 

@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -50,12 +51,15 @@ from hf_seq.train_scripts.arguments import (
 )
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
+    blank_text,
     cap_splits,
     describe_data,
+    is_blank,
     load_or_build_model,
     load_task_data,
     load_tokenizer,
     run_training,
+    stream_row_error,
 )
 from hf_seq.train_scripts.features import (
     STREAMING_TOKENIZER_SAMPLES,
@@ -244,7 +248,24 @@ def check_pairs(dataset, src: str, tgt: str) -> list[str]:
             raise DataError(
                 f"{row_location(dataset, row)}: no {side!r} text (got {value!r}); every pair needs both sides"
             )
+    for side, column in sides.items():
+        blank = blank_text(column)
+        if pc.any(blank).as_py():
+            row = pc.index(blank, True).as_py()
+            raise DataError(
+                f"{row_location(dataset, row)}: the {side!r} text is empty ({pc.sum(blank).as_py()} "
+                "pair(s) in all); every pair needs both sides"
+            )
     return columns
+
+
+def pair_problem(row: dict, src: str, tgt: str) -> str | None:
+    """What is wrong with a row of a pairs file read as a dict (a side without text), or None."""
+    pair = row.get("translation") if isinstance(row.get("translation"), dict) else row
+    for side in (src, tgt):
+        if is_blank(pair.get(side)):
+            return f"no {side!r} text (got {pair.get(side)!r}); every pair needs both sides"
+    return None
 
 
 def batch_pairs(batch: dict, src: str, tgt: str) -> tuple[list[str], list[str]]:
@@ -870,13 +891,15 @@ def streamed_features(model_args, data_args, args, training_args, src: str, tgt:
         return [max(len(s.split()), len(t.split())) <= args.max_words for s, t in zip(sources, targets)]
 
     def checked(stream, path, flag):
+        problem = partial(pair_problem, src=src, tgt=tgt)
+
         def has_text(batch):
             sources, targets = batch_pairs(batch, src, tgt)
             for side, texts in ((src, sources), (tgt, targets)):
-                bad = next((t for t in texts if not isinstance(t, str)), "")
-                if bad != "":
-                    raise DataError(
-                        f"`{flag}` {path}: a row has no {side!r} text (got {bad!r}); every pair needs both sides"
+                bad = [t for t in texts if is_blank(t)]
+                if bad:
+                    raise stream_row_error(
+                        path, flag, problem, f"a row has no {side!r} text (got {bad[0]!r}); every pair needs both sides"
                     )
             return [True] * len(sources)
 

@@ -41,6 +41,8 @@ from hf_seq.train_scripts.outputs import staged_output
 from tokenizers import normalizers, pre_tokenizers
 from torch import nn
 
+from hf_seq.data import DataError, split_source
+
 
 @dataclass
 class WordVectorArguments(BudgetArguments):
@@ -156,8 +158,10 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
     counts = Counter(w for s in sentences for w in s)
     vocab = [w for w, c in counts.most_common() if c >= args.min_count]
     if len(vocab) < 2:
-        raise ValueError(
-            f"only {len(vocab)} word(s) occur at least `min_count` {args.min_count} times: too little text"
+        common = ", ".join(f"{w!r} {c}" for w, c in counts.most_common(2)) or "no words"
+        raise DataError(
+            f"{split_source(raw['train'])}: only {len(vocab)} word(s) occur at least `min_count` {args.min_count} "
+            f"times (the most frequent: {common}); lower `min_count` or give more text"
         )
     index = {w: i for i, w in enumerate(vocab)}
     freq = np.array([counts[w] for w in vocab], dtype=np.float64)
