@@ -7,9 +7,10 @@ the test suite runs on. A modelling or configuration file imports what it needs 
 
 What differs, and what this module gives instead:
 
-* **torch below 2.6** (:data:`TORCH_SUPPORTED_RANGE`, as in pyproject.toml; 2.6 is the oldest release the test
-  matrix runs, and the oldest transformers 5 supports): importing this module raises :class:`UnsupportedTorchError`,
-  naming the installed torch and the supported range, before anything reads a torch API that release may lack.
+* **torch below 2.11** (:data:`TORCH_SUPPORTED_RANGE`, as in pyproject.toml; 2.11 is the oldest release on which
+  the model contract passes, docs/compat.md: up to 2.10 ``torch.compile(fullgraph=True)`` breaks the graph of the RNN
+  seq2seq family, and of transformers' own MarianMTModel): importing this module raises
+  :class:`UnsupportedTorchError`, naming the installed torch and the supported range.
 * **Below 5.0** (4.57.6, the last 4.x, has no ``transformers.initialization`` and none of 5.0's cache and output
   classes): importing this module — first thing ``import hf_seq`` and every folder's configuration file do — raises
   :class:`UnsupportedTransformersError`, naming the installed release and the supported range.
@@ -62,8 +63,8 @@ SUPPORTED_RANGE = ">=5.0,<6"
 MINIMUM_VERSION = "5.0.0"
 TRANSFORMERS_VERSION = transformers.__version__
 # torch: a lower bound only (any newer release, CPU or CUDA build); docs/compat.md has the torch x transformers table
-TORCH_SUPPORTED_RANGE = ">=2.6"
-TORCH_MINIMUM_VERSION = "2.6.0"
+TORCH_SUPPORTED_RANGE = ">=2.11"
+TORCH_MINIMUM_VERSION = "2.11.0"
 TORCH_VERSION = torch.__version__
 
 

@@ -23,7 +23,7 @@ import transformers
 from safetensors.torch import load_file
 
 # the torch range pyproject.toml declares (hf_seq/compat.py TORCH_SUPPORTED_RANGE)
-TORCH_RANGE = ">=2.6"
+TORCH_RANGE = ">=2.11"
 
 
 def main_output(output):

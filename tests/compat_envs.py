@@ -19,8 +19,8 @@ environment's. ``.compat/torch-<torch>-transformers-<release>/`` holds both, for
 torch with the oldest transformers). A torch release this environment already has (2.13.0 here, the CPU build
 ``make`` installs) installs nothing.
 
-Run directly to build environments ahead of the tests: ``python tests/compat_envs.py 5.0.0 5.25.0 torch-2.6.0
-torch-2.6.0+5.0.0`` (a bare release is a transformers release).
+Run directly to build environments ahead of the tests: ``python tests/compat_envs.py 5.0.0 5.25.0 torch-2.11.0
+torch-2.11.0+5.0.0`` (a bare release is a transformers release).
 """
 
 from __future__ import annotations
@@ -49,15 +49,16 @@ CI_RELEASES = [RELEASES[0]]
 
 
 # The torch releases of the torch axis, oldest first: the oldest of the range pyproject.toml declares
-# (``torch>=2.6``, hf_seq/compat.py TORCH_MINIMUM_VERSION), the accelerator machine's, the one `make` installs (the
-# local CPU wheel), the newest installable here. Each runs with this environment's transformers (the newest).
-TORCH_RELEASES = ["2.6.0", "2.11.0", "2.13.0", "2.14.1"]
+# (``torch>=2.11``, hf_seq/compat.py TORCH_MINIMUM_VERSION; also the accelerator machine's), the one `make` installs
+# (the local CPU wheel), the newest installable here. Each runs with this environment's transformers (the newest).
+TORCH_RELEASES = ["2.11.0", "2.13.0", "2.14.1"]
 # The torch release `make` installs (the Makefile's TORCH_RELEASE, a CPU build): its environment installs nothing
 DEVELOPMENT_TORCH = "2.13.0"
 # Both axes at once: the oldest torch with the oldest transformers of the range
-TORCH_TRANSFORMERS_PAIRS = [("2.6.0", RELEASES[0])]
-# The last torch release below the range: importing hf_seq there must fail with one clear error
-BELOW_TORCH_RANGE = "2.5.1"
+TORCH_TRANSFORMERS_PAIRS = [(TORCH_RELEASES[0], RELEASES[0])]
+# The last torch release below the range (docs/compat.md: where the model contract stops passing): importing hf_seq
+# or loading a folder there must fail with one clear error
+BELOW_TORCH_RANGE = "2.10.0"
 
 
 def selected_releases() -> list[str]:
@@ -72,7 +73,7 @@ def selected_releases() -> list[str]:
 
 
 def selected_torch_environments() -> list[str]:
-    """The torch axis: environment names (``torch-2.6.0``, ``torch-2.6.0+5.0.0``) chosen by ``HF_SEQ_COMPAT_TORCH``
+    """The torch axis: environment names (``torch-2.11.0``, ``torch-2.11.0+5.0.0``) chosen by ``HF_SEQ_COMPAT_TORCH``
     (comma-separated torch releases or ``torch+transformers`` pairs, or ``all``: :data:`TORCH_RELEASES` and
     :data:`TORCH_TRANSFORMERS_PAIRS`); none by default, so `make test` runs no torch environment."""
     chosen = os.environ.get("HF_SEQ_COMPAT_TORCH", "").strip()
@@ -85,7 +86,8 @@ def selected_torch_environments() -> list[str]:
 
 def parse_environment(name: str) -> tuple[str | None, str | None]:
     """``(torch release, transformers release)`` of an environment name; None: this environment's.
-    ``5.0.0`` -> (None, "5.0.0"), ``torch-2.6.0`` -> ("2.6.0", None), ``torch-2.6.0+5.0.0`` -> ("2.6.0", "5.0.0")."""
+    ``5.0.0`` -> (None, "5.0.0"), ``torch-2.11.0`` -> ("2.11.0", None), ``torch-2.11.0+5.0.0`` -> ("2.11.0",
+    "5.0.0")."""
     if not name.startswith("torch-"):
         return None, name
     torch_release, _, release = name[len("torch-") :].partition("+")

@@ -78,7 +78,7 @@ def test_installing_the_wheel_keeps_the_user_s_torch_and_runs_there(torch_releas
     assert found_torch == before, (found_torch, before)
 
     # the model contract and a Trainer run with the installed package
-    run_contract(python, tmp_path / "contract")
+    print(torch_release, run_contract(python, tmp_path / "contract"))  # shown by `pytest -rA`
     trainer = subprocess.run(
         [str(python), str(CHECKS), "trainer", str(tmp_path / "runs")],
         cwd=tmp_path,
