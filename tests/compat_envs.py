@@ -186,25 +186,55 @@ def clean_env(home: Path) -> dict:
     return env
 
 
+# The model contract's known failures on a torch release of the range (docs/compat.md): exactly these fail there,
+# every other test passes. torch 2.11's dynamo gives the RNN seq2seq bridge's final LSTM cell state a 4-d fake shape
+# (``(1, 1, B, H)``; eager: ``(L * D, B, H)``), so its forward neither compiles with fullgraph nor exports; and
+# transformers' own MarianMTModel breaks the graph of its inference forward there.
+CONTRACT_KNOWN_FAILURES = {
+    "2.11.0": {
+        *(
+            f"test_no_graph_breaks[{h}-{m}]"
+            for h in ("RNNSeq2SeqModel", "RNNSeq2SeqForConditionalGeneration")
+            for m in ("train", "inference")
+        ),
+        "test_no_graph_breaks[peer-MarianMTModel-inference]",
+        "test_compiled_training_step_matches_eager[RNNSeq2SeqModel-aot_eager]",
+        "test_compiled_training_step_matches_eager[RNNSeq2SeqForConditionalGeneration-aot_eager]",
+        "test_export_and_onnx_match_eager[RNNSeq2SeqModel]",
+        "test_export_and_onnx_match_eager[RNNSeq2SeqForConditionalGeneration]",
+    },
+}
+
+
 def run_contract(python: Path, cwd: Path, timeout: int = 3600) -> str:
     """tests/test_contract.py (its ``make test`` part) run by ``python`` from the empty folder ``cwd``, where the clone's
     root is not on the path: ``import hf_seq`` is the package installed in that environment (asserted). Returns the
-    summary line; a failure (or fewer than 100 passed tests) is an ``AssertionError`` with pytest's report."""
+    summary line. The tests that fail must be exactly the release's :data:`CONTRACT_KNOWN_FAILURES` (none for most),
+    and at least 100 must pass; otherwise an ``AssertionError`` with pytest's report."""
     cwd.mkdir(parents=True, exist_ok=True)
     env = clean_env(cwd)
     where = subprocess.run(
-        [str(python), "-c", "import hf_seq; print(hf_seq.__file__)"], cwd=cwd, env=env, capture_output=True, text=True
+        [str(python), "-c", "import hf_seq, torch; print(hf_seq.__file__, torch.__version__)"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert "site-packages" in where.stdout, where.stdout + where.stderr[-3000:]
+    known = CONTRACT_KNOWN_FAILURES.get(where.stdout.split()[-1].split("+")[0], set())
     command = [str(python), "-m", "pytest", str(ROOT / "tests" / "test_contract.py"), "-q", "-m", "not slow"]
     command += ["-p", "no:cacheprovider", "-p", "no:xdist", "--basetemp", str(cwd / "pytest"), "-o", "addopts="]
+    command += ["-rf"]
     result = subprocess.run(
         command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
     )
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    failed = set(re.findall(r"^FAILED \S*test_contract\.py::(\S+)", result.stdout, re.M))
+    report = result.stdout[-6000:] + result.stderr[-3000:]
+    assert failed == known, f"failed: {sorted(failed - known)}, known but passed: {sorted(known - failed)}\n{report}"
+    assert result.returncode == (1 if known else 0), report
     passed = re.search(r"(\d+) passed", summary)
-    assert passed and int(passed.group(1)) >= 100 and "failed" not in summary, summary
+    assert passed and int(passed.group(1)) >= 100, summary
     return summary
 
 

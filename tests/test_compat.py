@@ -1,4 +1,4 @@
-"""The supported transformers range (hf_seq/compat.py, docs/compat.md).
+"""The supported transformers and torch ranges (hf_seq/compat.py, docs/compat.md).
 
 * Statically: every modelling and configuration file imports directly every sibling its siblings import (5.0–5.6's
   remote-code loader copies only those into its module cache).
@@ -15,10 +15,10 @@
   error.
 * The torch axis (``HF_SEQ_COMPAT_TORCH``, ``make test-compat`` only): in one cached environment per torch release of
   tests/compat_envs.TORCH_RELEASES (with this environment's transformers) and for the oldest torch with the oldest
-  transformers, the same round trip, Trainer, capturing and ``hf-seq-train`` checks as above, plus the model contract
-  (tests/test_contract.py run there against the installed wheel: no graph breaks, ``torch.compile(fullgraph=True)``
-  training steps equal to eager, ``torch.export`` and ONNX export, ...) and one head per family compiled with the
-  default backend. Below the torch range, ``import hf_seq`` and loading a folder raise one clear line (a version
+  transformers, the same round trip, Trainer, capturing and ``hf-seq-train`` checks as above and one head per family
+  compiled with the default backend, plus, for the torch releases alone, the model contract (tests/test_contract.py
+  run there against the installed wheel: no graph breaks, ``torch.compile(fullgraph=True)`` training steps equal to
+  eager, ``torch.export`` and ONNX export, ...). Below the torch range, ``import hf_seq`` and loading a folder raise one clear line (a version
   string standing in for an old torch, in ``make test``).
 """
 
@@ -315,13 +315,16 @@ def test_below_the_range_import_and_loading_raise_one_clear_error(wheel, tmp_pat
 
 
 TORCH_ENVIRONMENTS = selected_torch_environments()
+# the contract's tests are written against the installed transformers (as the rest of the suite): torch releases alone
+TORCH_ONLY = [name for name in TORCH_ENVIRONMENTS if parse_environment(name)[1] is None]
 
 
-@pytest.mark.parametrize("release", TORCH_ENVIRONMENTS)
+@pytest.mark.parametrize("release", TORCH_ONLY)
 def test_model_contract_on_the_torch_release(release, wheel, tmp_path):
     """tests/test_contract.py (its ``make test`` part: no graph breaks, ``torch.compile(fullgraph=True)`` training
     steps equal to eager, ``torch.export`` and ONNX export through onnxruntime, gradient checkpointing, output flags,
-    caches, Trainer label smoothing, bad input) run by the environment's interpreter against the installed wheel."""
+    caches, Trainer label smoothing, bad input) run by the environment's interpreter against the installed wheel, with
+    this environment's transformers."""
     python = compat_python(release)
     install_hf_seq(python, wheel)
     torch_release, transformers_release = parse_environment(release)
