@@ -7,10 +7,9 @@ the test suite runs on. A modelling or configuration file imports what it needs 
 
 What differs, and what this module gives instead:
 
-* **torch below 2.11** (:data:`TORCH_SUPPORTED_RANGE`, as in pyproject.toml; 2.11 is the oldest release on which
-  the model contract passes, docs/compat.md: up to 2.10 ``torch.compile(fullgraph=True)`` breaks the graph of the RNN
-  seq2seq family, and of transformers' own MarianMTModel): importing this module raises
-  :class:`UnsupportedTorchError`, naming the installed torch and the supported range.
+* **torch below 2.11** (:data:`TORCH_SUPPORTED_RANGE`, as in pyproject.toml; 2.11 is the oldest release the
+  compatibility matrix runs in full, docs/compat.md): importing this module raises :class:`UnsupportedTorchError`,
+  naming the installed torch and the supported range.
 * **Below 5.0** (4.57.6, the last 4.x, has no ``transformers.initialization`` and none of 5.0's cache and output
   classes): importing this module — first thing ``import hf_seq`` and every folder's configuration file do — raises
   :class:`UnsupportedTransformersError`, naming the installed release and the supported range.

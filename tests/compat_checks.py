@@ -160,47 +160,58 @@ def compile_families(backend: str = "inductor") -> None:
     """``torch.compile(model, fullgraph=True, backend=backend)`` of one head per family of the installed hf_seq (the
     default backend, inductor, generates and builds C++ here): a training forward + backward with labels and an
     inference forward of a padded batch, each equal to the eager model's (loss and every gradient ``rtol=1e-4``;
-    dropout off)."""
-    import copy
-
+    dropout off). Prints ``ok compile ...`` or ``failed compile ... <error>`` per head."""
     torch.manual_seed(0)
     ids = torch.randint(4, 20, (2, 6))
     mask = torch.ones_like(ids)
     mask[1, 4:] = 0
     for head, config in tiny_heads().items():
-        for name, value in config.to_dict().items():  # no dropout: eager and compiled draw different masks
-            if isinstance(value, float) and ("dropout" in name or name.endswith("_prob")):
-                setattr(config, name, 0.0)
-        model = head(config)
-        batch = {"input_ids": ids, "attention_mask": mask, "labels": ids.clone()}
-        if head.__name__ == "RNNForSequenceClassification":
-            batch["labels"] = ids[:, 0] % 2
-        twin = copy.deepcopy(model)
-        torch._dynamo.reset()
-        compiled = torch.compile(twin, fullgraph=True, backend=backend)
-        model.train(), twin.train()
-        eager_loss = model(**batch).loss
-        eager_loss.backward()
-        compiled_loss = compiled(**batch).loss
-        compiled_loss.backward()
-        torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-4, atol=1e-6)
-        for (name, param), (_, twin_param) in zip(model.named_parameters(), twin.named_parameters()):
-            if param.grad is None:  # unused in the step: a compiled graph may give zeros
-                assert twin_param.grad is None or not twin_param.grad.any(), name
-                continue
-            torch.testing.assert_close(twin_param.grad, param.grad, rtol=1e-4, atol=1e-6, msg=name)
-        model.eval(), twin.eval()
-        inference = {k: v for k, v in batch.items() if k != "labels"}
-        if head.__name__ in ("RNNSeq2SeqForConditionalGeneration", "TransformerForConditionalGeneration"):
-            inference["decoder_input_ids"] = ids[:, :4]
-        if "use_cache" in inspect.signature(model.forward).parameters:
-            inference["use_cache"] = False
-        with torch.no_grad():
-            expected = model(**inference).logits
-            got = compiled(**inference).logits
-        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
-        torch._dynamo.reset()
-        print("ok compile", backend, head.__name__)
+        try:
+            _compile_one(head, config, ids, mask, backend)
+        except Exception as error:  # reported, not raised: the caller compares with the release's known failures
+            torch._dynamo.reset()
+            print(
+                "failed compile", backend, head.__name__, f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+            )
+        else:
+            print("ok compile", backend, head.__name__)
+
+
+def _compile_one(head, config, ids, mask, backend: str) -> None:
+    import copy
+
+    for name, value in config.to_dict().items():  # no dropout: eager and compiled draw different masks
+        if isinstance(value, float) and ("dropout" in name or name.endswith("_prob")):
+            setattr(config, name, 0.0)
+    model = head(config)
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": ids.clone()}
+    if head.__name__ == "RNNForSequenceClassification":
+        batch["labels"] = ids[:, 0] % 2
+    twin = copy.deepcopy(model)
+    torch._dynamo.reset()
+    compiled = torch.compile(twin, fullgraph=True, backend=backend)
+    model.train(), twin.train()
+    eager_loss = model(**batch).loss
+    eager_loss.backward()
+    compiled_loss = compiled(**batch).loss
+    compiled_loss.backward()
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-4, atol=1e-6)
+    for (name, param), (_, twin_param) in zip(model.named_parameters(), twin.named_parameters()):
+        if param.grad is None:  # unused in the step: a compiled graph may give zeros
+            assert twin_param.grad is None or not twin_param.grad.any(), name
+            continue
+        torch.testing.assert_close(twin_param.grad, param.grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+    model.eval(), twin.eval()
+    inference = {k: v for k, v in batch.items() if k != "labels"}
+    if head.__name__ in ("RNNSeq2SeqForConditionalGeneration", "TransformerForConditionalGeneration"):
+        inference["decoder_input_ids"] = ids[:, :4]
+    if "use_cache" in inspect.signature(model.forward).parameters:
+        inference["use_cache"] = False
+    with torch.no_grad():
+        expected = model(**inference).logits
+        got = compiled(**inference).logits
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    torch._dynamo.reset()
 
 
 def _recorded_by_hooks(model, **inputs):

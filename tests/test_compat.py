@@ -36,6 +36,7 @@ import torch
 from compat_envs import (
     BELOW_RANGE,
     BELOW_TORCH_RANGE,
+    COMPILE_KNOWN_FAILURES,
     DEVELOPMENT_TORCH,
     RELEASES,
     TORCH_RELEASES,
@@ -337,11 +338,14 @@ def test_model_contract_on_the_torch_release(release, wheel, tmp_path):
 @pytest.mark.parametrize("release", TORCH_ENVIRONMENTS)
 def test_every_family_compiles_fullgraph_with_the_default_backend_on_the_torch_release(release, wheel, tmp_path):
     """One head per family of the installed wheel through ``torch.compile(model, fullgraph=True)`` with inductor (C++
-    code generation): training loss and gradients, and the inference logits of a padded batch, equal to eager."""
+    code generation): training loss and gradients, and the inference logits of a padded batch, equal to eager; the
+    heads that fail are exactly the release's ``COMPILE_KNOWN_FAILURES``."""
     python = compat_python(release)
     install_hf_seq(python, wheel)
     out = run_in(python, "compile", cwd=tmp_path, timeout=3600)
-    assert out.count("ok compile inductor ") == 5, out
+    failed = set(re.findall(r"^failed compile inductor (\S+)", out, re.M))
+    assert failed == COMPILE_KNOWN_FAILURES.get(parse_environment(release)[0], set()), out
+    assert out.count("ok compile inductor ") == 5 - len(failed), out
 
 
 @pytest.mark.skipif(
