@@ -6,6 +6,10 @@ STAMP   := $(VENV)/.installed
 # The transformers release `make` installs: the one tests/transformers_common was vendored from (its PROVENANCE.md).
 # The package accepts any release of its range (pyproject.toml); `make test-compat` runs the others.
 TRANSFORMERS_RELEASE := 5.25.0
+# The torch release `make` installs before the package: the CPU build pip finds on local disk. The package declares
+# only a lower bound (pyproject.toml), which this release satisfies, so `pip install -e .` keeps it; `make
+# test-compat` runs the other releases of the range.
+TORCH_RELEASE := 2.13.0
 
 .PHONY: demo test test-all test-compat data pretrained bench bench-gpu lint venv clean-venv
 
@@ -14,7 +18,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q torch==2.13.0
+	$(VPY) -m pip install -q 'torch==$(TORCH_RELEASE)'
 	$(VPY) -m pip install -q -e '.[test,bench,plot]' 'transformers==$(TRANSFORMERS_RELEASE)'
 	touch $(STAMP)
 
@@ -35,11 +39,12 @@ test: $(STAMP) data
 test-all: $(STAMP) data
 	$(VPY) -m pytest -q -n 2 --dist loadfile
 
-# The transformers compatibility matrix on every release of tests/compat_envs.py (one cached venv each under
-# .compat/; `make test` runs the oldest, the rest of the suite the installed one). One process: a release's tests
-# share its venv.
+# The compatibility matrix on every transformers release and every torch release of tests/compat_envs.py (one cached
+# venv each under .compat/; `make test` runs the oldest transformers, the rest of the suite the installed releases),
+# and the wheel installed beside the newest and the oldest torch (tests/test_torch_range.py). One process: a
+# release's tests share its venv.
 test-compat: $(STAMP)
-	HF_SEQ_COMPAT_RELEASES=all $(VPY) -m pytest -q tests/test_compat.py
+	HF_SEQ_COMPAT_RELEASES=all HF_SEQ_COMPAT_TORCH=all $(VPY) -m pytest -q tests/test_compat.py tests/test_torch_range.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check hf_seq hf_seq_cli.py train_scripts benchmarks tests scripts

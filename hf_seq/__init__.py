@@ -15,7 +15,12 @@ import sys
 import transformers
 from transformers import AutoConfig
 
-from .compat import SUPPORTED_RANGE, UnsupportedTransformersError  # first: refuses an unsupported release
+from .compat import (  # first: refuses an unsupported torch or transformers release
+    SUPPORTED_RANGE,
+    TORCH_SUPPORTED_RANGE,
+    UnsupportedTorchError,
+    UnsupportedTransformersError,
+)
 from .configuration_bert import BertConfig, HfSeqBertConfig
 from .configuration_rnn import HfSeqRNNConfig, RNNConfig
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig, RNNSeq2SeqConfig
@@ -89,10 +94,12 @@ __all__ = [
     "RNNSeq2SeqPreTrainedModel",
     "RecurrentStack",
     "SUPPORTED_RANGE",
+    "TORCH_SUPPORTED_RANGE",
     "TransformerConfig",
     "TransformerForConditionalGeneration",
     "TransformerModel",
     "TransformerPreTrainedModel",
+    "UnsupportedTorchError",
     "UnsupportedTransformersError",
     "WordVectorError",
     "WordVectors",

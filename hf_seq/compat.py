@@ -7,6 +7,9 @@ the test suite runs on. A modelling or configuration file imports what it needs 
 
 What differs, and what this module gives instead:
 
+* **torch below 2.11** (:data:`TORCH_SUPPORTED_RANGE`, as in pyproject.toml; 2.11 is the oldest release the
+  compatibility matrix runs in full, docs/compat.md): importing this module raises :class:`UnsupportedTorchError`,
+  naming the installed torch and the supported range.
 * **Below 5.0** (4.57.6, the last 4.x, has no ``transformers.initialization`` and none of 5.0's cache and output
   classes): importing this module — first thing ``import hf_seq`` and every folder's configuration file do — raises
   :class:`UnsupportedTransformersError`, naming the installed release and the supported range.
@@ -58,6 +61,24 @@ from packaging.version import Version
 SUPPORTED_RANGE = ">=5.0,<6"
 MINIMUM_VERSION = "5.0.0"
 TRANSFORMERS_VERSION = transformers.__version__
+# torch: a lower bound only (any newer release, CPU or CUDA build); docs/compat.md has the torch x transformers table
+TORCH_SUPPORTED_RANGE = ">=2.11"
+TORCH_MINIMUM_VERSION = "2.11.0"
+TORCH_VERSION = torch.__version__
+
+
+class UnsupportedTorchError(ImportError):
+    """The installed torch release is below :data:`TORCH_SUPPORTED_RANGE`."""
+
+
+def check_torch_version(version: str = TORCH_VERSION) -> None:
+    """Raise :class:`UnsupportedTorchError` when ``version`` is below :data:`TORCH_MINIMUM_VERSION` (a local build
+    label such as ``+cpu`` or a pre-release of a supported release counts as that release)."""
+    if Version(version).release < Version(TORCH_MINIMUM_VERSION).release:
+        raise UnsupportedTorchError(
+            f"hf_seq needs torch{TORCH_SUPPORTED_RANGE}, but torch {version} is installed: upgrade it "
+            f"(pip install 'torch{TORCH_SUPPORTED_RANGE}') to use hf_seq or to load a model folder saved by hf_seq."
+        )
 
 
 class UnsupportedTransformersError(ImportError):
@@ -73,6 +94,7 @@ def check_transformers_version(version: str = TRANSFORMERS_VERSION) -> None:
         )
 
 
+check_torch_version()
 check_transformers_version()
 
 from transformers import initialization as init  # noqa: E402  (5.0+; the version check must come first)

@@ -1,22 +1,29 @@
-"""The checks tests/test_compat.py runs in the environment of another transformers release (tests/compat_envs.py).
+"""The checks tests/test_compat.py runs in the environment of another transformers or torch release
+(tests/compat_envs.py).
 
 Run as a script with that environment's interpreter: ``python compat_checks.py remote SPECS.json`` (folders saved by
 this project's environment, loaded through ``trust_remote_code=True`` only), ``python compat_checks.py trainer OUT``
-(a short Trainer run + evaluate() with the installed hf_seq), ``python compat_checks.py outputs`` (hidden states and
+(a short Trainer run + evaluate() with the installed hf_seq), ``python compat_checks.py compile`` (one head per family
+through ``torch.compile(fullgraph=True)``, equal to eager), ``python compat_checks.py outputs`` (hidden states and
 attentions of the installed hf_seq's BERT and Transformer through the release's capturing decorator, mistyped
-keywords refused) or ``python compat_checks.py below_range FOLDER`` (the release is below the supported range: the
-clear error). Imports only torch and transformers at the top, never
+keywords refused), ``python compat_checks.py below_range FOLDER`` (the transformers release is below the supported
+range: the clear error) or ``python compat_checks.py below_torch_range FOLDER [VERSION]`` (the same for torch; VERSION
+stands in for the installed release's version string). Imports only torch and transformers at the top, never
 anything of the test suite. Prints one ``ok ...`` line per passed check; any failure is an exception (exit code 1).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 
 import torch
 import transformers
 from safetensors.torch import load_file
+
+# the torch range pyproject.toml declares (hf_seq/compat.py TORCH_SUPPORTED_RANGE)
+TORCH_RANGE = ">=2.11"
 
 
 def main_output(output):
@@ -73,14 +80,12 @@ def remote(specs_file: str) -> None:
     )
 
 
-def trainer(out_dir: str) -> None:
-    """A short Trainer run of one head per family with the installed hf_seq; evaluate() reports eval_loss and calls
-    compute_metrics."""
+def tiny_heads() -> dict:
+    """One head per family of the installed hf_seq with a tiny config: {head class: config}."""
     import hf_seq
 
     assert "site-packages" in hf_seq.__file__, hf_seq.__file__
-    torch.manual_seed(0)
-    heads = {
+    return {
         hf_seq.RNNForSequenceClassification: hf_seq.HfSeqRNNConfig(vocab_size=20, embedding_size=6, hidden_size=5),
         hf_seq.RNNForCausalLM: hf_seq.HfSeqRNNConfig(vocab_size=20, embedding_size=6, hidden_size=5),
         hf_seq.RNNSeq2SeqForConditionalGeneration: hf_seq.HfSeqRNNSeq2SeqConfig(
@@ -105,6 +110,15 @@ def trainer(out_dir: str) -> None:
             max_position_embeddings=16,
         ),
     }
+
+
+def trainer(out_dir: str) -> None:
+    """A short Trainer run of one head per family with the installed hf_seq; evaluate() reports eval_loss and calls
+    compute_metrics."""
+    import hf_seq
+
+    torch.manual_seed(0)
+    heads = tiny_heads()
     ids = torch.randint(4, 20, (8, 6))
     for head, config in heads.items():
         model = head(config)
@@ -140,6 +154,64 @@ def trainer(out_dir: str) -> None:
         assert "eval_loss" in metrics and metrics["eval_loss"] > 0, (head.__name__, metrics)
         assert len(calls) == 1 and metrics.get("eval_seen") == 1.0, (head.__name__, metrics)
         print("ok trainer", head.__name__, round(metrics["eval_loss"], 4))
+
+
+def compile_families(backend: str = "inductor") -> None:
+    """``torch.compile(model, fullgraph=True, backend=backend)`` of one head per family of the installed hf_seq (the
+    default backend, inductor, generates and builds C++ here): a training forward + backward with labels and an
+    inference forward of a padded batch, each equal to the eager model's (loss and every gradient ``rtol=1e-4``;
+    dropout off). Prints ``ok compile ...`` or ``failed compile ... <error>`` per head."""
+    torch.manual_seed(0)
+    ids = torch.randint(4, 20, (2, 6))
+    mask = torch.ones_like(ids)
+    mask[1, 4:] = 0
+    for head, config in tiny_heads().items():
+        try:
+            _compile_one(head, config, ids, mask, backend)
+        except Exception as error:  # reported, not raised: the caller compares with the release's known failures
+            torch._dynamo.reset()
+            print(
+                "failed compile", backend, head.__name__, f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+            )
+        else:
+            print("ok compile", backend, head.__name__)
+
+
+def _compile_one(head, config, ids, mask, backend: str) -> None:
+    import copy
+
+    for name, value in config.to_dict().items():  # no dropout: eager and compiled draw different masks
+        if isinstance(value, float) and ("dropout" in name or name.endswith("_prob")):
+            setattr(config, name, 0.0)
+    model = head(config)
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": ids.clone()}
+    if head.__name__ == "RNNForSequenceClassification":
+        batch["labels"] = ids[:, 0] % 2
+    twin = copy.deepcopy(model)
+    torch._dynamo.reset()
+    compiled = torch.compile(twin, fullgraph=True, backend=backend)
+    model.train(), twin.train()
+    eager_loss = model(**batch).loss
+    eager_loss.backward()
+    compiled_loss = compiled(**batch).loss
+    compiled_loss.backward()
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-4, atol=1e-6)
+    for (name, param), (_, twin_param) in zip(model.named_parameters(), twin.named_parameters()):
+        if param.grad is None:  # unused in the step: a compiled graph may give zeros
+            assert twin_param.grad is None or not twin_param.grad.any(), name
+            continue
+        torch.testing.assert_close(twin_param.grad, param.grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+    model.eval(), twin.eval()
+    inference = {k: v for k, v in batch.items() if k != "labels"}
+    if head.__name__ in ("RNNSeq2SeqForConditionalGeneration", "TransformerForConditionalGeneration"):
+        inference["decoder_input_ids"] = ids[:, :4]
+    if "use_cache" in inspect.signature(model.forward).parameters:
+        inference["use_cache"] = False
+    with torch.no_grad():
+        expected = model(**inference).logits
+        got = compiled(**inference).logits
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+    torch._dynamo.reset()
 
 
 def _recorded_by_hooks(model, **inputs):
@@ -296,5 +368,30 @@ def below_range(folder: str) -> None:
             raise AssertionError(f"{what} worked on transformers {version}")
 
 
+def below_torch_range(folder: str, version: str | None = None) -> None:
+    """Below the supported torch range: ``import hf_seq`` and loading a saved folder each raise the one clear error,
+    naming the installed torch and the range. ``version`` replaces ``torch.__version__`` first (a newer torch standing
+    in for an old one: what hf_seq reads is the version string)."""
+    if version is not None:
+        torch.__version__ = version
+    version = str(torch.__version__)
+    for what in ("import", "load"):
+        try:
+            if what == "import":
+                import hf_seq  # noqa: F401
+            else:
+                transformers.AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)
+        except ImportError as err:
+            message = str(err)
+            assert type(err).__name__ == "UnsupportedTorchError", (what, type(err), message)
+            assert "\n" not in message, message
+            assert f"torch {version} is installed" in message and f"torch{TORCH_RANGE}" in message, (what, message)
+            print("ok", what, "refused:", message)
+        else:
+            raise AssertionError(f"{what} worked on torch {version}")
+
+
 if __name__ == "__main__":
-    {"remote": remote, "trainer": trainer, "outputs": outputs, "below_range": below_range}[sys.argv[1]](*sys.argv[2:])
+    checks = {"remote": remote, "trainer": trainer, "compile": compile_families, "outputs": outputs}
+    checks.update(below_range=below_range, below_torch_range=below_torch_range)
+    checks[sys.argv[1]](*sys.argv[2:])

@@ -1,4 +1,4 @@
-"""The supported transformers range (hf_seq/compat.py, docs/compat.md).
+"""The supported transformers and torch ranges (hf_seq/compat.py, docs/compat.md).
 
 * Statically: every modelling and configuration file imports directly every sibling its siblings import (5.0–5.6's
   remote-code loader copies only those into its module cache).
@@ -13,6 +13,13 @@
   the refusal of a mistyped keyword.
 * Below the range (4.57.6, ``make test-compat`` only): ``import hf_seq`` and loading a folder raise the one clear
   error.
+* The torch axis (``HF_SEQ_COMPAT_TORCH``, ``make test-compat`` only): in one cached environment per torch release of
+  tests/compat_envs.TORCH_RELEASES (with this environment's transformers) and for the oldest torch with the oldest
+  transformers, the same round trip, Trainer, capturing and ``hf-seq-train`` checks as above and one head per family
+  compiled with the default backend, plus, for the torch releases alone, the model contract (tests/test_contract.py
+  run there against the installed wheel: no graph breaks, ``torch.compile(fullgraph=True)`` training steps equal to
+  eager, ``torch.export`` and ONNX export, ...). Below the torch range, ``import hf_seq`` and loading a folder raise one clear line (a version
+  string standing in for an old torch, in ``make test``).
 """
 
 from __future__ import annotations
@@ -21,18 +28,27 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from compat_envs import (
     BELOW_RANGE,
+    BELOW_TORCH_RANGE,
+    COMPILE_KNOWN_FAILURES,
+    DEVELOPMENT_TORCH,
     RELEASES,
+    TORCH_RELEASES,
     VENDORED_RELEASE,
     build_wheel,
     compat_python,
+    imported_versions,
     install_hf_seq,
+    parse_environment,
+    run_contract,
     selected_releases,
+    selected_torch_environments,
     uninstall_hf_seq,
 )
 from tiny_models import ALL_HEADS, EOS, build_tokenizer, main_output, model_inputs, tiny_model
@@ -42,6 +58,8 @@ import hf_seq
 from hf_seq import compat
 
 PACKAGE = Path(hf_seq.__file__).parent
+# transformers releases (HF_SEQ_COMPAT_RELEASES) and torch environments (HF_SEQ_COMPAT_TORCH): tests/compat_envs.py
+ENVIRONMENTS = selected_releases() + selected_torch_environments()
 CHECKS = Path(__file__).with_name("compat_checks.py")
 GENERATE = {
     "greedy": dict(max_new_tokens=5, do_sample=False),
@@ -77,6 +95,68 @@ def test_version_check_names_the_installed_release_and_the_range():
         compat.check_transformers_version("4.57.6")
     pyproject = (PACKAGE.parent / "pyproject.toml").read_text()
     assert f'"transformers{compat.SUPPORTED_RANGE}"' in pyproject
+
+
+def test_torch_version_check_names_the_installed_release_and_the_range():
+    for supported in ("2.11.0", "2.11.0+cu130", "2.13.0+cpu", "2.11.0a0+git1234", "3.0.0.dev20270101"):
+        compat.check_torch_version(supported)
+    for old in ("2.10.0", "2.10.0+cu128", "2.6.0", "1.13.1"):
+        with pytest.raises(
+            compat.UnsupportedTorchError, match=rf"^hf_seq needs torch>=2\.11, but torch {re.escape(old)} is"
+        ):
+            compat.check_torch_version(old)
+    assert issubclass(compat.UnsupportedTorchError, ImportError)
+    assert compat.TORCH_SUPPORTED_RANGE == f">={'.'.join(compat.TORCH_MINIMUM_VERSION.split('.')[:2])}"
+
+
+def test_torch_is_a_range_with_a_lower_bound_only_and_make_installs_the_development_release():
+    """pyproject.toml declares ``torch>=<the oldest release of the matrix>`` and no cap; the Makefile installs the
+    development release (the local CPU build) before the package, and that release lies inside the range."""
+    from packaging.requirements import Requirement
+
+    tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    with open(PACKAGE.parent / "pyproject.toml", "rb") as file:
+        dependencies = [Requirement(line) for line in tomllib.load(file)["project"]["dependencies"]]
+    (requirement,) = [r for r in dependencies if r.name == "torch"]
+    assert str(requirement.specifier) == compat.TORCH_SUPPORTED_RANGE
+    assert all(spec.operator == ">=" for spec in requirement.specifier), requirement
+    assert TORCH_RELEASES[0] == compat.TORCH_MINIMUM_VERSION
+    assert all(requirement.specifier.contains(release) for release in TORCH_RELEASES)
+    assert not requirement.specifier.contains(BELOW_TORCH_RANGE)
+    makefile = (PACKAGE.parent / "Makefile").read_text()
+    assert re.search(r"^TORCH_RELEASE := (\S+)$", makefile, re.M).group(1) == DEVELOPMENT_TORCH
+    install = [line for line in makefile.splitlines() if "pip install" in line]
+    torch_line = next(i for i, line in enumerate(install) if "'torch==$(TORCH_RELEASE)'" in line)
+    package_line = next(i for i, line in enumerate(install) if "-e '.[" in line)
+    assert torch_line < package_line, install
+    assert torch.__version__.split("+")[0] == DEVELOPMENT_TORCH  # this environment is what `make` installs
+
+
+def test_below_the_torch_range_import_and_loading_raise_one_clear_line(tmp_path):
+    """``import hf_seq`` and loading a saved folder under a torch whose version string is below the range (the
+    version string is what hf_seq reads), in a new process: one line naming the installed release and the range, and
+    that line is all a user sees after the traceback."""
+    folder = tmp_path / "classifier"
+    tiny_model(hf_seq.RNNForSequenceClassification, 20).save_pretrained(folder)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / ".hf_home"))
+    argv = [str(CHECKS), "below_torch_range", str(folder), "2.10.0+cu128"]
+    # the checks (caught and printed), then the import once more, uncaught: the traceback as a user sees it
+    script = (
+        f"import runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path(sys.argv[0], run_name='__main__')\nimport hf_seq\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    supported = compat.TORCH_SUPPORTED_RANGE
+    expected = (
+        f"hf_seq needs torch{supported}, but torch 2.10.0+cu128 is installed: upgrade it (pip install "
+        f"'torch{supported}') to use hf_seq or to load a model folder saved by hf_seq."
+    )
+    lines = result.stdout.splitlines()
+    assert lines == [f"ok import refused: {expected}", f"ok load refused: {expected}"], result.stdout + result.stderr
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == f"hf_seq.compat.UnsupportedTorchError: {expected}", result.stderr
 
 
 def test_make_installs_the_release_the_common_tests_come_from():
@@ -154,7 +234,7 @@ def wheel(tmp_path_factory) -> Path:
     return build_wheel(tmp_path_factory.mktemp("compat_wheel"))
 
 
-@pytest.mark.parametrize("release", selected_releases())
+@pytest.mark.parametrize("release", ENVIRONMENTS)
 def test_folders_saved_here_load_with_remote_code_on_the_release(release, saved_folders, tmp_path):
     python = compat_python(release)
     uninstall_hf_seq(python)  # only transformers: the folders' own code must do everything
@@ -166,7 +246,7 @@ def test_folders_saved_here_load_with_remote_code_on_the_release(release, saved_
     assert out.count(" loads as ") == others > 0, out  # every other head of each folder
 
 
-@pytest.mark.parametrize("release", selected_releases())
+@pytest.mark.parametrize("release", ENVIRONMENTS)
 def test_trainer_runs_and_evaluates_with_the_installed_package_on_the_release(release, wheel, tmp_path):
     python = compat_python(release)
     install_hf_seq(python, wheel)
@@ -174,7 +254,7 @@ def test_trainer_runs_and_evaluates_with_the_installed_package_on_the_release(re
     assert out.count("ok trainer") == 5, out
 
 
-@pytest.mark.parametrize("release", selected_releases())
+@pytest.mark.parametrize("release", ENVIRONMENTS)
 def test_hidden_states_and_attentions_through_the_release_s_capturing(release, wheel, tmp_path):
     """hf_seq/compat.py's shim over the release's decorator (``capture_outputs`` / ``check_model_inputs``) and its
     recorder registry: BERT's and the Transformer's ``output_hidden_states`` / ``output_attentions`` (call, config,
@@ -188,7 +268,7 @@ def test_hidden_states_and_attentions_through_the_release_s_capturing(release, w
     assert out.count("ok typo refused") == 2 and out.count("ok outputs generate") == 1, out
 
 
-@pytest.mark.parametrize("release", selected_releases())
+@pytest.mark.parametrize("release", ENVIRONMENTS)
 def test_hf_seq_train_with_checkpoints_and_resume_on_the_release(release, wheel, tmp_path):
     """The installed console code on the release: a shipped recipe by name, atomic checkpoints rotated to
     ``save_total_limit``, the final save with the modelling code, and a resume of the finished run's last checkpoint
@@ -233,3 +313,51 @@ def test_below_the_range_import_and_loading_raise_one_clear_error(wheel, tmp_pat
     tiny_model(hf_seq.RNNForSequenceClassification, 20).save_pretrained(folder)
     out = run_in(python, "below_range", str(folder), cwd=tmp_path)
     assert out.count("refused:") == 2, out
+
+
+TORCH_ENVIRONMENTS = selected_torch_environments()
+# the contract's tests are written against the installed transformers (as the rest of the suite): torch releases alone
+TORCH_ONLY = [name for name in TORCH_ENVIRONMENTS if parse_environment(name)[1] is None]
+
+
+@pytest.mark.parametrize("release", TORCH_ONLY)
+def test_model_contract_on_the_torch_release(release, wheel, tmp_path):
+    """tests/test_contract.py (its ``make test`` part: no graph breaks, ``torch.compile(fullgraph=True)`` training
+    steps equal to eager, ``torch.export`` and ONNX export through onnxruntime, gradient checkpointing, output flags,
+    caches, Trainer label smoothing, bad input) run by the environment's interpreter against the installed wheel, with
+    this environment's transformers."""
+    python = compat_python(release)
+    install_hf_seq(python, wheel)
+    torch_release, transformers_release = parse_environment(release)
+    found_torch, found_transformers = imported_versions(python)
+    assert found_torch.split("+")[0] == torch_release, found_torch
+    assert found_transformers == (transformers_release or VENDORED_RELEASE), found_transformers
+    print(release, run_contract(python, tmp_path))  # shown by `pytest -rA`
+
+
+@pytest.mark.parametrize("release", TORCH_ENVIRONMENTS)
+def test_every_family_compiles_fullgraph_with_the_default_backend_on_the_torch_release(release, wheel, tmp_path):
+    """One head per family of the installed wheel through ``torch.compile(model, fullgraph=True)`` with inductor (C++
+    code generation): training loss and gradients, and the inference logits of a padded batch, equal to eager; the
+    heads that fail are exactly the release's ``COMPILE_KNOWN_FAILURES``."""
+    python = compat_python(release)
+    install_hf_seq(python, wheel)
+    out = run_in(python, "compile", cwd=tmp_path, timeout=3600)
+    failed = set(re.findall(r"^failed compile inductor (\S+)", out, re.M))
+    assert failed == COMPILE_KNOWN_FAILURES.get(parse_environment(release)[0], set()), out
+    assert out.count("ok compile inductor ") == 5 - len(failed), out
+
+
+@pytest.mark.skipif(
+    os.environ.get("HF_SEQ_COMPAT_TORCH") != "all",
+    reason="make test-compat only (a torch download of its own); the message itself: test_below_the_torch_range_...",
+)
+def test_below_the_torch_range_on_the_last_release_below_it(wheel, tmp_path):
+    """The real release below the range (its registry build): ``import hf_seq`` and loading a folder raise the one
+    clear line."""
+    python = compat_python(f"torch-{BELOW_TORCH_RANGE}")
+    install_hf_seq(python, wheel)
+    folder = tmp_path / "classifier"
+    tiny_model(hf_seq.RNNForSequenceClassification, 20).save_pretrained(folder)
+    out = run_in(python, "below_torch_range", str(folder), cwd=tmp_path)
+    assert out.count("refused:") == 2 and f"torch {BELOW_TORCH_RANGE}" in out, out
