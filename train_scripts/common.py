@@ -73,12 +73,26 @@ class TimeBudgetCallback(TrainerCallback):
             self._t0 = None
         over_wall = self.max_seconds is not None and self.train_seconds >= self.max_seconds
         over_cpu = self.max_cpu_seconds is not None and self.train_cpu_seconds >= self.max_cpu_seconds
+        if self.max_seconds is not None or self.max_cpu_seconds is not None:
+            # each process measures its own clock: they stop at the same step, when the first of them is over
+            over_wall, over_cpu = any_process((over_wall, over_cpu), args.device)
         if over_wall or over_cpu:
             self.stopped_by_budget = True
             control.should_training_stop = True
             control.should_evaluate = True
             control.should_save = args.save_strategy != "no"  # a checkpoint only for runs that keep them
         return control
+
+
+def any_process(flags: tuple[bool, ...], device) -> tuple[bool, ...]:
+    """``flags`` or-ed over every process of the run (themselves in a single process): one all-reduce."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return flags
+    if torch.distributed.get_world_size() == 1:
+        return flags
+    tensor = torch.tensor([float(f) for f in flags], device=device)
+    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+    return tuple(bool(v) for v in tensor.tolist())
 
 
 class StepTimesCallback(TrainerCallback):
