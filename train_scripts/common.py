@@ -33,6 +33,7 @@ from hf_seq.train_scripts.arguments import (
     override_values,
 )
 from hf_seq.train_scripts.outputs import checkpoint_is_complete
+from hf_seq.train_scripts.processes import broadcast_from_main
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
 
@@ -306,7 +307,8 @@ def run_training(trainer: Trainer, training_args: TrainingArguments) -> TrainOut
     """``trainer.train()`` from the checkpoint ``--resume_from_checkpoint`` names (:func:`resolve_resume_checkpoint`);
     the returned ``training_loss`` (and ``metrics["train_loss"]``, and the final ``log_history`` record) is the mean
     over the WHOLE run (:func:`whole_run_loss`), with ``metrics["train_loss_steps"]`` the steps it covers."""
-    checkpoint = resolve_resume_checkpoint(training_args)
+    # the first process's choice on every process: each reading the folder on its own could pick different ones
+    checkpoint = broadcast_from_main(resolve_resume_checkpoint(training_args))
     start = 0
     if checkpoint is not None:
         start = int(json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"])

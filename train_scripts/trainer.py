@@ -95,7 +95,11 @@ class HfSeqTrainerMixin:
     def train(self, *args, **kwargs):
         keep_heap_resident()  # from here on the steps' memory stays mapped from one step to the next
         with collective_timeouts(self, "training"):
-            return super().train(*args, **kwargs)
+            output = super().train(*args, **kwargs)
+            # Trainer's end of training deletes checkpoints on the main process alone (save_total_limit=1 keeps only
+            # the best): no process reads the folder before that is done
+            self.accelerator.wait_for_everyone()
+        return output
 
     def evaluate(self, *args, **kwargs):
         with collective_timeouts(self, "evaluation"):
