@@ -205,8 +205,9 @@ def test_a_process_that_stops_answering_ends_the_run_with_an_error_naming_the_st
     assert "process 1 stops answering before step 3" in log
     errors = [line for line in log.splitlines() if "CollectiveTimeoutError: " in line]
     assert errors, log[-5000:]
-    assert "CollectiveTimeoutError: process 0 of 2: a collective operation during training did not complete " in (
-        errors[-1]
+    assert (
+        "CollectiveTimeoutError: process 0 of 2: a collective operation during training did not complete "
+        in (errors[-1])
     ), errors
     assert "after step 2 (ddp_timeout=20 s)" in errors[-1] and "another process stopped answering" in errors[-1]
     assert time.monotonic() - started < 300  # bounded: torch's default would have waited 30 minutes
