@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import fcntl
 import json
 import os
 import shutil
@@ -37,6 +36,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from accelerate.utils.constants import FSDP_MODEL_NAME
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; runs are not locked there
+    fcntl = None
 from hf_seq.train_scripts.errors import RecipeError
 
 RUN_FILES = ".run_files.json"  # the entries of the final folder written by the run (the rest is carried over)
@@ -69,7 +73,9 @@ class RunLock:
 
     def acquire(self) -> dict | None:
         """Take the lock; returns the holder a dead process left in the file (taken over), or None. Raises
-        :class:`OutputDirInUse` naming the live holder."""
+        :class:`OutputDirInUse` naming the live holder. Without ``flock`` (Windows) nothing is locked."""
+        if fcntl is None:
+            return None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
