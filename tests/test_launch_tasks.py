@@ -22,7 +22,9 @@ from safetensors.torch import load_file
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "tests" / "run_driver.py"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
-STEPS = ("--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2", "--logging_steps", "1")
+# checkpoints at steps 2 and 4, both kept (a recipe's save_total_limit=1 would keep only the best one) for the resume
+STEPS = ("--max_steps", "4", "--save_strategy", "steps", "--save_steps", "2", "--save_total_limit", "3")
+STEPS += ("--logging_steps", "1", "--ddp_timeout", "300")  # a hang is an error within 5 minutes
 EVAL = ("--eval_strategy", "steps", "--eval_steps", "2")
 SAMPLES = ("--max_train_samples", "64", "--max_eval_samples", "16", "--max_predict_samples", "16")
 BERT = ("--config_overrides", "hidden_size=16,num_hidden_layers=1,num_attention_heads=2,intermediate_size=32")
