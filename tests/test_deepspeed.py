@@ -22,7 +22,13 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import assert_same_outputs
-from launchers import free_port, losses, torchrun
+from launchers import (
+    BEST_MODEL_RECIPE,
+    assert_every_process_ends_on_the_best_checkpoint,
+    free_port,
+    losses,
+    torchrun,
+)
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.skipif(
@@ -227,6 +233,24 @@ def test_torchrun_train_script_with_deepspeed_json(tmp_path):
     for stage in (2, 3):
         model = AutoModelForCausalLM.from_pretrained(tmp_path / f"zero{stage}")
         assert type(model).__name__ == "RNNForCausalLM"
+
+
+@pytest.mark.data
+def test_torchrun_zero3_load_best_model_at_end_every_process_ends_on_the_best_checkpoint(tmp_path):
+    """``--deepspeed configs/accelerate/deepspeed_zero3.json`` under torchrun, a ``load_best_model_at_end`` recipe:
+    every process loads the same best checkpoint (DeepSpeed's ``load_checkpoint``, a collective) and ends with its
+    weights (ZeRO-3's partitions gathered), which the final folder holds."""
+    out, report = tmp_path / "out", tmp_path / "report"
+    config = str(ROOT / "configs/accelerate/deepspeed_zero3.json")
+    command = torchrun(
+        str(ROOT / "tests" / "run_driver.py"),
+        *("classifier", *BEST_MODEL_RECIPE, "--output_dir", str(out), "--deepspeed", config),
+    )
+    env = {**ENV, "HF_SEQ_TEST_REPORT": str(report)}
+    run = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
+    best = assert_every_process_ends_on_the_best_checkpoint(report, out)
+    assert len(list((out / best).glob("global_step*/zero_pp_rank_*_model_states.pt"))) == 2  # ZeRO-3 partitions
 
 
 REFUSE = """

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from launchers import losses, torchrun
+from launchers import BEST_MODEL_RECIPE, assert_every_process_ends_on_the_best_checkpoint, losses, torchrun
 from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
+DRIVER = ROOT / "tests" / "run_driver.py"
+ENV_RUN = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
 
 STEPS = 4
 COMMON = [
@@ -162,3 +164,19 @@ def test_torchrun_two_processes_of_train_lm_share_the_work_and_write_one_card(tm
     assert "| processes | 2 |" in card and "RNNForCausalLM" in card and "train_lm.py" in card
     assert not [k for k in load_file(out / "model.safetensors") if k.startswith("module.")]
     assert not (out.parent / f".{out.name}.saving").exists()
+
+
+@pytest.mark.data
+def test_torchrun_load_best_model_at_end_every_process_ends_on_the_best_checkpoint(tmp_path):
+    """``load_best_model_at_end`` under torchrun DDP: every process holds the same ``best_model_checkpoint`` (a final
+    ``checkpoint-N``, not the staging folder it was written in) and loads it, so all end with the saved best weights
+    (the run's last evaluation, on every process, is of the best model)."""
+    out, report = tmp_path / "out", tmp_path / "report"
+    env = {**ENV_RUN, "HF_SEQ_TEST_REPORT": str(report)}
+    command = torchrun(str(DRIVER), "classifier", *BEST_MODEL_RECIPE, "--output_dir", str(out))
+    run = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
+    best = assert_every_process_ends_on_the_best_checkpoint(report, out)
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["best_model_checkpoint"] == str(out / best)
+    assert not (out / ".checkpoint-staging").exists()

@@ -19,7 +19,13 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import assert_same_outputs
-from launchers import free_port, losses, torchrun
+from launchers import (
+    BEST_MODEL_RECIPE,
+    assert_every_process_ends_on_the_best_checkpoint,
+    free_port,
+    losses,
+    torchrun,
+)
 from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,6 +170,30 @@ def test_accelerate_launch_with_the_fsdp_config_shards_a_train_script(tmp_path):
     import hf_seq  # noqa: F401
 
     assert type(AutoModelForCausalLM.from_pretrained(out)).__name__ == "RNNForCausalLM"
+
+
+@pytest.mark.data
+def test_accelerate_launch_fsdp_load_best_model_at_end_every_process_ends_on_the_best_checkpoint(tmp_path):
+    """``accelerate launch --config_file configs/accelerate/fsdp.yaml`` of a ``load_best_model_at_end`` recipe runs
+    to its end (it used to wait forever: the processes disagreed about the best checkpoint, one sat in
+    ``load_fsdp_model``'s barrier, the other in ``evaluate()``'s all-gather); every process loads the same sharded
+    best checkpoint and ends with its weights, which the final folder holds."""
+    out, report = tmp_path / "out", tmp_path / "report"
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        *("--config_file", str(ROOT / "configs/accelerate/fsdp.yaml"), "--mixed_precision", "no"),
+        *("--main_process_port", str(free_port())),
+        str(ROOT / "tests" / "run_driver.py"),
+        *("classifier", *BEST_MODEL_RECIPE, "--output_dir", str(out)),
+    ]
+    env = {**ENV, "HF_SEQ_TEST_REPORT": str(report)}
+    run = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
+    best = assert_every_process_ends_on_the_best_checkpoint(report, out)
+    assert (out / best / "pytorch_model_fsdp_0").is_dir()  # FSDP's own sharded checkpoint
+    assert "Reducer" not in run.stdout + run.stderr  # no DDP
 
 
 REFUSE = """

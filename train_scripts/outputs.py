@@ -27,14 +27,145 @@ import errno
 import json
 import os
 import shutil
+import socket
+import sys
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 from accelerate.utils.constants import FSDP_MODEL_NAME
 
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; runs are not locked there
+    fcntl = None
+from hf_seq.train_scripts.errors import RecipeError
+
 RUN_FILES = ".run_files.json"  # the entries of the final folder written by the run (the rest is carried over)
 CHECKPOINT_STAGING = ".checkpoint-staging"
+
+
+def lock_path(output_dir: str | os.PathLike) -> Path:
+    """The lock file of ``output_dir``: a sibling ``.<name>.lock`` (the folder itself is swapped by the final save)."""
+    path = resolve(output_dir)
+    return path.with_name(f".{path.name}.lock")
+
+
+class OutputDirInUse(RecipeError):
+    """Another running process holds the lock of ``output_dir`` (one line, exit status 2)."""
+
+
+def _holder_text(holder: dict) -> str:
+    return f"process {holder.get('pid', '?')} on host {holder.get('host', '?')}, started {holder.get('started', '?')}"
+
+
+class RunLock:
+    """The lock of one run on its ``output_dir``: an exclusive ``flock`` on :func:`lock_path`, held until
+    :meth:`release` or the end of the process (the system drops it with the process, whatever ends it); the file
+    names the holder (process id, host, start time, command)."""
+
+    def __init__(self, output_dir: str | os.PathLike):
+        self.output_dir = resolve(output_dir)
+        self.path = lock_path(self.output_dir)
+        self.fd: int | None = None
+
+    def acquire(self) -> dict | None:
+        """Take the lock; returns the holder a dead process left in the file (taken over), or None. Raises
+        :class:`OutputDirInUse` naming the live holder. Without ``flock`` (Windows) nothing is locked."""
+        if fcntl is None:
+            return None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as error:
+                os.close(fd)
+                if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+                raise OutputDirInUse(
+                    f"`output_dir` {self.output_dir} is in use by another run: {_holder_text(self._read_holder())} "
+                    f"(lock {self.path}); wait for it to end or pass another --output_dir"
+                ) from None
+            try:  # the file may have been released and removed between our open and our lock: lock the new one
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        left = _parse_holder(os.read(fd, 1 << 16))
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "command": " ".join(sys.argv),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
+        os.fsync(fd)
+        self.fd = fd
+        return left if left and left.get("pid") else None
+
+    def _read_holder(self) -> dict:
+        """The holder named in the file; a holder that has just taken the lock writes it a moment later."""
+        for _ in range(20):
+            try:
+                holder = _parse_holder(self.path.read_bytes())
+            except OSError:
+                holder = None
+            if holder:
+                return holder
+            time.sleep(0.05)
+        return {}
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        with contextlib.suppress(OSError):
+            self.path.unlink()  # before unlocking: a waiting run then locks a new file, not this one
+        os.close(self.fd)
+        self.fd = None
+
+
+def _parse_holder(data: bytes) -> dict | None:
+    try:
+        holder = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return holder if isinstance(holder, dict) else None
+
+
+_held: dict[Path, RunLock] = {}
+
+
+def lock_output_dir(output_dir: str | os.PathLike) -> RunLock:
+    """Hold the lock of ``output_dir`` for the run this process starts (:class:`RunLock`); a run that ends by
+    :func:`unlock_output_dirs` or with its process lets the next one in. A process runs one run at a time: locks
+    it held for earlier runs are released, one it holds on ``output_dir`` is kept. A lock a dead process left is
+    taken over with a notice on stderr; a live holder is :class:`OutputDirInUse`."""
+    path = resolve(output_dir)
+    for other in [p for p in _held if p != path]:
+        _held.pop(other).release()
+    if path in _held:
+        return _held[path]
+    lock = RunLock(path)
+    left = lock.acquire()
+    _held[path] = lock
+    if left is not None and left.get("pid") != os.getpid():
+        print(
+            f"notice: taking over the lock of {path} that {_holder_text(left)} left behind (that process is gone)",
+            file=sys.stderr,
+        )
+    return lock
+
+
+def unlock_output_dirs() -> None:
+    """Release the output-folder locks this process holds (the run ended)."""
+    while _held:
+        _held.popitem()[1].release()
 
 
 def _siblings(output_dir: Path) -> tuple[Path, Path]:

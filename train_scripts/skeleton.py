@@ -1,13 +1,18 @@
 """The run skeleton every train script follows, so that a script's ``main`` reads data -> tokenizer -> model ->
 metrics -> card:
 
-* :func:`parse_script_args` — processes (gloo on a machine without a GPU), the recipe and flags, the command to record;
-* :func:`start_script_run` — the run folder (:func:`~hf_seq.train_scripts.common.start_run`: a finished run asked to
-  resume returns its results), logging, torch's threads, the seed;
+* :func:`parse_script_args` — processes (gloo on a machine without a GPU; ``accelerate launch --cpu --num_processes N``
+  refused; each worker ends with its launcher; ``ddp_timeout`` bounding every collective), the recipe and flags, the
+  command to record;
+* :func:`start_script_run` — the run folder: its lock (:func:`~hf_seq.train_scripts.outputs.lock_output_dir`, held by
+  the first process until the run ends: a second run into the folder is refused), then
+  :func:`~hf_seq.train_scripts.common.start_run` (a finished run asked to resume returns its results), logging,
+  torch's threads, the seed;
 * :func:`budgeted_trainer` — the script's ``Trainer`` with the time budget (``max_train_minutes`` /
   ``max_train_cpu_minutes``) as its first callback;
 * :func:`finish_script_run` — the epilogue: the final folder written whole (model, results, card, files:
-  :func:`~hf_seq.train_scripts.common.save_run`, on every process), then the script's summary on the first process.
+  :func:`~hf_seq.train_scripts.common.save_run`, on every process), then the script's summary on the first process;
+  the folder's lock is released.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+from hf_seq.train_scripts import outputs
 from hf_seq.train_scripts.arguments import Task, parse_args
 from hf_seq.train_scripts.common import (
     TimeBudgetCallback,
@@ -25,6 +31,12 @@ from hf_seq.train_scripts.common import (
     start_run,
     training_command,
     use_cpu_processes_without_gpu,
+)
+from hf_seq.train_scripts.processes import (
+    broadcast_from_main,
+    check_cpu_launch,
+    end_with_launcher,
+    set_collective_timeout,
 )
 from transformers import set_seed
 
@@ -43,8 +55,11 @@ def parse_script_args(
     task: Task, argv: list[str] | None, script_file: str, command_prefix: list[str] | None
 ) -> ScriptArguments:
     """The prologue's first half, before anything is read: processes, the checked arguments, the command."""
+    check_cpu_launch()
+    end_with_launcher()
     use_cpu_processes_without_gpu()
     model_args, data_args, args, training_args = parse_args(task, argv)
+    set_collective_timeout(training_args.ddp_timeout)
     return ScriptArguments(
         model_args, data_args, args, training_args, training_command(script_file, argv, command_prefix)
     )
@@ -59,9 +74,24 @@ def start_script_run(
 ) -> dict | None:
     """The prologue's second half: the run folder, then (unless the run is already finished: its results are
     returned, the script returns them unchanged) INFO logging if ``configure_logging``, ``threads`` torch threads if
-    given, and the seed. None for a run that goes on."""
+    given, and the seed. None for a run that goes on.
+
+    First the folder's lock: the world's first process takes it (the others are of the same run); a folder another
+    run holds stops every process of this one before anything is read or written (the first process raises
+    :class:`~hf_seq.train_scripts.outputs.OutputDirInUse`, one line, exit status 2; the others exit 2 silently)."""
+    refused = None
+    if training_args.process_index == 0:
+        try:
+            outputs.lock_output_dir(training_args.output_dir)
+        except outputs.OutputDirInUse as error:
+            refused = error
+    if broadcast_from_main(refused is not None):
+        if refused is not None:
+            raise refused
+        raise SystemExit(2)
     previous = start_run(training_args, results_name=results_name)
     if previous is not None:  # a finished run asked to resume: nothing to do
+        outputs.unlock_output_dirs()
         return previous
     if configure_logging:
         logging.basicConfig(format=LOG_FORMAT, level=logging.INFO)
@@ -111,6 +141,7 @@ def finish_script_run(
     )
     if report is not None and trainer.is_world_process_zero():
         report(results)
+    outputs.unlock_output_dirs()
     return results
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 from hf_seq.train_scripts.outputs import CHECKPOINT_STAGING, disk_space_errors, replace_folder
+from hf_seq.train_scripts.processes import broadcast_from_main, collective_timeouts
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -93,7 +94,20 @@ class HfSeqTrainerMixin:
 
     def train(self, *args, **kwargs):
         keep_heap_resident()  # from here on the steps' memory stays mapped from one step to the next
-        return super().train(*args, **kwargs)
+        with collective_timeouts(self, "training"):
+            output = super().train(*args, **kwargs)
+            # Trainer's end of training deletes checkpoints on the main process alone (save_total_limit=1 keeps only
+            # the best): no process reads the folder before that is done
+            self.accelerator.wait_for_everyone()
+        return output
+
+    def evaluate(self, *args, **kwargs):
+        with collective_timeouts(self, "evaluation"):
+            return super().evaluate(*args, **kwargs)
+
+    def predict(self, *args, **kwargs):
+        with collective_timeouts(self, "prediction"):
+            return super().predict(*args, **kwargs)
 
     def _get_output_dir(self, trial) -> str:
         # while a checkpoint is written (only then), Trainer's run directory is the staging folder
@@ -104,6 +118,7 @@ class HfSeqTrainerMixin:
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         staging = run_dir / CHECKPOINT_STAGING
         main = self.args.should_save
+        previous_best = self.state.best_model_checkpoint
         if main:
             if staging.exists():
                 shutil.rmtree(staging)  # a checkpoint cut off by a kill
@@ -116,16 +131,32 @@ class HfSeqTrainerMixin:
         finally:
             self._checkpoint_staging = None
         self.accelerator.wait_for_everyone()
+        best = None
         if main:
             with disk_space_errors(run_dir, f"checkpoint {name}"):
-                best = self.state.best_model_checkpoint
-                if best is not None and Path(best).parent == staging:  # the best is the checkpoint just written
-                    self.state.best_model_checkpoint = str(run_dir / Path(best).name)
+                best = self._final_best_checkpoint(run_dir, previous_best)
+                if best != self.state.best_model_checkpoint:
+                    self.state.best_model_checkpoint = best
                     self.state.save_to_json(os.path.join(staging, name, "trainer_state.json"))
                 replace_folder(staging / name, run_dir / name)
                 shutil.rmtree(staging)
                 rotate_checkpoints(self, str(run_dir))
+        # every process holds the main process's answer: Trainer's own check (is the best step's folder there?) runs
+        # on each process against the staging folder, and under FSDP's sharded checkpoints (written after the check)
+        # its answer depends on which process got there first
+        self.state.best_model_checkpoint = broadcast_from_main(best)
         self.accelerator.wait_for_everyone()
+
+    def _final_best_checkpoint(self, run_dir: Path, previous: str | None) -> str | None:
+        """``best_model_checkpoint`` after the checkpoint of this step is renamed into ``run_dir``: Trainer's rule
+        (``checkpoint-<best_global_step>`` once that folder exists, else what it was), with final names."""
+        step = self.state.best_global_step
+        strategy = str(getattr(self.args.save_strategy, "value", self.args.save_strategy))
+        if step and strategy in ("steps", "epoch", "best"):
+            candidate = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{step}"
+            if step == self.state.global_step or candidate.is_dir():
+                return str(candidate)
+        return previous
 
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()
