@@ -161,6 +161,8 @@ def test_fast_paths_give_the_static_paths_outputs_and_gradients(head, overrides,
 def test_generation_is_the_same_on_both_paths(head):
     tokenizer = build_tokenizer()
     model = tiny_model(head, len(tokenizer))
+    if not model.config.is_encoder_decoder:
+        tokenizer.padding_side = "left"  # a decoder-only prompt continues after its last position: pad on the left
     batch = model_inputs(model, tokenizer)
     batch.pop("decoder_input_ids", None)
     kwargs = dict(max_new_tokens=5, num_beams=2, do_sample=False)

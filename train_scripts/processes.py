@@ -10,10 +10,15 @@ launcher, and a process that stops answering.
 * :func:`set_collective_timeout` / :func:`collective_timeouts` — ``ddp_timeout`` bounds every collective of a
   multi-process CPU run too (transformers passes it to the process group on GPUs only; CPU processes kept torch's 30
   minutes), and a collective that timed out is re-raised naming the process, the step and the timeout.
+* :func:`set_collective_timeout` also has the process group destroyed when the process exits (torch's documented end
+  of a distributed program): left to the interpreter's teardown, a gloo group's threads could still be joinable when
+  their objects are destroyed, and a worker that had written everything ended in ``terminate called without an active
+  exception`` (SIGABRT), which the launcher reports as a failed run.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import os
@@ -96,11 +101,21 @@ def set_collective_timeout(seconds: float) -> bool:
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return False
+    atexit.register(destroy_process_group)
     set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)  # torch >= 2.2
     if set_timeout is None:
         return False
     set_timeout(timedelta(seconds=seconds))
     return True
+
+
+def destroy_process_group() -> None:
+    """Destroy the default process group if it is still there (registered to run at exit by
+    :func:`set_collective_timeout`; local to this process: it waits for no other)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 _TIMEOUT_MARKERS = ("timed out", "timeout", "Connection closed by peer", "Connection reset by peer")
