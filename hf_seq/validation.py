@@ -362,7 +362,8 @@ def check_generation_inputs(
     * beam search asked for more ``num_return_sequences`` than distinct sequences exist (``vocab_size`` **
       new tokens): transformers fills the rest with duplicates scored -1e9.
 
-    The masks' values are read only where that is free (:func:`~.fast_paths.reads_values`: eager, CPU)."""
+    These run once per ``generate()`` call, before its loop, on every device and with the fast paths on or off (a
+    few host reads per call, none per decoding step); only a traced call skips the mask values."""
 
     def value(name: str) -> Any:
         return kwargs[name] if name in kwargs else getattr(generation_config, name, None)
@@ -371,11 +372,11 @@ def check_generation_inputs(
     ids = ids if isinstance(ids, torch.Tensor) and ids.dim() == 2 and not ids.is_floating_point() else None
     mask, flag, note = kwargs.get("attention_mask"), "attention_mask", ""
     pad = value("pad_token_id")
-    if mask is None and ids is not None and _is_int(pad) and ids.numel() and reads_values(ids):
+    if mask is None and ids is not None and _is_int(pad) and ids.numel() and not is_tracing():
         if pad not in (_token_ids(value("eos_token_id")) or []) and bool((ids == pad).any()):
             mask, flag = ids != pad, "input_ids"
             note = f" (without an `attention_mask`, its `pad_token_id` {pad} positions are padding)"
-    if isinstance(mask, torch.Tensor) and mask.dim() == 2 and mask.numel() and reads_values(mask):
+    if isinstance(mask, torch.Tensor) and mask.dim() == 2 and mask.numel() and not is_tracing():
         attends = mask != 0
         empty = ~attends.any(dim=-1)
         if bool(empty.any()):

@@ -5,6 +5,8 @@ Also the one config field a family did not check (``is_encoder_decoder`` of the 
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, GenerationConfig
@@ -142,6 +144,19 @@ def test_a_mask_with_nothing_to_attend_to_is_refused(models, family, rows):
     mask = torch.zeros_like(ids) if rows == "one row" else torch.tensor([[1, 1, 1], [0, 0, 0]])
     row = 0 if rows == "one row" else 1
     with pytest.raises(ValueError, match=rf"^`attention_mask` leaves row {row} of the batch nothing to attend to"):
+        models[family].generate(ids, attention_mask=mask, max_new_tokens=3)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generate_input_checks_hold_where_forward_value_checks_are_skipped(models, family):
+    """The generate() checks run once per call, before the loop: on an accelerator (where the forward's value checks
+    skip reading tensors; emulated by reads_values answering False) and with the fast paths off, a mask with nothing
+    to attend to is refused all the same."""
+    ids, mask = torch.tensor([[3, 4, 5]]), torch.zeros(1, 3, dtype=torch.long)
+    refused = pytest.raises(ValueError, match=r"^`attention_mask` leaves row 0 of the batch nothing to attend to")
+    with mock.patch.object(hf_seq.validation, "reads_values", lambda tensor: False), refused:
+        models[family].generate(ids, attention_mask=mask, max_new_tokens=3)
+    with hf_seq.fast_paths.disabled(), refused:
         models[family].generate(ids, attention_mask=mask, max_new_tokens=3)
 
 
