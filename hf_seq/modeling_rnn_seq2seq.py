@@ -160,6 +160,13 @@ pytree.register_pytree_node(
 # ---------------------------------------------------------------------------------------------------------------
 
 
+class RNNSeq2SeqEncoderStack(RecurrentStack):
+    """The encoder's recurrent stack, a class of its own so that it (and not :class:`RNNSeq2SeqEncoder`) is the
+    encoder's FSDP / ``device_map`` unit: the encoder also holds the word embedding, which the decoder and the tied
+    output layer share, and a unit may hold no parameter used outside it (``fully_shard`` refuses one). Nothing else
+    differs from :class:`~.recurrent.RecurrentStack`."""
+
+
 class RNNSeq2SeqEncoder(nn.Module):
     """Embedding → (bi)directional recurrent stack over the source; owns the embedding shared with the decoder."""
 
@@ -170,7 +177,7 @@ class RNNSeq2SeqEncoder(nn.Module):
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id)
         self.dropout = nn.Dropout(config.dropout)
-        self.rnn = RecurrentStack.from_config(
+        self.rnn = RNNSeq2SeqEncoderStack.from_config(
             config, config.embedding_size, config.encoder_layers, bidirectional=config.bidirectional
         )
 
@@ -344,18 +351,23 @@ class RNNSeq2SeqDecoder(nn.Module):
         feed: torch.Tensor | None = None,
         decoder_mask: torch.Tensor | None = None,
         output_attentions: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor, State, torch.Tensor | None, torch.Tensor | None]:
-        """Run the decoder over ``inputs_embeds`` ``(B, T, E)`` from ``state``.
+    ) -> tuple[torch.Tensor, torch.Tensor, State, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        """Run the decoder over ``inputs_embeds`` ``(B, T, E)`` from ``state``; with attention, ``keys`` not given are
+        prepared here from ``encoder_states`` (:meth:`prepare_keys`), so that every use of the decoder's parameters
+        happens inside its ``forward`` (the decoder is an FSDP unit, gathered around ``forward`` only).
 
-        Returns ``(outputs (B, T, E), rnn_states (B, T, H), state, feed (B, F) or None, weights (B, T, S) or None)``;
-        ``outputs`` go to the output projection (``h̃_j`` with attention, else the projected ``s_j``).
+        Returns ``(outputs (B, T, E), rnn_states (B, T, H), state, feed (B, F) or None, keys (B, S, K) or None,
+        weights (B, T, S) or None)``; ``outputs`` go to the output projection (``h̃_j`` with attention, else the
+        projected ``s_j``).
         """
         x = self.dropout(inputs_embeds)
         if not self.use_attention:
             rnn_out, state = self.rnn(x, decoder_mask, state)  # (B, T, H)
             out = self.output_proj(rnn_out) if self.output_proj is not None else rnn_out
-            return self.dropout(out), rnn_out, state, None, None
+            return self.dropout(out), rnn_out, state, None, None, None
 
+        if keys is None:
+            keys = self.prepare_keys(encoder_states)  # (B, S, K)
         mask = None
         if encoder_mask is not None:
             mask = encoder_mask.bool()[:, None, :]  # (B, 1, S): True = real source token
@@ -378,7 +390,7 @@ class RNNSeq2SeqDecoder(nn.Module):
         out = torch.cat(outputs, dim=1)  # (B, T, E)
         rnn_out = torch.cat(rnn_outs, dim=1)  # (B, T, H)
         attn = torch.cat(weights, dim=1) if output_attentions else None  # (B, T, S)
-        return self.dropout(out), rnn_out, state, feed, attn
+        return self.dropout(out), rnn_out, state, feed, keys, attn
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -399,9 +411,12 @@ class RNNSeq2SeqPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     base_model_prefix = "model"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True  # per recurrent layer, and per decoder step with attention
-    # FSDP / device_map units: the encoder and the decoder. Finer units (each RecurrentLayer) would be gathered and
-    # released once per target step, since the attention decoder runs its layers once per step.
-    _no_split_modules = ["RNNSeq2SeqEncoder", "RNNSeq2SeqDecoder"]
+    # FSDP / device_map units: the encoder's recurrent stack and the decoder. Not the whole encoder: it holds the word
+    # embedding, shared with the decoder's inputs and the tied output layer, which accelerate's FSDP2 puts in a unit
+    # of its own with the output layer (as for the Transformer's one embedding module). Finer units (each
+    # RecurrentLayer) would be gathered and released once per target step, since the attention decoder runs its
+    # layers once per step.
+    _no_split_modules = ["RNNSeq2SeqEncoderStack", "RNNSeq2SeqDecoder"]
     accepts_loss_kwargs = False
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -533,7 +548,7 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
 
     def _decoder_start(self, cache: RNNDecoderCache | None, encoder_outputs: RNNSeq2SeqEncoderOutput, batch_size: int):
         """``(state, feed, keys, seen)`` the decoder starts from: the cache's, or the bridged encoder final states
-        with no input feed and no tokens seen; ``keys`` ``(B, S, K)`` projected once when the decoder attends."""
+        with no input feed, no keys (the decoder prepares them) and no tokens seen."""
         if cache is not None:
             if cache.state[0].shape[1] != batch_size:
                 raise ValueError(
@@ -546,8 +561,6 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         else:
             state = self.bridge(encoder_outputs.final_hidden_state, encoder_outputs.final_cell_state)  # (L, B, H)...
             feed, keys, seen = None, None, 0
-        if self.decoder.use_attention and keys is None:
-            keys = self.decoder.prepare_keys(encoder_outputs.last_hidden_state)  # (B, S, K)
         return state, feed, keys, seen
 
     @cache_argument
@@ -605,7 +618,7 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         decoder = self.decoder
         state, feed, keys, seen = self._decoder_start(cache, encoder_outputs, batch_size)
 
-        outputs, rnn_out, state, feed, weights = decoder(
+        outputs, rnn_out, state, feed, keys, weights = decoder(
             decoder_inputs_embeds,
             state,
             encoder_states=encoder_states,

@@ -151,11 +151,11 @@ class _RNNDecoderGraph(nn.Module):
         embeds = base.encoder.embed_tokens(decoder_input_ids)  # (B, 1, E)
         if base.decoder.use_attention:
             encoder_states, encoder_mask, keys, feed, *state = inputs
-            out, _, state, feed, _ = base.decoder(
+            out, _, state, feed, _, _ = base.decoder(
                 embeds, tuple(state), encoder_states=encoder_states, encoder_mask=encoder_mask, keys=keys, feed=feed
             )
             return (self.model.lm_head(out[:, -1]), feed, *state)
-        out, _, state, _, _ = base.decoder(embeds, tuple(inputs))
+        out, _, state, _, _, _ = base.decoder(embeds, tuple(inputs))
         return (self.model.lm_head(out[:, -1]), *state)
 
 

@@ -1,9 +1,10 @@
 """Tiny FSDP2 training runs for tests/test_fsdp.py: ``torchrun --nproc_per_node 2 tests/fsdp_driver.py ...`` (CPU,
 gloo) or one plain process (the reference on the same global batch).
 
-Three families, each with the units its ``_no_split_modules`` names: BERT masked LM (encoder blocks; the word
+Four families, each with the units its ``_no_split_modules`` names: BERT masked LM (encoder blocks; the word
 embedding tied to the decoder), the Transformer (encoder and decoder blocks), the recurrent causal LM (its
-``RecurrentLayer`` s). The data make every process's share of a global batch hold the same number of loss tokens
+``RecurrentLayer`` s), the RNN seq2seq translator (the encoder's recurrent stack and the attention decoder; the word
+embedding, tied to the output layer, outside both). The data make every process's share of a global batch hold the same number of loss tokens
 (fixed lengths, the same number of masked positions per row), so the mean of the processes' losses is the loss of the
 global batch; dropout is off, the sampler sequential. Each run: ``HfSeqTrainer`` with Trainer's own FSDP arguments
 (``fsdp=True``, ``fsdp_config``: version 2, transformer-based wrap from ``_no_split_modules``, sharded state dicts)
@@ -34,7 +35,7 @@ from hf_seq.train_scripts.trainer import HfSeqTrainer  # noqa: E402
 
 import hf_seq  # noqa: E402
 
-FAMILIES = ("bert_mlm", "transformer", "rnn_lm")
+FAMILIES = ("bert_mlm", "transformer", "rnn_lm", "rnn_seq2seq")
 VOCAB, ROWS, STEPS, GLOBAL_BATCH = 40, 16, 4, 4
 
 
@@ -68,6 +69,21 @@ def build_model(family: str):
             decoder_start_token_id=1,
         )
         return hf_seq.TransformerForConditionalGeneration(config)
+    if family == "rnn_seq2seq":
+        config = hf_seq.HfSeqRNNSeq2SeqConfig(
+            vocab_size=VOCAB,
+            cell="lstm",
+            embedding_size=16,
+            hidden_size=16,
+            bidirectional=True,
+            attention="additive",
+            dropout=0.0,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            decoder_start_token_id=1,
+        )
+        return hf_seq.RNNSeq2SeqForConditionalGeneration(config)
     config = hf_seq.HfSeqRNNConfig(
         vocab_size=VOCAB,
         cell="lstm",
@@ -93,7 +109,7 @@ def rows(family: str, n: int = ROWS, seed: int = 1) -> list[dict]:
             ids = ids.clone()
             ids[masked] = 4
             out.append({"input_ids": ids, "labels": labels})
-        elif family == "transformer":
+        elif family in ("transformer", "rnn_seq2seq"):
             out.append({"input_ids": ids, "labels": torch.randint(5, VOCAB, (8,), generator=g)})
         else:
             out.append({"input_ids": ids, "labels": ids.clone()})

@@ -1,5 +1,5 @@
-"""FSDP2 on CPU: two ``torchrun`` processes (gloo) train BERT masked LM, the Transformer and the recurrent causal LM
-with Trainer's own FSDP arguments (tests/fsdp_driver.py: ``fsdp_config`` version 2, the units of
+"""FSDP2 on CPU: two ``torchrun`` processes (gloo) train BERT masked LM, the Transformer, the recurrent causal LM and
+the RNN seq2seq translator with Trainer's own FSDP arguments (tests/fsdp_driver.py: ``fsdp_config`` version 2, the units of
 ``_no_split_modules``, sharded checkpoints), and ``accelerate launch --config_file configs/accelerate/fsdp.yaml`` runs
 a train script sharded.
 
@@ -30,7 +30,7 @@ from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "tests" / "fsdp_driver.py"
-FAMILIES = ("bert_mlm", "transformer", "rnn_lm")
+FAMILIES = ("bert_mlm", "transformer", "rnn_lm", "rnn_seq2seq")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
 
 
@@ -90,7 +90,12 @@ def test_fsdp2_checkpoints_are_shards_and_the_final_folder_is_plain(runs, family
         assert not (out / f"checkpoint-{step}" / "model.safetensors").exists()  # no gathered copy per checkpoint
     # one ordinary folder: the modelling code (not torch's FSDP sources) and plain weights, loaded in this process
     assert not list(out.glob("_fsdp*.py")) and list(out.glob("modeling_*.py"))
-    auto = {"bert_mlm": AutoModelForMaskedLM, "transformer": AutoModelForSeq2SeqLM, "rnn_lm": AutoModelForCausalLM}
+    auto = {
+        "bert_mlm": AutoModelForMaskedLM,
+        "transformer": AutoModelForSeq2SeqLM,
+        "rnn_lm": AutoModelForCausalLM,
+        "rnn_seq2seq": AutoModelForSeq2SeqLM,
+    }
     model = auto[family].from_pretrained(out).eval()
     assert not type(model).__name__.startswith("FSDP")
     with torch.no_grad():
@@ -104,6 +109,7 @@ def test_fsdp2_checkpoints_are_shards_and_the_final_folder_is_plain(runs, family
         "bert_mlm",
         pytest.param("transformer", marks=pytest.mark.slow(reason="two more 2-process launches, ~25 s")),
         pytest.param("rnn_lm", marks=pytest.mark.slow(reason="two more 2-process launches, ~25 s")),
+        pytest.param("rnn_seq2seq", marks=pytest.mark.slow(reason="two more 2-process launches, ~25 s")),
     ],
 )
 def test_fsdp2_sigkill_after_a_checkpoint_then_resume_equals_the_uninterrupted_run(runs, family, tmp_path):

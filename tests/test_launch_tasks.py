@@ -155,15 +155,6 @@ def pretrained(tmp_path_factory) -> Path:
 def test_task_recipe_runs_to_the_end_and_resumes_under_the_launcher(task, launcher, tmp_path, request):
     if launcher == "zero3" and importlib.util.find_spec("deepspeed") is None:
         pytest.skip("DeepSpeed is not installed (pip install -e '.[deepspeed]')")
-    if (task, launcher) == ("translation", "fsdp"):
-        request.applymarker(
-            pytest.mark.xfail(
-                reason="known defect, not of the processes' agreement: accelerate's fsdp2_prepare_model fails on the "
-                "RNN seq2seq model with tied embeddings (fully_shard of the input embedding, already a DTensor of "
-                "another unit: TypeError 'Invariant encountered: value was None')",
-                strict=False,
-            )
-        )
     out = tmp_path / "out"
     args = [task, *TASKS[task], "--per_device_train_batch_size", "4", "--disable_tqdm", "true"]
     if task == "finetune_bert":

@@ -140,6 +140,80 @@ def test_auto_classes_and_save_load_bit_exact(tmp_path):
     assert type(base) is RNNSeq2SeqModel
 
 
+# The names a folder of this model has always stored (bidirectional LSTM, "general" attention, tied embeddings): the
+# output layer's weight is not stored (it is the embedding's); the FSDP units may change, these names may not.
+SAVED_NAMES = [
+    "lm_head.bias",
+    "model.bridge.cell_proj.bias",
+    "model.bridge.cell_proj.weight",
+    "model.bridge.hidden_proj.bias",
+    "model.bridge.hidden_proj.weight",
+    "model.decoder.attention_proj.weight",
+    "model.decoder.rnn.layers.0.bias_hh_l0",
+    "model.decoder.rnn.layers.0.bias_ih_l0",
+    "model.decoder.rnn.layers.0.weight_hh_l0",
+    "model.decoder.rnn.layers.0.weight_ih_l0",
+    "model.decoder.score.bilinear.weight",
+    "model.encoder.embed_tokens.weight",
+    "model.encoder.rnn.layers.0.bias_hh_l0",
+    "model.encoder.rnn.layers.0.bias_hh_l0_reverse",
+    "model.encoder.rnn.layers.0.bias_ih_l0",
+    "model.encoder.rnn.layers.0.bias_ih_l0_reverse",
+    "model.encoder.rnn.layers.0.weight_hh_l0",
+    "model.encoder.rnn.layers.0.weight_hh_l0_reverse",
+    "model.encoder.rnn.layers.0.weight_ih_l0",
+    "model.encoder.rnn.layers.0.weight_ih_l0_reverse",
+]
+
+
+def test_no_split_units_hold_no_weight_used_outside_them():
+    """Each ``_no_split_modules`` class is a unit FSDP2 shards on its own (``fully_shard``) and ``device_map`` places
+    on its own: none may hold a parameter used outside it. The whole encoder would (its word embedding is the
+    decoder's input embedding and, tied, the output layer), so the unit is the encoder's recurrent stack; accelerate
+    puts the embedding in one unit with the output layer."""
+    model = model_for(bidirectional=True, cell="lstm", attention="general")
+    assert model.lm_head.weight is model.model.encoder.embed_tokens.weight
+
+    def units_sharing_weights(class_names) -> list[str]:
+        shared = []
+        for name, module in model.named_modules():
+            if type(module).__name__ in class_names:
+                inside = {id(p) for p in module.parameters()}
+                outside = {
+                    id(p) for n, p in model.named_parameters(remove_duplicate=False) if not n.startswith(name + ".")
+                }
+                if inside & outside:
+                    shared.append(name)
+        return shared
+
+    units = [name for name, m in model.named_modules() if type(m).__name__ in model._no_split_modules]
+    assert units == ["model.encoder.rnn", "model.decoder"]
+    assert not units_sharing_weights(model._no_split_modules)
+    assert units_sharing_weights(["RNNSeq2SeqEncoder"]) == ["model.encoder"]  # why it is not named
+
+
+def test_a_folder_with_the_stored_names_loads_its_weights(tmp_path):
+    """A folder written by earlier releases (the same names, the output layer tied and not stored) loads every tensor
+    as stored, the output layer tied to the embedding, and writes the same names back."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    config = tiny(bidirectional=True, cell="lstm", attention="general")
+    shapes = RNNSeq2SeqForConditionalGeneration(config).state_dict()
+    g = torch.Generator().manual_seed(3)
+    stored = {name: torch.randn(shapes[name].shape, generator=g) for name in SAVED_NAMES}
+    config.save_pretrained(tmp_path)
+    save_file(stored, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
+    params = dict(loaded.named_parameters())
+    for name, tensor in stored.items():
+        assert torch.equal(params[name], tensor), name
+    assert loaded.lm_head.weight is loaded.model.encoder.embed_tokens.weight
+    loaded.save_pretrained(tmp_path / "again")
+    with safe_open(str(tmp_path / "again" / "model.safetensors"), "pt") as f:
+        assert sorted(f.keys()) == SAVED_NAMES
+
+
 def test_untied_embeddings_are_separate():
     model = model_for(tie_word_embeddings=False)
     assert model.lm_head.weight.data_ptr() != model.get_input_embeddings().weight.data_ptr()
