@@ -163,9 +163,10 @@ class GenerationSteps:
         self._memo: dict[tuple[int, str], tuple[torch.Tensor, int, Any]] = {}
 
     def remember(self, tensor: torch.Tensor, name: str, compute: Callable[[], Any]) -> Any:
-        """``compute()``, computed once per (``tensor`` object, ``name``) while ``tensor`` is not modified in place."""
-        hit = self._memo.get((id(tensor), name))
-        if hit is not None and hit[0] is tensor and hit[1] == tensor._version:
+        """``compute()``, computed once per (``tensor`` object, ``name``) while ``tensor`` is not modified in place
+        (a computed None is remembered too)."""
+        hit = self._entry(tensor, name)
+        if hit is not None:
             return hit[2]
         value = compute()
         self._memo[(id(tensor), name)] = (tensor, tensor._version, value)  # holds tensor: its id stays unique
@@ -173,8 +174,13 @@ class GenerationSteps:
 
     def recall(self, tensor: torch.Tensor, name: str) -> Any:
         """What :meth:`remember` stored for (``tensor``, ``name``), None if nothing (or ``tensor`` changed since)."""
+        hit = self._entry(tensor, name)
+        return None if hit is None else hit[2]
+
+    def _entry(self, tensor: torch.Tensor, name: str) -> tuple[torch.Tensor, int, Any] | None:
+        """The stored (tensor, version, value) for (``tensor``, ``name``) if ``tensor`` is unchanged since."""
         hit = self._memo.get((id(tensor), name))
-        return hit[2] if hit is not None and hit[0] is tensor and hit[1] == tensor._version else None
+        return hit if hit is not None and hit[0] is tensor and hit[1] == tensor._version else None
 
 
 _GENERATION_STEPS: contextvars.ContextVar[GenerationSteps | None] = contextvars.ContextVar(
