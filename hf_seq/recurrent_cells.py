@@ -112,6 +112,12 @@ class CellType:
     scan: ScanFn | None = None
 
     @property
+    def has_fixed_size_state(self) -> bool:
+        """True when the state is ``num_states`` tensors of ``(num_layers * num_directions, B, H)`` (a ``step``
+        cell); a cell with its own ``scan`` may keep more (the self-attention LSTM's tape grows with every token)."""
+        return self.scan is None
+
+    @property
     def has_kernel(self) -> bool:
         """True when a fused ``torch.nn`` kernel runs this cell (no custom layer, no custom scan)."""
         return self.mode is not None and self.build_layer is None and self.scan is None
