@@ -557,9 +557,9 @@ class RNNForCausalLM(
     def _cache_state(self, cache, batch_size: int) -> RNNCache:
         """The :class:`RNNCache` to continue from (a fresh one for None or an empty transformers ``Cache``)."""
         if isinstance(cache, RNNCache):
-            if cache.state is not None and cache.state[0].shape[1] != batch_size:
+            if cache.batch_size() not in (None, batch_size):
                 raise ValueError(
-                    f"`cache` holds a state for batch size {cache.state[0].shape[1]}, but the input has {batch_size} rows"
+                    f"`cache` holds a state for batch size {cache.batch_size()}, but the input has {batch_size} rows"
                 )
             return cache
         if cache is None or (hasattr(cache, "get_seq_length") and cache.get_seq_length() == 0):

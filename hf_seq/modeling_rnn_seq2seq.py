@@ -545,9 +545,9 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         """``(state, feed, keys, seen)`` the decoder starts from: the cache's, or the bridged encoder final states
         with no input feed, no keys (the decoder prepares them) and no tokens seen."""
         if cache is not None:
-            if cache.state[0].shape[1] != batch_size:
+            if cache.batch_size() != batch_size:
                 raise ValueError(
-                    f"`cache` holds a decoder state for batch size {cache.state[0].shape[1]}, but the input has "
+                    f"`cache` holds a decoder state for batch size {cache.batch_size()}, but the input has "
                     f"{batch_size} rows (to continue with num_beams=k from a cache of other rows, expand it first: "
                     "cache.batch_repeat_interleave(k))"
                 )
