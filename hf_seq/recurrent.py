@@ -49,6 +49,10 @@ provides ``build_layer`` (its parameter holder) and either a ``step`` function o
 always runs on the cell path. The self-attention LSTM (``"self_attention_lstm"``, LSTMN) is such a
 cell: its scan attends over all previous states through the shared attention core.
 
+Generation: :class:`RecurrentCache` is the one cache protocol of a recurrent state in ``generate()`` (beam
+reordering, row selection and repetition, export flattening); the language model's ``RNNCache`` and the seq2seq
+decoder's ``RNNDecoderCache`` are it with their own constructors and fields.
+
 State layout (like ``torch.nn``): a tuple of tensors shaped ``(num_layers * num_directions, B, H)``, ordered layer 0
 forward, layer 0 backward, layer 1 forward, ... — ``(h,)`` for rnn/gru, ``(h, c)`` for lstm, ``(h, c, h̃, tape_h,
 tape_c, tape_mask)`` for self_attention_lstm (the tape of previous states, (L*D, B, S, H)). ``state[0]`` is always
