@@ -21,6 +21,9 @@ from .compat import (  # first: refuses an unsupported torch or transformers rel
     UnsupportedTorchError,
     UnsupportedTransformersError,
 )
+
+# isort: split
+from .attention import ScoreType, register_attention_score
 from .configuration_bert import BertConfig, HfSeqBertConfig
 from .configuration_rnn import HfSeqRNNConfig, RNNConfig
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig, RNNSeq2SeqConfig
@@ -94,6 +97,7 @@ __all__ = [
     "RNNSeq2SeqPreTrainedModel",
     "RecurrentStack",
     "SUPPORTED_RANGE",
+    "ScoreType",
     "TORCH_SUPPORTED_RANGE",
     "TransformerConfig",
     "TransformerForConditionalGeneration",
@@ -107,6 +111,7 @@ __all__ = [
     "embedding_matrix",
     "init_embeddings_from_vectors",
     "load_word_vectors",
+    "register_attention_score",
     "register_cell",
 ]
 

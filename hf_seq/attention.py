@@ -3,7 +3,7 @@
 Attention is three steps, exactly as the notes teach it:
 
 1. **score** every key against every query (``dot``, ``scaled_dot``, ``general``/bilinear, ``additive``/Bahdanau,
-   ``cosine``),
+   ``cosine``, or one added in one place with :func:`register_attention_score`),
 2. **masked softmax** over the keys (padding mask, causal mask; a row whose keys are all masked gets zero weights,
    never NaN),
 3. **weighted sum** of the values.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -27,16 +28,120 @@ from transformers import AttentionInterface
 
 from .fast_paths import current_generation_steps, every_row_sees_a_key, reads_values, recalled
 
-SCORE_FUNCTIONS = ("dot", "scaled_dot", "general", "additive", "cosine")
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # 1. Scores
 # ---------------------------------------------------------------------------------------------------------------
 
+# build(query_size, key_size, hidden_size) -> the score's parameters, {attribute name: module}
+ScoreBuildFn = Callable[[int, int, int], dict[str, nn.Module]]
+# score(module, query (..., T_q, D_q), prepared keys (..., T_k, K)) -> scores (..., T_q, T_k)
+ScoreTypeFn = Callable[["AttentionScore", torch.Tensor, torch.Tensor], torch.Tensor]
+# prepare_keys(module, keys (..., T_k, D_k)) -> prepared keys (..., T_k, K)
+PrepareKeysFn = Callable[["AttentionScore", torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ScoreType:
+    """One kind of attention score function ``s(q, k)``, as :class:`AttentionScore` builds and runs it.
+
+    Attributes:
+        name: the value of ``kind=`` (and of an RNN seq2seq config's ``attention``).
+        score: ``score(module, query, prepared_keys) -> (..., T_q, T_k)``; ``module`` is the
+            :class:`AttentionScore`, holding the parameters ``build`` made and ``query_size`` / ``key_size``.
+        prepare_keys: ``prepare_keys(module, keys) -> prepared_keys``, the part that depends on the keys only (run
+            once per source batch by a decoder that scores the same encoder states at every step); default: the keys
+            as they are.
+        build: ``build(query_size, key_size, hidden_size) -> {name: module}``, the score's parameters (registered on
+            the :class:`AttentionScore` under those names, in that order); default: none.
+        same_size: the score compares ``q`` and ``k`` directly, so it needs ``query_size == key_size`` (a model with
+            keys of another width maps them to the query's first, as the RNN seq2seq decoder does).
+    """
+
+    name: str
+    score: ScoreTypeFn
+    prepare_keys: PrepareKeysFn | None = None
+    build: ScoreBuildFn | None = None
+    same_size: bool = False
+
+
+SCORE_TYPES: dict[str, ScoreType] = {}
+
+
+def register_attention_score(score_type: ScoreType) -> ScoreType:
+    """Make ``score_type`` available as ``AttentionScore(score_type.name, ...)`` and thus as an RNN seq2seq config's
+    ``attention`` value (as :func:`~.recurrent_cells.register_cell` does for cells)."""
+    if not isinstance(score_type, ScoreType):
+        raise TypeError(f"register_attention_score takes a ScoreType, got {type(score_type).__name__}")
+    if not isinstance(score_type.name, str) or not score_type.name or score_type.name == "none":
+        raise ValueError(f'a score type needs a name other than "" and "none", got {score_type.name!r}')
+    SCORE_TYPES[score_type.name] = score_type
+    return score_type
+
+
+def get_score_type(name: str) -> ScoreType:
+    """Look up a registered score type; ``ValueError`` naming the allowed values otherwise."""
+    if name not in SCORE_TYPES:
+        raise ValueError(f"`kind` must be one of {sorted(SCORE_TYPES)}, got {name!r}.")
+    return SCORE_TYPES[name]
+
+
+def _transposed(keys: torch.Tensor) -> torch.Tensor:
+    return keys.transpose(-1, -2)  # (..., K, T_k)
+
+
+# dot: qᵀk
+register_attention_score(ScoreType("dot", score=lambda m, q, k: q @ _transposed(k), same_size=True))
+# scaled_dot: qᵀk / sqrt(D_k), the Transformer's score
+register_attention_score(
+    ScoreType("scaled_dot", score=lambda m, q, k: (q @ _transposed(k)) / math.sqrt(m.key_size), same_size=True)
+)
+# general: kᵀ W q, a bilinear form with a learned W (Luong's "general"); W maps q into key space
+register_attention_score(
+    ScoreType(
+        "general",
+        score=lambda m, q, k: m.bilinear(q) @ _transposed(k),
+        build=lambda q_size, k_size, h_size: {"bilinear": nn.Linear(q_size, k_size, bias=False)},
+    )
+)
+
+
+def _additive_score(module: AttentionScore, query: torch.Tensor, prepared_key: torch.Tensor) -> torch.Tensor:
+    """``vᵀ tanh(W₁k + W₂q)``: (..., T_q, 1, A) + (..., 1, T_k, A) → tanh → v → (..., T_q, T_k)."""
+    hidden = torch.tanh(module.query_proj(query).unsqueeze(-2) + prepared_key.unsqueeze(-3))
+    return module.energy(hidden).squeeze(-1)
+
+
+# additive: vᵀ tanh(W₁k + W₂q), Bahdanau's MLP score; W₁k prepared once
+register_attention_score(
+    ScoreType(
+        "additive",
+        score=_additive_score,
+        prepare_keys=lambda m, k: m.key_proj(k),  # (..., T_k, A)
+        build=lambda q_size, k_size, h_size: {
+            "key_proj": nn.Linear(k_size, h_size, bias=False),  # W₁
+            "query_proj": nn.Linear(q_size, h_size, bias=True),  # W₂ (+ bias)
+            "energy": nn.Linear(h_size, 1, bias=False),  # v
+        },
+    )
+)
+# cosine: qᵀk / (|q| |k|); the keys normalised once
+register_attention_score(
+    ScoreType(
+        "cosine",
+        score=lambda m, q, k: F.normalize(q, dim=-1) @ _transposed(k),
+        prepare_keys=lambda m, k: F.normalize(k, dim=-1),
+        same_size=True,
+    )
+)
+
+# the built-in score functions (every registered one: SCORE_TYPES)
+SCORE_FUNCTIONS = ("dot", "scaled_dot", "general", "additive", "cosine")
+
 
 class AttentionScore(nn.Module):
     """Score function ``s(q, k)`` giving ``(..., T_q, T_k)`` scores for queries ``(..., T_q, D_q)`` and keys ``(..., T_k, D_k)``.
+
+    ``kind`` is a registered :class:`ScoreType` (:func:`register_attention_score`); the built-in ones:
 
     * ``dot``:        ``qᵀk`` (needs ``D_q == D_k``)
     * ``scaled_dot``: ``qᵀk / sqrt(D_k)`` (the Transformer's score)
@@ -50,45 +155,28 @@ class AttentionScore(nn.Module):
 
     def __init__(self, kind: str, query_size: int, key_size: int, hidden_size: int | None = None) -> None:
         super().__init__()
-        if kind not in SCORE_FUNCTIONS:
-            raise ValueError(f"`kind` must be one of {SCORE_FUNCTIONS}, got {kind!r}.")
-        if kind in ("dot", "scaled_dot", "cosine") and query_size != key_size:
+        score_type = get_score_type(kind)
+        if score_type.same_size and query_size != key_size:
             raise ValueError(
                 f"The {kind!r} score needs query_size == key_size, got query_size={query_size} and "
                 f"key_size={key_size}; use 'general' or 'additive' for different sizes."
             )
         self.kind = kind
+        self.score_type = score_type
         self.query_size = query_size
         self.key_size = key_size
-        if kind == "general":
-            self.bilinear = nn.Linear(query_size, key_size, bias=False)  # W: maps q into key space
-        elif kind == "additive":
-            hidden_size = hidden_size or key_size
-            self.key_proj = nn.Linear(key_size, hidden_size, bias=False)  # W₁
-            self.query_proj = nn.Linear(query_size, hidden_size, bias=True)  # W₂ (+ bias)
-            self.energy = nn.Linear(hidden_size, 1, bias=False)  # v
+        if score_type.build is not None:
+            for name, module in score_type.build(query_size, key_size, hidden_size or key_size).items():
+                self.add_module(name, module)
 
     def prepare_keys(self, key: torch.Tensor) -> torch.Tensor:
         """Transform the keys once: ``(..., T_k, D_k)`` → what :meth:`score` expects."""
-        if self.kind == "additive":
-            return self.key_proj(key)  # (..., T_k, A)
-        if self.kind == "cosine":
-            return F.normalize(key, dim=-1)
-        return key
+        prepare = self.score_type.prepare_keys
+        return key if prepare is None else prepare(self, key)
 
     def score(self, query: torch.Tensor, prepared_key: torch.Tensor) -> torch.Tensor:
         """Scores ``(..., T_q, T_k)`` of queries ``(..., T_q, D_q)`` against keys from :meth:`prepare_keys`."""
-        if self.kind == "dot":
-            return query @ prepared_key.transpose(-1, -2)
-        if self.kind == "scaled_dot":
-            return (query @ prepared_key.transpose(-1, -2)) / math.sqrt(self.key_size)
-        if self.kind == "general":
-            return self.bilinear(query) @ prepared_key.transpose(-1, -2)
-        if self.kind == "cosine":
-            return F.normalize(query, dim=-1) @ prepared_key.transpose(-1, -2)
-        # additive: (..., T_q, 1, A) + (..., 1, T_k, A) -> tanh -> v -> (..., T_q, T_k)
-        hidden = torch.tanh(self.query_proj(query).unsqueeze(-2) + prepared_key.unsqueeze(-3))
-        return self.energy(hidden).squeeze(-1)
+        return self.score_type.score(self, query, prepared_key)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         return self.score(query, self.prepare_keys(key))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from .attention import SCORE_FUNCTIONS
+from .attention import SCORE_FUNCTIONS, SCORE_TYPES
 from .compat import check_transformers_version  # noqa: F401  (importing .compat refuses an unsupported release)
 from .fast_paths import reads_values  # noqa: F401  (validation.py imports it; 5.0–5.6 copy only these siblings)
 from .pipeline_tasks import DeclaredPipelinesMixin
-from .recurrent import IMPLEMENTATIONS
+from .recurrent import CELL_TYPES, IMPLEMENTATIONS
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
 from .validation import (
@@ -20,8 +20,20 @@ from .validation import (
     take_renamed_fields,
 )
 
+# the built-in values of `attention`; any score registered with hf_seq.register_attention_score is allowed too
 ATTENTION_TYPES = ("none", *SCORE_FUNCTIONS)
-CELLS = ("rnn", "lstm", "gru")
+
+
+def attention_choices() -> list[str]:
+    """The values ``attention`` may take now: ``"none"`` and every registered score type."""
+    return ["none", *SCORE_TYPES]
+
+
+def cell_choices() -> list[str]:
+    """The values ``cell`` may take now: every registered cell whose state is a fixed-size tuple of
+    ``(layers, batch, hidden)`` tensors (the bridge maps each encoder state to the decoder's). A cell whose state
+    grows with every token read (the self-attention LSTM's tape) cannot start a decoder."""
+    return [name for name, cell_type in CELL_TYPES.items() if cell_type.has_fixed_size_state]
 
 
 class HfSeqRNNSeq2SeqConfig(DeclaredPipelinesMixin, PretrainedConfig):
@@ -44,12 +56,15 @@ class HfSeqRNNSeq2SeqConfig(DeclaredPipelinesMixin, PretrainedConfig):
             initialised from encoder layer ``k`` from the top; extra lower decoder layers get the lowest used one.
             ``num_hidden_layers`` is an alias of ``decoder_layers``: the layers whose state a generation cache holds
             (as ``HfSeqTransformerConfig.num_hidden_layers``; reading and setting it reads and sets ``decoder_layers``).
-        cell: "rnn" (SimpleRNN), "lstm" or "gru" (encoder and decoder).
+        cell: "rnn" (SimpleRNN), "lstm", "gru" (encoder and decoder), or a cell added with
+            ``hf_seq.register_cell`` whose state is a fixed number of ``(layers, batch, hidden)`` tensors (not the
+            self-attention LSTM, whose state is a tape of every token read).
         bidirectional: the encoder reads the source in both directions (the decoder generates left to right); the
             two final states of each layer are concatenated and mapped to ``hidden_size`` by a learned bridge
             (``tanh`` for ``h``, linear for ``c``). The same field as ``HfSeqRNNConfig.bidirectional`` (former name:
             ``bidirectional_encoder``).
-        attention: one of ``ATTENTION_TYPES``; the score function of :class:`hf_seq.attention.AttentionScore`.
+        attention: "none" or a registered score function of :class:`hf_seq.attention.AttentionScore` (the built-in
+            ones: ``ATTENTION_TYPES``; another is added with ``hf_seq.register_attention_score``).
         attention_hidden_size: hidden size ``A`` of the additive (Bahdanau) score; default ``hidden_size``.
         input_feeding: Luong-style input feeding: feed the previous attentional vector ``h̃_{j-1} = tanh(W_c
             [s_{j-1}; c_{j-1}])`` to the next step instead of the raw context ``c_{j-1}`` (needs attention).
@@ -131,8 +146,8 @@ class HfSeqRNNSeq2SeqConfig(DeclaredPipelinesMixin, PretrainedConfig):
         check_fields(self, positive_int="vocab_size embedding_size hidden_size encoder_layers decoder_layers")
         check_positive_int("max_target_length", self.max_target_length, allow_none=True)
         check_positive_int("attention_hidden_size", self.attention_hidden_size, allow_none=True)
-        check_choice("cell", self.cell, CELLS)
-        check_choice("attention", self.attention, ATTENTION_TYPES)
+        check_choice("cell", self.cell, cell_choices())
+        check_choice("attention", self.attention, attention_choices())
         check_choice("recurrent_implementation", self.recurrent_implementation, IMPLEMENTATIONS)
         check_fields(self, bool="bidirectional input_feeding tie_word_embeddings use_cache is_encoder_decoder")
         if not self.is_encoder_decoder:

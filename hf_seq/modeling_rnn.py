@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-import torch.utils._pytree as pytree
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import (
@@ -36,8 +35,16 @@ from .modeling_utils import (
     GenerationLengthMixin,
     GenerationStepsMixin,
     RecurrentStateGenerationMixin,
+    columns_read_now,
 )
-from .recurrent import GateProjection, RecurrentLayer, RecurrentStack, State, to_torch_rnn_modules_
+from .recurrent import (
+    GateProjection,
+    RecurrentCache,
+    RecurrentLayer,
+    RecurrentStack,
+    State,
+    to_torch_rnn_modules_,
+)
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
 from .validation import IGNORE_INDEX, GenerationArgumentsMixin, check_label_range, check_token_ids
@@ -475,83 +482,15 @@ class RNNForTokenClassification(RNNPreTrainedModel):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-class RNNCache:
-    """The recurrent state as ``generate()``'s cache: passed as ``cache=``, returned as ``output.cache``.
-
-    It holds the stack's state after every token read so far (tuple of tensors with the batch on dim 1: ``(h, c)``
-    of shape (L, B, H) for an LSTM; for ``cell="self_attention_lstm"`` also h̃ and the whole tape of previous states
-    (L, B, S, H) with its mask (L, B, S)). A prompt is consumed once, then one token per step. Beam search calls
-    :meth:`reorder_cache` so each beam continues from the state of the beam it was chosen from (fairseq's
-    ``reorder_incremental_state``). Forward updates the object in place and returns it.
-    """
-
-    is_compileable = False  # generate() never tries to compile around it
-    is_croppable = False
+class RNNCache(RecurrentCache):
+    """The language model's recurrent state as ``generate()``'s cache (:class:`~.recurrent.RecurrentCache`, no fields
+    beside the state): the stack's state after every token read so far (``(h, c)`` of shape (L, B, H) for an LSTM;
+    for ``cell="self_attention_lstm"`` also h̃ and the whole tape of previous states (L, B, S, H) with its mask
+    (L, B, S)). A prompt is consumed once, then one token per step; forward updates the object in place and returns
+    it."""
 
     def __init__(self, num_layers: int, state: State | None = None, seen_tokens: int = 0) -> None:
-        self.num_layers = num_layers
-        self.state = state
-        self.seen_tokens = seen_tokens
-
-    def __len__(self) -> int:
-        return self.num_layers
-
-    def __repr__(self) -> str:
-        shapes = None if self.state is None else [tuple(s.shape) for s in self.state]
-        return f"RNNCache(seen_tokens={self.seen_tokens}, state={shapes})"
-
-    @property
-    def is_linear(self) -> list[bool]:
-        """Every layer is recurrent ("linear attention" in transformers' terms): no per-token keys to slice."""
-        return [True] * self.num_layers
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        """Tokens read into the state so far."""
-        return self.seen_tokens
-
-    def update(self, state: State, num_new_tokens: int) -> None:
-        """Store the state after ``num_new_tokens`` more tokens."""
-        self.state = tuple(state)
-        self.seen_tokens += num_new_tokens
-
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        """Beam search: row ``i`` continues from the state of row ``beam_idx[i]``."""
-        if self.state is not None:
-            self.state = tuple(s.index_select(1, beam_idx.to(s.device)) for s in self.state)
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep only the rows ``indices``."""
-        self.reorder_cache(indices)
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        """Repeat every row ``repeats`` times (rows i*repeats ... (i+1)*repeats-1 copy row i)."""
-        if self.state is not None:
-            self.state = tuple(s.repeat_interleave(repeats, dim=1) for s in self.state)
-
-
-def _flatten_rnn_cache(cache: RNNCache) -> tuple[list[torch.Tensor], tuple]:
-    state = [] if cache.state is None else list(cache.state)
-    return state, (cache.num_layers, cache.seen_tokens, cache.state is None)
-
-
-def _flatten_rnn_cache_with_keys(cache: RNNCache) -> tuple[list, tuple]:
-    state, context = _flatten_rnn_cache(cache)
-    return [(pytree.SequenceKey(i), tensor) for i, tensor in enumerate(state)], context
-
-
-def _unflatten_rnn_cache(state: list[torch.Tensor], context: tuple) -> RNNCache:
-    num_layers, seen_tokens, no_state = context
-    return RNNCache(num_layers, None if no_state else tuple(state), seen_tokens)
-
-
-# torch.export / ONNX: the cache in the output is its state tensors (an exported LM returns logits and (h, c))
-pytree.register_pytree_node(
-    RNNCache,
-    _flatten_rnn_cache,
-    _unflatten_rnn_cache,
-    serialized_type_name=f"{RNNCache.__module__}.{RNNCache.__qualname__}",
-    flatten_with_keys_fn=_flatten_rnn_cache_with_keys,
-)
+        super().__init__(num_layers, state, seen_tokens)
 
 
 class RNNForCausalLM(
@@ -618,9 +557,9 @@ class RNNForCausalLM(
     def _cache_state(self, cache, batch_size: int) -> RNNCache:
         """The :class:`RNNCache` to continue from (a fresh one for None or an empty transformers ``Cache``)."""
         if isinstance(cache, RNNCache):
-            if cache.state is not None and cache.state[0].shape[1] != batch_size:
+            if cache.batch_size() not in (None, batch_size):
                 raise ValueError(
-                    f"`cache` holds a state for batch size {cache.state[0].shape[1]}, but the input has {batch_size} rows"
+                    f"`cache` holds a state for batch size {cache.batch_size()}, but the input has {batch_size} rows"
                 )
             return cache
         if cache is None or (hasattr(cache, "get_seq_length") and cache.get_seq_length() == 0):
@@ -659,10 +598,11 @@ class RNNForCausalLM(
         if reference is None:
             raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`")
         batch_size, seq_len = reference.shape[:2]
-        if attention_mask is not None and attention_mask.dim() == 2 and attention_mask.shape[1] > seq_len:
-            attention_mask = attention_mask[:, -seq_len:]  # (B, T): the columns of the tokens read now
-            if cache is not None and seq_len == 1 and decodes_generated_ids(self.rnn, input_ids):
-                attention_mask = None  # the column generate() appended for its own token: all ones, nothing to read
+        mask_now = columns_read_now(attention_mask, seq_len)  # (B, T): the one reading of a generate() mask
+        if mask_now is not attention_mask and cache is not None and seq_len == 1:
+            if decodes_generated_ids(self.rnn, input_ids):
+                mask_now = None  # the column generate() appended for its own token: all ones, nothing to read
+        attention_mask = mask_now
         state_cache = self._cache_state(cache, batch_size) if (use_cache or cache is not None) else None
         outputs = self.rnn(
             input_ids=input_ids,

@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.utils._pytree as pytree
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin, PreTrainedModel
@@ -29,7 +28,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.utils import can_return_tuple
 
-from .attention import AttentionScore, attend
+from .attention import AttentionScore, attend, get_score_type, make_attention_mask
 from .compat import cache_argument, cache_output, init
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
 from .fast_paths import decodes_generated_ids, drop_all_ones_mask
@@ -39,9 +38,10 @@ from .modeling_utils import (
     GenerationLengthMixin,
     GenerationStepsMixin,
     RecurrentStateGenerationMixin,
+    columns_read_now,
 )
 from .pipeline_tasks import DeclaredPipelinesMixin  # noqa: F401  (the config imports it; 5.0–5.6 copy only these siblings)
-from .recurrent import RecurrentStack, to_torch_rnn_modules_
+from .recurrent import RecurrentCache, RecurrentStack, get_cell_type, to_torch_rnn_modules_
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES  # noqa: F401  (seq2seq_utils.py imports it, as above)
@@ -64,8 +64,10 @@ class RNNSeq2SeqEncoderOutput(ModelOutput):
         last_hidden_state: top-layer states of every source position ``(B, S, num_directions * H)`` (zero at padding).
         final_hidden_state: final ``h`` of every layer and direction ``(B, encoder_layers * num_directions, H)``
             (torch.nn's layer-major order: layer 0 forward, layer 0 backward, layer 1 forward, ...).
-        final_cell_state: the same for the LSTM cell ``c`` (``None`` for rnn/gru).
+        final_cell_state: the same for the second state tensor of the cell (the LSTM's ``c``; ``None`` for rnn/gru).
         hidden_states: embeddings and every layer's outputs when ``output_hidden_states=True``.
+        final_extra_states: the same for the states after the second of a registered cell with more than two,
+            stacked on dim 2: ``(B, encoder_layers * num_directions, num_states - 2, H)`` (``None`` otherwise).
     """
 
     last_hidden_state: torch.Tensor | None = None
@@ -73,86 +75,49 @@ class RNNSeq2SeqEncoderOutput(ModelOutput):
     final_cell_state: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+    final_extra_states: torch.Tensor | None = None
 
 
-class RNNDecoderCache:
-    """The decoder's recurrent state between ``generate()`` steps (the "cache" of an RNN decoder).
+class RNNDecoderCache(RecurrentCache):
+    """The decoder's recurrent state between ``generate()`` steps (:class:`~.recurrent.RecurrentCache`).
 
-    Holds the recurrent state (tuple of ``(decoder_layers, B, H)``), the vector fed to the next step (the previous
-    context ``c_{j-1}`` or, with input feeding, the attentional vector ``h̃_{j-1}``; ``(B, F)``), the encoder keys
-    already transformed by the score function (``(B, S, K)``, computed once per source batch) and the number of
-    target tokens read so far. :meth:`reorder_cache` selects the rows of the surviving beams, like fairseq's
-    ``reorder_incremental_state``.
+    Beside the recurrent state (tuple of ``(decoder_layers, B, H)``) and the number of target tokens read so far, its
+    fields are the vector fed to the next step (``feed``: the previous context ``c_{j-1}`` or, with input feeding,
+    the attentional vector ``h̃_{j-1}``; ``(B, F)``) and the encoder keys already transformed by the score function
+    (``keys``: ``(B, S, K)``, computed once per source batch); both None without attention.
     """
 
-    is_compileable = False
-    is_croppable = False
+    batch_first_fields = ("feed", "keys")
 
     def __init__(
         self, state: State, feed: torch.Tensor | None = None, keys: torch.Tensor | None = None, seen_tokens: int = 0
     ) -> None:
-        self.state = state
-        self.feed = feed
-        self.keys = keys
-        self.seen_tokens = seen_tokens
+        super().__init__(None, state, seen_tokens, feed=feed, keys=keys)
 
-    @property
-    def is_linear(self) -> list[bool]:
-        """One entry per decoder layer: recurrent layers keep a fixed-size state (what ``generate`` checks)."""
-        return [True] * self.state[0].shape[0]
 
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        """Number of target tokens already read into the state."""
-        return self.seen_tokens
-
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        """Keep, in place, the rows ``beam_idx`` (the beams that survive this step of beam search)."""
-        self.state = tuple(s.index_select(1, beam_idx.to(s.device)) for s in self.state)  # (L, B, H)
-        if self.feed is not None:
-            self.feed = self.feed.index_select(0, beam_idx.to(self.feed.device))  # (B, F)
-        if self.keys is not None:
-            self.keys = self.keys.index_select(0, beam_idx.to(self.keys.device))  # (B, S, K)
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        """Repeat every row ``repeats`` times (contrastive search / expanding a started cache)."""
-        self.state = tuple(s.repeat_interleave(repeats, dim=1) for s in self.state)
-        if self.feed is not None:
-            self.feed = self.feed.repeat_interleave(repeats, dim=0)
-        if self.keys is not None:
-            self.keys = self.keys.repeat_interleave(repeats, dim=0)
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep only the rows ``indices``."""
-        self.reorder_cache(indices)
-
-    def __repr__(self) -> str:
-        return (
-            f"RNNDecoderCache(layers={self.state[0].shape[0]}, batch={self.state[0].shape[1]}, seen={self.seen_tokens})"
+def check_source_mask(attention_mask: torch.Tensor | None, source_shape: tuple[int, int]) -> None:
+    """``ValueError`` unless the source ``attention_mask`` is None or has the source's shape ``(B, S)``: checked once
+    per forward, by the encoder when the forward encodes, else by the model (given ``encoder_outputs``)."""
+    if attention_mask is not None and tuple(attention_mask.shape) != tuple(source_shape):
+        raise ValueError(
+            f"`attention_mask` must have the shape of the source (batch, src_len) = {tuple(source_shape)}, got "
+            f"{tuple(attention_mask.shape)}"
         )
 
 
-def _flatten_decoder_cache(cache: RNNDecoderCache) -> tuple[list, tuple]:
-    return [*cache.state, cache.feed, cache.keys], (len(cache.state), cache.seen_tokens)
+def cross_attention_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The decoder's mask over the source, built once per forward by the one mask builder: ``(B, 1, S)``, True = a
+    real source token (one query per decoder step), or None when nothing is masked."""
+    mask = make_attention_mask(attention_mask, query_length=1)  # (B, 1, 1, S) or None
+    return None if mask is None else mask[:, 0]  # (B, 1, S)
 
 
-def _flatten_decoder_cache_with_keys(cache: RNNDecoderCache) -> tuple[list, tuple]:
-    children, context = _flatten_decoder_cache(cache)
-    return [(pytree.SequenceKey(i), child) for i, child in enumerate(children)], context
-
-
-def _unflatten_decoder_cache(children: list, context: tuple) -> RNNDecoderCache:
-    num_states, seen_tokens = context
-    return RNNDecoderCache(tuple(children[:num_states]), children[num_states], children[num_states + 1], seen_tokens)
-
-
-# torch.export / ONNX: the cache in the output is its tensors (state, feed vector, prepared encoder keys)
-pytree.register_pytree_node(
-    RNNDecoderCache,
-    _flatten_decoder_cache,
-    _unflatten_decoder_cache,
-    serialized_type_name=f"{RNNDecoderCache.__module__}.{RNNDecoderCache.__qualname__}",
-    flatten_with_keys_fn=_flatten_decoder_cache_with_keys,
-)
+def split_final_states(state: State) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """A stack's final state (tuple of ``(L*D, B, H)``) → the encoder output's three fields (before batch-first):
+    the first state, the second (or None) and the others stacked on dim 2 ``(L*D, B, N-2, H)`` (or None)."""
+    second = state[1] if len(state) > 1 else None
+    extra = torch.stack(state[2:], dim=2) if len(state) > 2 else None
+    return state[0], second, extra
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -201,11 +166,7 @@ class RNNSeq2SeqEncoder(nn.Module):
         if inputs_embeds is None:
             check_token_ids("input_ids", input_ids, self.config.vocab_size, batched=True)
             inputs_embeds = self.embed_tokens(input_ids)  # (B, S, E)
-        batch_size, src_len = inputs_embeds.shape[:2]
-        if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, src_len):
-            raise ValueError(
-                f"`attention_mask` must have the shape of input_ids {(batch_size, src_len)}, got {tuple(attention_mask.shape)}"
-            )
+        check_source_mask(attention_mask, inputs_embeds.shape[:2])
         x = self.dropout(inputs_embeds)
         if output_hidden_states:
             outputs, state, layer_outputs = self.rnn(x, attention_mask, output_hidden_states=True)
@@ -213,10 +174,15 @@ class RNNSeq2SeqEncoder(nn.Module):
         else:
             outputs, state = self.rnn(x, attention_mask)  # (B, S, D*H), tuple of (L*D, B, H)
             hidden_states = None
-        final_h = state[0].transpose(0, 1)  # (B, L*D, H)
-        final_c = state[1].transpose(0, 1) if len(state) > 1 else None  # (B, L*D, H)
+        final_h, final_c, final_extra = (
+            None if states is None else states.transpose(0, 1) for states in split_final_states(state)
+        )  # (B, L*D, H), (B, L*D, H) or None, (B, L*D, N-2, H) or None
         return RNNSeq2SeqEncoderOutput(
-            last_hidden_state=outputs, final_hidden_state=final_h, final_cell_state=final_c, hidden_states=hidden_states
+            last_hidden_state=outputs,
+            final_hidden_state=final_h,
+            final_cell_state=final_c,
+            hidden_states=hidden_states,
+            final_extra_states=final_extra,
         )
 
 
@@ -226,11 +192,14 @@ class RNNSeq2SeqEncoder(nn.Module):
 
 
 class RNNSeq2SeqBridge(nn.Module):
-    """Encoder final states → the decoder's initial state ``(decoder_layers, B, H)``.
+    """Encoder final states → the decoder's initial state, one ``(decoder_layers, B, H)`` tensor per state of the
+    cell (its ``num_states`` in the cell registry: ``(h,)`` rnn/gru, ``(h, c)`` lstm, any count for a registered
+    cell).
 
-    Unidirectional: the encoder state is used as is (the notes' seq2seq). Bidirectional: each layer's forward and
-    backward final states are concatenated and mapped to ``H`` (``tanh(W [h→; h←])`` for ``h``, linear for ``c``).
-    Decoder layer ``k`` from the top gets encoder layer ``k`` from the top.
+    Unidirectional: the encoder states are used as they are (the notes' seq2seq). Bidirectional: each layer's forward
+    and backward final states are concatenated and mapped to ``H``: ``tanh(W [h→; h←])`` for ``h`` (``hidden_proj``),
+    linear for every other state (``cell_proj`` for the second, ``extra_proj[k]`` for the ones after it). Decoder
+    layer ``k`` from the top gets encoder layer ``k`` from the top.
     """
 
     def __init__(self, config: HfSeqRNNSeq2SeqConfig) -> None:
@@ -238,10 +207,13 @@ class RNNSeq2SeqBridge(nn.Module):
         self.num_directions = 2 if config.bidirectional else 1
         self.encoder_layers = config.encoder_layers
         self.decoder_layers = config.decoder_layers
-        self.is_lstm = config.cell == "lstm"
+        self.num_states = get_cell_type(config.cell).num_states
         if self.num_directions == 2:
-            self.hidden_proj = nn.Linear(2 * config.hidden_size, config.hidden_size)
-            self.cell_proj = nn.Linear(2 * config.hidden_size, config.hidden_size) if self.is_lstm else None
+            width, hidden = 2 * config.hidden_size, config.hidden_size
+            self.hidden_proj = nn.Linear(width, hidden)
+            self.cell_proj = nn.Linear(width, hidden) if self.num_states > 1 else None
+            if self.num_states > 2:
+                self.extra_proj = nn.ModuleList(nn.Linear(width, hidden) for _ in range(self.num_states - 2))
 
     def _layers(self, final: torch.Tensor) -> torch.Tensor:
         """(B, L_enc * D, H) → (L_dec, B, D * H): per decoder layer, its encoder layer's directions concatenated."""
@@ -250,18 +222,43 @@ class RNNSeq2SeqBridge(nn.Module):
         index = [max(0, self.encoder_layers - self.decoder_layers + k) for k in range(self.decoder_layers)]
         return per_layer[:, index].transpose(0, 1).contiguous()  # (L_dec, B, D*H)
 
-    def forward(self, final_hidden: torch.Tensor, final_cell: torch.Tensor | None) -> State:
-        h = self._layers(final_hidden)  # (L_dec, B, D*H)
-        if self.num_directions == 2:
-            h = torch.tanh(self.hidden_proj(h))  # (L_dec, B, H)
-        if not self.is_lstm:
-            return (h,)
-        if final_cell is None:
-            raise ValueError("An LSTM decoder needs the encoder's `final_cell_state` (encoder_outputs lacks it).")
-        c = self._layers(final_cell)
-        if self.num_directions == 2:
-            c = self.cell_proj(c)
-        return (h, c)
+    def _projections(self) -> list[nn.Module | None]:
+        """The map of each state (None: unidirectional, the state as it is)."""
+        if self.num_directions == 1:
+            return [None] * self.num_states
+        extra = list(self.extra_proj) if self.num_states > 2 else []
+        return [self.hidden_proj, self.cell_proj, *extra][: self.num_states]
+
+    def forward(
+        self,
+        final_hidden: torch.Tensor,
+        final_cell: torch.Tensor | None = None,
+        final_extra: torch.Tensor | None = None,
+    ) -> State:
+        """``final_hidden`` / ``final_cell`` ``(B, L_enc * D, H)``, ``final_extra`` ``(B, L_enc * D, N - 2, H)``
+        (the encoder output's ``final_*`` fields) → the decoder's initial state, tuple of ``num_states`` tensors
+        ``(L_dec, B, H)``."""
+        finals = [final_hidden, final_cell]
+        if self.num_states > 2:
+            if final_extra is None or final_extra.dim() != 4 or final_extra.shape[2] != self.num_states - 2:
+                raise ValueError(
+                    f"The decoder's cell keeps {self.num_states} state tensors: `encoder_outputs` needs "
+                    f"`final_extra_states` of shape (batch, layers, {self.num_states - 2}, hidden)"
+                )
+            finals.extend(final_extra.unbind(2))
+        state = []
+        for k, (final, projection) in enumerate(zip(finals[: self.num_states], self._projections())):
+            if final is None:
+                raise ValueError(
+                    f"The decoder's cell keeps {self.num_states} state tensors: `encoder_outputs` needs "
+                    "`final_cell_state` (the encoder's second final state)"
+                )
+            layers = self._layers(final)  # (L_dec, B, D*H)
+            if projection is not None:
+                layers = projection(layers)  # (L_dec, B, H)
+                layers = torch.tanh(layers) if k == 0 else layers
+            state.append(layers)
+        return tuple(state)
 
 
 def _recomputed_by_enclosing_step(function, *args):
@@ -301,7 +298,7 @@ class RNNSeq2SeqDecoder(nn.Module):
         if self.use_attention:
             key_size = encoder_size
             self.key_proj = None
-            if config.attention in ("dot", "scaled_dot", "cosine") and encoder_size != hidden:
+            if get_score_type(config.attention).same_size and encoder_size != hidden:
                 self.key_proj = nn.Linear(encoder_size, hidden, bias=False)  # W_K: bidirectional states → query space
                 key_size = hidden
             self.score = AttentionScore(config.attention, hidden, key_size, config.attention_hidden_size or hidden)
@@ -368,9 +365,7 @@ class RNNSeq2SeqDecoder(nn.Module):
 
         if keys is None:
             keys = self.prepare_keys(encoder_states)  # (B, S, K)
-        mask = None
-        if encoder_mask is not None:
-            mask = encoder_mask.bool()[:, None, :]  # (B, 1, S): True = real source token
+        mask = cross_attention_mask(encoder_mask)  # (B, 1, S): True = real source token
         if feed is None:
             feed = self.initial_feed(state, keys, encoder_states, mask)
         checkpointed = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
@@ -536,8 +531,8 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
             )
         if decoder_attention_mask is not None:
             target_len = decoder_inputs_embeds.shape[1]
-            if continues and decoder_attention_mask.dim() == 2 and decoder_attention_mask.shape[1] > target_len:
-                decoder_attention_mask = decoder_attention_mask[:, -target_len:]  # the columns of the new tokens
+            if continues:  # generate() passes the mask of the whole decoder sequence: the new tokens' columns
+                decoder_attention_mask = columns_read_now(decoder_attention_mask, target_len)
             if tuple(decoder_attention_mask.shape) != tuple(decoder_inputs_embeds.shape[:2]):
                 raise ValueError(
                     f"`decoder_attention_mask` must have shape {tuple(decoder_inputs_embeds.shape[:2])}, "
@@ -550,16 +545,18 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         """``(state, feed, keys, seen)`` the decoder starts from: the cache's, or the bridged encoder final states
         with no input feed, no keys (the decoder prepares them) and no tokens seen."""
         if cache is not None:
-            if cache.state[0].shape[1] != batch_size:
+            if cache.batch_size() != batch_size:
                 raise ValueError(
-                    f"`cache` holds a decoder state for batch size {cache.state[0].shape[1]}, but the input has "
+                    f"`cache` holds a decoder state for batch size {cache.batch_size()}, but the input has "
                     f"{batch_size} rows (to continue with num_beams=k from a cache of other rows, expand it first: "
                     "cache.batch_repeat_interleave(k))"
                 )
             state, feed, keys = cache.state, cache.feed, cache.keys
             seen = cache.seen_tokens
         else:
-            state = self.bridge(encoder_outputs.final_hidden_state, encoder_outputs.final_cell_state)  # (L, B, H)...
+            state = self.bridge(  # tuple of (L, B, H)
+                encoder_outputs.final_hidden_state, encoder_outputs.final_cell_state, encoder_outputs.final_extra_states
+            )
             feed, keys, seen = None, None, 0
         return state, feed, keys, seen
 
@@ -604,13 +601,11 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
                 output_hidden_states=output_hidden_states,
                 return_dict=True,
             )
-        encoder_outputs = self._coerce_encoder_outputs(encoder_outputs)
+        else:  # encoded before (generate() encodes once): the source mask is checked here, else by the encoder
+            encoder_outputs = self._coerce_encoder_outputs(encoder_outputs)
+            check_source_mask(attention_mask, encoder_outputs.last_hidden_state.shape[:2])
         encoder_states = encoder_outputs.last_hidden_state  # (B, S, D)
-        batch_size, src_len = encoder_states.shape[:2]
-        if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, src_len):
-            raise ValueError(
-                f"`attention_mask` must have shape (batch, src_len) = {(batch_size, src_len)}, got {tuple(attention_mask.shape)}"
-            )
+        batch_size = encoder_states.shape[0]
 
         decoder_inputs_embeds, decoder_attention_mask = self._decoder_inputs(
             decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, batch_size, continues=cache is not None

@@ -271,6 +271,17 @@ def refuse_assisted_generation(model: Any, args: tuple, kwargs: dict) -> None:
         )
 
 
+def columns_read_now(mask: Any, num_tokens: int) -> Any:
+    """The one reading of the padding mask that a recurrent model gets with the ``num_tokens`` tokens it reads now
+    (``T``): a mask ``(B, T)`` is theirs; a wider one ``(B, past + T)`` is the mask of the whole sequence, as
+    ``generate()`` passes it at every step (and as :class:`RecurrentStateGenerationMixin` leaves it when it cuts a
+    prompt to what the state has not read), whose first ``past`` columns the state has read: its last ``T`` columns
+    are returned. Anything else is returned as it is, for the model's shape check."""
+    if mask is not None and mask.dim() == 2 and mask.shape[1] > num_tokens:
+        return mask[:, -num_tokens:]  # (B, T): the columns of the tokens read now
+    return mask
+
+
 class RecurrentStateGenerationMixin:
     """For generative heads whose cache is a recurrent state (``cache.is_linear`` all True, ``get_seq_length()`` = the
     tokens read so far): ``generate(..., cache=<a cache returned by an earlier call>)`` reads only the tokens the

@@ -49,6 +49,10 @@ provides ``build_layer`` (its parameter holder) and either a ``step`` function o
 always runs on the cell path. The self-attention LSTM (``"self_attention_lstm"``, LSTMN) is such a
 cell: its scan attends over all previous states through the shared attention core.
 
+Generation: :class:`RecurrentCache` is the one cache protocol of a recurrent state in ``generate()`` (beam
+reordering, row selection and repetition, export flattening); the language model's ``RNNCache`` and the seq2seq
+decoder's ``RNNDecoderCache`` are it with their own constructors and fields.
+
 State layout (like ``torch.nn``): a tuple of tensors shaped ``(num_layers * num_directions, B, H)``, ordered layer 0
 forward, layer 0 backward, layer 1 forward, ... — ``(h,)`` for rnn/gru, ``(h, c)`` for lstm, ``(h, c, h̃, tape_h,
 tape_c, tape_mask)`` for self_attention_lstm (the tape of previous states, (L*D, B, S, H)). ``state[0]`` is always
@@ -59,6 +63,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
@@ -359,13 +364,15 @@ class RecurrentStack(nn.Module):
             return
         if not isinstance(state, (tuple, list)):
             state = (state,)
-        if self.cell_type.scan is None and len(state) != self.cell_type.num_states:
+        if self.cell_type.has_fixed_size_state and len(state) != self.cell_type.num_states:
             raise ValueError(
                 f"`state` for cell {self.cell!r} must be a tuple of {self.cell_type.num_states} tensors, got {len(state)}"
             )
         expected = (self.num_layers * self.num_directions, batch_size, self.hidden_size)
         for tensor in state:
-            if tensor.shape[:2] != expected[:2] or (self.cell_type.scan is None and tuple(tensor.shape) != expected):
+            if tensor.shape[:2] != expected[:2] or (
+                self.cell_type.has_fixed_size_state and tuple(tensor.shape) != expected
+            ):
                 raise ValueError(
                     f"`state` tensors must have shape (num_layers * num_directions, batch, hidden) = {expected}, "
                     f"got {tuple(tensor.shape)}"
@@ -392,6 +399,136 @@ class RecurrentStack(nn.Module):
             keep = empty.view(1, -1, *([1] * (tensor.dim() - 2)))  # (1, B, 1...)
             restored.append(torch.where(keep, initial, tensor))
         return tuple(restored)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The recurrent state as generate()'s cache (the language model's and the seq2seq decoder's)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class RecurrentCache:
+    """A recurrent state as ``generate()``'s cache: passed as ``cache=``, returned as ``output.cache``.
+
+    It holds the stack's ``state`` (tuple of tensors with the batch on dim 1, ``(num_layers * D, B, ...)``: ``(h,)``,
+    ``(h, c)``, or a registered cell's tuple), the number of tokens read into it (``seen_tokens``) and, as data,
+    any batch-first tensors a model keeps beside the state (:attr:`batch_first_fields`: the seq2seq decoder's
+    input-feeding vector and its prepared encoder keys). Beam search calls :meth:`reorder_cache`, so each beam
+    continues from the state of the beam it was chosen from (fairseq's ``reorder_incremental_state``); contrastive
+    search and a cache expanded for more beams call :meth:`batch_repeat_interleave` / :meth:`batch_select_indices`.
+    Every tensor of the cache is the state or one of those fields; no other method touches a tensor.
+
+    The language model's :class:`~.modeling_rnn.RNNCache` and the seq2seq decoder's
+    :class:`~.modeling_rnn_seq2seq.RNNDecoderCache` are this class with their own constructor and fields. Each
+    subclass is registered with ``torch.utils._pytree`` (its tensors are the state, then the fields), so that
+    ``torch.export`` / ONNX export return it as its tensors.
+    """
+
+    is_compileable = False  # generate() never tries to compile around it
+    is_croppable = False  # a running state cannot be rolled back to a shorter prefix
+    # names of the batch-first (B, ...) tensors kept beside the state (None when absent); data, set by subclasses
+    batch_first_fields: tuple[str, ...] = ()
+
+    def __init__(self, num_layers: int | None, state: State | None = None, seen_tokens: int = 0, **fields) -> None:
+        unknown = sorted(set(fields) - set(self.batch_first_fields))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} got unexpected fields {unknown}; it keeps {self.batch_first_fields}"
+            )
+        self.num_layers = num_layers if num_layers is not None else state[0].shape[0]
+        self.state = None if state is None else tuple(state)
+        self.seen_tokens = seen_tokens
+        for name in self.batch_first_fields:
+            setattr(self, name, fields.get(name))
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        _register_cache_pytree(cls)
+
+    def __len__(self) -> int:
+        return self.num_layers
+
+    def __repr__(self) -> str:
+        shapes = None if self.state is None else [tuple(s.shape) for s in self.state]
+        return f"{type(self).__name__}(seen_tokens={self.seen_tokens}, state={shapes})"
+
+    @property
+    def is_linear(self) -> list[bool]:
+        """Every layer is recurrent ("linear attention" in transformers' terms): no per-token keys to slice. One entry
+        per layer (what ``generate`` checks)."""
+        return [True] * self.num_layers
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Tokens read into the state so far."""
+        return self.seen_tokens
+
+    def batch_size(self) -> int | None:
+        """Rows of the state (None before the first forward)."""
+        return None if self.state is None else self.state[0].shape[1]
+
+    def update(self, state: State, num_new_tokens: int, **fields) -> None:
+        """Store the state after ``num_new_tokens`` more tokens (and the new values of ``fields``)."""
+        self.state = tuple(state)
+        self.seen_tokens += num_new_tokens
+        for name, value in fields.items():
+            if name not in self.batch_first_fields:
+                raise TypeError(f"{type(self).__name__} keeps no field {name!r} (it keeps {self.batch_first_fields})")
+            setattr(self, name, value)
+
+    def _map_rows(self, on_state, on_field) -> None:
+        """Apply a row operation to every tensor: ``on_state(t)`` on the state (batch on dim 1), ``on_field(t)`` on
+        the batch-first fields (batch on dim 0)."""
+        if self.state is not None:
+            self.state = tuple(on_state(s) for s in self.state)
+        for name in self.batch_first_fields:
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, on_field(value))
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Beam search, in place: row ``i`` continues from the state of row ``beam_idx[i]``."""
+        self._map_rows(
+            lambda s: s.index_select(1, beam_idx.to(s.device)),  # (L, B, ...)
+            lambda f: f.index_select(0, beam_idx.to(f.device)),  # (B, ...)
+        )
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep only the rows ``indices``."""
+        self.reorder_cache(indices)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        """Repeat every row ``repeats`` times (rows i*repeats ... (i+1)*repeats-1 copy row i)."""
+        self._map_rows(lambda s: s.repeat_interleave(repeats, dim=1), lambda f: f.repeat_interleave(repeats, dim=0))
+
+
+def _flatten_cache(cache: RecurrentCache) -> tuple[list, tuple]:
+    state = [] if cache.state is None else list(cache.state)
+    fields = [getattr(cache, name) for name in cache.batch_first_fields]
+    return [*state, *fields], (cache.num_layers, cache.seen_tokens, None if cache.state is None else len(state))
+
+
+def _flatten_cache_with_keys(cache: RecurrentCache) -> tuple[list, tuple]:
+    children, context = _flatten_cache(cache)
+    return [(pytree.SequenceKey(i), child) for i, child in enumerate(children)], context
+
+
+def _register_cache_pytree(cls: type[RecurrentCache]) -> None:
+    """torch.export / ONNX: a cache in a model's output is its tensors (the state, then the fields)."""
+
+    def unflatten(children: list, context: tuple) -> RecurrentCache:
+        num_layers, seen_tokens, num_states = context
+        cache = cls.__new__(cls)
+        state = None if num_states is None else tuple(children[:num_states])
+        fields = dict(zip(cls.batch_first_fields, children[num_states or 0 :]))
+        RecurrentCache.__init__(cache, num_layers, state, seen_tokens, **fields)
+        return cache
+
+    pytree.register_pytree_node(
+        cls,
+        _flatten_cache,
+        unflatten,
+        serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
+        flatten_with_keys_fn=_flatten_cache_with_keys,
+    )
 
 
 def to_torch_rnn_modules_(module: nn.Module) -> nn.Module:
@@ -452,6 +589,7 @@ __all__ = [
     "CellType",
     "GateProjection",
     "PaddingPlan",
+    "RecurrentCache",
     "RecurrentLayer",
     "RecurrentStack",
     "ScanFn",

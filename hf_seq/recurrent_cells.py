@@ -38,43 +38,60 @@ KERNEL_MODES = ("RNN_TANH", "LSTM", "GRU")
 
 
 def rnn_step(gates_x: torch.Tensor, state: State, weight_hh: torch.Tensor, bias_hh: torch.Tensor | None) -> State:
-    """SimpleRNN step: ``h_t = tanh(A·[h_{t-1}; x_t] + b)``."""
+    """SimpleRNN step: the previous state and the input, concatenated, times one parameter matrix, squashed::
+
+        h_t = tanh(A·[h_{t-1}; x_t] + b)          A: (H, H + I), i.e. H·(H + I) weights (+ biases)
+
+    ``tanh`` keeps every entry of ``h_t`` in (-1, 1): without it ``h_t`` would be ``A^t h_0`` for zero inputs, and the
+    powers of ``A`` vanish or explode with its eigenvalues.
+    """
     (h,) = state  # (B, H)
-    return (torch.tanh(gates_x + F.linear(h, weight_hh, bias_hh)),)
+    return (torch.tanh(gates_x + F.linear(h, weight_hh, bias_hh)),)  # gates_x = W_ih·x_t + b_ih, (B, H)
 
 
 def lstm_step(gates_x: torch.Tensor, state: State, weight_hh: torch.Tensor, bias_hh: torch.Tensor | None) -> State:
-    """LSTM step with the notes' four gates and the cell "conveyor belt" ``c``.
+    """LSTM step: four gates, each its own parameter matrix over ``[h_{t-1}; x_t]``, and the cell state ``c`` (the
+    "conveyor belt") that carries the past to the next step almost unchanged::
 
-    Gate rows are in PyTorch's order (input, forget, new value, output)::
+        a_t = W·[h_{t-1}; x_t] + b = (a_i, a_f, a_g, a_o)     one product, split in four (B, H) blocks
+        f_t = σ(a_f)                 forget gate: how much of each entry of c_{t-1} to keep, in (0, 1)
+        i_t = σ(a_i)                 input gate: how much of the new value to add, in (0, 1)
+        c̃_t = tanh(a_g)              new value, in (-1, 1)
+        o_t = σ(a_o)                 output gate
+        c_t = f_t ⊙ c_{t-1} + i_t ⊙ c̃_t      the belt: forget selectively, then add
+        h_t = o_t ⊙ tanh(c_t)                 the new state, also the step's output
 
-        f_t = σ(W_f·[h_{t-1}; x_t] + b_f)          forget gate
-        i_t = σ(W_i·[h_{t-1}; x_t] + b_i)          input gate
-        c̃_t = tanh(W_c·[h_{t-1}; x_t] + b_c)       new value
-        o_t = σ(W_o·[h_{t-1}; x_t] + b_o)          output gate
-        c_t = f_t ⊙ c_{t-1} + i_t ⊙ c̃_t            conveyor belt
-        h_t = o_t ⊙ tanh(c_t)
+    ``W`` is the four matrices ``W_i, W_f, W_c, W_o`` stacked (PyTorch's row order input, forget, new value, output):
+    ``4·H·(H + I)`` weights. ``⊙`` is the elementwise product.
     """
     h, c = state  # (B, H), (B, H)
-    gates = gates_x + F.linear(h, weight_hh, bias_hh)  # (B, 4H)
-    i, f, g, o = gates.chunk(4, dim=-1)  # each (B, H)
-    input_gate, forget_gate = torch.sigmoid(i), torch.sigmoid(f)
-    new_value, output_gate = torch.tanh(g), torch.sigmoid(o)
-    c = forget_gate * c + input_gate * new_value
-    h = output_gate * torch.tanh(c)
+    gates = gates_x + F.linear(h, weight_hh, bias_hh)  # a_t: (B, 4H)
+    a_i, a_f, a_g, a_o = gates.chunk(4, dim=-1)  # each (B, H)
+    input_gate, forget_gate = torch.sigmoid(a_i), torch.sigmoid(a_f)  # i_t, f_t
+    new_value, output_gate = torch.tanh(a_g), torch.sigmoid(a_o)  # c̃_t, o_t
+    c = forget_gate * c + input_gate * new_value  # c_t = f_t ⊙ c_{t-1} + i_t ⊙ c̃_t
+    h = output_gate * torch.tanh(c)  # h_t = o_t ⊙ tanh(c_t)
     return (h, c)
 
 
 def gru_step(gates_x: torch.Tensor, state: State, weight_hh: torch.Tensor, bias_hh: torch.Tensor | None) -> State:
-    """GRU step (PyTorch's formulation: reset gate r, update gate z, candidate n; ``h_t = (1-z)⊙n + z⊙h_{t-1}``)."""
+    """GRU step (PyTorch's formulation): two gates and a candidate, no separate cell state::
+
+        r_t = σ(W_ir·x_t + b_ir + W_hr·h_{t-1} + b_hr)           reset gate
+        z_t = σ(W_iz·x_t + b_iz + W_hz·h_{t-1} + b_hz)           update gate
+        n_t = tanh(W_in·x_t + b_in + r_t ⊙ (W_hn·h_{t-1} + b_hn))  candidate: the reset gate scales the past
+        h_t = (1 - z_t) ⊙ n_t + z_t ⊙ h_{t-1}                    keep z_t of the old state, take the rest new
+
+    ``3·H·(H + I)`` weights (row order reset, update, candidate).
+    """
     (h,) = state  # (B, H)
-    gates_h = F.linear(h, weight_hh, bias_hh)  # (B, 3H)
-    x_r, x_z, x_n = gates_x.chunk(3, dim=-1)
+    gates_h = F.linear(h, weight_hh, bias_hh)  # (B, 3H): W_h·h_{t-1} + b_h
+    x_r, x_z, x_n = gates_x.chunk(3, dim=-1)  # W_i·x_t + b_i, each (B, H)
     h_r, h_z, h_n = gates_h.chunk(3, dim=-1)
-    reset = torch.sigmoid(x_r + h_r)
-    update = torch.sigmoid(x_z + h_z)
-    candidate = torch.tanh(x_n + reset * h_n)
-    return ((1.0 - update) * candidate + update * h,)
+    reset = torch.sigmoid(x_r + h_r)  # r_t
+    update = torch.sigmoid(x_z + h_z)  # z_t
+    candidate = torch.tanh(x_n + reset * h_n)  # n_t
+    return ((1.0 - update) * candidate + update * h,)  # h_t
 
 
 StepFn = Callable[[torch.Tensor, State, torch.Tensor, "torch.Tensor | None"], State]
@@ -110,6 +127,12 @@ class CellType:
     mode: str | None = None
     build_layer: Callable[[int, int, bool], nn.Module] | None = None
     scan: ScanFn | None = None
+
+    @property
+    def has_fixed_size_state(self) -> bool:
+        """True when the state is ``num_states`` tensors of ``(num_layers * num_directions, B, H)`` (a ``step``
+        cell); a cell with its own ``scan`` may keep more (the self-attention LSTM's tape grows with every token)."""
+        return self.scan is None
 
     @property
     def has_kernel(self) -> bool:
