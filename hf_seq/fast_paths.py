@@ -10,9 +10,6 @@ and never branch on the device or the tracing state themselves.
 ======================================  ===========================================  ===========  ====================
 fast path (function)                    what it saves on CPU                         runs         where used
 ======================================  ===========================================  ===========  ====================
-value checks (:func:`reads_values`)     clear ``ValueError``\\s for ids / labels out  eager CPU    validation, losses,
-                                        of range, a mask with holes, an empty row                 seq2seq_utils,
-                                        (static path: shape and dtype checks only)                modeling_bert
 no mask when nothing is padded          attention / pooling / recurrence without a   eager CPU    modeling_bert,
 (:func:`drop_all_ones_mask`)            mask (static path: the mask is kept)                      modeling_transformer,
                                                                                                   modeling_rnn,
@@ -40,10 +37,13 @@ Steps`, :func:`decodes_generated_ids`,  again, the source mask's checks are made
 ======================================  ===========================================  ===========  ====================
 
 One switch turns every eager-CPU fast path off: inside ``with hf_seq.fast_paths.disabled():`` (or with the
-environment variable ``HF_SEQ_FAST_PATHS=0`` set when hf_seq is imported) eager CPU code runs exactly the code that an
+environment variable ``HF_SEQ_FAST_PATHS=0`` set when hf_seq is imported) eager CPU code runs the code that an
 accelerator runs eagerly, which is the static path of compiled and exported code except for the in-place KV cache
-(no host read, so it stays on), while its values stay readable. That is how the tests check each fast path against
-the static path and prove the accelerator path free of host reads.
+(no host read, so it stays on), with the same values. That is how the tests check each fast path against the static
+path. The switch is for speed only: the value checks (ids and labels in range, a mask with holes or with an empty
+row; :mod:`.validation`) have their own switch, ``hf_seq.validation.value_checks_disabled()`` /
+``HF_SEQ_VALUE_CHECKS=0``, so a run with the fast paths off still gets their errors; with both off, eager CPU code
+reads no tensor value on the host, as on an accelerator (how the tests prove that path free of host reads).
 
 Config and modelling files import this module relatively (``from .fast_paths import ...``), so ``save_pretrained``
 copies it next to the weights for ``trust_remote_code``.
@@ -69,6 +69,13 @@ def is_tracing() -> bool:
     return torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 
+def host_reads_free(tensor: torch.Tensor) -> bool:
+    """True where reading ``tensor``'s values on the host costs no synchronisation and breaks no graph: a CPU
+    tensor, eager (not traced). The rule under both switches: the fast paths (:func:`reads_values`) and the value
+    checks (``validation.checks_values``)."""
+    return tensor.device.type == "cpu" and not is_tracing()
+
+
 def enabled() -> bool:
     """Whether the fast paths are switched on (see :func:`disabled`); they still run only where their rule allows."""
     return _ENABLED[0]
@@ -77,7 +84,8 @@ def enabled() -> bool:
 @contextmanager
 def disabled() -> Iterator[None]:
     """Within the block every fast path is off: eager CPU tensors take the static path of compiled, exported and
-    accelerator code (value checks skipped, masks kept, no packing, ``nn.Dropout``, ``torch.cat`` KV cache)."""
+    accelerator code (masks kept, no packing, ``nn.Dropout``, every row through the feed-forward, the unfused LM-head
+    loss). The value checks still run (their own switch: ``validation.value_checks_disabled()``)."""
     previous = _ENABLED[0]
     _ENABLED[0] = False
     try:
@@ -87,9 +95,9 @@ def disabled() -> Iterator[None]:
 
 
 def reads_values(tensor: torch.Tensor) -> bool:
-    """True where reading ``tensor``'s values on the host is free: a CPU tensor, eager (not traced), fast paths on.
-    Value checks and every data-dependent CPU fast path run only then."""
-    return _ENABLED[0] and tensor.device.type == "cpu" and not is_tracing()
+    """True where the fast paths are on and reading ``tensor``'s values on the host is free
+    (:func:`host_reads_free`): every data-dependent CPU fast path runs only then."""
+    return _ENABLED[0] and host_reads_free(tensor)
 
 
 def drop_all_ones_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -242,6 +250,7 @@ __all__ = [
     "enabled",
     "every_row_sees_a_key",
     "fuses_lm_loss",
+    "host_reads_free",
     "is_tracing",
     "packs_padding",
     "padding_free_rows",
