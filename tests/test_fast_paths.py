@@ -319,6 +319,45 @@ def test_padding_free_feed_forward_rows_on_the_fast_path_only():
     assert_same_outputs(fast, static)
 
 
+def test_the_fast_paths_code_is_in_fast_paths_and_the_models_call_it_by_name():
+    """The models read as plain math: the CPU tricks (the in-place KV cache, the int32 dropout mask, the feed-forward
+    on the real rows) are functions and classes of ``fast_paths``, which the model files name where they use them."""
+    assert hf_seq.modeling_transformer.AppendBufferLayer is fast_paths.AppendBufferLayer
+    assert fast_paths.AppendBufferLayer.__module__ == "hf_seq.fast_paths"
+    assert hf_seq.blocks.int32_dropout is fast_paths.int32_dropout
+    assert hf_seq.blocks.on_token_rows is fast_paths.on_token_rows
+    dropout = hf_seq.blocks.Dropout(0.5).train()
+    with mock.patch.object(hf_seq.blocks, "int32_dropout", wraps=fast_paths.int32_dropout) as spy:
+        dropout(torch.ones(3, 5))
+        assert spy.call_count == 1
+        with fast_paths.disabled():
+            dropout(torch.ones(3, 5))
+        dropout.eval()(torch.ones(3, 5))
+        assert spy.call_count == 1
+
+
+def test_on_token_rows_runs_the_sublayer_on_the_real_rows_and_passes_the_padding_through():
+    torch.manual_seed(0)
+    x, linear, sizes = torch.randn(2, 3, 4), torch.nn.Linear(4, 4), []
+
+    def sublayer(h: torch.Tensor) -> torch.Tensor:
+        sizes.append(h.shape[0])
+        return linear(h)
+
+    out = fast_paths.on_token_rows(sublayer, x, fast_paths.padding_free_rows(PADDED))
+    assert sizes == [5] and out.shape == x.shape
+    assert torch.equal(out[0, 2], x[0, 2])  # the padding row, unchanged
+    real = PADDED.bool()
+    assert_same_outputs(out[real], linear(x)[real])
+
+
+def test_int32_dropout_keeps_the_shape_of_an_odd_sized_tensor_and_scales_what_it_keeps():
+    x = torch.ones(7, 3, dtype=torch.bfloat16)
+    out = fast_paths.int32_dropout(x, 0.5)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    assert set(out.unique().tolist()) <= {0.0, 2.0}
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Traced code takes the static path
 # ---------------------------------------------------------------------------------------------------------------
