@@ -25,7 +25,7 @@ from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from .attention import MultiHeadAttention
-from .fast_paths import cheap_dropout
+from .fast_paths import cheap_dropout, int32_dropout, on_token_rows
 
 NORM_POSITIONS = ("post", "pre")
 
@@ -44,26 +44,14 @@ def sinusoidal_position_table(num_positions: int, dim: int) -> torch.Tensor:
 
 
 class Dropout(nn.Dropout):
-    """``nn.Dropout`` (same ``p``, same scaling by ``1 / (1 - p)``) with a cheaper random mask on CPU.
-
-    ``torch``'s CPU dropout draws one random number per element (``bernoulli_``), which costs more than the matmuls of
-    a small model's layer. Here one 31-bit random integer gives two independent keep decisions (its low 16 bits and its
-    high 15 bits, compared with ``p`` scaled to 2^16 and 2^15, so ``p`` is honoured to within 2^-15). Other devices,
-    compiled or exported code (whose own dropout kernels are fused), ``inplace=True`` and ``p`` outside (0, 1) use
-    ``nn.Dropout`` itself.
-    """
+    """``nn.Dropout``; eager on CPU its mask comes from the fast path :func:`~.fast_paths.int32_dropout` (same ``p``,
+    same scaling, a cheaper random mask). Other devices, compiled or exported code (whose own dropout kernels are
+    fused), ``inplace=True`` and ``p`` outside (0, 1) use ``nn.Dropout`` itself."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        if not cheap_dropout(x) or self.inplace or not 0.0 < self.p < 1.0:
-            return super().forward(x)
-        n = x.numel()
-        bits = torch.empty((n + 1) // 2, dtype=torch.int32).random_()  # uniform in [0, 2^31)
-        keep = torch.cat(
-            [bits.bitwise_and(0xFFFF) >= round(self.p * 65536), bits.bitwise_right_shift(16) >= round(self.p * 32768)]
-        )[:n]
-        return x * keep.view_as(x).to(x.dtype).mul_(1.0 / (1.0 - self.p))
+        if self.training and 0.0 < self.p < 1.0 and not self.inplace and cheap_dropout(x):
+            return int32_dropout(x, self.p)  # the fast path (fast_paths.py)
+        return super().forward(x)
 
 
 class FeedForward(nn.Module):
@@ -120,12 +108,13 @@ def feed_forward_sublayer(
     * ``token_mask`` (``(B, T)`` bool, True = real token; compiled, exported, accelerators): every row goes through
       the network and the padding rows are put back with one ``where`` (static shapes, no host read).
     """
+
+    def sublayer(h: torch.Tensor) -> torch.Tensor:
+        return residual.add(h, ffn(residual.normed_input(h)))
+
     if token_rows is not None:
-        flat = x.reshape(-1, x.shape[-1])  # (B*T, d)
-        rows = flat.index_select(0, token_rows)  # (N_tok, d)
-        rows = residual.add(rows, ffn(residual.normed_input(rows)))
-        return flat.index_copy(0, token_rows, rows).view_as(x)  # (B, T, d)
-    out = residual.add(x, ffn(residual.normed_input(x)))  # (B, T, d)
+        return on_token_rows(sublayer, x, token_rows)  # the fast path (fast_paths.py): real tokens' rows only
+    out = sublayer(x)  # (B, T, d)
     return out if token_mask is None else torch.where(token_mask.unsqueeze(-1), out, x)
 
 

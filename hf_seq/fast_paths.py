@@ -8,11 +8,8 @@ the code takes one static-shape path without host reads, with the same values. T
 and never branch on the device or the tracing state themselves.
 
 ======================================  ===========================================  ===========  ====================
-fast path (function)                    what it saves on CPU                         runs         where used
+fast path (predicate; code)             what it saves on CPU                         runs         where used
 ======================================  ===========================================  ===========  ====================
-value checks (:func:`reads_values`)     clear ``ValueError``\\s for ids / labels out  eager CPU    validation, losses,
-                                        of range, a mask with holes, an empty row                 seq2seq_utils,
-                                        (static path: shape and dtype checks only)                modeling_bert
 no mask when nothing is padded          attention / pooling / recurrence without a   eager CPU    modeling_bert,
 (:func:`drop_all_ones_mask`)            mask (static path: the mask is kept)                      modeling_transformer,
                                                                                                   modeling_rnn,
@@ -22,7 +19,8 @@ skip the repair of rows without a       two elementwise passes of ``sdpa_attend`
 visible key (:func:`every_row_sees_a_   (static path: ``mask | ~has_key``, then
 key`)                                   those rows zeroed)
 padding-free feed-forward               the encoder FFN of padded rows (static path: eager CPU    modeling_transformer,
-(:func:`padding_free_rows`)             every row, padding put back with ``where``)               blocks
+(:func:`padding_free_rows`;             every row, padding put back with ``where``)               blocks
+:func:`on_token_rows`)
 packed / aligned recurrence             no recurrent work on padding, or oneDNN's    eager CPU    recurrent_kernels
 (:func:`packs_padding`)                 faster unpacked LSTM by fill (static path:
                                         rows aligned, carry column, no host read)
@@ -30,9 +28,11 @@ fused LM-head loss                      backward over the labelled rows only    
 (:func:`fuses_lm_loss`)                 (static path: ``F.linear`` + one masked
                                         cross-entropy)
 cheaper CPU dropout mask                two keep decisions per random int32          eager CPU    blocks
-(:func:`cheap_dropout`)                 (static path: ``nn.Dropout``)
+(:func:`cheap_dropout`;                 (static path: ``nn.Dropout``)
+:func:`int32_dropout`)
 self-attention KV cache appended in     a ``torch.cat`` copy of the cache per        eager, any   modeling_transformer
-place (:func:`appends_in_place`)        decoding step (static path: ``torch.cat``)   device
+place (:func:`appends_in_place`;        decoding step (static path: ``torch.cat``)   device
+:class:`AppendBufferLayer`)
 what a ``generate()`` call knows        the host reads of a decoding step: the ids   eager CPU    modeling_transformer,
 across its steps (:class:`Generation    ``generate()`` chose itself are not checked               modeling_rnn,
 Steps`, :func:`decodes_generated_ids`,  again, the source mask's checks are made                  modeling_rnn_seq2seq,
@@ -40,13 +40,18 @@ Steps`, :func:`decodes_generated_ids`,  again, the source mask's checks are made
 ======================================  ===========================================  ===========  ====================
 
 One switch turns every eager-CPU fast path off: inside ``with hf_seq.fast_paths.disabled():`` (or with the
-environment variable ``HF_SEQ_FAST_PATHS=0`` set when hf_seq is imported) eager CPU code runs exactly the code that an
+environment variable ``HF_SEQ_FAST_PATHS=0`` set when hf_seq is imported) eager CPU code runs the code that an
 accelerator runs eagerly, which is the static path of compiled and exported code except for the in-place KV cache
-(no host read, so it stays on), while its values stay readable. That is how the tests check each fast path against
-the static path and prove the accelerator path free of host reads.
+(no host read, so it stays on), with the same values. That is how the tests check each fast path against the static
+path. The switch is for speed only: the value checks (ids and labels in range, a mask with holes or with an empty
+row; :mod:`.validation`) have their own switch, ``hf_seq.validation.value_checks_disabled()`` /
+``HF_SEQ_VALUE_CHECKS=0``, so a run with the fast paths off still gets their errors; with both off, eager CPU code
+reads no tensor value on the host, as on an accelerator (how the tests prove that path free of host reads).
 
-Config and modelling files import this module relatively (``from .fast_paths import ...``), so ``save_pretrained``
-copies it next to the weights for ``trust_remote_code``.
+The code of each fast path lives here too (:func:`int32_dropout`, :func:`on_token_rows`, :class:`AppendBufferLayer`),
+so the model files read top-down as the plain math of the static path, each fast path named on the one line that
+switches it on. Config and modelling files import this module relatively (``from .fast_paths import ...``), so
+``save_pretrained`` copies it next to the weights for ``trust_remote_code``.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 # [enabled]: a list so that the switch is one mutable cell read at each call
 _ENABLED = [os.environ.get("HF_SEQ_FAST_PATHS", "1").strip().lower() not in ("0", "false", "off", "no")]
@@ -69,6 +75,13 @@ def is_tracing() -> bool:
     return torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 
+def host_reads_free(tensor: torch.Tensor) -> bool:
+    """True where reading ``tensor``'s values on the host costs no synchronisation and breaks no graph: a CPU
+    tensor, eager (not traced). The rule under both switches: the fast paths (:func:`reads_values`) and the value
+    checks (``validation.checks_values``)."""
+    return tensor.device.type == "cpu" and not is_tracing()
+
+
 def enabled() -> bool:
     """Whether the fast paths are switched on (see :func:`disabled`); they still run only where their rule allows."""
     return _ENABLED[0]
@@ -77,7 +90,8 @@ def enabled() -> bool:
 @contextmanager
 def disabled() -> Iterator[None]:
     """Within the block every fast path is off: eager CPU tensors take the static path of compiled, exported and
-    accelerator code (value checks skipped, masks kept, no packing, ``nn.Dropout``, ``torch.cat`` KV cache)."""
+    accelerator code (masks kept, no packing, ``nn.Dropout``, every row through the feed-forward, the unfused LM-head
+    loss). The value checks still run (their own switch: ``validation.value_checks_disabled()``)."""
     previous = _ENABLED[0]
     _ENABLED[0] = False
     try:
@@ -87,9 +101,9 @@ def disabled() -> Iterator[None]:
 
 
 def reads_values(tensor: torch.Tensor) -> bool:
-    """True where reading ``tensor``'s values on the host is free: a CPU tensor, eager (not traced), fast paths on.
-    Value checks and every data-dependent CPU fast path run only then."""
-    return _ENABLED[0] and tensor.device.type == "cpu" and not is_tracing()
+    """True where the fast paths are on and reading ``tensor``'s values on the host is free
+    (:func:`host_reads_free`): every data-dependent CPU fast path runs only then."""
+    return _ENABLED[0] and host_reads_free(tensor)
 
 
 def drop_all_ones_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -137,6 +151,87 @@ def appends_in_place() -> bool:
     storage-pointer bookkeeping cannot be traced, but reads no tensor value, so an eager accelerator keeps it and
     :func:`disabled` leaves it on). False under tracing: it appends with ``torch.cat``."""
     return not is_tracing()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The fast paths' code: what the models call where the predicates above say yes
+# ---------------------------------------------------------------------------------------------------------------
+def int32_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+    """Dropout of ``x`` with probability ``p`` in (0, 1), scaled by ``1 / (1 - p)`` as ``nn.Dropout``, from a cheaper
+    random mask (:func:`cheap_dropout`).
+
+    ``torch``'s CPU dropout draws one random number per element (``bernoulli_``), which costs more than the matmuls of
+    a small model's layer. Here one 31-bit random integer gives two independent keep decisions (its low 16 bits and its
+    high 15 bits, compared with ``p`` scaled to 2^16 and 2^15, so ``p`` is honoured to within 2^-15)."""
+    n = x.numel()
+    bits = torch.empty((n + 1) // 2, dtype=torch.int32).random_()  # uniform in [0, 2^31)
+    keep = torch.cat([bits.bitwise_and(0xFFFF) >= round(p * 65536), bits.bitwise_right_shift(16) >= round(p * 32768)])[
+        :n
+    ]
+    return x * keep.view_as(x).to(x.dtype).mul_(1.0 / (1.0 - p))
+
+
+def on_token_rows(
+    sublayer: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, token_rows: torch.Tensor
+) -> torch.Tensor:
+    """``sublayer`` (a position-wise function of ``(N, d)`` rows) on the rows ``token_rows`` of ``x`` ``(B, T, d)``
+    only (:func:`padding_free_rows`); the other rows (padding) pass through unchanged."""
+    flat = x.reshape(-1, x.shape[-1])  # (B*T, d)
+    rows = sublayer(flat.index_select(0, token_rows))  # (N_tok, d)
+    return flat.index_copy(0, token_rows, rows).view_as(x)  # (B, T, d)
+
+
+class AppendBufferLayer(DynamicLayer):
+    """A ``DynamicLayer`` (self-attention KV cache of one decoder block) that appends into over-allocated buffers.
+
+    ``DynamicLayer`` grows with ``torch.cat`` and so copies the whole cache at every decoding step (quadratic in the
+    generated length); this layer doubles its capacity when full and writes each new step in place, so a step costs
+    O(new tokens). ``self.keys`` / ``self.values`` stay views ``(B, nh, T, hs)`` of the valid prefix, so every inherited
+    operation (beam-search ``reorder_cache``, ``crop``, ``batch_select_indices``...) keeps working: when one of them
+    replaces ``self.keys`` by a new tensor, the next ``update`` adopts it as the new buffer. While traced
+    (``torch.compile`` / export) it appends with ``torch.cat`` like ``DynamicLayer``: buffer bookkeeping compares
+    storage pointers, which a tracer cannot guard on.
+    """
+
+    _key_buffer: torch.Tensor | None = None
+    _value_buffer: torch.Tensor | None = None
+
+    def _in_sync(self, key_states: torch.Tensor) -> bool:
+        kb, vb = self._key_buffer, self._value_buffer
+        return (
+            kb is not None
+            and self.keys.dim() == 4
+            and self.keys.data_ptr() == kb.data_ptr()
+            and self.values.data_ptr() == vb.data_ptr()
+            and self.keys.shape[:2] == key_states.shape[:2]
+            and self.keys.stride() == kb.stride()
+        )
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not appends_in_place():
+            return super().update(key_states, value_states, *args, **kwargs)
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        past = self.get_seq_length()
+        new = key_states.shape[-2]
+        if not self._in_sync(key_states) or past + new > self._key_buffer.shape[-2]:
+            batch, heads, _, head_dim = key_states.shape
+            capacity = max(64, 2 * (past + new))
+            key_buffer = key_states.new_empty(batch, heads, capacity, head_dim)  # (B, nh, capacity, hs)
+            value_buffer = value_states.new_empty(batch, heads, capacity, value_states.shape[-1])
+            if past:
+                key_buffer[:, :, :past] = self.keys
+                value_buffer[:, :, :past] = self.values
+            self._key_buffer, self._value_buffer = key_buffer, value_buffer
+        self._key_buffer[:, :, past : past + new] = key_states
+        self._value_buffer[:, :, past : past + new] = value_states
+        self.keys = self._key_buffer[:, :, : past + new]  # (B, nh, T, hs) views of the valid prefix
+        self.values = self._value_buffer[:, :, : past + new]
+        return self.keys, self.values
+
+    def reset(self) -> None:
+        self._key_buffer = self._value_buffer = None
+        super().reset()
 
 
 class GenerationSteps:
@@ -229,6 +324,7 @@ def recalled(tensor: torch.Tensor, name: str) -> Any:
 
 
 __all__ = [
+    "AppendBufferLayer",
     "GenerationSteps",
     "current_generation_steps",
     "decodes_generated_ids",
@@ -242,7 +338,10 @@ __all__ = [
     "enabled",
     "every_row_sees_a_key",
     "fuses_lm_loss",
+    "host_reads_free",
+    "int32_dropout",
     "is_tracing",
+    "on_token_rows",
     "packs_padding",
     "padding_free_rows",
     "reads_values",

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .fast_paths import fuses_lm_loss, reads_values
-from .validation import IGNORE_INDEX, check_integer_labels, check_label_range
+from .fast_paths import fuses_lm_loss
+from .validation import IGNORE_INDEX, check_integer_labels, check_label_range, checks_values
 
 
 def masked_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -212,7 +212,7 @@ def sequence_classification_loss(
             f"`labels` for multi-label classification must have shape {tuple(logits.shape)}, got {tuple(labels.shape)}"
         )
     labels = labels.to(logits.dtype)
-    if reads_values(labels):
+    if checks_values(labels):
         low, high = (float(v) for v in torch.aminmax(labels))
         if low < 0.0 or high > 1.0:
             raise ValueError(

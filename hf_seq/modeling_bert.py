@@ -38,10 +38,10 @@ from .attention import MultiHeadAttention, make_attention_mask
 from .blocks import TransformerEncoderBlock
 from .compat import OutputRecorder, capture_outputs
 from .configuration_bert import HfSeqBertConfig
-from .fast_paths import drop_all_ones_mask, reads_values
+from .fast_paths import drop_all_ones_mask
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss, token_classification_loss
 from .modeling_utils import CheckedLoadingMixin
-from .validation import IGNORE_INDEX, check_batch_shape, check_label_range, check_token_ids
+from .validation import IGNORE_INDEX, check_batch_shape, check_label_range, check_token_ids, checks_values
 
 logger = logging.get_logger(__name__)
 
@@ -680,7 +680,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
     ) -> SequenceClassifierOutput | tuple:
         """``labels`` ``(B,)`` class ids (or floats for regression / multi-label) → ``loss``; ``logits`` ``(B, C)``."""
         mean_pooling = self.config.classifier_pooling == "mean"
-        if mean_pooling and attention_mask is not None and reads_values(attention_mask):
+        if mean_pooling and attention_mask is not None and checks_values(attention_mask):
             if not bool(attention_mask.any(dim=-1).all()):
                 raise ValueError(
                     "`attention_mask` has a row without any token; classifier_pooling='mean' averages over the "

@@ -22,7 +22,7 @@ import math
 import torch
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
-from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
@@ -46,7 +46,7 @@ from .compat import (
     register_output_recorders,
 )
 from .configuration_transformer import HfSeqTransformerConfig
-from .fast_paths import appends_in_place, decodes_generated_ids, drop_all_ones_mask, padding_free_rows, remembered
+from .fast_paths import AppendBufferLayer, decodes_generated_ids, drop_all_ones_mask, padding_free_rows, remembered
 from .losses import lm_head_and_loss  # noqa: F401  (seq2seq_utils.py imports it; 5.0–5.6 copy only these siblings)
 from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, GenerationStepsMixin
 from .pipeline_tasks import DeclaredPipelinesMixin  # noqa: F401  (the config imports it; 5.0–5.6 copy only these siblings)
@@ -84,63 +84,11 @@ def _cross_attention_mask(mask: torch.Tensor | None, shape: tuple[int, int]) -> 
     return remembered(mask, "transformer_cross_attention_mask", build)
 
 
-class AppendBufferLayer(DynamicLayer):
-    """A ``DynamicLayer`` (self-attention KV cache of one decoder block) that appends into over-allocated buffers.
-
-    ``DynamicLayer`` grows with ``torch.cat`` and so copies the whole cache at every decoding step (quadratic in the
-    generated length); this layer doubles its capacity when full and writes each new step in place, so a step costs
-    O(new tokens). ``self.keys`` / ``self.values`` stay views ``(B, nh, T, hs)`` of the valid prefix, so every inherited
-    operation (beam-search ``reorder_cache``, ``crop``, ``batch_select_indices``...) keeps working: when one of them
-    replaces ``self.keys`` by a new tensor, the next ``update`` adopts it as the new buffer. While traced
-    (``torch.compile`` / export) it appends with ``torch.cat`` like ``DynamicLayer``: buffer bookkeeping compares
-    storage pointers, which a tracer cannot guard on.
-    """
-
-    _key_buffer: torch.Tensor | None = None
-    _value_buffer: torch.Tensor | None = None
-
-    def _in_sync(self, key_states: torch.Tensor) -> bool:
-        kb, vb = self._key_buffer, self._value_buffer
-        return (
-            kb is not None
-            and self.keys.dim() == 4
-            and self.keys.data_ptr() == kb.data_ptr()
-            and self.values.data_ptr() == vb.data_ptr()
-            and self.keys.shape[:2] == key_states.shape[:2]
-            and self.keys.stride() == kb.stride()
-        )
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not appends_in_place():
-            return super().update(key_states, value_states, *args, **kwargs)
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        past = self.get_seq_length()
-        new = key_states.shape[-2]
-        if not self._in_sync(key_states) or past + new > self._key_buffer.shape[-2]:
-            batch, heads, _, head_dim = key_states.shape
-            capacity = max(64, 2 * (past + new))
-            key_buffer = key_states.new_empty(batch, heads, capacity, head_dim)  # (B, nh, capacity, hs)
-            value_buffer = value_states.new_empty(batch, heads, capacity, value_states.shape[-1])
-            if past:
-                key_buffer[:, :, :past] = self.keys
-                value_buffer[:, :, :past] = self.values
-            self._key_buffer, self._value_buffer = key_buffer, value_buffer
-        self._key_buffer[:, :, past : past + new] = key_states
-        self._value_buffer[:, :, past : past + new] = value_states
-        self.keys = self._key_buffer[:, :, : past + new]  # (B, nh, T, hs) views of the valid prefix
-        self.values = self._value_buffer[:, :, : past + new]
-        return self.keys, self.values
-
-    def reset(self) -> None:
-        self._key_buffer = self._value_buffer = None
-        super().reset()
-
-
 def new_decoder_cache() -> EncoderDecoderCache:
-    """An empty ``EncoderDecoderCache`` whose self-attention part appends in place (:class:`AppendBufferLayer`)."""
+    """An empty ``EncoderDecoderCache``; its self-attention part appends in place (a fast path:
+    :class:`~.fast_paths.AppendBufferLayer`, ``torch.cat`` under tracing)."""
     self_attention = DynamicCache()
-    self_attention.layer_class_to_replicate = AppendBufferLayer
+    self_attention.layer_class_to_replicate = AppendBufferLayer  # the in-place KV cache (fast_paths.py)
     return EncoderDecoderCache(self_attention, DynamicCache())
 
 

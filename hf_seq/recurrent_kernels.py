@@ -20,6 +20,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 
 from .fast_paths import drop_all_ones_mask, packs_padding
 from .recurrent_cells import KERNEL_MODES, CellType, State, get_cell_type, lstm_step, step_scan
+from .validation import checks_values
 
 # whether this CPU's oneDNN has a bfloat16 LSTM (AVX-512 BF16 / AMX); read once, on the first bfloat16 LSTM call
 _CPU_BF16_LSTM: list[bool] = []
@@ -126,8 +127,9 @@ def make_padding_plan(
 ) -> PaddingPlan | None:
     """Describe the padding of ``attention_mask`` ``(B, T)`` for the layers; ``None`` when there is none.
 
-    Eager on CPU (:func:`~.fast_paths.packs_padding`) the mask's values are read: a mask with holes raises
-    ``ValueError``, a mask without padding gives ``None``, and a "packed" layout becomes "aligned" when at least
+    Eager on CPU with the value checks on (:func:`~.validation.checks_values`) a mask with holes raises
+    ``ValueError``. Eager on CPU with the fast paths on (:func:`~.fast_paths.packs_padding`) the mask's values are
+    read: a mask without padding gives ``None``, and a "packed" layout becomes "aligned" when at least
     ``aligned_fill`` of the ``B*T`` positions are real tokens (running the kernel over the padding is then faster than
     packing). Anywhere else nothing is read on the host: a fused-kernel layout becomes "aligned", the mask is trusted
     to be one contiguous block per row (left or right padding, as tokenizers produce), and a mask of ones is still a
@@ -146,15 +148,16 @@ def make_padding_plan(
     eager = packs_padding(mask)
     lengths = mask.sum(dim=1)  # (B,)
     starts = mask.to(torch.uint8).argmax(dim=1)  # (B,) first real token (0 for empty rows)
+    if checks_values(mask):
+        pos = torch.arange(seq_len, device=mask.device).unsqueeze(0)  # (1, T)
+        block = (pos >= starts.unsqueeze(1)) & (pos < (starts + lengths).unsqueeze(1))  # (B, T)
+        if not torch.equal(block, mask):
+            raise ValueError(
+                "`attention_mask` must mark one contiguous block of real tokens per row (left or right padding); "
+                "got a row with holes"
+            )
     if not eager:  # static path: no host reads, no data-dependent shapes
         return PaddingPlan(ALIGNED if layout == PACKED else layout, mask, lengths, starts, empty=lengths == 0)
-    pos = torch.arange(seq_len, device=mask.device).unsqueeze(0)  # (1, T)
-    block = (pos >= starts.unsqueeze(1)) & (pos < (starts + lengths).unsqueeze(1))  # (B, T)
-    if not torch.equal(block, mask):
-        raise ValueError(
-            "`attention_mask` must mark one contiguous block of real tokens per row (left or right padding); "
-            "got a row with holes"
-        )
     empty = lengths == 0
     left_aligned = not bool(starts.any())
     if layout == PACKED and aligned_fill is not None and int(lengths.sum()) >= aligned_fill * mask.numel():

@@ -17,10 +17,9 @@ from transformers import PretrainedConfig
 from transformers.modeling_outputs import Seq2SeqLMOutput
 
 from .compat import cache_output, output_cache
-from .fast_paths import reads_values
 from .losses import lm_head_and_loss
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
-from .validation import IGNORE_INDEX, check_label_range
+from .validation import IGNORE_INDEX, check_label_range, checks_values
 
 
 def shift_tokens_right(
@@ -36,7 +35,7 @@ def shift_tokens_right(
     shifted[:, 1:] = labels[:, :-1].clone()
     shifted[:, 0] = decoder_start_token_id
     if pad_token_id is None:
-        if reads_values(shifted) and bool((shifted == IGNORE_INDEX).any()):
+        if checks_values(shifted) and bool((shifted == IGNORE_INDEX).any()):
             raise ValueError("`pad_token_id` is None in the config but labels contain -100; set config.pad_token_id.")
         return shifted
     return shifted.masked_fill(shifted == IGNORE_INDEX, pad_token_id)

@@ -5,19 +5,28 @@ labels with :func:`check_token_ids` / :func:`check_label_range`. Every helper ra
 or argument and the allowed values. Config and modelling files import this module relatively
 (``from .validation import ...``), so ``save_pretrained`` copies it next to the weights for ``trust_remote_code``.
 
-Checks of tensor *values* (ids in range, labels in range) read the tensor on the host, which is a graph break under
-``torch.compile`` / ``torch.export`` and a device synchronisation on an accelerator. They run only where that costs
-nothing: in eager mode, on CPU tensors (:func:`~.fast_paths.reads_values`). Shape and dtype checks run everywhere.
+Checks of tensor *values* (ids in range, labels in range, a mask with holes or an empty row) read the tensor on the
+host, which is a graph break under ``torch.compile`` / ``torch.export`` and a device synchronisation on an
+accelerator. They run only where that costs nothing: in eager mode, on CPU tensors (:func:`checks_values`); the few
+of ``generate()`` run once per call on every device. Shape and dtype checks run everywhere.
+
+The value checks have a switch of their own, apart from the fast paths' (``hf_seq.fast_paths.disabled()``, which is
+for speed only): ``with hf_seq.validation.value_checks_disabled():``, :func:`disable_value_checks` /
+:func:`enable_value_checks` for the whole process, or the environment variable ``HF_SEQ_VALUE_CHECKS=0`` set when
+hf_seq is imported. With the checks off no tensor value is read for a check and the outputs are the same (bad input
+then fails the way torch fails, or silently). Config checks read no tensor and always run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 
-from .fast_paths import is_tracing, reads_values
+from .fast_paths import host_reads_free, is_tracing, reads_values
 
 IGNORE_INDEX = -100  # label value skipped by the losses (``F.cross_entropy(..., ignore_index=-100)``)
 PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")  # classifier losses
@@ -201,10 +210,44 @@ def check_token_id_fields(config: Any, vocab_size: int) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-# ``is_tracing`` and the rule for value checks live with the CPU fast paths (``fast_paths.reads_values``); the two
-# names below are that one function, kept importable from here.
-eager_cpu = reads_values  # True for a CPU tensor outside tracing, fast paths on: reading values on the host is free
-checks_values = reads_values  # value checks (ids and labels in range) run where reading values is free
+# [enabled]: one mutable cell read at each check (the fast paths' switch is another: fast_paths._ENABLED)
+_VALUE_CHECKS = [os.environ.get("HF_SEQ_VALUE_CHECKS", "1").strip().lower() not in ("0", "false", "off", "no")]
+
+
+def value_checks_enabled() -> bool:
+    """Whether the value checks are switched on (they still run only where :func:`checks_values` allows)."""
+    return _VALUE_CHECKS[0]
+
+
+def enable_value_checks() -> None:
+    """Switch the value checks on for the whole process (the default)."""
+    _VALUE_CHECKS[0] = True
+
+
+def disable_value_checks() -> None:
+    """Switch the value checks off for the whole process (as ``HF_SEQ_VALUE_CHECKS=0``)."""
+    _VALUE_CHECKS[0] = False
+
+
+@contextmanager
+def value_checks_disabled() -> Iterator[None]:
+    """Within the block no check reads a tensor value: ids and labels out of range, masks with holes or empty rows
+    are not refused (shape, dtype and config checks still run). The outputs of valid inputs are the same."""
+    previous = _VALUE_CHECKS[0]
+    _VALUE_CHECKS[0] = False
+    try:
+        yield
+    finally:
+        _VALUE_CHECKS[0] = previous
+
+
+def checks_values(tensor: torch.Tensor) -> bool:
+    """True where a check may read ``tensor``'s values: value checks on, and a CPU tensor outside tracing
+    (:func:`~.fast_paths.host_reads_free`), whether or not the fast paths are on."""
+    return _VALUE_CHECKS[0] and host_reads_free(tensor)
+
+
+eager_cpu = reads_values  # the fast paths' rule, kept importable from here (speed, not checks)
 
 
 def check_batch_shape(name: str, shape: tuple[int, ...]) -> None:
@@ -224,12 +267,12 @@ def check_token_ids(
     """ValueError naming ``name`` unless ``ids`` holds integer ids in ``[0, upper)`` (``upper_name`` names the
     config field that sets ``upper``); with ``batched`` the tensor must also be 2-D ``(batch, length)`` with at least
     one sequence and one position (an empty batch has no loss and no output to speak of). The range is checked only
-    where :func:`~.fast_paths.reads_values` (eager, CPU); shape and dtype always."""
+    where :func:`checks_values` (value checks on; eager, CPU); shape and dtype always."""
     if batched:
         check_batch_shape(name, tuple(ids.shape))
     if ids.is_floating_point() or ids.dtype == torch.bool:
         raise ValueError(f"`{name}` must hold integer token ids, got dtype {ids.dtype}")
-    if ids.numel() == 0 or not reads_values(ids):
+    if ids.numel() == 0 or not checks_values(ids):
         return
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= upper:
@@ -249,9 +292,9 @@ def check_label_range(
     """ValueError unless every label is ``ignore_index`` (skipped by the loss; None: no label is skipped) or a class id
     in ``[0, num_classes)``; ``what`` names the config field that sets ``num_classes`` ("num_labels", "vocab_size").
     The dtype (integer class ids, never floats that a cast would truncate) is checked everywhere, the range only where
-    :func:`~.fast_paths.reads_values` (eager, CPU)."""
+    :func:`checks_values` (value checks on; eager, CPU)."""
     check_integer_labels(name, labels)
-    if not reads_values(labels):
+    if not checks_values(labels):
         return
     valid = labels if ignore_index is None else labels[labels != ignore_index]
     if valid.numel() == 0:
@@ -363,7 +406,8 @@ def check_generation_inputs(
       new tokens): transformers fills the rest with duplicates scored -1e9.
 
     These run once per ``generate()`` call, before its loop, on every device and with the fast paths on or off (a
-    few host reads per call, none per decoding step); only a traced call skips the mask values."""
+    few host reads per call, none per decoding step); a traced call, or one with the value checks off
+    (:func:`value_checks_disabled`), skips the mask values."""
 
     def value(name: str) -> Any:
         return kwargs[name] if name in kwargs else getattr(generation_config, name, None)
@@ -372,11 +416,12 @@ def check_generation_inputs(
     ids = ids if isinstance(ids, torch.Tensor) and ids.dim() == 2 and not ids.is_floating_point() else None
     mask, flag, note = kwargs.get("attention_mask"), "attention_mask", ""
     pad = value("pad_token_id")
-    if mask is None and ids is not None and _is_int(pad) and ids.numel() and not is_tracing():
+    reads = _VALUE_CHECKS[0] and not is_tracing()
+    if mask is None and ids is not None and _is_int(pad) and ids.numel() and reads:
         if pad not in (_token_ids(value("eos_token_id")) or []) and bool((ids == pad).any()):
             mask, flag = ids != pad, "input_ids"
             note = f" (without an `attention_mask`, its `pad_token_id` {pad} positions are padding)"
-    if isinstance(mask, torch.Tensor) and mask.dim() == 2 and mask.numel() and not is_tracing():
+    if isinstance(mask, torch.Tensor) and mask.dim() == 2 and mask.numel() and reads:
         attends = mask != 0
         empty = ~attends.any(dim=-1)
         if bool(empty.any()):
@@ -440,6 +485,10 @@ __all__ = [
     "check_token_ids",
     "check_token_id_fields",
     "checks_values",
+    "disable_value_checks",
     "eager_cpu",
+    "enable_value_checks",
     "is_tracing",
+    "value_checks_disabled",
+    "value_checks_enabled",
 ]

@@ -10,8 +10,8 @@ Used by the Transformer and BERT test files, one call per head:
 * :func:`assert_quantize_dynamic_covers_every_linear` — ``quantize_dynamic(model, {nn.Linear})`` leaves no float
   ``nn.Linear`` and gives finite outputs;
 * :func:`accelerator_path` + :class:`HostReads` — run the eager model on the code path an accelerator takes (every
-  CPU fast path off: ``hf_seq.fast_paths.disabled()``) and record every operator that reads a tensor value on the host (a device
-  synchronisation on an accelerator).
+  CPU fast path and value check off: ``hf_seq.fast_paths.disabled()``, ``hf_seq.validation.value_checks_disabled()``)
+  and record every operator that reads a tensor value on the host (a device synchronisation on an accelerator).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from conftest import assert_same_outputs
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from hf_seq import fast_paths
+from hf_seq import fast_paths, validation
 
 
 def gradients(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -184,8 +184,9 @@ class HostReads(TorchDispatchMode):
 
 @contextmanager
 def accelerator_path() -> Iterator[None]:
-    """Within the block every CPU fast path of hf_seq is off (``hf_seq.fast_paths.disabled()``): eager CPU tensors
-    take the code path of an accelerator (and of compiled or exported code)."""
-    with fast_paths.disabled():
-        assert not fast_paths.reads_values(torch.zeros(1))
+    """Within the block every CPU fast path of hf_seq is off (``hf_seq.fast_paths.disabled()``) and so are the value
+    checks (``hf_seq.validation.value_checks_disabled()``), which read values on CPU only: eager CPU tensors take the
+    code path of an accelerator (and of compiled or exported code)."""
+    with fast_paths.disabled(), validation.value_checks_disabled():
+        assert not fast_paths.reads_values(torch.zeros(1)) and not validation.checks_values(torch.zeros(1))
         yield

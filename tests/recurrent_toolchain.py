@@ -147,9 +147,10 @@ def to_meta(inputs: dict) -> dict:
 @contextlib.contextmanager
 def on_accelerator_paths():
     """Run CPU tensors through the code an accelerator (or a traced forward) runs: every CPU fast path of hf_seq is
-    off (``hf_seq.fast_paths.disabled()``), so value checks, packing and the other eager-CPU shortcuts are skipped
-    while the values stay readable for comparisons."""
-    from hf_seq import fast_paths
+    off (``hf_seq.fast_paths.disabled()``) and so are the value checks (``hf_seq.validation.value_checks_disabled()``),
+    so packing and the other eager-CPU shortcuts and the checks' host reads are skipped while the values stay readable
+    for comparisons."""
+    from hf_seq import fast_paths, validation
 
-    with fast_paths.disabled():
+    with fast_paths.disabled(), validation.value_checks_disabled():
         yield

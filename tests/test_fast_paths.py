@@ -17,7 +17,7 @@ import hf_seq
 import hf_seq.losses
 import hf_seq.modeling_bert
 import hf_seq.modeling_transformer
-from hf_seq import fast_paths
+from hf_seq import fast_paths, validation
 from hf_seq.recurrent import ALIGNED, ALIGNED_FILL, PACKED, make_padding_plan
 from hf_seq.validation import check_token_ids
 
@@ -62,8 +62,8 @@ def test_the_switch_is_restored_after_an_exception():
 
 def test_meta_tensors_and_the_validation_aliases():
     assert not fast_paths.reads_values(torch.zeros(2, device="meta"))  # not CPU: no host read
+    assert not hf_seq.validation.checks_values(torch.zeros(2, device="meta"))
     assert hf_seq.validation.eager_cpu is fast_paths.reads_values
-    assert hf_seq.validation.checks_values is fast_paths.reads_values
 
 
 def test_environment_variable_turns_the_fast_paths_off():
@@ -74,14 +74,44 @@ def test_environment_variable_turns_the_fast_paths_off():
     assert out.stdout.split() == ["False", "False"]
 
 
-def test_value_checks_run_on_the_fast_path_only():
+def test_value_checks_have_their_own_switch():
     ids = torch.tensor([[1, 9]])
-    with pytest.raises(ValueError, match=r"`input_ids` must contain ids in \[0, vocab_size=5\)"):
+    out_of_range = pytest.raises(ValueError, match=r"`input_ids` must contain ids in \[0, vocab_size=5\)")
+    with out_of_range:
         check_token_ids("input_ids", ids, 5)
-    with fast_paths.disabled():
-        check_token_ids("input_ids", ids, 5)  # the static path reads no value: range unchecked
+    with fast_paths.disabled(), out_of_range:  # the speed switch leaves the checks on
+        check_token_ids("input_ids", ids, 5)
+    with validation.value_checks_disabled():
+        assert not validation.value_checks_enabled() and fast_paths.enabled()  # and the checks' leaves the speed on
+        check_token_ids("input_ids", ids, 5)  # no value read: range unchecked
         with pytest.raises(ValueError, match="integer token ids"):
             check_token_ids("input_ids", ids.float(), 5)  # dtype checks still run
+    assert validation.value_checks_enabled()
+    validation.disable_value_checks()
+    try:
+        check_token_ids("input_ids", ids, 5)
+    finally:
+        validation.enable_value_checks()
+    with out_of_range:
+        check_token_ids("input_ids", ids, 5)
+
+
+def test_the_value_check_switch_is_restored_after_an_exception():
+    with pytest.raises(RuntimeError, match="boom"), validation.value_checks_disabled():
+        raise RuntimeError("boom")
+    assert validation.value_checks_enabled()
+
+
+def test_environment_variable_turns_the_value_checks_off_and_leaves_the_fast_paths_on():
+    code = (
+        "import torch, hf_seq.validation as v, hf_seq.fast_paths as f; "
+        "v.check_token_ids('input_ids', torch.tensor([[9]]), 5); "
+        "print(v.value_checks_enabled(), f.enabled(), f.drop_all_ones_mask(torch.ones(1, 2)) is None)"
+    )
+    env = {**os.environ, "HF_SEQ_VALUE_CHECKS": "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True", "True"]
 
 
 def test_recurrent_padding_plan_on_the_switch():
@@ -94,7 +124,12 @@ def test_recurrent_padding_plan_on_the_switch():
         plan = make_padding_plan(ONES, 2, 3)
         assert plan is not None and plan.layout == ALIGNED  # a mask of ones is still a plan
         assert make_padding_plan(PADDED, 2, 3).layout == ALIGNED  # never packed
-        assert make_padding_plan(holes, 2, 3).layout == ALIGNED  # trusted, not read
+        with pytest.raises(ValueError, match="one contiguous block"):
+            make_padding_plan(holes, 2, 3)  # the value check still runs
+        with validation.value_checks_disabled():
+            assert make_padding_plan(holes, 2, 3).layout == ALIGNED  # trusted, not read
+    with validation.value_checks_disabled():
+        assert make_padding_plan(holes, 2, 3).layout == PACKED  # packed as it is: nothing refused
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -170,6 +205,29 @@ def test_generation_is_the_same_on_both_paths(head):
     with fast_paths.disabled():
         static = model.generate(**batch, **kwargs)
     assert torch.equal(fast, static)
+
+
+@pytest.mark.parametrize("head, overrides, texts", CASES)
+def test_value_checks_raise_with_the_fast_paths_off_and_change_no_output_when_off(head, overrides, texts):
+    """Debugging with the fast paths off keeps the errors; the value checks off read nothing and change nothing."""
+    tokenizer = build_tokenizer()
+    model = tiny_model(head, len(tokenizer), **overrides).eval()
+    batch = model_inputs(model, tokenizer, texts, labels=True)
+    bad = {**batch, "input_ids": batch["input_ids"].clone()}
+    bad["input_ids"][0, 0] = model.config.vocab_size  # one id past the vocabulary
+    ours = r"`input_ids` must contain ids in \[0, vocab_size="
+    with torch.no_grad():
+        with pytest.raises(ValueError, match=ours):
+            model(**bad)
+        with fast_paths.disabled(), pytest.raises(ValueError, match=ours):
+            model(**bad)
+        checked = main_output(model(**batch))
+        with validation.value_checks_disabled():
+            unchecked = main_output(model(**batch))
+            with pytest.raises(Exception) as raised:  # torch's own failure, deep in the embedding: no check ran
+                model(**bad)
+    assert not isinstance(raised.value, ValueError) or "must contain ids" not in str(raised.value)
+    assert torch.equal(checked, unchecked)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -259,6 +317,45 @@ def test_padding_free_feed_forward_rows_on_the_fast_path_only():
         assert spy.call_args.kwargs["token_rows"] is None
         assert torch.equal(spy.call_args.kwargs["token_mask"], batch["attention_mask"].bool())
     assert_same_outputs(fast, static)
+
+
+def test_the_fast_paths_code_is_in_fast_paths_and_the_models_call_it_by_name():
+    """The models read as plain math: the CPU tricks (the in-place KV cache, the int32 dropout mask, the feed-forward
+    on the real rows) are functions and classes of ``fast_paths``, which the model files name where they use them."""
+    assert hf_seq.modeling_transformer.AppendBufferLayer is fast_paths.AppendBufferLayer
+    assert fast_paths.AppendBufferLayer.__module__ == "hf_seq.fast_paths"
+    assert hf_seq.blocks.int32_dropout is fast_paths.int32_dropout
+    assert hf_seq.blocks.on_token_rows is fast_paths.on_token_rows
+    dropout = hf_seq.blocks.Dropout(0.5).train()
+    with mock.patch.object(hf_seq.blocks, "int32_dropout", wraps=fast_paths.int32_dropout) as spy:
+        dropout(torch.ones(3, 5))
+        assert spy.call_count == 1
+        with fast_paths.disabled():
+            dropout(torch.ones(3, 5))
+        dropout.eval()(torch.ones(3, 5))
+        assert spy.call_count == 1
+
+
+def test_on_token_rows_runs_the_sublayer_on_the_real_rows_and_passes_the_padding_through():
+    torch.manual_seed(0)
+    x, linear, sizes = torch.randn(2, 3, 4), torch.nn.Linear(4, 4), []
+
+    def sublayer(h: torch.Tensor) -> torch.Tensor:
+        sizes.append(h.shape[0])
+        return linear(h)
+
+    out = fast_paths.on_token_rows(sublayer, x, fast_paths.padding_free_rows(PADDED))
+    assert sizes == [5] and out.shape == x.shape
+    assert torch.equal(out[0, 2], x[0, 2])  # the padding row, unchanged
+    real = PADDED.bool()
+    assert_same_outputs(out[real], linear(x)[real])
+
+
+def test_int32_dropout_keeps_the_shape_of_an_odd_sized_tensor_and_scales_what_it_keeps():
+    x = torch.ones(7, 3, dtype=torch.bfloat16)
+    out = fast_paths.int32_dropout(x, 0.5)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    assert set(out.unique().tolist()) <= {0.0, 2.0}
 
 
 # ---------------------------------------------------------------------------------------------------------------

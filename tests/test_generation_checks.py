@@ -150,11 +150,11 @@ def test_a_mask_with_nothing_to_attend_to_is_refused(models, family, rows):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_generate_input_checks_hold_where_forward_value_checks_are_skipped(models, family):
     """The generate() checks run once per call, before the loop: on an accelerator (where the forward's value checks
-    skip reading tensors; emulated by reads_values answering False) and with the fast paths off, a mask with nothing
+    skip reading tensors; emulated by host_reads_free answering False) and with the fast paths off, a mask with nothing
     to attend to is refused all the same."""
     ids, mask = torch.tensor([[3, 4, 5]]), torch.zeros(1, 3, dtype=torch.long)
     refused = pytest.raises(ValueError, match=r"^`attention_mask` leaves row 0 of the batch nothing to attend to")
-    with mock.patch.object(hf_seq.validation, "reads_values", lambda tensor: False), refused:
+    with mock.patch.object(hf_seq.validation, "host_reads_free", lambda tensor: False), refused:
         models[family].generate(ids, attention_mask=mask, max_new_tokens=3)
     with hf_seq.fast_paths.disabled(), refused:
         models[family].generate(ids, attention_mask=mask, max_new_tokens=3)

@@ -29,6 +29,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 import hf_seq
 from hf_seq import fast_paths
 from hf_seq.compat import output_cache
+from hf_seq.validation import value_checks_disabled
 
 PAD, BOS, EOS = 0, 2, 3
 VOCAB = 40
@@ -354,11 +355,12 @@ def test_remembered_values_follow_in_place_edits():
 @pytest.mark.parametrize("num_beams", [1, 5])
 @pytest.mark.parametrize("build", [tiny_transformer, tiny_rnn_seq2seq, tiny_rnn_lm])
 def test_accelerator_path_decoding_step_reads_no_more_than_the_loop(build, num_beams, loop_floor):
-    """Every CPU fast path off (``fast_paths.disabled()``: the code an accelerator runs eagerly), a padded batch:
-    the decoding step reads nothing on the host, whatever ``generate()`` knows or not."""
+    """Every CPU fast path off and the value checks off (``fast_paths.disabled()``, ``value_checks_disabled()``: the
+    code an accelerator runs eagerly), a padded batch: the decoding step reads nothing on the host, whatever
+    ``generate()`` knows or not."""
     torch.manual_seed(0)
     model = build()
-    with fast_paths.disabled():
+    with fast_paths.disabled(), value_checks_disabled():
         reads = reads_per_step(model, batch(padded=True, left=build is tiny_rnn_lm), num_beams)
     assert reads <= loop_floor[num_beams], (type(model).__name__, reads, loop_floor)
 

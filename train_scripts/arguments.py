@@ -12,8 +12,11 @@ A recipe is a JSON object whose keys are the fields of four dataclasses, the sam
 The recipe gives the defaults and command-line flags override them. Everything is checked before any data is read:
 invalid JSON (file, line and column), a recipe that is not a JSON object, unknown keys (with the closest known key,
 or the script they belong to), values of the wrong type (key, expected type, value), unknown data files or types,
-an unregistered ``model_type`` or a ``model_config`` its config class rejects; and, in
-:mod:`hf_seq.train_scripts.checks`, the ranges of the numeric training fields, a run that trains something,
+an unregistered ``model_type`` or a ``model_config`` its config class rejects; every field's range or set of values,
+declared beside the field (``metadata={"help": ..., ALLOWED: Range(1, True)}``; transformers' ``TrainingArguments``
+fields in ``inherited_allowed``) and checked by one checker as the dataclass is built
+(:func:`hf_seq.train_scripts.checks.check_allowed`); and, in :mod:`hf_seq.train_scripts.checks`, a run that trains
+something,
 ``output_dir`` (writable), ``resume_from_checkpoint``, the tokenizer and model folders (family, saved head) and a
 preset's corpus. Errors are :class:`RecipeError` (a ``ValueError``) naming the recipe file or the command line; the
 command line prints them as one line (:func:`hf_seq.train_scripts.cli.report_user_errors`).
@@ -32,10 +35,22 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, ClassVar, Literal, Union
 
 from hf_seq.train_scripts import tasks
-from hf_seq.train_scripts.checks import check_run
+from hf_seq.train_scripts.checks import (
+    ABOVE_0,
+    ALLOWED,
+    AT_LEAST_0,
+    POSITIVE_INT,
+    SEQ2SEQ_TRAINING_ALLOWED,
+    TRAINING_ALLOWED,
+    DeclaredFields,
+    OneOf,
+    Range,
+    check_run,
+    naming_origins,
+)
 from hf_seq.train_scripts.errors import RecipeError
 from hf_seq.train_scripts.errors import json_kind as _json_kind
 from hf_seq.train_scripts.recipes import default_recipe, read_recipe, resolve_recipe, shipped_recipes
@@ -46,10 +61,11 @@ from hf_seq.data import DATASET_PRESETS, DataError, check_data_file
 from hf_seq.data_install import resolve_data_path
 
 TOKENIZER_KINDS = ("word", "char", "wordpiece", "bpe")
+SIDES = ("left", "right")
 
 
 @dataclass
-class ModelArguments:
+class ModelArguments(DeclaredFields):
     """Which model to build or load, and its tokenizer."""
 
     model_type: str | None = field(
@@ -91,11 +107,17 @@ class ModelArguments:
     )
     tokenizer_kind: str | None = field(
         default=None,
-        metadata={"help": f"Kind of tokenizer built on the training split: one of {list(TOKENIZER_KINDS)}."},
+        metadata={
+            "help": f"Kind of tokenizer built on the training split: one of {list(TOKENIZER_KINDS)}.",
+            ALLOWED: OneOf(TOKENIZER_KINDS, null=True),  # each script narrows it to what it builds (Task)
+        },
     )
     tokenizer_vocab_size: int | None = field(
         default=None,
-        metadata={"help": "Vocabulary size of a built tokenizer (word level: the top V words; None: all)."},
+        metadata={
+            "help": "Vocabulary size of a built tokenizer (word level: the top V words; None: all).",
+            ALLOWED: POSITIVE_INT.or_null(),
+        },
     )
     tokenizer_min_frequency: int | None = field(
         default=None,
@@ -104,8 +126,12 @@ class ModelArguments:
     lowercase: bool | None = field(
         default=None, metadata={"help": "Lowercase before building / applying the tokenizer (None: its default)."}
     )
-    padding_side: str = field(default="right", metadata={"help": '"right" | "left" (the notes pad in front).'})
-    truncation_side: str = field(default="right", metadata={"help": '"right" keeps the first tokens, "left" the last.'})
+    padding_side: str = field(
+        default="right", metadata={"help": '"right" | "left" (the notes pad in front).', ALLOWED: OneOf(SIDES)}
+    )
+    truncation_side: str = field(
+        default="right", metadata={"help": '"right" keeps the first tokens, "left" the last.', ALLOWED: OneOf(SIDES)}
+    )
     allow_other_head: bool = field(
         default=False,
         metadata={
@@ -124,7 +150,7 @@ class ModelArguments:
 
 
 @dataclass
-class DataArguments:
+class DataArguments(DeclaredFields):
     """Where the data comes from and how it is read (the names of transformers' example scripts)."""
 
     dataset_name: str | None = field(
@@ -149,7 +175,8 @@ class DataArguments:
     validation_split_percentage: float | None = field(
         default=5,
         metadata={
-            "help": "Without a validation split: hold out this percentage of the training rows (seeded by split_seed)."
+            "help": "Without a validation split: hold out this percentage of the training rows (seeded by split_seed).",
+            ALLOWED: Range(0, True, 100, False, null=True),
         },
     )
     split_seed: int = field(
@@ -172,38 +199,58 @@ class DataArguments:
     )
     source_lang: str | None = field(default=None, metadata={"help": "Translation: source key of `translation`."})
     target_lang: str | None = field(default=None, metadata={"help": "Translation: target key of `translation`."})
-    max_seq_length: int | None = field(default=None, metadata={"help": "Truncate inputs to this many tokens."})
-    max_source_length: int | None = field(default=None, metadata={"help": "Truncate sources to this many tokens."})
-    max_target_length: int | None = field(default=None, metadata={"help": "Truncate targets to this many tokens."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training rows."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation rows."})
-    max_predict_samples: int | None = field(default=None, metadata={"help": "Use only the first N test rows."})
+    max_seq_length: int | None = field(
+        default=None, metadata={"help": "Truncate inputs to this many tokens.", ALLOWED: POSITIVE_INT.or_null()}
+    )
+    max_source_length: int | None = field(
+        default=None, metadata={"help": "Truncate sources to this many tokens.", ALLOWED: POSITIVE_INT.or_null()}
+    )
+    max_target_length: int | None = field(
+        default=None, metadata={"help": "Truncate targets to this many tokens.", ALLOWED: POSITIVE_INT.or_null()}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N training rows.", ALLOWED: POSITIVE_INT.or_null()}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N validation rows.", ALLOWED: POSITIVE_INT.or_null()}
+    )
+    max_predict_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N test rows.", ALLOWED: POSITIVE_INT.or_null()}
+    )
 
 
 @dataclass
-class BudgetArguments:
+class BudgetArguments(DeclaredFields):
     """Time budgets of the training steps (evaluation and saving excluded), for every script."""
 
     max_train_minutes: float | None = field(
-        default=None, metadata={"help": "Stop training after this many minutes of training steps (wall clock)."}
+        default=None,
+        metadata={
+            "help": "Stop training after this many minutes of training steps (wall clock).",
+            ALLOWED: ABOVE_0.or_null(),
+        },
     )
     max_train_cpu_minutes: float | None = field(
         default=None,
         metadata={
             "help": "Stop training after this many CPU-minutes of training steps (one thread: core-minutes; "
-            "fair budgets on a shared machine)."
+            "fair budgets on a shared machine).",
+            ALLOWED: ABOVE_0.or_null(),
         },
     )
 
 
 @dataclass
-class PreprocessingArguments:
+class PreprocessingArguments(DeclaredFields):
     """Tokenize once, on disk (:mod:`hf_seq.preprocessing`), or stream: the fields of transformers' ``run_clm.py``.
     A task's argument class inherits them (``class LMArguments(PreprocessingArguments, BudgetArguments)``)."""
 
     preprocessing_num_workers: int | None = field(
         default=None,
-        metadata={"help": "Processes that tokenize the data into the cache (None: 1)."},
+        metadata={
+            "help": "Processes that tokenize the data into the cache (None: 1).",
+            ALLOWED: POSITIVE_INT.or_null(),
+        },
     )
     cache_dir: str | None = field(
         default=None,
@@ -236,29 +283,23 @@ class PreprocessingArguments:
     )
     tokenizer_max_train_lines: int | None = field(
         default=None,
-        metadata={"help": "Build the tokenizer on the first N training rows only (None: all rows)."},
+        metadata={
+            "help": "Build the tokenizer on the first N training rows only (None: all rows).",
+            ALLOWED: POSITIVE_INT.or_null(),
+        },
     )
     shuffle_buffer_size: int = field(
         default=10_000,
-        metadata={"help": "--streaming: size of the seeded shuffle buffer of the training windows (0: no shuffling)."},
+        metadata={
+            "help": "--streaming: size of the seeded shuffle buffer of the training windows (0: no shuffling).",
+            ALLOWED: AT_LEAST_0,
+        },
     )
 
     def __post_init__(self):
-        if self.preprocessing_num_workers is not None and self.preprocessing_num_workers < 1:
-            raise ValueError(
-                f"`preprocessing_num_workers` must be a positive integer or None, got {self.preprocessing_num_workers}"
-            )
-        if self.tokenizer_max_train_lines is not None and self.tokenizer_max_train_lines < 1:
-            raise ValueError(
-                f"`tokenizer_max_train_lines` must be a positive integer or None, got {self.tokenizer_max_train_lines}"
-            )
-        if self.shuffle_buffer_size < 0:
-            raise ValueError(f"`shuffle_buffer_size` must be >= 0, got {self.shuffle_buffer_size}")
+        super().__post_init__()  # the declared ranges (DeclaredFields)
         if self.streaming_split_by_node and not self.streaming:
             raise ValueError("`streaming_split_by_node` true needs `streaming` true (it splits the training stream)")
-        parent = getattr(super(), "__post_init__", None)
-        if parent is not None:
-            parent()
 
 
 _OVERWRITE_HELP = (
@@ -268,7 +309,7 @@ _OVERWRITE_HELP = (
 )
 
 
-_SAMPLING_STRATEGIES = ["random", "sequential", "group_by_length", "batch_rebalance", "length_buckets"]
+SAMPLING_STRATEGIES = ("random", "sequential", "group_by_length", "batch_rebalance", "length_buckets")
 _SAMPLING_HELP = (
     "Sampler for training: transformers' 'random' (default), 'sequential', 'group_by_length', 'batch_rebalance', or "
     "'length_buckets' (hf_seq.samplers.LengthBucketSampler: each epoch, batches of examples of similar length in "
@@ -276,38 +317,37 @@ _SAMPLING_HELP = (
 )
 
 
-def _check_sampling_strategy(value) -> None:
-    # a recipe value reaches the dataclass as a parser default, which argparse does not check against the choices
-    if value not in _SAMPLING_STRATEGIES:
-        raise ValueError(f"`train_sampling_strategy` must be one of {_SAMPLING_STRATEGIES}, got {value!r}")
-
-
 @dataclass
-class _HfSeqTrainingFields:
+class _HfSeqTrainingFields(DeclaredFields):
     """The fields both argument classes add to transformers': ``overwrite_output_dir`` (the field of transformers 4's
     ``TrainingArguments``) and ``train_sampling_strategy="length_buckets"`` (read by
-    :class:`hf_seq.train_scripts.trainer.HfSeqTrainer`)."""
+    :class:`hf_seq.train_scripts.trainer.HfSeqTrainer`). A recipe value reaches the dataclass as a parser default,
+    which argparse does not check against the choices: the declared set is checked (DeclaredFields)."""
 
     overwrite_output_dir: bool = field(default=False, metadata={"help": _OVERWRITE_HELP})
     train_sampling_strategy: str = field(
-        default="random", metadata={"help": _SAMPLING_HELP, "choices": _SAMPLING_STRATEGIES}
+        default="random",
+        metadata={"help": _SAMPLING_HELP, "choices": list(SAMPLING_STRATEGIES), ALLOWED: OneOf(SAMPLING_STRATEGIES)},
     )
 
     def __post_init__(self):
-        _check_sampling_strategy(self.train_sampling_strategy)
         if self.train_sampling_strategy == "group_by_length" and hasattr(self, "group_by_length"):
             self.group_by_length = True  # transformers 5.0 reads its own `group_by_length` flag instead
-        super().__post_init__()
+        super().__post_init__()  # the declared ranges (DeclaredFields), then TrainingArguments' own
 
 
 @dataclass
 class HfSeqTrainingArguments(_HfSeqTrainingFields, TrainingArguments):
     """``TrainingArguments`` plus ``overwrite_output_dir`` and ``train_sampling_strategy``."""
 
+    inherited_allowed: ClassVar[dict] = TRAINING_ALLOWED  # what transformers' fields allow (checks.py)
+
 
 @dataclass
 class HfSeqSeq2SeqTrainingArguments(_HfSeqTrainingFields, Seq2SeqTrainingArguments):
     """``Seq2SeqTrainingArguments`` plus ``overwrite_output_dir`` and ``train_sampling_strategy``."""
+
+    inherited_allowed: ClassVar[dict] = SEQ2SEQ_TRAINING_ALLOWED
 
 
 @dataclass(frozen=True)
@@ -335,15 +375,6 @@ class Task:
 # groups of shared fields for a Task's ``unused``: the label and tag columns, and the translation pairs' fields
 LABEL_FIELDS = frozenset({"label_column_name", "tokens_column_name", "tags_column_name"})
 TRANSLATION_FIELDS = frozenset({"source_lang", "target_lang", "max_source_length", "max_target_length"})
-
-
-def require_minimum(arguments, minimum, *names: str, allowed: str | None = None) -> None:
-    """For a script's ``__post_init__``: ``ValueError`` naming the first of the fields ``names`` of ``arguments``
-    below ``minimum`` ("`name` must be <allowed>, got <value>"; ``allowed`` default "at least <minimum>")."""
-    for name in names:
-        value = getattr(arguments, name)
-        if value < minimum:
-            raise ValueError(f"`{name}` must be {allowed or f'at least {minimum}'}, got {value}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -550,6 +581,10 @@ class ArgumentParser(HfArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (`--help` lists the options)\n")
 
+    def add_argument(self, *args, **kwargs):
+        kwargs.pop(ALLOWED, None)  # a field's declared range (checks.check_allowed), not an argparse option
+        return super().add_argument(*args, **kwargs)
+
 
 def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
     """``[recipe.json] [--field value ...]`` -> ``(model_args, data_args, task_args, training_args)``, checked.
@@ -595,14 +630,22 @@ def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
         hint = _unknown_key(flag, task, known, recipe.get("model_type"))
         raise RecipeError(f"command line: --{flag} is not an option of {task.name}{hint}")
     where = f"{recipe_where} with the command line" if recipe_where else "command line"
+    sources = {key: recipe_where for key in recipe} | {key: "command line" for key in flags}
+
+    def origin(key: str) -> str:
+        return sources.get(key, f"{task.name}'s default")
+
+    narrowed = {"tokenizer_kind": OneOf(tuple(task.tokenizer_kinds), null=True)}  # the kinds this script builds
     try:
-        model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+        with naming_origins(origin, narrowed):  # each declared range, checked as its dataclass is built
+            model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    except RecipeError:
+        raise
     except (ValueError, TypeError) as error:  # TrainingArguments / a task dataclass rejected a value
         raise RecipeError(f"{where}: {error}") from error
     # data/pretrained/<name> (the MiniLM recipes) is the data folder's (HF_SEQ_DATA, a clone's data/, the user's)
     model_args.model_name_or_path = resolve_data_path(model_args.model_name_or_path)
     model_args.tokenizer_name = resolve_data_path(model_args.tokenizer_name)
-    sources = {key: recipe_where for key in recipe} | {key: "command line" for key in flags}
     check_run(task, model_args, data_args, task_args, training_args, sources=sources)
     check_arguments(task, model_args, data_args, training_args, sources=sources)
     start_deepspeed_comm_on_cpu(training_args)  # before the model: ZeRO-3 builds it partitioned
@@ -705,7 +748,8 @@ def check_arguments(
 ) -> None:
     """Data files exist and have a supported type; the data source is unambiguous; the model type is registered
     with the script's head and ``model_config`` / ``config_overrides`` build a valid config; a ``model_name_or_path``
-    holds a config; the tokenizer settings are allowed. ``sources`` says where each key was set (for the errors)."""
+    holds a config. ``sources`` says where each key was set (for the errors). The ranges and sets of values of single
+    fields are :func:`~hf_seq.train_scripts.checks.check_allowed`'s, checked when the dataclasses are built."""
 
     def origin(key: str) -> str:
         return sources.get(key, f"{task.name}'s default")
@@ -739,40 +783,6 @@ def check_arguments(
                 check_data_file(path, name, allow_text=task.text_files)
             except DataError as error:
                 raise RecipeError(f"{origin(name)}: {error}") from None
-    percentage = data_args.validation_split_percentage
-    if percentage is not None and not 0 <= percentage < 100:
-        raise RecipeError(
-            f"{origin('validation_split_percentage')}: `validation_split_percentage` must be in [0, 100), got "
-            f"{percentage}"
-        )
-    sizes = {
-        name: getattr(data_args, name)
-        for name in (
-            "max_seq_length",
-            "max_source_length",
-            "max_target_length",
-            "max_train_samples",
-            "max_eval_samples",
-            "max_predict_samples",
-        )
-    }
-    sizes["tokenizer_vocab_size"] = model_args.tokenizer_vocab_size
-    for name, value in sizes.items():
-        if value is not None and value < 1:
-            raise RecipeError(f"{origin(name)}: `{name}` must be a positive integer or null, got {value}")
-
-    # ---- tokenizer
-    if model_args.tokenizer_kind is not None and model_args.tokenizer_kind not in task.tokenizer_kinds:
-        raise RecipeError(
-            f"{origin('tokenizer_kind')}: `tokenizer_kind` must be one of {list(task.tokenizer_kinds)} for "
-            f"{task.name}, got {model_args.tokenizer_kind!r}"
-        )
-    for name in ("padding_side", "truncation_side"):
-        if getattr(model_args, name) not in ("left", "right"):
-            raise RecipeError(
-                f"{origin(name)}: `{name}` must be one of ['left', 'right'], got {getattr(model_args, name)!r}"
-            )
-
     check_position_lengths(model_args, data_args, training_args, origin)
 
     # ---- model

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from hf_seq.train_scripts import tasks
-from hf_seq.train_scripts.arguments import TRANSLATION_FIELDS, BudgetArguments, Task, require_minimum
+from hf_seq.train_scripts.arguments import TRANSLATION_FIELDS, BudgetArguments, Task
+from hf_seq.train_scripts.checks import ALLOWED, AT_LEAST_0, OneOf
 from hf_seq.train_scripts.skeleton import parse_script_args
 
 HEADS = {
@@ -40,8 +41,12 @@ HEAD_TASKS = {"text-classification": "classifier", "token-classification": "tagg
 class FinetuneArguments(BudgetArguments):
     """The task (which head) and word dropout."""
 
-    task: str = field(default="text-classification", metadata={"help": f"one of {list(HEADS)}"})
-    word_dropout: float = field(default=0.0, metadata={"help": "alpha of frequency-based word dropout (0 = off)"})
+    task: str = field(
+        default="text-classification", metadata={"help": f"one of {list(HEADS)}", ALLOWED: OneOf(tuple(HEADS))}
+    )
+    word_dropout: float = field(
+        default=0.0, metadata={"help": "alpha of frequency-based word dropout (0 = off)", ALLOWED: AT_LEAST_0}
+    )
     convert_transformers_bert: bool = field(
         default=True,
         metadata={
@@ -50,11 +55,6 @@ class FinetuneArguments(BudgetArguments):
             "compare with: same data, tokenizer and recipe)"
         },
     )
-
-    def __post_init__(self):
-        if self.task not in HEADS:
-            raise ValueError(f"`task` must be one of {list(HEADS)}, got {self.task!r}")
-        require_minimum(self, 0, "word_dropout", allowed=">= 0")
 
 
 TASK = Task(

@@ -58,8 +58,8 @@ from hf_seq.train_scripts.arguments import (
     PreprocessingArguments,
     RecipeError,
     Task,
-    require_minimum,
 )
+from hf_seq.train_scripts.checks import ALLOWED, AT_LEAST_1, POSITIVE_INT, UNIT, Range
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
     load_or_build_model,
@@ -109,35 +109,31 @@ DOCUMENTS_FILE = "documents.npy"  # beside a split's token store: the first sent
 class PretrainArguments(PreprocessingArguments, BudgetArguments):
     """Pair construction, masking and evaluation; the preprocessing cache and ``--streaming``."""
 
-    mlm_probability: float = 0.15
-    nsp_probability: float = 0.5
-    short_seq_probability: float = 0.1
+    mlm_probability: float = field(default=0.15, metadata={ALLOWED: UNIT})
+    nsp_probability: float = field(default=0.5, metadata={ALLOWED: UNIT})
+    short_seq_probability: float = field(default=0.1, metadata={ALLOWED: UNIT})
     eval_pairs_per_anchor: int = field(
         default=1,
         metadata={
             "help": "Validation/test pairs drawn per held-out anchor (each with its own seed: another split point and "
-            "random segment). Long pairs leave few anchors; more pairs per anchor make the accuracies less noisy."
+            "random segment). Long pairs leave few anchors; more pairs per anchor make the accuracies less noisy.",
+            ALLOWED: AT_LEAST_1,
         },
     )
     eval_only: bool = field(
         default=False,
         metadata={"help": "Only evaluate the model_name_or_path model (no training, nothing saved but results.json)."},
     )
-    num_threads: int | None = field(default=None, metadata={"help": "torch threads (default: OMP_NUM_THREADS)."})
+    num_threads: int | None = field(
+        default=None, metadata={"help": "torch threads (default: OMP_NUM_THREADS).", ALLOWED: POSITIVE_INT.or_null()}
+    )
     stream_buffer_documents: int = field(
         default=1000,
         metadata={
-            "help": "--streaming: random next segments come from a seeded choice among the last N documents read."
+            "help": "--streaming: random next segments come from a seeded choice among the last N documents read.",
+            ALLOWED: Range(2, True),
         },
     )
-
-    def __post_init__(self):
-        super().__post_init__()
-        require_minimum(self, 2, "stream_buffer_documents")
-        for name in ("mlm_probability", "nsp_probability", "short_seq_probability"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"`{name}` must be in [0, 1], got {getattr(self, name)}")
-        require_minimum(self, 1, "eval_pairs_per_anchor")
 
 
 TASK = Task(

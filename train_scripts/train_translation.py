@@ -49,6 +49,7 @@ from hf_seq.train_scripts.arguments import (
     RecipeError,
     Task,
 )
+from hf_seq.train_scripts.checks import ALLOWED, POSITIVE_INT, OneOf
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
     blank_text,
@@ -103,7 +104,10 @@ TEST_ENGINES = ("pytorch", "ctranslate2", "onnxruntime")
 class TranslationArguments(PreprocessingArguments, BudgetArguments):
     """Length filter, test decoding, the attention plot and the preprocessing (cache, workers, streaming)."""
 
-    max_words: int | None = field(default=None, metadata={"help": "Drop pairs whose longer side has more words."})
+    max_words: int | None = field(
+        default=None,
+        metadata={"help": "Drop pairs whose longer side has more words.", ALLOWED: POSITIVE_INT.or_null()},
+    )
     test_num_beams: str = field(default="1,5", metadata={"help": "Comma-separated beam sizes for the final test."})
     plot_attention: bool = field(default=False, metadata={"help": "Write a heat map PNG of one test translation."})
     plot_attention_index: int = field(default=0, metadata={"help": "Index (in the capped test set) of that sentence."})
@@ -113,7 +117,8 @@ class TranslationArguments(PreprocessingArguments, BudgetArguments):
         default=None,
         metadata={
             "help": "After training, replace the model by the mean of the weights of the last N saved checkpoints "
-            "(the final model's test scores are kept under `before_averaging`); needs `save_strategy` steps/epoch."
+            "(the final model's test scores are kept under `before_averaging`); needs `save_strategy` steps/epoch.",
+            ALLOWED: POSITIVE_INT.or_null(),
         },
     )
     test_engine: str = field(
@@ -122,12 +127,16 @@ class TranslationArguments(PreprocessingArguments, BudgetArguments):
             "help": '"pytorch" (generate()), "ctranslate2" or "onnxruntime": decode the test split with the model '
             "exported to CTranslate2 (a Transformer; written into <output_dir>/ctranslate2; needs `pip install "
             "hf_seq[ctranslate2]`) or to ONNX Runtime (any translation model, generate() over the exported graphs; "
-            "written into <output_dir>/onnxruntime; needs onnx, onnxscript and onnxruntime)."
+            "written into <output_dir>/onnxruntime; needs onnx, onnxscript and onnxruntime).",
+            ALLOWED: OneOf(TEST_ENGINES),
         },
     )
     test_onnxruntime_quantization: str | None = field(
         default=None,
-        metadata={"help": 'int8: ONNX Runtime dynamic quantization of the "onnxruntime" export (default float32).'},
+        metadata={
+            "help": 'int8: ONNX Runtime dynamic quantization of the "onnxruntime" export (default float32).',
+            ALLOWED: OneOf(("int8",), null=True),
+        },
     )
     test_ctranslate2_quantization: str | None = field(
         default=None,
@@ -135,23 +144,13 @@ class TranslationArguments(PreprocessingArguments, BudgetArguments):
     )
 
     def __post_init__(self):
-        super().__post_init__()  # PreprocessingArguments' checks
+        super().__post_init__()  # PreprocessingArguments' checks and the declared ranges
         try:
             beams = [int(b) for b in self.test_num_beams.split(",") if b.strip()]
         except ValueError:
             beams = [0]
         if any(b < 1 for b in beams):
             raise ValueError(f"`test_num_beams` must be comma-separated positive integers, got {self.test_num_beams!r}")
-        if self.max_words is not None and self.max_words < 1:
-            raise ValueError(f"`max_words` must be a positive integer or null, got {self.max_words}")
-        if self.average_last_checkpoints is not None and (
-            isinstance(self.average_last_checkpoints, bool) or self.average_last_checkpoints < 1
-        ):
-            raise ValueError(
-                f"`average_last_checkpoints` must be a positive integer or null, got {self.average_last_checkpoints}"
-            )
-        if self.test_engine not in TEST_ENGINES:
-            raise ValueError(f"`test_engine` must be one of {list(TEST_ENGINES)}, got {self.test_engine!r}")
         if self.test_ctranslate2_quantization is not None:
             from hf_seq.export import QUANTIZATIONS
 
@@ -163,10 +162,6 @@ class TranslationArguments(PreprocessingArguments, BudgetArguments):
             if self.test_engine != "ctranslate2":
                 raise ValueError('`test_ctranslate2_quantization` needs `test_engine` "ctranslate2"')
         if self.test_onnxruntime_quantization is not None:
-            if self.test_onnxruntime_quantization != "int8":
-                raise ValueError(
-                    f'`test_onnxruntime_quantization` must be "int8" or null, got {self.test_onnxruntime_quantization!r}'
-                )
             if self.test_engine != "onnxruntime":
                 raise ValueError('`test_onnxruntime_quantization` needs `test_engine` "onnxruntime"')
 

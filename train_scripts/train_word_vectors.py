@@ -34,8 +34,8 @@ from hf_seq.train_scripts.arguments import (
     BudgetArguments,
     Task,
     parse_args,
-    require_minimum,
 )
+from hf_seq.train_scripts.checks import ALLOWED, POSITIVE_INT
 from hf_seq.train_scripts.common import describe_data, load_text_splits, training_command, write_results
 from hf_seq.train_scripts.outputs import staged_output
 from tokenizers import normalizers, pre_tokenizers
@@ -48,14 +48,15 @@ from hf_seq.data import DataError, split_source
 class WordVectorArguments(BudgetArguments):
     """Skip-gram sizes and sampling."""
 
-    dim: int = field(default=64, metadata={"help": "vector size"})
-    window: int = field(default=5, metadata={"help": "largest distance of a context word (shrunk at random)"})
-    negatives: int = field(default=5, metadata={"help": "negative samples per (word, context) pair"})
-    min_count: int = field(default=3, metadata={"help": "drop words seen fewer times"})
+    dim: int = field(default=64, metadata={"help": "vector size", ALLOWED: POSITIVE_INT})
+    window: int = field(
+        default=5, metadata={"help": "largest distance of a context word (shrunk at random)", ALLOWED: POSITIVE_INT}
+    )
+    negatives: int = field(
+        default=5, metadata={"help": "negative samples per (word, context) pair", ALLOWED: POSITIVE_INT}
+    )
+    min_count: int = field(default=3, metadata={"help": "drop words seen fewer times", ALLOWED: POSITIVE_INT})
     subsample: float = field(default=1e-4, metadata={"help": "frequent-word subsampling threshold"})
-
-    def __post_init__(self):
-        require_minimum(self, 1, "dim", "window", "negatives", "min_count", allowed="a positive integer")
 
 
 TASK = Task(
