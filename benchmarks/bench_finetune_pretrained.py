@@ -33,7 +33,7 @@ from transformers import AutoTokenizer, DataCollatorWithPadding
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hf_seq import BertForSequenceClassification  # noqa: E402
-from hf_seq.data import load_sentiment  # noqa: E402
+from hf_seq.toolkit.data import load_sentiment  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_finetune_pretrained.json"
 DEFAULT_MODEL = Path(os.environ.get("HF_SEQ_DATA", "data")) / "pretrained" / "all-MiniLM-L6-v2"

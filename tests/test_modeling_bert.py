@@ -29,7 +29,7 @@ from hf_seq import (
     BertModel,
     HfSeqBertConfig,
 )
-from hf_seq.tokenization import build_wordpiece_tokenizer
+from hf_seq.toolkit.tokenization import build_wordpiece_tokenizer
 
 VOCAB = 99
 PAIRS = [

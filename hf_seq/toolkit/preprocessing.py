@@ -82,7 +82,7 @@ _OFFSET = np.dtype("<i8")  # offsets.npy and the row lengths
 
 
 def _log(message: str) -> None:
-    print(f"[hf_seq.preprocessing] {message}", flush=True)
+    print(f"[hf_seq.toolkit.preprocessing] {message}", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -405,7 +405,7 @@ def select_rows(store: TokenStore, keep: np.ndarray, folder: str | os.PathLike) 
 
 
 def holdout_mask(rows: int, percentage: float, seed: int = 42) -> np.ndarray:
-    """``(rows,)`` bool, True for the rows :func:`hf_seq.data.hold_out_validation` moves into the validation split
+    """``(rows,)`` bool, True for the rows :func:`hf_seq.toolkit.data.hold_out_validation` moves into the validation split
     (the same seeded shuffle, so a cached split equals the in-memory one).
 
     ``random.Random(seed).shuffle`` swaps items by position whatever the sequence holds, so shuffling an
