@@ -211,6 +211,24 @@ if not any(isinstance(finder, _MovedToToolkit) for finder in sys.meta_path):
     sys.meta_path.insert(0, _MovedToToolkit())
 
 
+def _from_transformers_bert(cls, model_or_path, output_loading_info: bool = False, **kwargs):
+    """Former ``BertPreTrainedModel.from_transformers_bert``: the converter lives in the toolkit now (a saved folder
+    does not carry it); this forwards to :func:`hf_seq.toolkit.bert_conversion.from_transformers_bert` with a
+    ``FutureWarning``."""
+    from .toolkit.bert_conversion import from_transformers_bert
+
+    warnings.warn(
+        f"{cls.__name__}.from_transformers_bert moved to hf_seq.toolkit.bert_conversion: use "
+        f"from_transformers_bert({cls.__name__}, model_or_path, ...) instead",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return from_transformers_bert(cls, model_or_path, output_loading_info=output_loading_info, **kwargs)
+
+
+BertPreTrainedModel.from_transformers_bert = classmethod(_from_transformers_bert)
+
+
 def __getattr__(name: str):
     """``hf_seq.data`` (and the other former names) as attributes: the toolkit module, through the warning above."""
     if name in MOVED_TO_TOOLKIT:

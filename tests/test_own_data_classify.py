@@ -204,7 +204,7 @@ def transformers_bert(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
 
 
 def test_finetune_bert_converts_a_transformers_checkpoint_for_both_tasks(tmp_path, transformers_bert):
-    from hf_seq.modeling_bert import convert_transformers_bert_state_dict
+    from hf_seq.toolkit.bert_conversion import convert_transformers_bert_state_dict
 
     folder, source = transformers_bert
     expected = convert_transformers_bert_state_dict(source.state_dict(), source.config.num_hidden_layers)
@@ -260,7 +260,7 @@ def test_pretrain_bert_continues_a_transformers_checkpoint(tmp_path, transformer
     from hf_seq.train_scripts import pretrain_bert
     from own_data import documents
 
-    from hf_seq.modeling_bert import convert_transformers_bert_state_dict
+    from hf_seq.toolkit.bert_conversion import convert_transformers_bert_state_dict
 
     folder, source = transformers_bert
     corpus = tmp_path / "corpus.txt"

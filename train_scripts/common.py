@@ -39,6 +39,7 @@ from hf_seq.train_scripts.processes import broadcast_from_main
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
 
+from hf_seq.toolkit.bert_conversion import from_transformers_bert
 from hf_seq.toolkit.data import DATASET_PRESETS, DataError, first_bad_row, load_data, row_location, split_source
 from hf_seq.toolkit.preprocessing import arrow_maps_released
 
@@ -688,7 +689,7 @@ def load_or_build_model(
             if task.model_head not in _HF_SEQ_BERT_HEADS:
                 raise RecipeError(f"`model_name_or_path` {path} is a transformers BERT; {task.name} cannot use it")
             cls = getattr(hf_seq, _HF_SEQ_BERT_HEADS[task.model_head])
-            model = cls.from_transformers_bert(path, **overrides)
+            model = from_transformers_bert(cls, path, **overrides)
         else:
             for key, value in overrides.items():
                 setattr(config, key, value)

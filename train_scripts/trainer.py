@@ -36,7 +36,7 @@ from hf_seq.train_scripts.processes import broadcast_from_main, collective_timeo
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from hf_seq.compat import rotate_checkpoints
+from hf_seq.toolkit.checkpoints import rotate_checkpoints
 from hf_seq.toolkit.collators import LMWindowDataset
 from hf_seq.toolkit.samplers import LengthBucketSampler, PermutationSampler
 
