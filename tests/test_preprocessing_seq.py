@@ -23,6 +23,7 @@ from hf_seq.train_scripts.arguments import parse_args
 from hf_seq.train_scripts.common import cap_splits, load_task_data
 from own_data import count_builds
 
+from hf_seq.toolkit.data import pairs_of
 from hf_seq.toolkit.preprocessing import release_arrow_memory
 from hf_seq.toolkit.samplers import LengthBucketSampler, example_lengths
 from hf_seq.toolkit.tokenization import build_translation_tokenizer
@@ -76,7 +77,7 @@ def old_translation_features(model_args, data_args, args):
     of the tokenized lists): the reference the cached features must equal."""
     src, tgt = data_args.source_lang, data_args.target_lang
     raw = load_task_data(train_translation.TASK, data_args)
-    pairs = {s: train_translation.pairs_of(d, src, tgt) for s, d in raw.items()}
+    pairs = {s: pairs_of(d, src, tgt) for s, d in raw.items()}
     for split, (sources, targets) in pairs.items():
         keep = [
             i for i, (a, b) in enumerate(zip(sources, targets)) if max(len(a.split()), len(b.split())) <= args.max_words

@@ -41,7 +41,6 @@ from hf_seq.train_scripts.features import (
     data_key,
     data_record,
     encoded_features,
-    id_type,
     label_features,
     label_id_type,
     streamed_label_names,
@@ -55,7 +54,7 @@ from hf_seq.train_scripts.trainer import HfSeqTrainer
 from transformers import TrainerCallback
 
 from hf_seq.toolkit.data_install import resolve_data_path
-from hf_seq.toolkit.preprocessing import tokenizer_fingerprint
+from hf_seq.toolkit.preprocessing import id_type, tokenizer_fingerprint
 from hf_seq.toolkit.word_vectors import MISSING_INITS, TEXT_SUFFIXES, init_embeddings_from_vectors, load_word_vectors
 
 logger = logging.getLogger(__name__)

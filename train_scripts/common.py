@@ -40,7 +40,15 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
 
 from hf_seq.toolkit.bert_conversion import from_transformers_bert
-from hf_seq.toolkit.data import DATASET_PRESETS, DataError, first_bad_row, load_data, row_location, split_source
+from hf_seq.toolkit.data import (
+    DATASET_PRESETS,
+    DataError,
+    blank_text,
+    first_bad_row,
+    load_data,
+    row_location,
+    split_source,
+)
 from hf_seq.toolkit.preprocessing import arrow_maps_released
 
 
@@ -486,11 +494,6 @@ def require_text(splits: DatasetDict, column: str, flag: str, words: bool = Fals
             )
 
 
-def blank_text(values) -> Any:
-    """Arrow booleans: True where a string column (or ``struct_field``) holds the empty text."""
-    return pc.fill_null(pc.equal(pc.utf8_length(values), 0), False)
-
-
 def require_nonempty(splits: DatasetDict, column: str, flag: str, words: bool = False) -> None:
     """``DataError`` naming the file and line (:func:`hf_seq.toolkit.data.row_location`) of the first row whose text is
     empty (``words``: whose word list is empty), with the number of such rows: a row that trains on
@@ -505,11 +508,6 @@ def require_nonempty(splits: DatasetDict, column: str, flag: str, words: bool = 
                 f"{row_location(dataset, row)}: column {column!r} (`{flag}`) {what} ({pc.sum(empty).as_py()} row(s) "
                 f"in all); every row needs {'words' if words else 'text'}"
             )
-
-
-def is_blank(value: Any) -> bool:
-    """A streamed row's value that holds no text: null, not a string, or the empty text."""
-    return not isinstance(value, str) or value == ""
 
 
 def stream_row_error(path: str, flag: str, problem: Callable[[dict], str | None], fallback: str) -> DataError:

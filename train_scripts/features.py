@@ -46,6 +46,7 @@ from hf_seq.toolkit.preprocessing import (
     default_cache_root,
     fingerprint_files,
     holdout_mask,
+    id_type,
     iter_column_batches,
     preprocessing_cache_dir,
     read_meta,
@@ -316,13 +317,6 @@ def data_record(root, name: str, data_args, overwrite: bool, **extra) -> tuple[F
         key = None
     cache = FeatureCache(None if key is None else root, name, key or {}, overwrite=overwrite)
     return cache, cache.load_record()
-
-
-def id_type(tokenizer) -> str:
-    """The type of the cached token ids: ``uint16`` when every id of ``tokenizer`` is below 65,536, else ``uint32``
-    (a quarter and a half of the ``int64`` of Python ints; rows are read back as Python ints, and the collators make
-    the same ``int64`` tensors)."""
-    return "uint16" if len(tokenizer) <= 1 << 16 else "uint32"
 
 
 def label_id_type(num_labels: int) -> str:

@@ -40,6 +40,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -1318,3 +1319,98 @@ for _preset in (
     ),
 ):
     register_dataset_preset(_preset)
+
+
+# --- translation pairs: rows of a `translation` column of {language: text} dicts, or two text columns ------------
+
+
+def blank_text(values) -> Any:
+    """Arrow booleans: True where a string column (or ``struct_field``) holds the empty text."""
+    return pc.fill_null(pc.equal(pc.utf8_length(values), 0), False)
+
+
+def is_blank(value: Any) -> bool:
+    """A streamed row's value that holds no text: null, not a string, or the empty text."""
+    return not isinstance(value, str) or value == ""
+
+
+def pairs_of(dataset, src: str, tgt: str) -> tuple[list[str], list[str]]:
+    """(sources, targets) of a split as Python lists (checked by :func:`check_pairs` first): the in-memory reading
+    that the cached features replace, kept as their reference."""
+    if check_pairs(dataset, src, tgt) == ["translation"]:
+        pairs = dataset["translation"]
+        return [p[src] for p in pairs], [p[tgt] for p in pairs]
+    return list(dataset[src]), list(dataset[tgt])
+
+
+def check_pairs(dataset, src: str, tgt: str) -> list[str]:
+    """The columns a split's pairs are read from (``["translation"]`` or ``[src, tgt]``), checked on the Arrow
+    table without reading the texts into Python: ``DataError`` naming the file for missing columns or keys,
+    non-text columns, and the first empty row."""
+    where = split_source(dataset)
+    table = dataset.data
+    if "translation" in dataset.column_names:
+        kind = table.column("translation").type
+        keys = [kind.field(i).name for i in range(kind.num_fields)] if pa.types.is_struct(kind) else None
+        if keys is None:
+            raise DataError(f"{where}: column 'translation' must hold {{language: text}} dicts, got {kind}")
+        missing = [lang for lang in (src, tgt) if lang not in keys]
+        if missing:
+            raise DataError(
+                f"{where}: the `translation` dicts have no key(s) {missing} (`source_lang` / `target_lang`); their "
+                f"keys are {keys}"
+            )
+        columns = ["translation"]
+        sides = {side: pc.struct_field(table.column("translation"), side) for side in (src, tgt)}
+        struct_nulls = table.column("translation").null_count
+    elif src in dataset.column_names and tgt in dataset.column_names:
+        columns = [src, tgt]
+        sides = {side: table.column(side) for side in (src, tgt)}
+        struct_nulls = 0
+    else:
+        raise DataError(
+            f"{where} has neither a 'translation' column nor columns {src!r} and {tgt!r} (`source_lang` / "
+            f"`target_lang`); its columns are {dataset.column_names}"
+        )
+    for side, column in sides.items():
+        text = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        nulls = column.null_count + struct_nulls
+        if not text or nulls:
+            # located in the Arrow table: the file's rows in order (a held-out split shares its file's table)
+            if text:
+                bad = pc.is_null(column)
+                if struct_nulls:
+                    bad = pc.or_(bad, pc.is_null(table.column("translation")))
+                row = pc.index(bad, True).as_py()
+            else:
+                row = 0
+            value = None if text else column[row].as_py()
+            raise DataError(
+                f"{row_location(dataset, row)}: no {side!r} text (got {value!r}); every pair needs both sides"
+            )
+    for side, column in sides.items():
+        blank = blank_text(column)
+        if pc.any(blank).as_py():
+            row = pc.index(blank, True).as_py()
+            raise DataError(
+                f"{row_location(dataset, row)}: the {side!r} text is empty ({pc.sum(blank).as_py()} "
+                "pair(s) in all); every pair needs both sides"
+            )
+    return columns
+
+
+def pair_problem(row: dict, src: str, tgt: str) -> str | None:
+    """What is wrong with a row of a pairs file read as a dict (a side without text), or None."""
+    pair = row.get("translation") if isinstance(row.get("translation"), dict) else row
+    for side in (src, tgt):
+        if is_blank(pair.get(side)):
+            return f"no {side!r} text (got {pair.get(side)!r}); every pair needs both sides"
+    return None
+
+
+def batch_pairs(batch: dict, src: str, tgt: str) -> tuple[list[str], list[str]]:
+    """(sources, targets) of a batch of rows (``translation`` dicts or two columns)."""
+    if "translation" in batch:
+        pairs = batch["translation"]
+        return [p[src] for p in pairs], [p[tgt] for p in pairs]
+    return list(batch[src]), list(batch[tgt])

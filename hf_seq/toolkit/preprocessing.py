@@ -236,6 +236,13 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size < 2**16 else np.dtype(np.uint32)
 
 
+def id_type(tokenizer) -> str:
+    """The type of the cached token ids: ``uint16`` when every id of ``tokenizer`` is below 65,536, else ``uint32``
+    (a quarter and a half of the ``int64`` of Python ints; rows are read back as Python ints, and the collators make
+    the same ``int64`` tensors)."""
+    return "uint16" if len(tokenizer) <= 1 << 16 else "uint32"
+
+
 class TokenStoreWriter:
     """Write a :class:`TokenStore` into ``folder`` while iterating batches: token ids are appended to
     ``tokens.bin`` and row lengths to a temporary file, so memory stays constant whatever the corpus size.
