@@ -4,7 +4,7 @@
 recipes or installing data needs none of that. So the commands start here, outside the package: a command that only
 prints text or installs data (``hf-seq-train``, ``hf-seq-train --help``, ``hf-seq-train <task> --list-recipes``, an
 unknown task, ``hf-seq-data ...``) runs hf_seq's standard-library modules (``hf_seq.train_scripts.cli`` / ``tasks`` /
-``recipes`` / ``errors``, ``hf_seq.data_install``, ``hf_seq.checksums``) without executing ``hf_seq/__init__.py``;
+``recipes`` / ``errors``, ``hf_seq.toolkit.data_install``, ``hf_seq.toolkit.checksums``) without executing ``hf_seq/__init__.py``;
 every other command imports hf_seq as usual and runs :func:`hf_seq.train_scripts.cli.main`.
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 # the modules a text-only command runs: each imports only the standard library and the others of this list
 _LIGHT_MODULES = (
-    "hf_seq.checksums",
-    "hf_seq.data_install",
+    "hf_seq.toolkit.checksums",
+    "hf_seq.toolkit.data_install",
     "hf_seq.train_scripts.errors",
     "hf_seq.train_scripts.tasks",
     "hf_seq.train_scripts.recipes",
@@ -30,14 +30,14 @@ _LIGHT_MODULES = (
 @contextlib.contextmanager
 def _without_package_init() -> Iterator[None]:
     """Import :data:`_LIGHT_MODULES` under a stand-in for the package ``hf_seq`` (its module object, made from its
-    import spec, ``__init__.py`` not executed; ``hf_seq.train_scripts`` likewise); on exit the stand-ins and every
+    import spec, ``__init__.py`` not executed; ``hf_seq.toolkit`` and ``hf_seq.train_scripts`` likewise); on exit the stand-ins and every
     module imported under them leave ``sys.modules``, so a later ``import hf_seq`` runs the package as usual. Where
     hf_seq is already imported, its modules are used as they are."""
     if "hf_seq" in sys.modules:
         yield
         return
     before = set(sys.modules)
-    for name in ("hf_seq", "hf_seq.train_scripts"):
+    for name in ("hf_seq", "hf_seq.toolkit", "hf_seq.train_scripts"):
         spec = importlib.util.find_spec(name)
         if spec is None:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
@@ -72,6 +72,6 @@ def train(argv: list[str] | None = None) -> int:
 
 
 def data(argv: list[str] | None = None) -> int:
-    """``hf-seq-data fetch|list|path ...`` (:mod:`hf_seq.data_install`)."""
+    """``hf-seq-data fetch|list|path ...`` (:mod:`hf_seq.toolkit.data_install`)."""
     with _without_package_init():
-        return importlib.import_module("hf_seq.data_install").main(argv)
+        return importlib.import_module("hf_seq.toolkit.data_install").main(argv)

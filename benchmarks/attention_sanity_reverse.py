@@ -95,7 +95,7 @@ def main() -> dict:
         }
         print(attention, results[attention], flush=True)
         if attention != "none" and args.plot and not plotted:
-            from hf_seq.visualization import plot_attention
+            from hf_seq.toolkit.visualization import plot_attention
 
             row = 0
             length = int(test_mask[row].sum())

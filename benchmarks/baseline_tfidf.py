@@ -1,4 +1,4 @@
-"""TF-IDF + logistic-regression baseline on the sentiment splits of ``hf_seq.data.load_sentiment``.
+"""TF-IDF + logistic-regression baseline on the sentiment splits of ``hf_seq.toolkit.data.load_sentiment``.
 
 Fits on ``train``, chooses the inverse regularisation strength ``C`` by ``validation`` accuracy, then reports the
 accuracy on ``test`` once. Writes ``benchmarks/results/baseline_tfidf.json`` and prints it.
@@ -20,7 +20,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from hf_seq.data import load_sentiment  # noqa: E402
+from hf_seq.toolkit.data import load_sentiment  # noqa: E402
 
 C_GRID = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
     majority = max(sum(y_test), len(y_test) - sum(y_test)) / len(y_test)
 
     result = {
-        "task": "sentiment (Rotten Tomatoes critic snippets, hf_seq.data.load_sentiment)",
+        "task": "sentiment (Rotten Tomatoes critic snippets, hf_seq.toolkit.data.load_sentiment)",
         "model": "TF-IDF (word 1-2 grams, sublinear tf) + LogisticRegression",
         "seed": args.seed,
         "split_sizes": {k: len(v) for k, v in data.items()},

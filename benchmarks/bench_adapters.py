@@ -4,7 +4,7 @@
    (forward + backward + SGD) of the base model, of the adapted model with the adapter folded into the fused kernel's
    weights (no dropout), with the adapter disabled, and training with ``lora_dropout`` (the cell path through the
    adapter modules). Ratios are base time / path time (1.0 = as fast as the model without adapters).
-2. Eager int8 of the same LM's ``nn.Linear``/LSTM layers: ``hf_seq.quantization.quantize_dynamic_int8`` (torch's
+2. Eager int8 of the same LM's ``nn.Linear``/LSTM layers: ``hf_seq.toolkit.quantization.quantize_dynamic_int8`` (torch's
    dynamic int8) and, when torchao is installed, torchao's ``quantize_(Int8DynamicActivationInt8WeightConfig())`` on
    the ``nn.Linear`` layers of a Transformer, each against the float model (inference, ratio float time / int8 time).
 
@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import hf_seq  # noqa: E402
-from hf_seq.quantization import quantize_dynamic_int8  # noqa: E402
+from hf_seq.toolkit.quantization import quantize_dynamic_int8  # noqa: E402
 
 
 def timed(fn, warmup: int = 1, inner: int = 3) -> float:

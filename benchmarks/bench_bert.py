@@ -35,6 +35,7 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hf_seq import BertForMaskedLM  # noqa: E402
+from hf_seq.toolkit.bert_conversion import from_transformers_bert  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_bert.json"
 
@@ -108,8 +109,8 @@ def main() -> None:
     reference = transformers.BertForMaskedLM(hf_config)
     models = {
         "transformers": reference,
-        "hf_seq": BertForMaskedLM.from_transformers_bert(reference),
-        "hf_seq_sparse": BertForMaskedLM.from_transformers_bert(reference, sparse_prediction=True),
+        "hf_seq": from_transformers_bert(BertForMaskedLM, reference),
+        "hf_seq_sparse": from_transformers_bert(BertForMaskedLM, reference, sparse_prediction=True),
     }
     batch = make_batch(args.vocab, args.batch, args.length)
     with torch.no_grad():  # same weights, same numbers (eval mode)

@@ -3,7 +3,7 @@
 Parity (``--parity``, the 500 test verses of the run's split, sources truncated to 64 tokens, 80 new tokens at most):
 the share of verses whose CTranslate2 translation (float32, int8) equals ``generate()``'s token for token, greedy and
 beam 5, and sacreBLEU of each (references: the tokenized targets decoded, as the translation script scores them).
-CTranslate2 decodes with ``hf_seq.export.generate_options`` of the model's generation config (the same length
+CTranslate2 decodes with ``hf_seq.toolkit.export.generate_options`` of the model's generation config (the same length
 penalty; ``patience`` for ``early_stopping``). CTranslate2's beam search ends once ``round(num_beams * patience)``
 hypotheses have finished (``patience`` 1 is ``generate(early_stopping=True)``); ``generate()``'s default
 (``early_stopping=False``) keeps searching while a running beam's length-normalised score beats the worst finished
@@ -47,9 +47,9 @@ import ctranslate2  # noqa: E402
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, MarianConfig, MarianMTModel  # noqa: E402
 
 import hf_seq  # noqa: E402, F401
-from hf_seq.data import load_translation  # noqa: E402
-from hf_seq.export import ctranslate2_translate, generate_options, to_ctranslate2  # noqa: E402
-from hf_seq.metrics import load_metric  # noqa: E402
+from hf_seq.toolkit.data import load_translation  # noqa: E402
+from hf_seq.toolkit.export import ctranslate2_translate, generate_options, to_ctranslate2  # noqa: E402
+from hf_seq.toolkit.metrics import load_metric  # noqa: E402
 
 MAX_SOURCE_LENGTH = 64
 MAX_NEW_TOKENS = 80  # the translation script's test decoding: max_target_length 64 + 16

@@ -24,7 +24,7 @@ the spawn to the script's line ``[hf_seq] first training step begins at <t>``, o
 line (the classifier, the tagger), to the first logged loss (``--logging_steps 1``: the first step's end; the
 child's output is read line by line as it comes, ``seconds_to_first_loss`` for every task) (also without the seconds a fresh interpreter takes to import the
 script's module, measured right before: ``seconds_to_first_step_after_imports``); preprocessing MB/s = corpus MB / the seconds of the
-``[hf_seq.preprocessing] cached ... (<s> s)`` line; steps/s from the first step's end to the end of training.
+``[hf_seq.toolkit.preprocessing] cached ... (<s> s)`` line; steps/s from the first step's end to the end of training.
 Writes ``benchmarks/results/bench_data_scale.json`` (rows keyed ``<task>/<size>MB/<mode>``, merged with the rows
 already there). A task is a row of :data:`TASKS`: its script, recipe, corpus writer and flags.
 """

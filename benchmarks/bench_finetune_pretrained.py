@@ -33,7 +33,8 @@ from transformers import AutoTokenizer, DataCollatorWithPadding
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hf_seq import BertForSequenceClassification  # noqa: E402
-from hf_seq.data import load_sentiment  # noqa: E402
+from hf_seq.toolkit.bert_conversion import from_transformers_bert  # noqa: E402
+from hf_seq.toolkit.data import load_sentiment  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_finetune_pretrained.json"
 DEFAULT_MODEL = Path(os.environ.get("HF_SEQ_DATA", "data")) / "pretrained" / "all-MiniLM-L6-v2"
@@ -94,7 +95,7 @@ def main() -> None:
     reference = transformers.BertForSequenceClassification.from_pretrained(
         args.model, num_labels=2, attn_implementation="sdpa", dtype=torch.float32
     )
-    ours = BertForSequenceClassification.from_transformers_bert(args.model, num_labels=2)
+    ours = from_transformers_bert(BertForSequenceClassification, args.model, num_labels=2)
     ours.classifier.load_state_dict(reference.classifier.state_dict())
     models = {"transformers": reference, "hf_seq": ours}
     batches = sentiment_batches(tokenizer, args.steps, args.batch, args.length)

@@ -50,6 +50,7 @@ from transformers import BertForMaskedLM as TransformersBertForMaskedLM  # noqa:
 from transformers import MarianConfig, MarianMTModel  # noqa: E402
 
 import hf_seq  # noqa: E402
+from hf_seq.toolkit.bert_conversion import from_transformers_bert  # noqa: E402
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -270,7 +271,7 @@ def bert_pair(size: dict, device: torch.device) -> tuple[nn.Module, nn.Module]:
     )
     torch.manual_seed(0)
     peer = TransformersBertForMaskedLM(TransformersBertConfig(**dims, attn_implementation="sdpa"))
-    ours = hf_seq.BertForMaskedLM.from_transformers_bert(peer)
+    ours = from_transformers_bert(hf_seq.BertForMaskedLM, peer)
     return ours.to(device), peer.to(device)
 
 

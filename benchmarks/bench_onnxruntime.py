@@ -43,9 +43,9 @@ if str(REPO_ROOT) not in sys.path:
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer  # noqa: E402
 
 import hf_seq  # noqa: E402, F401
-from hf_seq.data import load_shakespeare, load_translation  # noqa: E402
-from hf_seq.export import load_onnxruntime, to_onnx  # noqa: E402
-from hf_seq.metrics import load_metric  # noqa: E402
+from hf_seq.toolkit.data import load_shakespeare, load_translation  # noqa: E402
+from hf_seq.toolkit.export import load_onnxruntime, to_onnx  # noqa: E402
+from hf_seq.toolkit.metrics import load_metric  # noqa: E402
 
 MAX_SOURCE_LENGTH = 64
 MAX_NEW_TOKENS = 80  # the translation script's test decoding: max_target_length 64 + 16
@@ -191,7 +191,7 @@ def translation_speed(run_dir: Path, folders: dict, repeats: int, ct2: bool) -> 
     if ct2:
         import ctranslate2
 
-        from hf_seq.export import ctranslate2_translate, to_ctranslate2
+        from hf_seq.toolkit.export import ctranslate2_translate, to_ctranslate2
 
         for quantization in ("float32", "int8"):
             path = Path(tempfile.mkdtemp()) / "ct2"

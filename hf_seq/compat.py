@@ -19,8 +19,6 @@ What differs, and what this module gives instead:
   :func:`cache_argument`, which accepts the release's other name too), build outputs with ``**cache_output(cache)``
   and read an output's cache with :func:`output_cache`. :data:`CACHE_NAME` is the release's name.
 * **Saving the code**: 5.0 has no ``PreTrainedModel.is_remote_code()`` (:func:`registered_for_auto_class`).
-* **Checkpoint rotation**: ``trainer_utils.rotate_checkpoints`` exists from 5.6 on, 5.0 has only
-  ``Trainer._rotate_checkpoints`` (:func:`rotate_checkpoints`, used by the train scripts' atomic checkpoints).
 * **Output capturing** (``hidden_states`` / ``attentions`` / ``cross_attentions`` recorded from the layers that
   ``_can_record_outputs`` names): the decorator is ``transformers.utils.output_capturing.capture_outputs`` (forward
   hooks) in 5.24, ``transformers.utils.generic.check_model_inputs`` (forward wrappers) in 5.0; :func:`capture_outputs`
@@ -269,23 +267,6 @@ def registered_for_auto_class(model) -> bool:
     return getattr(type(model), "_auto_class", None) is not None
 
 
-def rotate_checkpoints(trainer, output_dir: str) -> None:
-    """Delete ``trainer``'s oldest checkpoints in ``output_dir`` beyond ``save_total_limit`` (never the best one), as
-    Trainer does after a save: ``transformers.trainer_utils.rotate_checkpoints`` from 5.6 on; 5.0 has only the
-    method ``Trainer._rotate_checkpoints``, with the same rule."""
-    from transformers import trainer_utils
-
-    if not hasattr(trainer_utils, "rotate_checkpoints"):
-        trainer._rotate_checkpoints(use_mtime=True, output_dir=output_dir)
-        return
-    trainer_utils.rotate_checkpoints(
-        output_dir=output_dir,
-        save_total_limit=trainer.args.save_total_limit,
-        best_model_checkpoint=trainer.state.best_model_checkpoint,
-        use_mtime=True,
-    )
-
-
 __all__ = [
     "CACHE_NAME",
     "MINIMUM_VERSION",
@@ -303,7 +284,6 @@ __all__ = [
     "output_cache",
     "register_output_recorders",
     "registered_for_auto_class",
-    "rotate_checkpoints",
     "shift_labels_when_smoothing",
     "TRANSFORMERS_KEYWORDS",
 ]

@@ -25,7 +25,7 @@ class HfSeqBertConfig(PretrainedConfig):
     ``BertForSequenceClassification``, ``BertForTokenClassification``).
 
     The field names are those of ``transformers.BertConfig``, so a real BERT config maps one-to-one
-    (see ``from_transformers_bert``). The encoder is the project's post-LN :class:`~.blocks.TransformerEncoderBlock`.
+    (see ``hf_seq.toolkit.bert_conversion``). The encoder is the project's post-LN :class:`~.blocks.TransformerEncoderBlock`.
 
     Args:
         vocab_size: rows of the word-piece embedding table (and columns of the masked-LM decoder).

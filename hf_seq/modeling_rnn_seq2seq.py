@@ -434,7 +434,7 @@ class RNNSeq2SeqPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
 
     def prepare_for_quantization_(self) -> RNNSeq2SeqPreTrainedModel:
         """Swap every recurrent layer (encoder and decoder) for the ``torch.nn.RNN/LSTM/GRU`` holding the same
-        parameter tensors, in place, so that dynamic int8 quantization (:func:`hf_seq.quantization.quantize_dynamic_int8`,
+        parameter tensors, in place, so that dynamic int8 quantization (:func:`hf_seq.toolkit.quantization.quantize_dynamic_int8`,
         which calls this itself; torch's ``quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU})``) quantizes the
         LSTM/GRU layers too: it matches module classes exactly, and
         hf_seq's recurrent layers are not ``nn.LSTM``/``nn.GRU`` (TorchDynamo refuses to trace those). Parameter

@@ -33,7 +33,7 @@ How padding reaches the fused kernel depends on where the code runs (see :func:`
   forget gate to 1 and the input gate to 0 at padded steps (``c_t = 1·c_{t-1} + 0·g``, exactly, in value and
   gradient). A batch passed without ``attention_mask`` is one kernel call per layer (cuDNN on CUDA).
 
-Dynamic int8 quantization (``hf_seq.quantization.quantize_dynamic_int8``, over torch's ``quantize_dynamic``) replaces
+Dynamic int8 quantization (``hf_seq.toolkit.quantization.quantize_dynamic_int8``, over torch's ``quantize_dynamic``) replaces
 modules by their exact class (``nn.LSTM``, ``nn.GRU``), and TorchDynamo refuses to trace any ``nn.RNN/LSTM/GRU``
 instance, so a :class:`RecurrentLayer` is neither. :func:`to_torch_rnn_modules_` (``model.prepare_for_quantization_()``)
 swaps each for the ``torch.nn`` module holding the same parameter tensors, an explicit eager-only step before
@@ -532,7 +532,7 @@ def _register_cache_pytree(cls: type[RecurrentCache]) -> None:
 
 
 def to_torch_rnn_modules_(module: nn.Module) -> nn.Module:
-    """Prepare ``module`` for torch's ``quantize_dynamic`` (:func:`hf_seq.quantization.quantize_dynamic_int8`), in place (fairseq-style explicit step):
+    """Prepare ``module`` for torch's ``quantize_dynamic`` (:func:`hf_seq.toolkit.quantization.quantize_dynamic_int8`), in place (fairseq-style explicit step):
     every :class:`RecurrentLayer` of every :class:`RecurrentStack` in it becomes the ``torch.nn.RNN/LSTM/GRU`` holding
     the same parameter tensors, so that ``quantize_dynamic(module, {nn.Linear, nn.LSTM, nn.GRU})`` replaces the LSTM
     and GRU layers with ``torch.ao.nn.quantized.dynamic.LSTM/GRU`` (a SimpleRNN layer stays float: torch has no

@@ -23,8 +23,8 @@ from transformers import AutoTokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hf_seq import BertForPreTraining  # noqa: E402
-from hf_seq.collators import DataCollatorForBertPretraining, bert_pretraining_anchors, tokenize_documents  # noqa: E402
-from hf_seq.data import load_brown_documents  # noqa: E402
+from hf_seq.toolkit.collators import DataCollatorForBertPretraining, bert_pretraining_anchors, tokenize_documents  # noqa: E402
+from hf_seq.toolkit.data import load_brown_documents  # noqa: E402
 
 TEST_SEED_OFFSET = 2_000_000  # pretrain_bert.py's per-example seeds of the test pairs
 

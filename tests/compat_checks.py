@@ -258,6 +258,7 @@ def outputs() -> None:
     ``generate(return_dict_in_generate=True)``; and a mistyped keyword is a ``TypeError`` naming it."""
     import hf_seq
     from hf_seq.attention import eager_attention_forward
+    from hf_seq.toolkit.bert_conversion import from_transformers_bert
 
     assert "site-packages" in hf_seq.__file__, hf_seq.__file__
     calls = []
@@ -274,7 +275,7 @@ def outputs() -> None:
     flags = dict(output_hidden_states=True, output_attentions=True)
     kw = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24)
     reference = transformers.BertModel(transformers.BertConfig(**kw, attn_implementation="eager")).eval()
-    bert = hf_seq.BertModel.from_transformers_bert(reference).eval()
+    bert = from_transformers_bert(hf_seq.BertModel, reference).eval()
     seq2seq = hf_seq.TransformerForConditionalGeneration(
         hf_seq.HfSeqTransformerConfig(
             vocab_size=40, hidden_size=16, encoder_layers=2, decoder_layers=2, num_attention_heads=2,

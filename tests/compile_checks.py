@@ -123,10 +123,10 @@ def assert_export_and_onnx_match(model: nn.Module, batch: dict, tmp_path, masks:
 
 
 def assert_quantize_dynamic_covers_every_linear(model: nn.Module, batch: dict) -> None:
-    """``hf_seq.quantization.quantize_dynamic_int8(model)`` (torch's dynamic int8 quantization) replaces every
+    """``hf_seq.toolkit.quantization.quantize_dynamic_int8(model)`` (torch's dynamic int8 quantization) replaces every
     ``nn.Linear`` (exact-type match, so no projection may be a subclass) and the int8 model gives finite outputs close
     to the float ones."""
-    from hf_seq.quantization import quantize_dynamic_int8
+    from hf_seq.toolkit.quantization import quantize_dynamic_int8
 
     model.eval()
     linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]

@@ -15,7 +15,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the Hub is unreachable here; fail fast instead of retrying
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# the train scripts' preprocessing cache (hf_seq.preprocessing): one fresh folder per test session, not ~/.cache;
+# the train scripts' preprocessing cache (hf_seq.toolkit.preprocessing): one fresh folder per test session, not ~/.cache;
 # xdist workers and the scripts the tests start inherit it, and the process that made it removes it at exit
 if "HF_SEQ_CACHE" not in os.environ:
     os.environ["HF_SEQ_CACHE"] = tempfile.mkdtemp(prefix="hf_seq_cache_")

@@ -79,10 +79,10 @@ def assert_export_and_onnx_match(model: nn.Module, inputs: dict, tmp_path) -> li
 
 
 def assert_quantizes(model: nn.Module, inputs: dict, tied: tuple[str, ...] = ()) -> nn.Module:
-    """``hf_seq.quantization.quantize_dynamic_int8`` replaces every ``nn.Linear``/``nn.LSTM``/``nn.GRU`` (a tied output
+    """``hf_seq.toolkit.quantization.quantize_dynamic_int8`` replaces every ``nn.Linear``/``nn.LSTM``/``nn.GRU`` (a tied output
     layer may stay), leaks no deprecation warning, and the quantized model gives finite outputs close to the float
     model's."""
-    from hf_seq.quantization import quantize_dynamic_int8
+    from hf_seq.toolkit.quantization import quantize_dynamic_int8
 
     model.eval()
     with torch.no_grad():

@@ -80,7 +80,7 @@ def _save(run: str, out: Path) -> None:
     from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments
 
     import hf_seq
-    from hf_seq.tokenization import build_word_level_tokenizer
+    from hf_seq.toolkit.tokenization import build_word_level_tokenizer
 
     tokenizer = build_word_level_tokenizer(TEXTS[run])
     torch.manual_seed(0 if run == "A" else 1)
@@ -125,7 +125,7 @@ def _kill_at(k: int, mode: str) -> None:
     from transformers import Trainer
     from transformers.trainer_callback import TrainerState
 
-    import hf_seq.model_card
+    import hf_seq.toolkit.model_card
 
     count = [0]
 
@@ -146,7 +146,7 @@ def _kill_at(k: int, mode: str) -> None:
     Trainer.save_model = step(Trainer.save_model)
     TrainerState.save_to_json = step(TrainerState.save_to_json)
     common.write_results = step(common.write_results)
-    hf_seq.model_card.write_model_card = step(hf_seq.model_card.write_model_card)
+    hf_seq.toolkit.model_card.write_model_card = step(hf_seq.toolkit.model_card.write_model_card)
 
 
 def _sweep(root: Path) -> dict[str, list[str]]:

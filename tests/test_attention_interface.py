@@ -18,6 +18,7 @@ from hf_seq.configuration_bert import HfSeqBertConfig
 from hf_seq.configuration_transformer import HfSeqTransformerConfig
 from hf_seq.modeling_bert import BertForMaskedLM, BertModel
 from hf_seq.modeling_transformer import TransformerForConditionalGeneration
+from hf_seq.toolkit.bert_conversion import from_transformers_bert
 
 PAD, BOS, EOS = 0, 2, 3
 
@@ -195,7 +196,7 @@ def test_bert_hidden_states_and_attentions_equal_transformers_bert(where):
     torch.manual_seed(0)
     kw = dict(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37)
     ref = transformers.BertModel(transformers.BertConfig(**kw, attn_implementation="eager")).eval()
-    ours = BertModel.from_transformers_bert(ref).eval()
+    ours = from_transformers_bert(BertModel, ref).eval()
     ours.set_attn_implementation("eager")
     batch = bert_batch()
     flags = dict(output_hidden_states=True, output_attentions=True)

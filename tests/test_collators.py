@@ -1,4 +1,4 @@
-"""Tests of hf_seq/collators.py: BERT pretraining pairs (next-sentence prediction) and masked-LM masking."""
+"""Tests of hf_seq/toolkit/collators.py: BERT pretraining pairs (next-sentence prediction) and masked-LM masking."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 import pytest
 import torch
 
-from hf_seq.collators import DataCollatorForBertPretraining, bert_pretraining_anchors, tokenize_documents
-from hf_seq.tokenization import build_wordpiece_tokenizer
+from hf_seq.toolkit.collators import DataCollatorForBertPretraining, bert_pretraining_anchors, tokenize_documents
+from hf_seq.toolkit.tokenization import build_wordpiece_tokenizer
 
 MAX_LENGTH = 64
 

@@ -40,7 +40,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 import hf_seq
-from hf_seq.quantization import quantize_dynamic_int8
+from hf_seq.toolkit.quantization import quantize_dynamic_int8
 
 HEADS = [model_cls for _, model_cls in registered_heads()]
 AUTO_NAME = {model_cls: auto_name for auto_name, model_cls in registered_heads()}
@@ -237,7 +237,7 @@ def tied_output_layer(model) -> str | None:
 
 @pytest.mark.parametrize("head", [*HEADS, *peer_params(*PEERS)], ids=head_id)
 def test_quantize_dynamic(head, tokenizer):
-    """``hf_seq.quantization.quantize_dynamic_int8`` quantizes every ``Linear``/``LSTM``/``GRU`` layer (a tied output
+    """``hf_seq.toolkit.quantization.quantize_dynamic_int8`` quantizes every ``Linear``/``LSTM``/``GRU`` layer (a tied output
     layer may stay), leaks no deprecation warning, and the quantized model gives finite outputs. For the recurrent
     families it calls ``prepare_for_quantization_()`` (their recurrent layers become the ``torch.nn`` modules
     quantize_dynamic matches by exact class); every recurrent layer of the tiny models (LSTM) must then be among the

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hf_seq import checksums
-from hf_seq import data as D
+from hf_seq.toolkit import checksums
+from hf_seq.toolkit import data as D
 
 pytestmark = pytest.mark.data
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ def test_the_checksum_script_checks_like_sha256sum(copy_corpus):
     ok = subprocess.run(["sha256sum", "--quiet", "-c", checksums.MANIFEST], cwd=folder, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     (folder / "penn_treebank.py").write_text("x")
-    script = [sys.executable, str(ROOT / "hf_seq/checksums.py"), "check", str(folder)]
+    script = [sys.executable, str(ROOT / "hf_seq/toolkit/checksums.py"), "check", str(folder)]
     result = subprocess.run(script, capture_output=True, text=True)
     assert result.returncode == 1 and "penn_treebank.py is damaged" in result.stdout
 

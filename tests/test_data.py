@@ -7,7 +7,7 @@ import re
 import pyarrow.compute as pc
 import pytest
 
-from hf_seq import data as D
+from hf_seq.toolkit import data as D
 
 
 def _unique(dataset, column: str) -> set:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hf_seq import checksums
-from hf_seq import data_install as I
+from hf_seq.toolkit import checksums
+from hf_seq.toolkit import data_install as I
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,7 @@ def test_the_data_folder_precedence(monkeypatch, tmp_path):
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert I.data_dir() == tmp_path / "home" / ".cache" / "huggingface" / "hf_seq" / "data"
-    site_packages = Path(I.__file__).resolve().parent.parent
+    site_packages = Path(I.__file__).resolve().parents[2]
     assert site_packages not in I.data_dir().parents
 
 
@@ -132,7 +132,7 @@ def test_unknown_names_and_the_folder_commands(tmp_path):
 
 
 def test_a_pretrained_folder_is_checked_against_the_pinned_manifest(tmp_path):
-    """The pretrained files' SHA-256 ship with the package (hf_seq/pretrained.sha256); a folder without its
+    """The pretrained files' SHA-256 ship with the package (hf_seq/toolkit/pretrained.sha256); a folder without its
     ``.complete`` mark or with a file that differs is reinstalled, and ``list`` calls it damaged."""
     assert sorted(I.pretrained_sha256("glove-6b-50d")) == ["glove_6B_50d_emb.npy", "glove_6B_index.parquet"]
     assert len(I.pretrained_sha256("all-MiniLM-L6-v2")) == 5

@@ -1,4 +1,4 @@
-"""hf_seq.export: CTranslate2 export of the Transformer and BERT, checkpoint averaging, hf-seq-export, and the
+"""hf_seq.toolkit.export: CTranslate2 export of the Transformer and BERT, checkpoint averaging, hf-seq-export, and the
 translation script's --average_last_checkpoints / --test_engine ctranslate2. Tiny random models only."""
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ from safetensors.torch import load_file, save_file
 from tiny_models import BOS, EOS, PAD, TEXTS, build_tokenizer
 
 import hf_seq
-from hf_seq.export import ExportError, average_checkpoints, average_state_dicts, ctranslate2_translate, to_ctranslate2
+from hf_seq.toolkit.export import (
+    ExportError,
+    average_checkpoints,
+    average_state_dicts,
+    ctranslate2_translate,
+    to_ctranslate2,
+)
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -198,7 +204,7 @@ def test_refusals_name_the_field(tokenizer, tmp_path):
 
 
 def test_cli(tokenizer, tmp_path, capsys):
-    from hf_seq.export import main
+    from hf_seq.toolkit.export import main
 
     model = tiny_transformer(len(tokenizer))
     model.save_pretrained(tmp_path / "model")
@@ -387,7 +393,7 @@ def test_search_options_match_generate(search, tokenizer, tmp_path):
 def test_generate_options_mapping():
     from transformers import GenerationConfig
 
-    from hf_seq.export import EARLY_STOPPING_FALSE_PATIENCE, generate_options
+    from hf_seq.toolkit.export import EARLY_STOPPING_FALSE_PATIENCE, generate_options
 
     assert generate_options(None, 1) == {"min_decoding_length": 0}
     assert generate_options(None, 5) == {

@@ -1,4 +1,4 @@
-"""The training front door without training: ``hf_seq.data.load_data`` (user files, folders, presets, the seeded
+"""The training front door without training: ``hf_seq.toolkit.data.load_data`` (user files, folders, presets, the seeded
 validation hold-out, errors naming the file) and the one recipe schema / argument parser of every train script
 (each recipe in configs/ parses; wrong JSON, keys, types and values fail up front, naming the file, the key and what
 is expected)."""
@@ -22,7 +22,7 @@ from hf_seq.train_scripts import (
 from hf_seq.train_scripts.arguments import RecipeError, describe_type, parse_args, value_matches
 from own_data import write_table
 
-from hf_seq import data as D
+from hf_seq.toolkit import data as D
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = [{"text": f"review number {i}", "label": "pos" if i % 3 else "neg"} for i in range(20)]

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, pipeline
 from hf_seq import HfSeqRNNConfig
 from hf_seq.modeling_rnn import RNNCache, RNNForCausalLM, RNNForSequenceClassification
 from hf_seq.recurrent import RecurrentStack
-from hf_seq.tokenization import build_char_tokenizer
+from hf_seq.toolkit.tokenization import build_char_tokenizer
 
 V = 13
 CELLS = ["lstm", "gru", "self_attention_lstm"]

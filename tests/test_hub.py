@@ -355,7 +355,7 @@ def test_auto_tokenizer_loads_every_family_without_trust_remote_code_or_a_prompt
 
 
 def test_model_card_has_metadata_architecture_data_metrics_command_and_use():
-    from hf_seq.model_card import render_model_card
+    from hf_seq.toolkit.model_card import render_model_card
 
     model = tiny_model(hf_seq.TransformerForConditionalGeneration, 26)
     card = render_model_card(

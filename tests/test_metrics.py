@@ -10,7 +10,7 @@ import warnings
 import pytest
 import sacrebleu
 
-from hf_seq.metrics import available_metrics, load_metric, metric_path, perplexity
+from hf_seq.toolkit.metrics import available_metrics, load_metric, metric_path, perplexity
 
 PREDICTIONS = [
     "the cat sat on the mat",

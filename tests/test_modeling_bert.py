@@ -29,7 +29,8 @@ from hf_seq import (
     BertModel,
     HfSeqBertConfig,
 )
-from hf_seq.tokenization import build_wordpiece_tokenizer
+from hf_seq.toolkit.bert_conversion import from_transformers_bert
+from hf_seq.toolkit.tokenization import build_wordpiece_tokenizer
 
 VOCAB = 99
 PAIRS = [
@@ -90,7 +91,7 @@ def test_equal_to_transformers_bert_with_identical_weights(tmp_path, hf_cls, our
     torch.manual_seed(0)
     ref = hf_cls(hf_config()).eval()
     ref.save_pretrained(tmp_path)
-    ours, info = our_cls.from_transformers_bert(str(tmp_path), output_loading_info=True)
+    ours, info = from_transformers_bert(our_cls, str(tmp_path), output_loading_info=True)
     assert info["missing_keys"] == [] and info["unexpected_keys"] == []
     assert not ours.training
     batch = padded_batch()
@@ -107,7 +108,7 @@ def test_equal_to_transformers_bert_with_identical_weights(tmp_path, hf_cls, our
 def test_pretraining_loss_is_mlm_plus_nsp_and_matches_transformers(tmp_path):
     torch.manual_seed(0)
     ref = transformers.BertForPreTraining(hf_config()).eval()
-    ours = BertForPreTraining.from_transformers_bert(ref)  # from a model object
+    ours = from_transformers_bert(BertForPreTraining, ref)  # from a model object
     batch = padded_batch()
     labels = torch.full_like(batch["input_ids"], -100)
     labels[:, 2] = batch["input_ids"][:, 2]
@@ -128,11 +129,11 @@ def test_pretraining_loss_is_mlm_plus_nsp_and_matches_transformers(tmp_path):
 @pytest.mark.parametrize("sparse", [False, True])
 def test_pretraining_gradients_match_transformers(sparse):
     """The fused masked-LM head's backward (only the labelled rows) gives transformers' BERT gradients."""
-    from hf_seq.modeling_bert import convert_transformers_bert_state_dict
+    from hf_seq.toolkit.bert_conversion import convert_transformers_bert_state_dict
 
     torch.manual_seed(0)
     ref = transformers.BertForPreTraining(hf_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
-    ours = BertForPreTraining.from_transformers_bert(ref, sparse_prediction=sparse)
+    ours = from_transformers_bert(BertForPreTraining, ref, sparse_prediction=sparse)
     ref.train(), ours.train()
     batch = padded_batch()
     labels = torch.full_like(batch["input_ids"], -100)
@@ -172,16 +173,18 @@ def test_sparse_prediction_same_loss_and_logits_at_masked_positions():
 def test_from_transformers_bert_reports_new_and_unused_heads(tmp_path, caplog):
     torch.manual_seed(0)
     transformers.BertForPreTraining(hf_config()).save_pretrained(tmp_path)
-    model, info = BertForSequenceClassification.from_transformers_bert(tmp_path, output_loading_info=True, num_labels=5)
+    model, info = from_transformers_bert(
+        BertForSequenceClassification, tmp_path, output_loading_info=True, num_labels=5
+    )
     assert info["missing_keys"] == ["classifier.bias", "classifier.weight"]
     assert any(k.startswith("cls.") for k in info["unexpected_keys"])
     assert model.config.num_labels == 5 and model.classifier.out_features == 5
-    base, info = BertModel.from_transformers_bert(tmp_path, output_loading_info=True)
+    base, info = from_transformers_bert(BertModel, tmp_path, output_loading_info=True)
     assert info["missing_keys"] == [] and any(k.startswith("cls.") for k in info["unexpected_keys"])
     # a masked-LM checkpoint has no pooler: the pooler and NSP head are new and reported
     mlm_ref = transformers.BertForMaskedLM(hf_config())
     with caplog.at_level("WARNING"):
-        _, info = BertForPreTraining.from_transformers_bert(mlm_ref, output_loading_info=True)
+        _, info = from_transformers_bert(BertForPreTraining, mlm_ref, output_loading_info=True)
     assert set(info["missing_keys"]) == {
         "bert.pooler.dense.weight",
         "bert.pooler.dense.bias",
@@ -190,12 +193,27 @@ def test_from_transformers_bert_reports_new_and_unused_heads(tmp_path, caplog):
     }
     assert "newly initialized" in caplog.text and "cls.seq_relationship.weight" in caplog.text
     with pytest.raises(ValueError, match="model_or_path"):
-        BertModel.from_transformers_bert(torch.nn.Linear(2, 2))
+        from_transformers_bert(BertModel, torch.nn.Linear(2, 2))
+
+
+def test_the_former_classmethod_forwards_to_the_toolkit_with_a_warning():
+    """``BertModel.from_transformers_bert(ref)`` (the converter's former place, in the model file) still loads the
+    same weights, with a FutureWarning naming the new entry point; a class that is not an hf_seq BERT is refused."""
+    torch.manual_seed(0)
+    ref = transformers.BertModel(hf_config()).eval()
+    with pytest.warns(FutureWarning, match=r"from_transformers_bert\(BertModel, model_or_path"):
+        former = BertModel.from_transformers_bert(ref)
+    current = from_transformers_bert(BertModel, ref)
+    assert former.state_dict().keys() == current.state_dict().keys()
+    for name, tensor in current.state_dict().items():
+        assert torch.equal(former.state_dict()[name], tensor), name
+    with pytest.raises(TypeError, match="`cls` must be an hf_seq BERT class"):
+        from_transformers_bert(transformers.BertModel, ref)
 
 
 def test_fused_qkv_is_query_key_value_stacked(tmp_path):
     ref = transformers.BertModel(hf_config())
-    ours = BertModel.from_transformers_bert(ref)
+    ours = from_transformers_bert(BertModel, ref)
     attn = ref.encoder.layer[1].attention.self
     qkv = ours.encoder.layers[1].self_attn.qkv_proj
     assert torch.equal(qkv.weight, torch.cat([attn.query.weight, attn.key.weight, attn.value.weight]))
@@ -432,7 +450,7 @@ def test_mean_pooling_classifier_equals_the_mean_computed_by_hand_on_transformer
     torch.manual_seed(0)
     ref = transformers.BertForSequenceClassification(hf_config()).eval()
     ref.save_pretrained(tmp_path)
-    ours = BertForSequenceClassification.from_transformers_bert(str(tmp_path), classifier_pooling="mean")
+    ours = from_transformers_bert(BertForSequenceClassification, str(tmp_path), classifier_pooling="mean")
     assert ours.config.classifier_pooling == "mean"
     batch = padded_batch()
     with torch.no_grad():

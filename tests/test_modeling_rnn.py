@@ -340,7 +340,7 @@ def test_remote_code_load_without_hf_seq(tmp_path):
 
 
 def test_pipelines_show_real_labels(tmp_path):
-    from hf_seq.tokenization import build_word_level_tokenizer
+    from hf_seq.toolkit.tokenization import build_word_level_tokenizer
 
     texts = ["a good film", "a bad film", "good acting and a good plot", "bad plot"]
     tok = build_word_level_tokenizer(texts)

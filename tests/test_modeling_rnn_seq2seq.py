@@ -550,7 +550,7 @@ PAIRS = [
 
 @pytest.fixture(scope="module")
 def saved_translator(tmp_path_factory):
-    from hf_seq.tokenization import build_translation_tokenizer
+    from hf_seq.toolkit.tokenization import build_translation_tokenizer
 
     tok = build_translation_tokenizer(PAIRS, kind="word", vocab_size=100)
     path = tmp_path_factory.mktemp("translator")

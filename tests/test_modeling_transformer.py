@@ -437,7 +437,7 @@ def test_labels_are_shifted_into_decoder_inputs_and_loss_ignores_minus_100():
     no_start = TransformerForConditionalGeneration(tiny(decoder_start_token_id=None))
     with pytest.raises(ValueError, match="decoder_start_token_id"):
         no_start(input_ids=src, labels=labels)
-    from hf_seq.tokenization import build_translation_tokenizer
+    from hf_seq.toolkit.tokenization import build_translation_tokenizer
 
     tok = build_translation_tokenizer(["a b c"], kind="word", vocab_size=40)
     collated = DataCollatorForSeq2Seq(tok, model=model, label_pad_token_id=-100)(
@@ -519,7 +519,7 @@ def test_sinusoidal_model_round_trip_keeps_table(tmp_path):
 
 
 def test_translation_pipeline_on_saved_model(tmp_path):
-    from hf_seq.tokenization import build_translation_tokenizer
+    from hf_seq.toolkit.tokenization import build_translation_tokenizer
 
     pairs = [{"en": "in the beginning", "es": "en el principio"}, {"en": "and god said", "es": "y dijo dios"}] * 5
     tok = build_translation_tokenizer(pairs, kind="word", vocab_size=50)
@@ -562,7 +562,7 @@ REMOTE = BLOCK_HF_SEQ + textwrap.dedent(
 
 
 def test_remote_code_load_without_hf_seq(tmp_path):
-    from hf_seq.tokenization import build_translation_tokenizer
+    from hf_seq.toolkit.tokenization import build_translation_tokenizer
 
     model = random_model()
     model.save_pretrained(tmp_path / "m")

@@ -1,4 +1,4 @@
-"""ONNX Runtime generation (hf_seq.onnx_runtime, ``hf-seq-export onnx``): the exported graphs decoded by
+"""ONNX Runtime generation (hf_seq.toolkit.onnx_runtime, ``hf-seq-export onnx``): the exported graphs decoded by
 transformers' own ``generate()`` give PyTorch's tokens for greedy search and beam search (``num_return_sequences``),
 the same seeded samples and logits, on padded batches, for the RNN LM, the RNN seq2seq (every attention type,
 input feeding, bidirectional encoder) and the Transformer; int8 stays close; the CLI folder loads and serves
@@ -21,8 +21,8 @@ pytest.importorskip("onnxscript")
 from tiny_models import BOS, EOS, PAD, TEXTS, build_tokenizer  # noqa: E402
 
 import hf_seq  # noqa: E402
-from hf_seq.export import load_onnxruntime, main, to_onnx  # noqa: E402
-from hf_seq.onnx_runtime import OnnxExportError, check_onnx_exportable, quantize_graphs  # noqa: E402
+from hf_seq.toolkit.export import load_onnxruntime, main, to_onnx  # noqa: E402
+from hf_seq.toolkit.onnx_runtime import OnnxExportError, check_onnx_exportable, quantize_graphs  # noqa: E402
 
 NEW_TOKENS = 10
 

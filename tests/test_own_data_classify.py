@@ -20,7 +20,7 @@ from own_data import FAST, flags, reviews, tagged, write_splits, write_table
 from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
 
-from hf_seq.data import DataError
+from hf_seq.toolkit.data import DataError
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RNN = ["--model_config", '{"hidden_size": 8, "embedding_size": 8}', "--per_device_train_batch_size", "8"]
@@ -182,7 +182,7 @@ def transformers_bert(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
     """A tiny randomly initialised ``transformers`` BertForMaskedLM saved with a WordPiece tokenizer."""
     import transformers
 
-    from hf_seq.tokenization import build_wordpiece_tokenizer
+    from hf_seq.toolkit.tokenization import build_wordpiece_tokenizer
 
     folder = tmp_path_factory.mktemp("transformers_bert")
     texts = [r["review"] for r in reviews(40)] + [" ".join(r["tokens"]) for r in tagged(20)]
@@ -204,7 +204,7 @@ def transformers_bert(tmp_path_factory) -> tuple[Path, torch.nn.Module]:
 
 
 def test_finetune_bert_converts_a_transformers_checkpoint_for_both_tasks(tmp_path, transformers_bert):
-    from hf_seq.modeling_bert import convert_transformers_bert_state_dict
+    from hf_seq.toolkit.bert_conversion import convert_transformers_bert_state_dict
 
     folder, source = transformers_bert
     expected = convert_transformers_bert_state_dict(source.state_dict(), source.config.num_hidden_layers)
@@ -260,7 +260,7 @@ def test_pretrain_bert_continues_a_transformers_checkpoint(tmp_path, transformer
     from hf_seq.train_scripts import pretrain_bert
     from own_data import documents
 
-    from hf_seq.modeling_bert import convert_transformers_bert_state_dict
+    from hf_seq.toolkit.bert_conversion import convert_transformers_bert_state_dict
 
     folder, source = transformers_bert
     corpus = tmp_path / "corpus.txt"

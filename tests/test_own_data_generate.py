@@ -11,7 +11,7 @@ from hf_seq.train_scripts import pretrain_bert, train_lm, train_translation, tra
 from own_data import FAST, POEM, documents, flags, number_pairs, write_splits, write_table
 from transformers import AutoModelForPreTraining, AutoModelForSeq2SeqLM, AutoTokenizer
 
-from hf_seq.data import DataError, load_data
+from hf_seq.toolkit.data import DataError, load_data
 
 TINY_LM = [
     "--model_config",

@@ -1,4 +1,4 @@
-"""hf_seq.preprocessing: the memory-mapped token store, text files read as datasets reads them, tokenization with
+"""hf_seq.toolkit.preprocessing: the memory-mapped token store, text files read as datasets reads them, tokenization with
 worker processes equal to the tokenizer, the keyed cache (reuse, invalidation, truncated files rebuilt) and the
 tokenizer builders on iterators."""
 
@@ -11,8 +11,8 @@ import datasets
 import numpy as np
 import pytest
 
-from hf_seq import preprocessing as pp
-from hf_seq.tokenization import build_char_tokenizer, build_word_level_tokenizer
+from hf_seq.toolkit import preprocessing as pp
+from hf_seq.toolkit.tokenization import build_char_tokenizer, build_word_level_tokenizer
 
 WORDS = ["the", "cat", "<unk>", "dog", "N", "a", "b", "sat", "on", "mat", "é", "日本"]
 
@@ -163,7 +163,7 @@ def test_builders_take_iterators_with_the_same_vocabulary():
 
 
 def test_holdout_mask_is_the_in_memory_hold_out():
-    from hf_seq.data import hold_out_validation
+    from hf_seq.toolkit.data import hold_out_validation
 
     dataset = datasets.Dataset.from_dict({"text": [str(i) for i in range(101)]})
     splits = hold_out_validation(datasets.DatasetDict({"train": dataset}), 5, seed=7)
@@ -220,13 +220,13 @@ def test_word_shortcut_gives_the_backend_ids_on_awkward_text():
 def test_bert_documents_in_a_store_give_the_same_anchors_and_pairs(tmp_path):
     import torch
 
-    from hf_seq.collators import (
+    from hf_seq.toolkit.collators import (
         DataCollatorForBertPretraining,
         bert_pretraining_anchors,
         tokenize_documents,
         tokenize_documents_to_store,
     )
-    from hf_seq.tokenization import build_wordpiece_tokenizer
+    from hf_seq.toolkit.tokenization import build_wordpiece_tokenizer
 
     rng = random.Random(5)
     sentence = lambda: " ".join(rng.choice(WORDS[:10]) for _ in range(rng.randint(0, 12)))  # noqa: E731

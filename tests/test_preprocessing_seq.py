@@ -23,9 +23,10 @@ from hf_seq.train_scripts.arguments import parse_args
 from hf_seq.train_scripts.common import cap_splits, load_task_data
 from own_data import count_builds
 
-from hf_seq.preprocessing import release_arrow_memory
-from hf_seq.samplers import LengthBucketSampler, example_lengths
-from hf_seq.tokenization import build_translation_tokenizer
+from hf_seq.toolkit.data import pairs_of
+from hf_seq.toolkit.preprocessing import release_arrow_memory
+from hf_seq.toolkit.samplers import LengthBucketSampler, example_lengths
+from hf_seq.toolkit.tokenization import build_translation_tokenizer
 
 EN = "the light god said let there be and was good earth water day night , .".split()
 ES = "la luz dios dijo sea haya y fue buena tierra agua dia noche , .".split()
@@ -76,7 +77,7 @@ def old_translation_features(model_args, data_args, args):
     of the tokenized lists): the reference the cached features must equal."""
     src, tgt = data_args.source_lang, data_args.target_lang
     raw = load_task_data(train_translation.TASK, data_args)
-    pairs = {s: train_translation.pairs_of(d, src, tgt) for s, d in raw.items()}
+    pairs = {s: pairs_of(d, src, tgt) for s, d in raw.items()}
     for split, (sources, targets) in pairs.items():
         keep = [
             i for i, (a, b) in enumerate(zip(sources, targets)) if max(len(a.split()), len(b.split())) <= args.max_words
@@ -514,7 +515,7 @@ def test_streaming_run_resumed_mid_stream_has_the_same_losses(tmp_path, monkeypa
 
 
 def test_a_pair_without_a_side_is_named_by_its_line(tmp_path):
-    from hf_seq.data import DataError
+    from hf_seq.toolkit.data import DataError
 
     rows = [{"en": "a b", "es": "c d"}, {"en": "e", "es": "f"}, {"en": "g", "es": None}, {"en": "h", "es": "i"}]
     flat = tmp_path / "flat.jsonl"

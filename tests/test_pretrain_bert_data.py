@@ -16,10 +16,10 @@ from hf_seq.train_scripts import pretrain_bert
 from hf_seq.train_scripts.arguments import RecipeError, parse_args
 from hf_seq.train_scripts.common import load_tokenizer
 
-from hf_seq import tokenization
-from hf_seq.collators import tokenize_documents, tokenize_documents_to_store
-from hf_seq.data import hold_out_validation, load_data, split_source
-from hf_seq.preprocessing import tokenizer_fingerprint
+from hf_seq.toolkit import tokenization
+from hf_seq.toolkit.collators import tokenize_documents, tokenize_documents_to_store
+from hf_seq.toolkit.data import hold_out_validation, load_data, split_source
+from hf_seq.toolkit.preprocessing import tokenizer_fingerprint
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = str(REPO / "configs" / "bert_pretrain_brown.json")

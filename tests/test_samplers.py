@@ -1,4 +1,4 @@
-"""hf_seq.samplers.LengthBucketSampler: every example once per epoch, batches of similar length in random order, the
+"""hf_seq.toolkit.samplers.LengthBucketSampler: every example once per epoch, batches of similar length in random order, the
 order a function of (seed, epoch); ``--train_sampling_strategy length_buckets`` in the train scripts' Trainer, and a
 run resumed mid-epoch from a checkpoint trains on the same batches as an uninterrupted one."""
 
@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 from transformers import TrainerCallback
 
 from hf_seq import TransformerConfig, TransformerForConditionalGeneration
-from hf_seq.samplers import LengthBucketSampler, example_lengths
+from hf_seq.toolkit.samplers import LengthBucketSampler, example_lengths
 
 LENGTHS = [(7 * i) % 61 + 1 for i in range(103)]  # 103 examples, lengths 1..61 in scrambled order
 
@@ -299,7 +299,7 @@ def test_other_strategies_are_transformers_own(tmp_path):
         train_dataset=_pairs(),
         data_collator=_pad,
     )
-    from hf_seq.samplers import PermutationSampler
+    from hf_seq.toolkit.samplers import PermutationSampler
 
     # random: Trainer's seeded order without its list of every index (test_lm_windows_are_shuffled_as_trainer_...)
     assert isinstance(trainer._get_train_sampler(), PermutationSampler)
@@ -337,7 +337,7 @@ def _window_starts(trainer_class, out, resume=None, stop_at=None, rows=False, **
     ``LMWindowDataset``, or with ``rows`` the same windows as the rows of a ``datasets.Dataset``."""
     from datasets import Dataset
 
-    from hf_seq.collators import LMWindowDataset
+    from hf_seq.toolkit.collators import LMWindowDataset
 
     class Recording(trainer_class):
         def training_step(self, model, inputs, *args, **kwargs):
@@ -374,7 +374,7 @@ def test_lm_windows_are_shuffled_as_trainer_shuffles_them(tmp_path, rows):
     from hf_seq.train_scripts.trainer import HfSeqTrainer
     from transformers import Trainer
 
-    from hf_seq.samplers import PermutationSampler
+    from hf_seq.toolkit.samplers import PermutationSampler
 
     ours, seen = _window_starts(HfSeqTrainer, tmp_path / "ours", seed=3, rows=rows)
     assert isinstance(ours._get_train_sampler(), PermutationSampler)
@@ -392,7 +392,7 @@ def test_lm_windows_are_shuffled_as_trainer_shuffles_them(tmp_path, rows):
 
 
 def test_permutation_sampler_is_the_seeded_randperm_in_blocks():
-    from hf_seq.samplers import PermutationSampler
+    from hf_seq.toolkit.samplers import PermutationSampler
 
     sampler = PermutationSampler(range(1000), seed=5, block=7)
     for epoch in range(2):

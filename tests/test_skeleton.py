@@ -13,7 +13,7 @@ from hf_seq.train_scripts import common, skeleton
 from transformers import AutoModelForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
 
 import hf_seq
-from hf_seq.tokenization import build_word_level_tokenizer
+from hf_seq.toolkit.tokenization import build_word_level_tokenizer
 
 TEXTS = ["a warm and funny film", "a dull mess", "the cast is great"]
 

@@ -16,7 +16,7 @@ from hf_seq.train_scripts.arguments import RecipeError
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 from own_data import flags, reviews, tagged, write_splits
 
-from hf_seq.data import DataError
+from hf_seq.toolkit.data import DataError
 
 REVIEW_COLUMNS = ["--text_column_name", "review", "--label_column_name", "stars"]
 COMMON = [

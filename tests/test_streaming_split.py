@@ -28,7 +28,7 @@ from hf_seq.train_scripts.features import split_by_node_setup
 from launchers import losses, torchrun
 from torch.utils.data import DataLoader
 
-from hf_seq.preprocessing import make_encoder
+from hf_seq.toolkit.preprocessing import make_encoder
 
 REPO = Path(__file__).resolve().parent.parent
 DRIVER = REPO / "tests" / "stream_split_driver.py"

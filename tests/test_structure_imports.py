@@ -1,7 +1,12 @@
-"""The shape of hf_seq/ and train_scripts/, read from their source with ``ast`` (nothing is imported):
+"""The shape of hf_seq/ and train_scripts/, read from their source with ``ast`` (nothing is imported, except by the
+saved-folder check at the end):
 
 * no import cycle among their modules, function-level imports included (``if TYPE_CHECKING:`` blocks, which never
   run, excluded);
+* two wings: the package's top (``hf_seq/*.py``) is exactly what a saved model folder carries — the modelling and
+  configuration files and every module they import, at any depth — and no file of that closure imports the toolkit
+  (``hf_seq.toolkit``: directly, relatively, inside a function, or by name through ``importlib``); a folder saved by
+  ``save_pretrained`` with its code, for every family, holds none of the toolkit's files;
 * no train script (``train_*.py``, ``finetune_*.py``, ``pretrain_*.py``) imports another: what scripts share lives
   in the shared modules (common, features, classification, ...);
 * no function longer than :data:`MAX_FUNCTION_LINES`, except those in :data:`LONG_FUNCTIONS` (each with its reason).
@@ -59,9 +64,24 @@ def _import_nodes(tree: ast.AST):
 
 def _imported(module: str, path: Path) -> set[str]:
     """The modules of :data:`MODULES` that ``module`` imports."""
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    targets = _import_targets(module, path.name == "__init__.py", path.read_text(encoding="utf-8"))
+    return {target for target in targets if target in MODULES and target != module}
+
+
+def _import_targets(module: str, is_package: bool, source: str) -> set[str]:
+    """Every module name ``source`` (the code of ``module``) imports, resolved to absolute names: ``import a.b``,
+    ``from a import b`` (``a.b`` where that is one of :data:`MODULES`, else ``a``), relative imports against
+    ``module``'s package, at any depth; and the literal names given to ``importlib.import_module`` /
+    ``__import__``."""
+    package = module if is_package else module.rsplit(".", 1)[0]
+    tree = ast.parse(source)
     targets = set()
-    for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                targets.add(node.args[0].value)
+    for node in _import_nodes(tree):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
             continue
@@ -73,7 +93,7 @@ def _imported(module: str, path: Path) -> set[str]:
         for alias in node.names:
             child = f"{base}.{alias.name}"
             targets.add(child if child in MODULES else base)
-    return {target for target in targets if target in MODULES and target != module}
+    return targets
 
 
 GRAPH = {module: _imported(module, path) for module, path in MODULES.items()}
@@ -114,7 +134,7 @@ def test_the_graph_sees_the_imports():
     """The graph holds module-level, function-level and relative imports (a graph that read nothing finds no cycle)."""
     assert "hf_seq.train_scripts.arguments" in GRAPH["hf_seq.train_scripts.train_classifier"]
     assert "hf_seq.train_scripts.cli" in GRAPH["hf_seq.train_scripts.train_classifier"]  # inside `if __name__`
-    assert "hf_seq.model_card" in GRAPH["hf_seq.train_scripts.common"]  # inside a function
+    assert "hf_seq.toolkit.model_card" in GRAPH["hf_seq.train_scripts.common"]  # inside a function
     assert "hf_seq.modeling_bert" in GRAPH["hf_seq"]
 
 
@@ -166,3 +186,136 @@ def test_allow_list_is_current(key):
     assert key in _long_functions(), (
         f"{key} is no longer over {MAX_FUNCTION_LINES} lines: remove it from LONG_FUNCTIONS"
     )
+
+
+# --- two wings: what a saved folder carries, and the toolkit that stays home ------------------------------------
+TOOLKIT = "hf_seq.toolkit"
+
+
+def _is_toolkit(target: str) -> bool:
+    return target == TOOLKIT or target.startswith(TOOLKIT + ".")
+
+
+def _folder_closure(graph: dict[str, set[str]]) -> set[str]:
+    """The modelling and configuration files at the package's top and every module they import, at any depth: what
+    ``save_pretrained`` copies beside the weights (the remote-code loader follows the same imports)."""
+    todo = [m for m in graph if m.count(".") == 1 and m.split(".")[1].startswith(("modeling_", "configuration_"))]
+    seen = set(todo)
+    while todo:
+        for target in graph[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def _toolkit_imports(module: str, source: str) -> list[str]:
+    """The toolkit modules that ``source`` (a file of the package's top, named ``module``) imports in any way."""
+    return sorted(t for t in _import_targets(module, False, source) if _is_toolkit(t))
+
+
+def test_the_toolkit_check_sees_every_kind_of_import():
+    """Each way a model file could reach the toolkit is caught (a check that reads nothing passes everything)."""
+    caught = {
+        "from .toolkit import data": ["hf_seq.toolkit.data"],
+        "from .toolkit.data import load_data": ["hf_seq.toolkit.data"],
+        "from . import toolkit": ["hf_seq.toolkit"],
+        "import hf_seq.toolkit.export": ["hf_seq.toolkit.export"],
+        "from hf_seq.toolkit.tokenization import build_char_tokenizer": ["hf_seq.toolkit.tokenization"],
+        "def convert():\n    from .toolkit.bert_conversion import from_transformers_bert\n": [
+            "hf_seq.toolkit.bert_conversion"
+        ],
+        "class M:\n    def save(self):\n        import hf_seq.toolkit.model_card\n": ["hf_seq.toolkit.model_card"],
+        "import importlib\ndef f():\n    return importlib.import_module('hf_seq.toolkit.export')\n": [
+            "hf_seq.toolkit.export"
+        ],
+        "from .attention import attend\nfrom . import compat": [],
+    }
+    for source, expected in caught.items():
+        assert _toolkit_imports("hf_seq.modeling_x", source) == expected, source
+
+
+def test_the_package_top_is_what_a_folder_carries_and_nothing_else():
+    """Every module at hf_seq/'s top (``__init__.py`` aside: never copied) is in a saved folder's import closure, and
+    the closure reaches nothing outside the top: the toolkit lives in hf_seq/toolkit/."""
+    top = {m for m in MODULES if m.count(".") == 1 and not m.startswith(("hf_seq.train_scripts", TOOLKIT))}
+    closure = _folder_closure(GRAPH)
+    assert len(closure) >= 15 and "hf_seq.compat" in closure and "hf_seq.attention" in closure
+    assert closure == top, (
+        f"at the package's top but carried by no folder (move to hf_seq/toolkit/): {sorted(top - closure)}; "
+        f"carried by a folder but not at the top: {sorted(closure - top)}"
+    )
+
+
+def test_no_file_a_folder_carries_imports_the_toolkit():
+    wrong = {}
+    for module in sorted(_folder_closure(GRAPH)):
+        found = _toolkit_imports(module, MODULES[module].read_text(encoding="utf-8"))
+        if found:
+            wrong[MODULES[module].relative_to(ROOT).as_posix()] = found
+    assert not wrong, f"files of a saved model folder importing the toolkit (it never travels): {wrong}"
+
+
+@pytest.mark.parametrize("family", ["rnn", "rnn_seq2seq", "transformer", "bert"])
+def test_a_saved_folder_holds_no_toolkit_file(family, tmp_path):
+    """``save_pretrained`` of every head of a family, with its remote code: the folder's Python files are modules
+    of the package's top (nothing of hf_seq/toolkit/), and none of them names the toolkit in an import."""
+    from tiny_models import FAMILIES, tiny_model
+
+    toolkit = {p.stem for p in (ROOT / "hf_seq" / "toolkit").rglob("*.py")} | {"toolkit"}
+    top = {p.stem for p in (ROOT / "hf_seq").glob("*.py")} - {"__init__"}
+    for head in FAMILIES[family][2]:
+        folder = tmp_path / head.__name__
+        tiny_model(head, vocab_size=40).save_pretrained(folder)
+        saved = {p.stem for p in folder.glob("*.py")}
+        assert any(name.startswith("modeling_") for name in saved), (head.__name__, saved)
+        assert saved <= top and not saved & toolkit, (head.__name__, sorted(saved - top), sorted(saved & toolkit))
+        for path in folder.glob("*.py"):
+            found = _toolkit_imports(f"hf_seq.{path.stem}", path.read_text(encoding="utf-8"))
+            assert not found, (head.__name__, path.name, found)
+
+
+FORMER_PATHS = r"""
+import importlib, sys, warnings
+import hf_seq
+
+def check(statement, old, new):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(statement, {})
+    messages = [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
+    assert messages == [f"{old} moved to {new}: import {new} instead"], (statement, messages)
+    assert caught[0].filename == "<string>", caught[0].filename  # the importing line, not the import machinery
+    assert sys.modules[old] is sys.modules[new], old
+
+check("import hf_seq.data", "hf_seq.data", "hf_seq.toolkit.data")
+check("from hf_seq import tokenization", "hf_seq.tokenization", "hf_seq.toolkit.tokenization")
+check("from hf_seq.export import to_ctranslate2", "hf_seq.export", "hf_seq.toolkit.export")
+check("import hf_seq.metrics", "hf_seq.metrics", "hf_seq.toolkit.metrics")
+check("from hf_seq.metrics.accuracy import Accuracy", "hf_seq.metrics.accuracy", "hf_seq.toolkit.metrics.accuracy")
+import hf_seq.toolkit.data_install
+check("import hf_seq; hf_seq.data_install", "hf_seq.data_install", "hf_seq.toolkit.data_install")
+assert hf_seq.data.load_data is hf_seq.toolkit.data.load_data
+with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    import hf_seq.toolkit.samplers  # the new path: no warning
+try:
+    import hf_seq.not_a_module
+except ModuleNotFoundError:
+    pass
+else:
+    raise AssertionError("an unknown name imported")
+print("ok")
+"""
+
+
+def test_the_toolkit_s_former_paths_import_the_same_modules_with_a_warning():
+    """``hf_seq.data``, ``from hf_seq import tokenization``, ``hf_seq.metrics.accuracy``, ... (the paths before the
+    toolkit moved) import the toolkit's module objects themselves, each with one FutureWarning naming the new path
+    and pointing at the importing line; the new paths import silently; an unknown name still fails (a fresh process:
+    nothing imported before)."""
+    import subprocess
+    import sys
+
+    ran = subprocess.run([sys.executable, "-c", FORMER_PATHS], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert ran.returncode == 0 and ran.stdout.strip() == "ok", ran.stderr[-3000:]

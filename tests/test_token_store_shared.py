@@ -1,5 +1,5 @@
 """What train_lm and pretrain_bert share from train_scripts/features.py: the validation hold-out of a training file
-(the rows hf_seq.data's hold-out moves), the data line of their splits, the checks of a streamed text file and the
+(the rows hf_seq.toolkit.data's hold-out moves), the data line of their splits, the checks of a streamed text file and the
 seeded shuffle buffer of their streams."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from datasets import Dataset, DatasetDict
 from hf_seq.train_scripts import features
 from hf_seq.train_scripts.arguments import RecipeError
 
-from hf_seq.data import DataError, hold_out_validation
+from hf_seq.toolkit.data import DataError, hold_out_validation
 
 
 def _data_args(**values):

@@ -7,7 +7,7 @@ import json
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from hf_seq.tokenization import (
+from hf_seq.toolkit.tokenization import (
     build_bpe_tokenizer,
     build_char_tokenizer,
     build_translation_tokenizer,

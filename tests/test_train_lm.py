@@ -16,7 +16,7 @@ from hf_seq.train_scripts import train_lm
 from hf_seq.train_scripts.arguments import ModelArguments, parse_args
 from transformers import AutoModelForCausalLM, pipeline
 
-from hf_seq.collators import LMWindowDataset
+from hf_seq.toolkit.collators import LMWindowDataset
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -172,7 +172,7 @@ def test_cpu_time_budget_stops_training_and_one_hot_recipe(tmp_path):
 
 @pytest.mark.data
 def test_ptb_vocabulary_keeps_unk():
-    from hf_seq.data import load_ptb
+    from hf_seq.toolkit.data import load_ptb
 
     lines = list(load_ptb()["train"]["text"])
     tokenizer = train_lm.build_tokenizer(train_lm.LMArguments(level="word"), lines)
@@ -224,7 +224,7 @@ def test_trainer_label_smoothing_trains_on_the_next_token(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# the preprocessing cache (hf_seq.preprocessing): the same tokens and losses as the in-memory path, reuse, rebuilds
+# the preprocessing cache (hf_seq.toolkit.preprocessing): the same tokens and losses as the in-memory path, reuse, rebuilds
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -370,7 +370,7 @@ def test_changed_file_or_tokenizer_is_never_reused_and_truncation_rebuilds(tmp_p
 
 
 def test_bad_text_file_names_the_file(tmp_path):
-    from hf_seq.data import DataError
+    from hf_seq.toolkit.data import DataError
 
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine line\n\xff\xfe broken\n")
@@ -469,7 +469,7 @@ def test_streaming_run_equals_the_cached_run_and_resumes_exactly(tmp_path):
 
 def test_a_stream_without_a_window_is_an_error(tmp_path):
     """Read until ``max_steps``, a stream that gives no window would loop for ever: a ``DataError`` naming the file."""
-    from hf_seq.data import DataError
+    from hf_seq.toolkit.data import DataError
 
     (tmp_path / "words.txt").write_text("the cat sat\n")  # 4 tokens: no window of 17
     argv = streaming_args(tmp_path, "--streaming", "true")

@@ -39,7 +39,7 @@ def test_recipe_with_unknown_key_is_rejected(tmp_path):
 
 
 def test_build_config_uses_tokenizer_ids_and_overrides():
-    from hf_seq.tokenization import build_translation_tokenizer
+    from hf_seq.toolkit.tokenization import build_translation_tokenizer
 
     script = load_script()
     tok = build_translation_tokenizer([{"en": "let there be light", "es": "sea la luz"}], kind="word")

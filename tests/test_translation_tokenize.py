@@ -1,7 +1,8 @@
-"""train_translation's tokenizing map: the backend encoder (``PairEncoder``, with its byte-level BPE shortcut) gives
-the ids of the tokenizer's own ``tokenizer(sources, text_target=targets, max_length=..., truncation=True)`` call —
-special tokens, truncation on either side, the target cut, texts with control characters, added-token spellings and
-non-ASCII characters included — and ``--preprocessing_num_workers 2`` caches the same features as one process."""
+"""train_translation's tokenizing map: the backend encoder (``hf_seq.toolkit.tokenization.PairEncoder``, with its
+byte-level BPE shortcut) gives the ids of the tokenizer's own ``tokenizer(sources, text_target=targets,
+max_length=..., truncation=True)`` call — special tokens, truncation on either side, the target cut, texts with
+control characters, added-token spellings and non-ASCII characters included — and ``--preprocessing_num_workers 2``
+caches the same features as one process."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from hf_seq.train_scripts import train_translation
 from hf_seq.train_scripts.arguments import parse_args
 
-from hf_seq.tokenization import build_translation_tokenizer
+from hf_seq.toolkit.tokenization import PairEncoder, build_translation_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 EN = "the light god said let there be and was good earth water day night it's we'll , . !".split()
@@ -51,7 +52,7 @@ def test_backend_encoder_gives_the_ids_of_the_tokenizer_call(kind, lowercase, si
     tokenizer = build_translation_tokenizer(
         rows[:400], kind=kind, vocab_size=300, lowercase=lowercase, truncation_side=side
     )
-    assert train_translation.PairEncoder.usable(tokenizer)
+    assert PairEncoder.usable(tokenizer)
     batch = {"translation": rows}
     sources, targets = [r["en"] for r in rows], [r["es"] for r in rows]
     for max_source_length, max_target_length in ((64, 64), (9, 7), (3, 30), (2, 1), (1, 1)):
@@ -68,7 +69,7 @@ def test_backend_encoder_gives_the_ids_of_the_tokenizer_call(kind, lowercase, si
             batch
         )
         assert list(lists) == ["input_ids", "attention_mask", "labels"] and lists == expected
-    encoder = train_translation.PairEncoder(tokenizer, 64, 64)
+    encoder = PairEncoder(tokenizer, 64, 64)
     covered = encoder._words.encode(sources) if encoder._words is not None else [None]
     if kind == "bpe":  # the shortcut took the ASCII rows, the backend the others
         assert sum(row is not None for row in covered) > len(rows) // 2 and None in covered

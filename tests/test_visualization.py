@@ -1,11 +1,11 @@
-"""Attention heat maps (hf_seq.visualization)."""
+"""Attention heat maps (hf_seq.toolkit.visualization)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from hf_seq.visualization import plot_attention
+from hf_seq.toolkit.visualization import plot_attention
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -33,7 +33,7 @@ def test_plot_attention_accepts_lists_and_checks_shapes(tmp_path):
 
 
 def _word_tokenizer():
-    from hf_seq.tokenization import build_translation_tokenizer
+    from hf_seq.toolkit.tokenization import build_translation_tokenizer
 
     pairs = [{"en": "in the beginning", "es": "en el principio"}, {"en": "and god said", "es": "y dijo dios"}] * 5
     return build_translation_tokenizer(pairs, kind="word", vocab_size=50)
@@ -73,7 +73,7 @@ def _seq2seq(family: str, tok, **overrides):
 
 @pytest.mark.parametrize("family", ["transformer", "rnn"])
 def test_plot_translation_attention_plots_the_cross_attention_of_the_translation(tmp_path, monkeypatch, family):
-    import hf_seq.visualization as visualization
+    import hf_seq.toolkit.visualization as visualization
 
     tok = _word_tokenizer()
     model = _seq2seq(family, tok)
@@ -103,7 +103,7 @@ def test_plot_translation_attention_plots_the_cross_attention_of_the_translation
 
 
 def test_plot_translation_attention_without_attention_returns_none(tmp_path):
-    from hf_seq.visualization import plot_translation_attention
+    from hf_seq.toolkit.visualization import plot_translation_attention
 
     tok = _word_tokenizer()
     model = _seq2seq("rnn", tok, attention="none")

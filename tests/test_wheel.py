@@ -28,7 +28,11 @@ def test_the_wheel_carries_the_recipes_and_no_top_level_train_scripts(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith((".dist-info", ".data"))}
     assert top_level == {"hf_seq", "hf_seq_cli.py"}  # the package and its console commands' front door
-    assert "hf_seq/pretrained.sha256" in names and "hf_seq/data_install.py" in names
+    assert "hf_seq/toolkit/pretrained.sha256" in names and "hf_seq/toolkit/data_install.py" in names
+    # the two wings: the model files at the package's top, the toolkit (metrics included) in hf_seq/toolkit/
+    for wing in ("hf_seq", "hf_seq/toolkit", "hf_seq/toolkit/metrics"):
+        packaged = {name for name in names if name.rpartition("/")[0] == wing and name.endswith(".py")}
+        assert packaged == {f"{wing}/{p.name}" for p in (ROOT / wing).glob("*.py")}, wing
     recipes = {name.removeprefix("hf_seq/recipes/") for name in names if name.startswith("hf_seq/recipes/")}
     assert recipes == {p.name for p in (ROOT / "configs").glob("*.json")} | {
         f"accelerate/{p.name}" for p in (ROOT / "configs/accelerate").iterdir() if p.suffix in (".yaml", ".json")
@@ -38,6 +42,7 @@ def test_the_wheel_carries_the_recipes_and_no_top_level_train_scripts(wheel):
     entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
     commands = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "hf-seq-train = hf_seq_cli:train" in commands and "hf-seq-data = hf_seq_cli:data" in commands
+    assert "hf-seq-export = hf_seq.toolkit.export:main" in commands
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +94,13 @@ def test_hf_seq_train_from_a_non_editable_install_outside_the_clone(installed, t
     # the data folder of a pip install: under HF_HOME, not in site-packages (hf-seq-data starts without torch)
     data_path = run_installed(installed, [str(installed / "bin" / "hf-seq-data"), "path"], empty)
     assert data_path.returncode == 0 and data_path.stdout.strip() == str(empty / ".hf_home" / "hf_seq" / "data")
+
+    exporter = run_installed(installed, [str(installed / "bin" / "hf-seq-export"), "--help"], empty)
+    assert exporter.returncode == 0 and "ctranslate2" in exporter.stdout, exporter.stderr[-2000:]
+    # a former module path imports from the installed copy, the toolkit's own module, with the warning naming it
+    former = "import warnings; warnings.simplefilter('error'); import hf_seq.export"
+    moved = run_installed(installed, ["python", "-c", former], empty)
+    assert moved.returncode == 1 and "FutureWarning: hf_seq.export moved to hf_seq.toolkit.export" in moved.stderr
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Pretrained word vectors into a recurrent model's embedding (hf_seq.word_vectors), on tiny vector files."""
+"""Pretrained word vectors into a recurrent model's embedding (hf_seq.toolkit.word_vectors), on tiny vector files."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from hf_seq import (
     init_embeddings_from_vectors,
     load_word_vectors,
 )
-from hf_seq.tokenization import build_word_level_tokenizer
+from hf_seq.toolkit.tokenization import build_word_level_tokenizer
 
 # a GloVe-format file: no header, lower-cased words, 4 values each
 GLOVE = {
@@ -193,7 +193,7 @@ def test_damaged_npy_parquet_and_installed_folder_name_the_file(tmp_path):
     with pytest.raises(WordVectorError, match=r"emb\.npy has 5 vectors but its word list .*index\.parquet has 3"):
         load_word_vectors(broken)
     # an installed folder (`make pretrained` writes SHA256SUMS): a flipped byte is named even if it still parses
-    from hf_seq.checksums import write_manifest
+    from hf_seq.toolkit.checksums import write_manifest
 
     write_manifest(folder)
     assert len(load_word_vectors(folder)) == 5

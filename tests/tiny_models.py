@@ -113,7 +113,7 @@ def family_of(head: type) -> str:
 
 def build_tokenizer():
     """A word-level ``PreTrainedTokenizerFast`` over :data:`TEXTS` (specials first, so PAD=0, BOS=2, EOS=3)."""
-    from hf_seq.tokenization import build_word_level_tokenizer
+    from hf_seq.toolkit.tokenization import build_word_level_tokenizer
 
     return build_word_level_tokenizer(TEXTS, special_tokens=SPECIALS, bos_token="[BOS]", eos_token="[EOS]")
 

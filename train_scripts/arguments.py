@@ -57,8 +57,8 @@ from hf_seq.train_scripts.recipes import default_recipe, read_recipe, resolve_re
 from hf_seq.train_scripts.trainer import start_deepspeed_comm_on_cpu
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments, TrainingArguments
 
-from hf_seq.data import DATASET_PRESETS, DataError, check_data_file
-from hf_seq.data_install import resolve_data_path
+from hf_seq.toolkit.data import DATASET_PRESETS, DataError, check_data_file
+from hf_seq.toolkit.data_install import resolve_data_path
 
 TOKENIZER_KINDS = ("word", "char", "wordpiece", "bpe")
 SIDES = ("left", "right")
@@ -242,7 +242,7 @@ class BudgetArguments(DeclaredFields):
 
 @dataclass
 class PreprocessingArguments(DeclaredFields):
-    """Tokenize once, on disk (:mod:`hf_seq.preprocessing`), or stream: the fields of transformers' ``run_clm.py``.
+    """Tokenize once, on disk (:mod:`hf_seq.toolkit.preprocessing`), or stream: the fields of transformers' ``run_clm.py``.
     A task's argument class inherits them (``class LMArguments(PreprocessingArguments, BudgetArguments)``)."""
 
     preprocessing_num_workers: int | None = field(
@@ -312,7 +312,7 @@ _OVERWRITE_HELP = (
 SAMPLING_STRATEGIES = ("random", "sequential", "group_by_length", "batch_rebalance", "length_buckets")
 _SAMPLING_HELP = (
     "Sampler for training: transformers' 'random' (default), 'sequential', 'group_by_length', 'batch_rebalance', or "
-    "'length_buckets' (hf_seq.samplers.LengthBucketSampler: each epoch, batches of examples of similar length in "
+    "'length_buckets' (hf_seq.toolkit.samplers.LengthBucketSampler: each epoch, batches of examples of similar length in "
     "random order, as fairseq and OpenNMT-py batch)."
 )
 

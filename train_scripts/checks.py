@@ -601,7 +601,7 @@ def _tokenizer_config(folder: Path) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 def check_run(task: Task, model_args, data_args, task_args, training_args, sources: dict[str, str]) -> None:
     """Everything of a run that can be checked without reading data (see the module's docstring)."""
-    from hf_seq.data import DATASET_PRESETS, DataError, check_preset_installed
+    from hf_seq.toolkit.data import DATASET_PRESETS, DataError, check_preset_installed
 
     def origin(key: str) -> str:
         return sources.get(key, f"{task.name}'s default")

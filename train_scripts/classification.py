@@ -42,7 +42,6 @@ from hf_seq.train_scripts.features import (
     data_key,
     data_record,
     encoded_features,
-    id_type,
     label_features,
     label_id_type,
     streamed_label_names,
@@ -55,9 +54,9 @@ from hf_seq.train_scripts.features import (
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 from transformers import TrainerCallback
 
-from hf_seq.data_install import resolve_data_path
-from hf_seq.preprocessing import tokenizer_fingerprint
-from hf_seq.word_vectors import MISSING_INITS, TEXT_SUFFIXES, init_embeddings_from_vectors, load_word_vectors
+from hf_seq.toolkit.data_install import resolve_data_path
+from hf_seq.toolkit.preprocessing import id_type, tokenizer_fingerprint
+from hf_seq.toolkit.word_vectors import MISSING_INITS, TEXT_SUFFIXES, init_embeddings_from_vectors, load_word_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +78,7 @@ _VECTORS_HELP = (
 
 @dataclass
 class WordVectorArguments(DeclaredFields):
-    """Pretrained word vectors in a recurrent model's embedding (:mod:`hf_seq.word_vectors`)."""
+    """Pretrained word vectors in a recurrent model's embedding (:mod:`hf_seq.toolkit.word_vectors`)."""
 
     pretrained_embeddings: str | None = field(default=None, metadata={"help": _VECTORS_HELP})
     pretrained_embeddings_words: str | None = field(
@@ -175,7 +174,7 @@ def vocabulary_words(args, model_args, tokenizer_kind: str):
 
 def apply_word_vectors(args, model, tokenizer, vectors=None, seed: int = 0):
     """Load ``pretrained_embeddings`` into ``model``'s embedding (frozen when its config says
-    ``freeze_embeddings``); returns the :class:`~hf_seq.word_vectors.EmbeddingCoverage` (``None`` for a matrix)."""
+    ``freeze_embeddings``); returns the :class:`~hf_seq.toolkit.word_vectors.EmbeddingCoverage` (``None`` for a matrix)."""
     if not args.pretrained_embeddings:
         return None
     if not hasattr(model, "load_pretrained_embeddings"):

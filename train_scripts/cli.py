@@ -37,7 +37,7 @@ HF_SEQ_DEBUG=1) shows its traceback."""
 # ---------------------------------------------------------------------------------------------------------------
 def _is_user_error(error: BaseException) -> bool:
     """A mistake in the recipe, the flags, the paths or the data (``RecipeError``, ``DataError``), not a bug."""
-    data = sys.modules.get("hf_seq.data")
+    data = sys.modules.get("hf_seq.toolkit.data")
     kinds = tuple(k for k in (RecipeError, getattr(data, "DataError", None)) if k)
     return isinstance(error, kinds)
 
@@ -48,7 +48,7 @@ def _debug_wanted(argv: list[str]) -> bool:
 
 def report_user_errors(prog: str) -> Callable:
     """Decorate a ``main(argv=None)``: a :class:`~hf_seq.train_scripts.arguments.RecipeError` or
-    :class:`~hf_seq.data.DataError` it raises is printed as ``<prog>: error: <message>`` on one line to stderr and
+    :class:`~hf_seq.toolkit.data.DataError` it raises is printed as ``<prog>: error: <message>`` on one line to stderr and
     the call returns 2 (argparse's status for a usage error), without a traceback; ``--debug`` (removed from the
     arguments) or ``HF_SEQ_DEBUG=1`` re-raises it with its traceback. Other exceptions (bugs) keep their traceback.
     An interrupt (Ctrl-C) ends with one line: where the last checkpoint is and the command that resumes (status 130)."""

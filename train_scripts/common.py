@@ -39,8 +39,17 @@ from hf_seq.train_scripts.processes import broadcast_from_main
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
 
-from hf_seq.data import DATASET_PRESETS, DataError, first_bad_row, load_data, row_location, split_source
-from hf_seq.preprocessing import arrow_maps_released
+from hf_seq.toolkit.bert_conversion import from_transformers_bert
+from hf_seq.toolkit.data import (
+    DATASET_PRESETS,
+    DataError,
+    blank_text,
+    first_bad_row,
+    load_data,
+    row_location,
+    split_source,
+)
+from hf_seq.toolkit.preprocessing import arrow_maps_released
 
 
 def command_line() -> str:
@@ -369,7 +378,7 @@ def save_run(
 ) -> None:
     """The one place that writes a run's final folder, whole: the model + tokenizer + modelling code +
     ``trainer_state.json``, ``results.json`` (``results``; None: none), the model card ``README.md`` (``card``: the
-    keyword arguments of :func:`hf_seq.model_card.write_model_card` but the model and command) and extra ``files``
+    keyword arguments of :func:`hf_seq.toolkit.model_card.write_model_card` but the model and command) and extra ``files``
     (name -> text, bytes, or a path to move in).
 
     Everything is written into a sibling staging folder and swapped in as ``output_dir`` with directory renames
@@ -378,7 +387,7 @@ def save_run(
     into the new one. ``save_model=False`` (an evaluation) adds its results and files beside the folder's model
     instead of replacing it. Call it on every process (FSDP / DeepSpeed gather the weights collectively); only the
     main process writes the other files and swaps."""
-    from hf_seq.model_card import write_model_card
+    from hf_seq.toolkit.model_card import write_model_card
 
     main = trainer.is_world_process_zero()
     staging = outputs.prepare_staging(output_dir) if main else outputs.staging_path(output_dir)
@@ -427,9 +436,9 @@ _LOAD_DATA_FIELDS = (
 
 
 def load_task_data(task: Task, data_args: DataArguments, require_validation: bool = True) -> DatasetDict:
-    """The splits named by ``data_args`` (:func:`hf_seq.data.load_data`: a preset, a folder or ``datasets`` name, or
+    """The splits named by ``data_args`` (:func:`hf_seq.toolkit.data.load_data`: a preset, a folder or ``datasets`` name, or
     data files; a seeded validation hold-out when there is no validation split). The ``datasets`` Arrow files of the
-    splits are opened without staying resident (:func:`hf_seq.preprocessing.arrow_maps_released`: a 10 M-pair
+    splits are opened without staying resident (:func:`hf_seq.toolkit.preprocessing.arrow_maps_released`: a 10 M-pair
     jsonl's Arrow file would otherwise be about half resident once loaded)."""
     passed = {name: getattr(data_args, name) for name in _LOAD_DATA_FIELDS}  # under load_data's names
     with arrow_maps_released():
@@ -485,13 +494,8 @@ def require_text(splits: DatasetDict, column: str, flag: str, words: bool = Fals
             )
 
 
-def blank_text(values) -> Any:
-    """Arrow booleans: True where a string column (or ``struct_field``) holds the empty text."""
-    return pc.fill_null(pc.equal(pc.utf8_length(values), 0), False)
-
-
 def require_nonempty(splits: DatasetDict, column: str, flag: str, words: bool = False) -> None:
-    """``DataError`` naming the file and line (:func:`hf_seq.data.row_location`) of the first row whose text is
+    """``DataError`` naming the file and line (:func:`hf_seq.toolkit.data.row_location`) of the first row whose text is
     empty (``words``: whose word list is empty), with the number of such rows: a row that trains on
     nothing is a mistake in the data (a null value is :func:`require_columns`' error)."""
     for dataset in splits.values():
@@ -504,11 +508,6 @@ def require_nonempty(splits: DatasetDict, column: str, flag: str, words: bool = 
                 f"{row_location(dataset, row)}: column {column!r} (`{flag}`) {what} ({pc.sum(empty).as_py()} row(s) "
                 f"in all); every row needs {'words' if words else 'text'}"
             )
-
-
-def is_blank(value: Any) -> bool:
-    """A streamed row's value that holds no text: null, not a string, or the empty text."""
-    return not isinstance(value, str) or value == ""
 
 
 def stream_row_error(path: str, flag: str, problem: Callable[[dict], str | None], fallback: str) -> DataError:
@@ -688,7 +687,7 @@ def load_or_build_model(
             if task.model_head not in _HF_SEQ_BERT_HEADS:
                 raise RecipeError(f"`model_name_or_path` {path} is a transformers BERT; {task.name} cannot use it")
             cls = getattr(hf_seq, _HF_SEQ_BERT_HEADS[task.model_head])
-            model = cls.from_transformers_bert(path, **overrides)
+            model = from_transformers_bert(cls, path, **overrides)
         else:
             for key, value in overrides.items():
                 setattr(config, key, value)
@@ -719,7 +718,11 @@ def tokenizer_for(
     ``tokenizer_kind`` built on ``train_texts()`` (a function: the texts are only read when a tokenizer is built):
     ``"word"`` (the notes' top-V words, ``tokenizer_vocab_size``, plus the training words ``also_keep`` has, e.g. those
     of a pretrained vector file, and then ``extra_words``) or ``"wordpiece"`` (BERT)."""
-    from hf_seq.tokenization import DEFAULT_MODEL_MAX_LENGTH, build_word_level_tokenizer, build_wordpiece_tokenizer
+    from hf_seq.toolkit.tokenization import (
+        DEFAULT_MODEL_MAX_LENGTH,
+        build_word_level_tokenizer,
+        build_wordpiece_tokenizer,
+    )
 
     tokenizer = load_tokenizer(model_args)
     if tokenizer is not None:

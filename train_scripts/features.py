@@ -2,14 +2,14 @@
 (``batched=True``, ``num_proc=--preprocessing_num_workers``) into Arrow files on disk, reused by the next run.
 
 * **Where.** One folder per key under the preprocessing cache (``--cache_dir``, default ``$HF_SEQ_CACHE`` or
-  ``~/.cache/hf_seq/preprocessed``: :mod:`hf_seq.preprocessing`): ``<task>-<hash>/`` holding one Arrow file (or one
+  ``~/.cache/hf_seq/preprocessed``: :mod:`hf_seq.toolkit.preprocessing`): ``<task>-<hash>/`` holding one Arrow file (or one
   per worker) per split and ``meta.json``, written last. The key is the data files' fingerprints
-  (:func:`hf_seq.preprocessing.fingerprint_files`: path, size, modification time, first and last MiB), the
+  (:func:`hf_seq.toolkit.preprocessing.fingerprint_files`: path, size, modification time, first and last MiB), the
   tokenizer's fingerprint (its serialised pipeline and special tokens), and every setting that changes a token: the
   task, the columns, label names, maximum lengths, truncation, caps and filters. A file that changed is a new key;
   the stale folder is never read.
 * **What is trusted.** A folder is read only when its ``meta.json`` exists, every file it lists has the recorded
-  size (:func:`hf_seq.preprocessing.cache_is_complete`) and every Arrow file opens with the recorded number of rows; anything else (a run killed while
+  size (:func:`hf_seq.toolkit.preprocessing.cache_is_complete`) and every Arrow file opens with the recorded number of rows; anything else (a run killed while
   writing, a truncated or corrupt file) is logged and rebuilt. ``--overwrite_cache true`` rebuilds it anyway.
 * **Data without files** (the presets ``hf_seq/translation``, ``hf_seq/sentiment``, ``hf_seq/brown``; a
   ``datasets`` name) is tokenized in memory by the same ``map`` function, as before: the presets are small.
@@ -19,7 +19,7 @@
 Tokenizers are trained from :class:`ColumnTexts`, an iterator over batches of the Arrow columns, never from one list
 of all the texts; it yields the texts in the same order as the lists of before, so the vocabulary is the same.
 
-The scripts that tokenize into :class:`hf_seq.preprocessing.TokenStore` s (``train_lm``, ``pretrain_bert``) share
+The scripts that tokenize into :class:`hf_seq.toolkit.preprocessing.TokenStore` s (``train_lm``, ``pretrain_bert``) share
 their cache keys (:func:`text_file_keys`, :func:`dataset_cache_key`), the validation hold-out of a training file
 (:func:`check_holdout_percentage`, :func:`held_out_rows`), the data line of their splits (:func:`describe_sizes`),
 the checks of a streamed text file (:func:`check_text_stream`) and the seeded shuffle buffer of their streams
@@ -39,13 +39,14 @@ from typing import Any
 import numpy as np
 from datasets import Dataset, concatenate_datasets
 
-from hf_seq.preprocessing import (
+from hf_seq.toolkit.preprocessing import (
     arrow_maps_released,
     cache_is_complete,
     cached_build,
     default_cache_root,
     fingerprint_files,
     holdout_mask,
+    id_type,
     iter_column_batches,
     preprocessing_cache_dir,
     read_meta,
@@ -63,7 +64,7 @@ READ_BATCH = 10_000  # rows per Arrow batch read by ColumnTexts
 
 
 def file_fingerprints(paths) -> str:
-    """:func:`hf_seq.preprocessing.fingerprint_files` of the files (of every file under a folder)."""
+    """:func:`hf_seq.toolkit.preprocessing.fingerprint_files` of the files (of every file under a folder)."""
     files: list[Path] = []
     for path in paths:
         path = Path(path)
@@ -158,7 +159,7 @@ def _open_split(folder: Path, entry: dict) -> Dataset:
 
 
 class FeatureCache:
-    """The cache folder of one key (:func:`hf_seq.preprocessing.preprocessing_cache_dir` of ``task`` +
+    """The cache folder of one key (:func:`hf_seq.toolkit.preprocessing.preprocessing_cache_dir` of ``task`` +
     ``key_parts``) under ``root``; ``root=None``: nothing on disk (``map`` in memory)."""
 
     def __init__(self, root: str | os.PathLike | None, task: str, key_parts: dict, overwrite: bool = False) -> None:
@@ -213,7 +214,7 @@ class FeatureCache:
         desc: str = "tokenizing",
     ) -> dict[str, Dataset]:
         """``dataset.map(function, batched=True, remove_columns=<all>)`` of each split (``function`` may be one per
-        split), into this cache folder (:func:`hf_seq.preprocessing.cached_build`: a temporary folder renamed into
+        split), into this cache folder (:func:`hf_seq.toolkit.preprocessing.cached_build`: a temporary folder renamed into
         place, ``meta.json`` written last) when it is on disk, in memory otherwise. ``extras``: ``name ->
         writer(path)`` (a tokenizer's ``save_pretrained``) stored beside the splits; ``features``: the ``Features`` of each
         split's output (e.g. ``int32`` ids: half the bytes of the ``int64`` that Python ints become)."""
@@ -318,13 +319,6 @@ def data_record(root, name: str, data_args, overwrite: bool, **extra) -> tuple[F
     return cache, cache.load_record()
 
 
-def id_type(tokenizer) -> str:
-    """The type of the cached token ids: ``uint16`` when every id of ``tokenizer`` is below 65,536, else ``uint32``
-    (a quarter and a half of the ``int64`` of Python ints; rows are read back as Python ints, and the collators make
-    the same ``int64`` tensors)."""
-    return "uint16" if len(tokenizer) <= 1 << 16 else "uint32"
-
-
 def label_id_type(num_labels: int) -> str:
     """The type of cached label ids (``-100`` for a position without a label included): ``int16``, or ``int32``
     for more than 32,767 labels."""
@@ -410,7 +404,7 @@ def stream_file(path: str, split: str):
     """``datasets.load_dataset(<builder>, data_files=path, streaming=True)`` (an IterableDataset) of a data file."""
     import datasets
 
-    from hf_seq.data import check_data_file
+    from hf_seq.toolkit.data import check_data_file
 
     builder = check_data_file(path, f"{split}_file")
     kwargs = {"sep": "\t"} if Path(path).suffix.lower() == ".tsv" else {}
@@ -478,7 +472,7 @@ def repeated_passes(one_pass: Callable[[int], Iterable], source: str) -> Iterato
     sees one epoch and skips the batches trained on, wherever the checkpoint lies. The passes are joined: the batch
     that crosses the end of a pass holds its last examples and the first of the next (no short batch). ``DataError``
     naming ``source`` when a pass has no example (an endless loop otherwise)."""
-    from hf_seq.data import DataError
+    from hf_seq.toolkit.data import DataError
 
     for index in itertools.count():
         empty = True
@@ -548,7 +542,7 @@ def token_counts(dataset: Dataset, column: str, minlength: int):
     import numpy as np
     import pyarrow.compute as pc
 
-    from hf_seq.samplers import _arrow_column
+    from hf_seq.toolkit.samplers import _arrow_column
 
     column = _arrow_column(dataset, column)
     counts = np.zeros(minlength, dtype=np.int64)
@@ -587,7 +581,7 @@ def streamed_task_splits(args, training_args, data_args):
     a stream cannot do (:func:`check_streaming`), ``DataError`` for an empty file."""
     from datasets import DatasetDict
 
-    from hf_seq.data import DataError
+    from hf_seq.toolkit.data import DataError
 
     check_streaming(args, training_args, data_args)
     stream = stream_file(data_args.train_file, "train")
@@ -647,7 +641,7 @@ def streamed_label_names(splits, column: str, flag: str, given, nested: bool = F
 def streamed_lookup(lookup: Callable, path: str, column: str, names: list[str]) -> Callable:
     """``lookup`` (a label -> id) of a training stream's rows, with a ``DataError`` naming the file and the flag for a
     label outside the set fixed before training."""
-    from hf_seq.data import DataError
+    from hf_seq.toolkit.data import DataError
 
     def convert(value):
         try:
@@ -680,7 +674,7 @@ def streamed_train_features(stream, encode: Callable, keys, data_args, args, see
 def text_file_keys(files: dict[str, str]) -> dict[str, str]:
     """``{split: fingerprint}`` of the data files ``{split: path}``, each checked first: ``DataError`` naming the flag
     (``<split>_file``) for a file that is missing, of a format not read, or empty."""
-    from hf_seq.data import DataError, check_data_file
+    from hf_seq.toolkit.data import DataError, check_data_file
 
     for split, path in files.items():
         check_data_file(path, f"{split}_file", allow_text=True)
@@ -707,7 +701,7 @@ def dataset_cache_key(dataset: Dataset) -> str:
 def check_holdout_percentage(source: str, percentage) -> None:
     """``DataError`` unless ``validation_split_percentage`` can hold out a validation split of the training data
     ``source`` (which comes without one): given, and in (0, 100)."""
-    from hf_seq.data import DataError
+    from hf_seq.toolkit.data import DataError
 
     if not percentage:
         raise DataError(
@@ -720,9 +714,9 @@ def check_holdout_percentage(source: str, percentage) -> None:
 
 def held_out_rows(source: str, n: int, percentage: float, seed: int, unit: str = "rows") -> np.ndarray:
     """``(n,)`` bool, True for the ``percentage`` % of the ``n`` training ``unit`` of ``source`` that
-    :func:`hf_seq.data.hold_out_validation` moves into the validation split (:func:`hf_seq.preprocessing.holdout_mask`);
+    :func:`hf_seq.toolkit.data.hold_out_validation` moves into the validation split (:func:`hf_seq.toolkit.preprocessing.holdout_mask`);
     ``DataError`` when ``n`` is too few to keep training rows."""
-    from hf_seq.data import DataError
+    from hf_seq.toolkit.data import DataError
 
     if max(1, int(round(n * percentage / 100))) >= n:
         raise DataError(f"{source}: {n} training {unit} are too few to hold out {percentage:g}% for validation")
@@ -732,7 +726,7 @@ def held_out_rows(source: str, n: int, percentage: float, seed: int, unit: str =
 def describe_sizes(data_args, sizes: dict[str, int], sources: dict[str, str], held_out, unit: str) -> str:
     """:func:`hf_seq.train_scripts.common.describe_data`'s line for splits known by their sizes (``{split: rows}``)
     and where they come from (``sources``; with a ``held_out`` mask the validation split is the training data's
-    hold-out, described as :func:`hf_seq.data.hold_out_validation` does)."""
+    hold-out, described as :func:`hf_seq.toolkit.data.hold_out_validation` does)."""
     from hf_seq.train_scripts.common import describe_data
 
     descriptions = dict(sources)

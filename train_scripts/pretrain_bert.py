@@ -21,7 +21,7 @@ first N). Every split's sentences are tokenized once into a memory-mapped token 
 the tokenizer), with the tokenizer built beside them: a second run on the same files starts training within
 seconds. ``--streaming true`` reads the training file as a ``datasets`` IterableDataset instead and draws the pairs
 on the fly (:class:`BertStreamPairs`: random next segments from the last ``--stream_buffer_documents`` documents;
-needs ``--max_steps`` and ``--validation_file``). Training pairs come from :class:`hf_seq.collators.DataCollatorForBertPretraining`
+needs ``--max_steps`` and ``--validation_file``). Training pairs come from :class:`hf_seq.toolkit.collators.DataCollatorForBertPretraining`
 (fresh next-sentence pairs and masks every epoch); validation / test pairs are fixed (one seed per example) and drawn
 from held-out documents. ``compute_metrics`` reports masked-LM accuracy (over the selected 15%) and next-sentence
 accuracy; ``preprocess_logits_for_metrics`` reduces logits to argmaxes so evaluation memory stays small. The model
@@ -81,15 +81,15 @@ from hf_seq.train_scripts.features import (
 from hf_seq.train_scripts.skeleton import budgeted_trainer, finish_script_run, parse_script_args, start_script_run
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 
-from hf_seq.collators import (
+from hf_seq.toolkit.collators import (
     DataCollatorForBertPretraining,
     StoredDocuments,
     _flatten_sentences,
     bert_pretraining_anchors,
     tokenize_documents_to_store,
 )
-from hf_seq.data import DataError, check_data_file, load_data, split_source
-from hf_seq.preprocessing import (
+from hf_seq.toolkit.data import DataError, check_data_file, load_data, split_source
+from hf_seq.toolkit.preprocessing import (
     TokenStore,
     cached_build,
     fingerprint_files,
@@ -329,7 +329,7 @@ def prepare_bert_data(
     tokenizer=None,
     splits: tuple[str, ...] = ("train", "validation", "test"),
 ) -> BertData:
-    """Tokenize every split's sentences once into a :class:`hf_seq.preprocessing.TokenStore` (one row per sentence,
+    """Tokenize every split's sentences once into a :class:`hf_seq.toolkit.preprocessing.TokenStore` (one row per sentence,
     ``documents.npy`` the first sentence of each document) in the preprocessing cache, or reuse it; a WordPiece
     tokenizer built on the training documents (unless given) is cached beside them. Without a validation split the
     seeded ``validation_split_percentage`` % of the documents of before is held out. Keyed by the data files (or the
@@ -420,7 +420,7 @@ class BertStreamPairs(torch.utils.data.IterableDataset):
     """``--streaming``: masked next-sentence pairs drawn on the fly from a stream of documents.
 
     Documents are tokenized ``batch_documents`` at a time; each document's anchors are
-    :func:`hf_seq.collators.bert_pretraining_anchors`' and its pairs :class:`DataCollatorForBertPretraining`'s
+    :func:`hf_seq.toolkit.collators.bert_pretraining_anchors`' and its pairs :class:`DataCollatorForBertPretraining`'s
     (``pairs``: ``build_pair`` and ``encode_pair``), except that a random next segment comes from a seeded choice among
     the last ``buffer_documents`` documents of the stream (the first document waits for the second). The examples
     then pass a seeded shuffle buffer of ``shuffle_buffer_size`` pairs (0: stream order). Every random draw comes from

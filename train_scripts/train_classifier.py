@@ -39,13 +39,13 @@ from hf_seq.train_scripts.classification import (
     card_origins,
     train_and_validate,
 )
-from hf_seq.train_scripts.common import is_blank, load_or_build_model, stream_row_error
+from hf_seq.train_scripts.common import load_or_build_model, stream_row_error
 from hf_seq.train_scripts.features import ColumnTexts
 from hf_seq.train_scripts.skeleton import finish_script_run, parse_script_args, start_script_run
 from transformers import AutoConfig, DataCollatorWithPadding
 
-from hf_seq.data import DataError
-from hf_seq.metrics import load_metric
+from hf_seq.toolkit.data import DataError, is_blank
+from hf_seq.toolkit.metrics import load_metric
 
 logger = logging.getLogger(__name__)
 

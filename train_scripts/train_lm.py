@@ -13,7 +13,7 @@ Data: ``--dataset_name`` (the presets ``hf_seq/shakespeare``, ``hf_seq/ptb``; a 
 parquet with ``--text_column_name``, default ``text``). Each split becomes one long token stream: characters in order
 (``level`` "char", the texts concatenated as they are) or words with ``<eos>`` closing every row (``level`` "word").
 The training stream is cut into the notes' (segment, next token) windows with ``segment_length`` and ``stride``
-(:class:`hf_seq.collators.LMWindowDataset`); the model is trained on the next token at every position of a window.
+(:class:`hf_seq.toolkit.collators.LMWindowDataset`); the model is trained on the next token at every position of a window.
 The tokenizer is ``--tokenizer_name``'s or ``--model_name_or_path``'s, otherwise built on the training split (all
 characters; or the words, ``tokenizer_vocab_size`` most frequent, the rest ``<unk>``).
 
@@ -85,11 +85,11 @@ from hf_seq.train_scripts.skeleton import (
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 from torch.utils.data import Subset
 
-from hf_seq.collators import LMWindowDataset, stream_slice
 from hf_seq.compat import output_cache
-from hf_seq.data import DataError, check_data_file
 from hf_seq.modeling_rnn import RNNForCausalLM
-from hf_seq.preprocessing import (
+from hf_seq.toolkit.collators import LMWindowDataset, stream_slice
+from hf_seq.toolkit.data import DataError, check_data_file
+from hf_seq.toolkit.preprocessing import (
     TokenStore,
     cached_build,
     count_text_file_lines,
@@ -102,7 +102,7 @@ from hf_seq.preprocessing import (
     tokenize_text_file,
     tokenizer_fingerprint,
 )
-from hf_seq.tokenization import build_char_tokenizer, build_word_level_tokenizer
+from hf_seq.toolkit.tokenization import build_char_tokenizer, build_word_level_tokenizer
 
 LEVELS = ("char", "word")
 
@@ -216,7 +216,7 @@ def token_stream(texts: list[str], tokenizer, level: str) -> torch.Tensor:
 
 
 def _text_files_only(data_args) -> bool:
-    """Data given as .txt files only: read by :mod:`hf_seq.preprocessing` itself (no Arrow copy of the text)."""
+    """Data given as .txt files only: read by :mod:`hf_seq.toolkit.preprocessing` itself (no Arrow copy of the text)."""
     files = [data_args.train_file, data_args.validation_file, data_args.test_file]
     return (
         not data_args.dataset_name
@@ -382,7 +382,7 @@ def _tokenize_splits(tmp: Path, raw: dict, args: LMArguments, model_args, data_a
 
 
 def prepare_lm_data(args: LMArguments, model_args, data_args, training_args=None) -> LMData:
-    """Tokenize every split once into :class:`hf_seq.preprocessing.TokenStore` s in the preprocessing cache (or reuse
+    """Tokenize every split once into :class:`hf_seq.toolkit.preprocessing.TokenStore` s in the preprocessing cache (or reuse
     it): the same token ids as :func:`token_stream` on the in-memory splits, the tokenizer built (or given) as
     before. Keyed by the data files (or data set fingerprints), the split settings and the tokenizer."""
     given = load_tokenizer(model_args)
@@ -428,7 +428,7 @@ class LMStreamWindows(torch.utils.data.IterableDataset):
     """``--streaming``: the training windows of a ``datasets`` IterableDataset, tokenized batch by batch.
 
     Rows are encoded ``batch_rows`` at a time and appended to a carried remainder, so the windows are exactly
-    :class:`hf_seq.collators.LMWindowDataset`'s over the whole token stream, in order (``stride`` and
+    :class:`hf_seq.toolkit.collators.LMWindowDataset`'s over the whole token stream, in order (``stride`` and
     ``segment_length`` as there; memory stays constant). ``shuffle_buffer_size`` > 0 draws them through a seeded
     shuffle buffer (seed + epoch). With ``repeat`` (the script's stream) the file is read again and again
     (:func:`hf_seq.train_scripts.features.repeated_passes`): every pass holds the same windows (cut from the start of
@@ -625,8 +625,8 @@ def evaluate_stream(
 
 
 CORPUS_NAMES = {
-    "shakespeare": "the works of Shakespeare (`hf_seq.data.load_shakespeare()`, one text per work)",
-    "ptb": "the Penn Treebank language-modelling text (`hf_seq.data.load_ptb()`, Mikolov's preprocessed version)",
+    "shakespeare": "the works of Shakespeare (`hf_seq.toolkit.data.load_shakespeare()`, one text per work)",
+    "ptb": "the Penn Treebank language-modelling text (`hf_seq.toolkit.data.load_ptb()`, Mikolov's preprocessed version)",
 }
 
 
@@ -711,7 +711,7 @@ def lm_results(args, model_args, training_args, config, num_params, budget, trai
 def onnxruntime_model(model, tokenizer, args, results: dict) -> tuple:
     """``test_engine`` "onnxruntime": the model exported (``test_onnxruntime_quantization``) into a temporary folder
     and loaded there, and the folder (it goes into the run folder)."""
-    from hf_seq.export import load_onnxruntime, to_onnx
+    from hf_seq.toolkit.export import load_onnxruntime, to_onnx
 
     export_dir = Path(tempfile.mkdtemp()) / "onnxruntime"
     to_onnx(model, export_dir, quantization=args.test_onnxruntime_quantization, tokenizer=tokenizer)

@@ -36,8 +36,8 @@ from hf_seq.train_scripts.features import ColumnTexts
 from hf_seq.train_scripts.skeleton import finish_script_run, parse_script_args, start_script_run
 from transformers import DataCollatorForTokenClassification
 
-from hf_seq.data import DataError, row_location
-from hf_seq.metrics import load_metric
+from hf_seq.toolkit.data import DataError, row_location
+from hf_seq.toolkit.metrics import load_metric
 
 
 @dataclass
@@ -80,7 +80,7 @@ def tagger_columns(data_args) -> tuple[str, str]:
 
 
 def require_one_tag_per_word(splits, words: str, tags: str) -> None:
-    """``DataError`` naming the file and line (:func:`hf_seq.data.row_location`) of the first row whose tag list is
+    """``DataError`` naming the file and line (:func:`hf_seq.toolkit.data.row_location`) of the first row whose tag list is
     not as long as its word list, with both counts. The check reads the Arrow table (the file's rows in order; a
     held-out validation split shares it), so row numbers and counts are those of the file."""
     for dataset in splits.values():

@@ -24,12 +24,9 @@ heat map of one test sentence.
 
 from __future__ import annotations
 
-import itertools
-import json
 import logging
 import math
 import os
-import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -39,7 +36,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 from datasets import Dataset, DatasetDict, Features, List, Value
 from hf_seq.train_scripts.arguments import (
@@ -52,10 +48,8 @@ from hf_seq.train_scripts.arguments import (
 from hf_seq.train_scripts.checks import ALLOWED, POSITIVE_INT, OneOf
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
-    blank_text,
     cap_splits,
     describe_data,
-    is_blank,
     load_or_build_model,
     load_task_data,
     load_tokenizer,
@@ -71,7 +65,6 @@ from hf_seq.train_scripts.features import (
     data_key,
     data_record,
     head_dataset,
-    id_type,
     release_mapped_pages,
     releasing_pages,
     repeated_stream,
@@ -90,11 +83,11 @@ from hf_seq.train_scripts.trainer import HfSeqSeq2SeqTrainer
 from transformers import DataCollatorForSeq2Seq
 
 import hf_seq  # noqa: F401  (registers the hf_seq configs/models with the Auto classes)
-from hf_seq.data import DataError, row_location, split_source
-from hf_seq.metrics import load_metric
-from hf_seq.preprocessing import release_arrow_memory, tokenizer_fingerprint
-from hf_seq.tokenization import build_translation_tokenizer
-from hf_seq.visualization import plot_translation_attention
+from hf_seq.toolkit.data import DataError, batch_pairs, check_pairs, is_blank, pair_problem, split_source
+from hf_seq.toolkit.metrics import load_metric
+from hf_seq.toolkit.preprocessing import id_type, release_arrow_memory, tokenizer_fingerprint
+from hf_seq.toolkit.tokenization import PairEncoder, build_translation_tokenizer
+from hf_seq.toolkit.visualization import plot_translation_attention
 
 logger = logging.getLogger("train_translation")
 TEST_ENGINES = ("pytorch", "ctranslate2", "onnxruntime")
@@ -152,7 +145,7 @@ class TranslationArguments(PreprocessingArguments, BudgetArguments):
         if any(b < 1 for b in beams):
             raise ValueError(f"`test_num_beams` must be comma-separated positive integers, got {self.test_num_beams!r}")
         if self.test_ctranslate2_quantization is not None:
-            from hf_seq.export import QUANTIZATIONS
+            from hf_seq.toolkit.export import QUANTIZATIONS
 
             if self.test_ctranslate2_quantization not in QUANTIZATIONS:
                 raise ValueError(
@@ -187,288 +180,6 @@ TASK = Task(
     model_head="AutoModelForSeq2SeqLM",
     required=("source_lang", "target_lang"),
 )
-
-
-def pairs_of(dataset, src: str, tgt: str) -> tuple[list[str], list[str]]:
-    """(sources, targets) of a split as Python lists (checked by :func:`check_pairs` first): the in-memory reading
-    that the cached features replace, kept as their reference."""
-    if check_pairs(dataset, src, tgt) == ["translation"]:
-        pairs = dataset["translation"]
-        return [p[src] for p in pairs], [p[tgt] for p in pairs]
-    return list(dataset[src]), list(dataset[tgt])
-
-
-def check_pairs(dataset, src: str, tgt: str) -> list[str]:
-    """The columns a split's pairs are read from (``["translation"]`` or ``[src, tgt]``), checked on the Arrow
-    table without reading the texts into Python: ``DataError`` naming the file for missing columns or keys,
-    non-text columns, and the first empty row."""
-    where = split_source(dataset)
-    table = dataset.data
-    if "translation" in dataset.column_names:
-        kind = table.column("translation").type
-        keys = [kind.field(i).name for i in range(kind.num_fields)] if pa.types.is_struct(kind) else None
-        if keys is None:
-            raise DataError(f"{where}: column 'translation' must hold {{language: text}} dicts, got {kind}")
-        missing = [lang for lang in (src, tgt) if lang not in keys]
-        if missing:
-            raise DataError(
-                f"{where}: the `translation` dicts have no key(s) {missing} (`source_lang` / `target_lang`); their "
-                f"keys are {keys}"
-            )
-        columns = ["translation"]
-        sides = {side: pc.struct_field(table.column("translation"), side) for side in (src, tgt)}
-        struct_nulls = table.column("translation").null_count
-    elif src in dataset.column_names and tgt in dataset.column_names:
-        columns = [src, tgt]
-        sides = {side: table.column(side) for side in (src, tgt)}
-        struct_nulls = 0
-    else:
-        raise DataError(
-            f"{where} has neither a 'translation' column nor columns {src!r} and {tgt!r} (`source_lang` / "
-            f"`target_lang`); its columns are {dataset.column_names}"
-        )
-    for side, column in sides.items():
-        text = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
-        nulls = column.null_count + struct_nulls
-        if not text or nulls:
-            # located in the Arrow table: the file's rows in order (a held-out split shares its file's table)
-            if text:
-                bad = pc.is_null(column)
-                if struct_nulls:
-                    bad = pc.or_(bad, pc.is_null(table.column("translation")))
-                row = pc.index(bad, True).as_py()
-            else:
-                row = 0
-            value = None if text else column[row].as_py()
-            raise DataError(
-                f"{row_location(dataset, row)}: no {side!r} text (got {value!r}); every pair needs both sides"
-            )
-    for side, column in sides.items():
-        blank = blank_text(column)
-        if pc.any(blank).as_py():
-            row = pc.index(blank, True).as_py()
-            raise DataError(
-                f"{row_location(dataset, row)}: the {side!r} text is empty ({pc.sum(blank).as_py()} "
-                "pair(s) in all); every pair needs both sides"
-            )
-    return columns
-
-
-def pair_problem(row: dict, src: str, tgt: str) -> str | None:
-    """What is wrong with a row of a pairs file read as a dict (a side without text), or None."""
-    pair = row.get("translation") if isinstance(row.get("translation"), dict) else row
-    for side in (src, tgt):
-        if is_blank(pair.get(side)):
-            return f"no {side!r} text (got {pair.get(side)!r}); every pair needs both sides"
-    return None
-
-
-def batch_pairs(batch: dict, src: str, tgt: str) -> tuple[list[str], list[str]]:
-    """(sources, targets) of a batch of rows (``translation`` dicts or two columns)."""
-    if "translation" in batch:
-        pairs = batch["translation"]
-        return [p[src] for p in pairs], [p[tgt] for p in pairs]
-    return list(batch[src]), list(batch[tgt])
-
-
-_SPACE = "\t\n\x0b\x0c\r "  # the ASCII characters of the byte-level regex's \\s
-# GPT-2's pre-tokenizing regex (tokenizers' ByteLevel, use_regex) restricted to ASCII text: \p{L} is [A-Za-z],
-# \p{N} is [0-9], \s is _SPACE (not Python's \s, which also matches U+001C-U+001F)
-_ASCII_PIECES = re.compile(
-    rf"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^{_SPACE}A-Za-z0-9]+|[{_SPACE}]+(?![^{_SPACE}])|[{_SPACE}]+"
-)
-_CACHE_PIECES = 500_000  # pieces remembered by a ByteLevelWords (then it starts again)
-
-
-def _byte_symbols() -> dict[int, str]:
-    """GPT-2's byte -> symbol table of the byte-level pre-tokenizer (printable bytes stay, the others move up)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
-
-
-class ByteLevelWords:
-    """The ids (no special tokens) of ASCII texts under a byte-level BPE tokenizer (``ByteLevel`` pre-tokenizer with
-    its regex, no normaliser or ``Lowercase``, a ``BPE`` model without dropout), ~5x faster than ``encode_batch``:
-    the text is split by the same regex in Python and each piece's ids come from a dictionary, filled by the BPE
-    model itself (``model.tokenize``) on the first sight of a piece. A BPE model encodes each piece on its own, so
-    the ids are the tokenizer's. :meth:`of` gives ``None`` for any other tokenizer; :meth:`encode` gives ``None``
-    for a batch it does not cover (non-ASCII text, text holding an added token), which the caller encodes with the
-    backend."""
-
-    def __init__(self, backend, spec: dict) -> None:
-        self.model = backend.model
-        pre = spec["pre_tokenizer"]
-        self.prefix_space = bool(pre.get("add_prefix_space"))
-        self.lowercase = spec.get("normalizer") is not None
-        self.added = [t["content"] for t in spec.get("added_tokens") or []]
-        self.symbols = {chr(b): c for b, c in _byte_symbols().items() if b < 128}
-        self.pieces: dict[str, list[int]] = {}
-
-    @classmethod
-    def of(cls, backend) -> ByteLevelWords | None:
-        spec = json.loads(backend.to_str())
-        model, pre, norm = spec.get("model") or {}, spec.get("pre_tokenizer") or {}, spec.get("normalizer")
-        if (
-            model.get("type") != "BPE"
-            or model.get("dropout") is not None
-            or model.get("continuing_subword_prefix")
-            or model.get("end_of_word_suffix")
-            or pre.get("type") != "ByteLevel"
-            or not pre.get("use_regex", True)
-            or not (norm is None or norm == {"type": "Lowercase"})
-        ):
-            return None
-        return cls(backend, spec)
-
-    def _piece(self, piece: str) -> list[int]:
-        ids = self.pieces.get(piece)
-        if ids is None:
-            if len(self.pieces) >= _CACHE_PIECES:
-                self.pieces.clear()
-            mapped = "".join(self.symbols[c] for c in piece)
-            ids = self.pieces[piece] = [token.id for token in self.model.tokenize(mapped)]
-        return ids
-
-    def encode(self, texts: list[str]) -> list[list[int] | None]:
-        """Each text's ids, or ``None`` for a text this shortcut does not cover (not ASCII, or holding an added token
-        after the normaliser: the tokenizer splits those out first)."""
-        if self.lowercase:
-            texts = [t.lower() for t in texts]
-        joined = "\n".join(texts)
-        plain, added = joined.isascii(), any(token in joined for token in self.added)
-        rows, get, findall, chain = [], self.pieces.get, _ASCII_PIECES.findall, itertools.chain.from_iterable
-        for text in texts:
-            if not (plain or text.isascii()) or (added and any(token in text for token in self.added)):
-                rows.append(None)
-                continue
-            if self.prefix_space and text and not text.startswith(" "):  # (an empty text stays empty)
-                text = " " + text
-            parts = findall(text)
-            found = list(map(get, parts))
-            if None in found:  # a piece seen for the first time
-                found = [self._piece(part) for part in parts]
-            rows.append(list(chain(found)))
-        return rows
-
-
-class PairEncoder:
-    """The ids of ``tokenizer(sources, text_target=targets, max_length=max_source_length, truncation=True)`` with the
-    labels cut to ``max_target_length``, computed by the fast tokenizer's backend (``encode_batch`` of a copy with the
-    same truncation) instead of the Python ``__call__``, and returned as Arrow list arrays (ids of
-    :func:`id_type`, ``int8`` mask) without Python lists of ids: the same tokens, special tokens and truncation included (tested).
-
-    :meth:`usable` says when the shortcut gives ``__call__``'s output: a tokenizer whose class keeps the
-    ``TokenizersBackend`` encoding path (no own ``__call__``, ``_encode_plus`` or source/target modes) and whose
-    model inputs are ``input_ids`` and ``attention_mask``. Picklable (``num_proc`` workers): the backend is kept as
-    its JSON."""
-
-    def __init__(self, tokenizer, max_source_length: int, max_target_length: int) -> None:
-        self.json = tokenizer.backend_tokenizer.to_str()
-        self.max_source_length, self.max_target_length = int(max_source_length), int(max_target_length)
-        self.truncation_side = tokenizer.truncation_side
-        self.split_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
-        self.attention_mask = "attention_mask" in tokenizer.model_input_names
-        self.id_type = str(id_type(tokenizer))
-        self._setup()
-
-    @staticmethod
-    def usable(tokenizer) -> bool:
-        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
-        from transformers.tokenization_utils_tokenizers import TokenizersBackend
-
-        cls = type(tokenizer)
-        same = (
-            isinstance(tokenizer, TokenizersBackend)
-            and cls.__call__ is PreTrainedTokenizerBase.__call__
-            and cls._encode_plus is TokenizersBackend._encode_plus
-            and cls._convert_encoding is TokenizersBackend._convert_encoding
-            and cls.set_truncation_and_padding is TokenizersBackend.set_truncation_and_padding
-        )
-        for mode in ("_switch_to_target_mode", "_switch_to_input_mode"):
-            same = same and getattr(cls, mode, None) is getattr(TokenizersBackend, mode, None)
-        return same and set(tokenizer.model_input_names) <= {"input_ids", "attention_mask"}
-
-    def _setup(self) -> None:
-        from tokenizers import Tokenizer
-
-        backend = Tokenizer.from_str(self.json)
-        backend.no_padding()
-        backend.enable_truncation(
-            max_length=self.max_source_length, stride=0, strategy="longest_first", direction=self.truncation_side
-        )
-        backend.encode_special_tokens = self.split_special_tokens
-        self._backend = backend
-        # the shortcut for byte-level BPE: the ids without special tokens, truncated and wrapped as the backend does
-        self._words = self._prefix = self._suffix = None
-        words = None if self.split_special_tokens else ByteLevelWords.of(backend)
-        plain = Tokenizer.from_str(self.json)
-        plain.no_truncation()
-        plain.no_padding()
-        layouts = set()
-        for probe in ("a", "b c ."):
-            core, full = plain.encode(probe, add_special_tokens=False).ids, plain.encode(probe).ids
-            start = next((i for i in range(len(full) - len(core) + 1) if full[i : i + len(core)] == core), None)
-            layouts.add(None if start is None else (tuple(full[:start]), tuple(full[start + len(core) :])))
-        if words is not None and len(layouts) == 1 and None not in layouts:
-            prefix, suffix = next(iter(layouts))
-            if self.max_source_length > len(prefix) + len(suffix):
-                self._words, self._prefix, self._suffix = words, list(prefix), list(suffix)
-
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_backend"}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._setup()
-
-    def rows(self, texts: list[str], cut: int | None = None) -> list[list[int]]:
-        """The ids of each of ``texts``, each row cut to its first ``cut`` ids when given."""
-        rows = [None] * len(texts) if self._words is None else self._words.encode(texts)
-        keep, prefix, suffix = self.max_source_length - len(self._prefix or ()), self._prefix, self._suffix
-        keep -= len(suffix or ())
-        for i, row in enumerate(rows):  # the backend's truncation (room kept for the special tokens), post-processor
-            if row is not None:
-                if len(row) > keep:
-                    row = row[len(row) - keep :] if self.truncation_side == "left" else row[:keep]
-                rows[i] = prefix + row + suffix
-        rest = [i for i, row in enumerate(rows) if row is None]
-        if rest:  # the texts the shortcut does not cover (all of them without it): the backend itself
-            encoded = self._backend.encode_batch([texts[i] for i in rest], add_special_tokens=True)
-            for i, encoding in zip(rest, encoded, strict=True):
-                rows[i] = encoding.ids
-        if cut is not None:
-            rows = [r[:cut] if len(r) > cut else r for r in rows]
-        return rows
-
-    def encode(self, sources: list[str], targets: list[str], arrow: bool = True) -> dict:
-        """``input_ids``, ``attention_mask`` (when a model input) and ``labels``: Arrow list arrays (:func:`id_type` ids,
-        ``int8`` mask), or with ``arrow`` false Python lists (a stream's ``map``)."""
-        sources, labels = self.rows(sources), self.rows(targets, self.max_target_length)
-        if not arrow:
-            out = {"input_ids": sources}
-            if self.attention_mask:  # no padding: every position is a token
-                out["attention_mask"] = [[1] * len(row) for row in sources]
-            return out | {"labels": labels}
-
-        def lists(rows: list[list[int]], values=None) -> pa.ListArray:
-            offsets = np.zeros(len(rows) + 1, dtype=np.int32)
-            np.cumsum(np.fromiter(map(len, rows), dtype=np.int64, count=len(rows)), out=offsets[1:])
-            if values is None:
-                values = pa.array(list(itertools.chain.from_iterable(rows)), type=pa.type_for_alias(self.id_type))
-            return pa.ListArray.from_arrays(pa.array(offsets), values)
-
-        out = {"input_ids": lists(sources)}
-        if self.attention_mask:
-            out["attention_mask"] = lists(sources, pa.array(np.ones(sum(map(len, sources)), dtype=np.int8)))
-        out["labels"] = lists(labels)
-        return out
 
 
 def make_tokenize(
@@ -579,8 +290,8 @@ def last_checkpoints(output_dir: str, count: int, up_to_step: int) -> list[Path]
 
 def load_averaged_weights(model, folders: list[Path]) -> None:
     """Replace the weights of ``model`` by the mean of those saved in ``folders``
-    (:func:`hf_seq.export.average_state_dicts`); tied weights, stored once, stay tied."""
-    from hf_seq.export import average_state_dicts
+    (:func:`hf_seq.toolkit.export.average_state_dicts`); tied weights, stored once, stay tied."""
+    from hf_seq.toolkit.export import average_state_dicts
 
     averaged = average_state_dicts(folders)
     missing, unexpected = model.load_state_dict(averaged, strict=False)
@@ -603,7 +314,7 @@ def ctranslate2_predictions(
     first call), as a right-padded ``(N, T)`` array of token ids like ``trainer.predict``'s."""
     import ctranslate2
 
-    from hf_seq.export import ctranslate2_translate, to_ctranslate2
+    from hf_seq.toolkit.export import ctranslate2_translate, to_ctranslate2
 
     if not (export_dir / "model.bin").is_file():
         to_ctranslate2(model, export_dir, quantization=quantization, tokenizer=tokenizer, force=True)
@@ -631,7 +342,7 @@ def onnxruntime_predictions(
     """Test translations of ``sources`` by ``generate()`` over the model exported to ONNX Runtime in ``export_dir``
     (exported on the first call), with the model's generation config, as a right-padded ``(N, T)`` array of token
     ids without the decoder start token."""
-    from hf_seq.export import load_onnxruntime, to_onnx
+    from hf_seq.toolkit.export import load_onnxruntime, to_onnx
 
     if not (export_dir / "hf_seq_onnx.json").is_file():
         to_onnx(model, export_dir, quantization=quantization, tokenizer=tokenizer, force=True)
@@ -657,8 +368,8 @@ def onnxruntime_predictions(
 
 def total_length(dataset, column: str) -> int:
     """The number of tokens in a list column, summed from the Arrow offsets (no Python lists), the pages of the
-    mapped cache released as it goes (:func:`hf_seq.samplers.total_list_length`)."""
-    from hf_seq.samplers import total_list_length
+    mapped cache released as it goes (:func:`hf_seq.toolkit.samplers.total_list_length`)."""
+    from hf_seq.toolkit.samplers import total_list_length
 
     return total_list_length(dataset, column)
 

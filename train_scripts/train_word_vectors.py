@@ -41,7 +41,7 @@ from hf_seq.train_scripts.outputs import staged_output
 from tokenizers import normalizers, pre_tokenizers
 from torch import nn
 
-from hf_seq.data import DataError, split_source
+from hf_seq.toolkit.data import DataError, split_source
 
 
 @dataclass

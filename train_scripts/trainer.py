@@ -10,11 +10,11 @@ error on a full disk, and no step past the end when resumed from the final check
 * Resumed from a checkpoint at ``max_steps``, ``Trainer`` (5.24) trains one more step before it checks the end (when
   the checkpoint is mid-epoch); here such a resume trains nothing and goes straight to the end of training.
 * ``train_sampling_strategy="length_buckets"`` (:class:`~hf_seq.train_scripts.arguments.HfSeqTrainingArguments`): training
-  batches from :class:`hf_seq.samplers.LengthBucketSampler` — examples of similar length in each batch, the batches
+  batches from :class:`hf_seq.toolkit.samplers.LengthBucketSampler` — examples of similar length in each batch, the batches
   in random order — seeded by ``data_seed`` (else ``seed``).
-* The language model's windows (:class:`hf_seq.collators.LMWindowDataset`) and the rows of a ``datasets.Dataset``
+* The language model's windows (:class:`hf_seq.toolkit.collators.LMWindowDataset`) and the rows of a ``datasets.Dataset``
   (translation, classifier, tagger) under ``train_sampling_strategy="random"`` are shuffled by
-  :class:`hf_seq.samplers.PermutationSampler`: the order of ``Trainer``'s default shuffle, without its Python list of
+  :class:`hf_seq.toolkit.samplers.PermutationSampler`: the order of ``Trainer``'s default shuffle, without its Python list of
   every index.
 * While it trains, the process keeps the memory it frees at the top of its heap (:func:`keep_heap_resident`): glibc
   would hand it back to the system after every step and fault it in again at the next one.
@@ -36,9 +36,9 @@ from hf_seq.train_scripts.processes import broadcast_from_main, collective_timeo
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from hf_seq.collators import LMWindowDataset
-from hf_seq.compat import rotate_checkpoints
-from hf_seq.samplers import LengthBucketSampler, PermutationSampler
+from hf_seq.toolkit.checkpoints import rotate_checkpoints
+from hf_seq.toolkit.collators import LMWindowDataset
+from hf_seq.toolkit.samplers import LengthBucketSampler, PermutationSampler
 
 LENGTH_BUCKETS = "length_buckets"  # the train_sampling_strategy added here
 

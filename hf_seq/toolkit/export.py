@@ -6,7 +6,7 @@
   (``pip install hf_seq[ctranslate2]``), imported only inside the functions that need it.
 * :func:`to_onnx` writes ONNX graphs of any generative family (the RNN LM, the RNN seq2seq, the Transformer: encoder
   and one decoder step with its state) or of a classifier, tagger or encoder, and :func:`load_onnxruntime` loads
-  the folder as a model whose ``generate()`` is ``transformers``' own (:mod:`hf_seq.onnx_runtime`); ``onnx``,
+  the folder as a model whose ``generate()`` is ``transformers``' own (:mod:`hf_seq.toolkit.onnx_runtime`); ``onnx``,
   ``onnxscript`` and ``onnxruntime`` are optional, imported only there.
 * :func:`average_checkpoints` writes the element-wise mean of the weights of several checkpoints of one model (the
   habit of fairseq's ``scripts/average_checkpoints.py`` and OpenNMT-py's ``average_models.py``).
@@ -345,7 +345,7 @@ def _load(model_or_folder, tokenizer=None):
             model = AutoModelForSeq2SeqLM.from_pretrained(folder)
         else:
             architectures = getattr(config, "architectures", None) or []
-            from . import modeling_bert
+            from .. import modeling_bert
 
             cls = getattr(modeling_bert, architectures[0], None) if architectures else None
             model = cls.from_pretrained(folder) if cls is not None else AutoModel.from_pretrained(folder)
@@ -645,12 +645,12 @@ def average_checkpoints(
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# ONNX Runtime (hf_seq.onnx_runtime, imported when used)
+# ONNX Runtime (hf_seq.toolkit.onnx_runtime, imported when used)
 # ---------------------------------------------------------------------------------------------------------------
 
 
 def to_onnx(model_or_folder, output_dir, quantization: str | None = None, tokenizer=None, force: bool = False) -> Path:
-    """Export a model for ONNX Runtime generation (or inference); see :func:`hf_seq.onnx_runtime.to_onnx`."""
+    """Export a model for ONNX Runtime generation (or inference); see :func:`hf_seq.toolkit.onnx_runtime.to_onnx`."""
     from .onnx_runtime import to_onnx as export
 
     return export(model_or_folder, output_dir, quantization=quantization, tokenizer=tokenizer, force=force)
@@ -658,7 +658,7 @@ def to_onnx(model_or_folder, output_dir, quantization: str | None = None, tokeni
 
 def load_onnxruntime(folder, threads: int | None = None, providers: list | None = None):
     """The ``ORTModelFor...`` of a folder written by :func:`to_onnx`; ``generate()`` takes the PyTorch model's
-    arguments. See :func:`hf_seq.onnx_runtime.load_onnxruntime`."""
+    arguments. See :func:`hf_seq.toolkit.onnx_runtime.load_onnxruntime`."""
     from .onnx_runtime import load_onnxruntime as load
 
     return load(folder, threads=threads, providers=providers)
@@ -692,7 +692,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Export any hf_seq model to ONNX graphs that ONNX Runtime generates with (load_onnxruntime).",
         description="Export FOLDER (a saved hf_seq model with its tokenizer: RNN LM, RNN seq2seq, Transformer, "
         "classifier, tagger, BERT) to OUTPUT_DIR: ONNX graphs (encoder and one decoder step with its state for "
-        "the generative models), config, generation config, tokenizer. hf_seq.export.load_onnxruntime(OUTPUT_DIR) "
+        "the generative models), config, generation config, tokenizer. hf_seq.toolkit.export.load_onnxruntime(OUTPUT_DIR) "
         "loads it.",
     )
     onnx.add_argument("folder", metavar="FOLDER", help="A saved hf_seq model folder (model, config, tokenizer).")

@@ -1,6 +1,6 @@
 """Local ``evaluate`` metric modules (the Hub is unreachable offline) and a loader for them.
 
->>> from hf_seq.metrics import load_metric
+>>> from hf_seq.toolkit.metrics import load_metric
 >>> load_metric("accuracy").compute(predictions=[1, 0], references=[1, 1])
 {'accuracy': 0.5}
 

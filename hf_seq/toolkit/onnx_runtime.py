@@ -62,12 +62,12 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 
-from .compat import cache_argument, cache_output
-from .modeling_rnn import RNNCache
-from .modeling_rnn_seq2seq import RNNDecoderCache
-from .modeling_utils import GenerationLengthMixin, RecurrentStateGenerationMixin
-from .seq2seq_utils import Seq2SeqLMHeadMixin
-from .validation import GenerationArgumentsMixin
+from ..compat import cache_argument, cache_output
+from ..modeling_rnn import RNNCache
+from ..modeling_rnn_seq2seq import RNNDecoderCache
+from ..modeling_utils import GenerationLengthMixin, RecurrentStateGenerationMixin
+from ..seq2seq_utils import Seq2SeqLMHeadMixin
+from ..validation import GenerationArgumentsMixin
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ few milliseconds. A file rewritten with its size kept still gets a new change ti
 back), so the cache never hides a modified file.
 
 Standard library only: ``scripts/fetch_data.sh`` runs this file as a script
-(``python hf_seq/checksums.py write|check FOLDER``) before hf_seq is installed.
+(``python hf_seq/toolkit/checksums.py write|check FOLDER``) before hf_seq is installed.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def verify(root: str | os.PathLike) -> list[str]:
 def main(argv: list[str]) -> int:
     """``write FOLDER`` writes the manifest; ``check FOLDER`` prints the problems and exits 1 if there are any."""
     if len(argv) != 2 or argv[0] not in ("write", "check"):
-        print("usage: python hf_seq/checksums.py write|check FOLDER", file=sys.stderr)
+        print("usage: python hf_seq/toolkit/checksums.py write|check FOLDER", file=sys.stderr)
         return 2
     if argv[0] == "write":
         write_manifest(argv[1])

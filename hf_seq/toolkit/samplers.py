@@ -58,7 +58,7 @@ def _to_numpy(array) -> np.ndarray:
 
 def _chunk_groups(array, mapped_files, release_every: int = 256):
     """The chunks of a (chunked) pyarrow array, ``release_every`` at a time (as one chunked array each), this
-    process's pages of ``mapped_files`` released (:func:`hf_seq.preprocessing.release_mapped_pages`) after each
+    process's pages of ``mapped_files`` released (:func:`hf_seq.toolkit.preprocessing.release_mapped_pages`) after each
     group. Reading a list column's offsets from a memory-mapped Arrow file faults in the pages around them (the
     kernel maps neighbouring pages too): a pass over a 10 M-row, 1.4 GB cache in groups keeps its resident pages
     bounded instead of mapping most of the file."""

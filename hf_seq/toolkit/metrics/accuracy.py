@@ -1,4 +1,4 @@
-"""Accuracy as a local ``evaluate`` metric: ``evaluate.load("<path>/hf_seq/metrics/accuracy.py")``.
+"""Accuracy as a local ``evaluate`` metric: ``evaluate.load("<path>/hf_seq/toolkit/metrics/accuracy.py")``.
 
 Works for sequence classification (one label per example) and token classification: pass the flattened
 predictions/references of the real tokens (positions whose label is -100 are ignored if ``ignore_index`` is given).
@@ -19,7 +19,7 @@ Args:
 Returns:
     accuracy (float): correct / total (or the weighted version); 0.0 when nothing is left to score.
 Example:
-    >>> acc = evaluate.load("hf_seq/metrics/accuracy.py")
+    >>> acc = evaluate.load("hf_seq/toolkit/metrics/accuracy.py")
     >>> acc.compute(predictions=[0, 1, 1, 0], references=[0, 1, 0, 0])
     {'accuracy': 0.75}
 """

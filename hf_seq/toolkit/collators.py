@@ -49,7 +49,7 @@ def tokenize_documents(documents: Iterable[Any], tokenizer) -> list[list[list[in
     """Token ids (no special tokens) of every sentence of every document: ``docs → sentences → ids``.
 
     A document is a list of sentence strings or a list of paragraphs (lists of sentence strings), e.g. the
-    ``paragraphs`` column of :func:`hf_seq.data.load_brown_documents`. Empty sentences are dropped.
+    ``paragraphs`` column of :func:`hf_seq.toolkit.data.load_brown_documents`. Empty sentences are dropped.
     """
     out = []
     for document in documents:
@@ -139,7 +139,7 @@ class StoredDocument(Sequence):
 
 
 class StoredDocuments(Sequence):
-    """Documents whose sentences are the rows of a :class:`hf_seq.preprocessing.TokenStore`: document ``d`` is rows
+    """Documents whose sentences are the rows of a :class:`hf_seq.toolkit.preprocessing.TokenStore`: document ``d`` is rows
     ``doc_offsets[d]:doc_offsets[d + 1]``. Reads like the ``docs → sentences → ids`` lists of
     :func:`tokenize_documents` (``len``, ``docs[d][j]``), nothing held in memory but the offsets."""
 
@@ -163,7 +163,7 @@ class StoredDocuments(Sequence):
 
 
 def tokenize_documents_to_store(documents: Iterable[Any], tokenizer, folder, batch_documents: int = 1000):
-    """:func:`tokenize_documents` into a :class:`hf_seq.preprocessing.TokenStore` in ``folder`` (sentences as rows,
+    """:func:`tokenize_documents` into a :class:`hf_seq.toolkit.preprocessing.TokenStore` in ``folder`` (sentences as rows,
     empty sentences dropped as there), written in chunks: a :class:`StoredDocuments`."""
     from .preprocessing import TokenStoreWriter, make_encoder
 
@@ -387,7 +387,7 @@ class LMWindowDataset(torch.utils.data.Dataset):
     model shifts the labels, so the loss trains every position of the segment to predict its next token, not only
     the notes' single (segment, next char) pair). ``stride == segment_length`` covers every transition exactly once;
     a smaller stride (the notes use 3 with 60-char segments) gives overlapping windows. The stream may be a tensor,
-    a list or any 1-D numpy array — a memory-mapped :class:`hf_seq.preprocessing.TokenStore` ``flat`` stream is kept
+    a list or any 1-D numpy array — a memory-mapped :class:`hf_seq.toolkit.preprocessing.TokenStore` ``flat`` stream is kept
     as it is (not copied): each window is read when it is asked for and returned as int64.
     """
 

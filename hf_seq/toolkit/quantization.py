@@ -23,7 +23,7 @@ import warnings
 import torch
 from torch import nn
 
-from .recurrent import RecurrentStack
+from ..recurrent import RecurrentStack
 
 # torch's messages for the deprecation of eager quantization, silenced inside quantize_dynamic_int8 only
 _DEPRECATION_MESSAGES = (
