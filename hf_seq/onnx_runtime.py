@@ -87,9 +87,9 @@ GRAPHS = {
     "token_classification": ("model.onnx",),
     "feature_extraction": ("model.onnx",),
 }
-# the cells torch.onnx exports with a dynamic length (a while_loop form of aten.lstm / aten.gru); the SimpleRNN
-# kernel (aten.rnn_tanh) has none and comes out fixed to the example's length
-EXPORTABLE_CELLS = ("gru", "lstm")
+# the cells exported with a dynamic length: torch.onnx's while_loop forms of aten.lstm / aten.gru, and ours of the
+# SimpleRNN kernel (aten.rnn_tanh / rnn_relu, see _simple_rnn_while_loop_decompositions)
+EXPORTABLE_CELLS = ("gru", "lstm", "rnn")
 
 
 class OnnxExportError(ValueError):
@@ -269,6 +269,95 @@ def _remainder_scalar(self, other):
     return op.Mod(self, op.CastLike(other, self))
 
 
+def _simple_rnn_layer(inp, hidden, weights, nonlinearity, reverse: bool):
+    """One direction of one SimpleRNN layer as a ``while_loop`` over time: ``inp`` (T, B, I), ``hidden`` (B, H) →
+    ``(out (T, B, H), last (B, H))``; ``h_t = f(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)``, the input projection
+    of every step computed once before the loop (as torch's while_loop forms of LSTM and GRU do)."""
+    from torch._higher_order_ops.while_loop import while_loop
+
+    w_ih, w_hh, b_ih, b_hh = weights
+    projected = nn.functional.linear(inp, w_ih, b_ih)
+    projected = projected.flip(0) if reverse else projected
+    w_hh = w_hh.clone()  # while_loop refuses closure tensors that share storage (flattened weights)
+    b_hh = b_hh.clone() if b_hh is not None else None
+    steps = torch.empty(projected.shape[0], *hidden.shape, dtype=hidden.dtype, device=hidden.device)
+
+    def cond_fn(index, out, h):
+        return index < projected.size(0)
+
+    def body_fn(index, out, h):
+        i = index.item()
+        torch._check_is_size(i)
+        torch._check_is_size(i, max=projected.size(0) - 1)
+        h = nonlinearity(nn.functional.linear(h, w_hh, b_hh) + projected[i])
+        out = out.clone()
+        out[i] = h
+        return index + 1, out, h
+
+    start = torch.zeros((), dtype=torch.int64, device=hidden.device)  # a factory op, not a lifted constant
+    _, out, last = while_loop(cond_fn, body_fn, [start, steps, hidden])
+    return (out.flip(0) if reverse else out), last
+
+
+def _simple_rnn_while_loop(nonlinearity):
+    """``aten.rnn_tanh.input`` / ``aten.rnn_relu.input`` (the SimpleRNN kernel) with a dynamic length: every layer
+    and direction a ``while_loop`` (:func:`_simple_rnn_layer`), the layers stacked as the fused kernel stacks them."""
+
+    def impl(inp, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+        per_direction = 4 if has_biases else 2
+        directions = 2 if bidirectional else 1
+        x = inp.transpose(0, 1) if batch_first else inp
+        finals = []
+        for layer in range(num_layers):
+            outs = []
+            for direction in range(directions):
+                index = layer * directions + direction
+                chunk = list(params[index * per_direction : (index + 1) * per_direction])
+                weights = (*chunk, None, None) if not has_biases else tuple(chunk)
+                out, last = _simple_rnn_layer(x, hx[index], weights, nonlinearity, reverse=direction == 1)
+                outs.append(out)
+                finals.append(last)
+            x = torch.cat(outs, dim=-1) if directions == 2 else outs[0]
+            if dropout and train and layer < num_layers - 1:
+                x = torch.dropout(x, dropout, train=True)
+        x = x.transpose(0, 1) if batch_first else x
+        return x, torch.stack(finals, 0)
+
+    return impl
+
+
+@contextlib.contextmanager
+def _simple_rnn_while_loop_decompositions():
+    """Register :func:`_simple_rnn_while_loop` for ``aten.rnn_tanh.input`` and ``aten.rnn_relu.input`` while
+    exporting, as ``torch.onnx.export`` registers its ``while_loop`` forms of ``aten.lstm`` / ``aten.gru`` (which
+    torch does not provide for the SimpleRNN kernel): without it the exporter unrolls the loop over the example's
+    length. The previous registrations are put back afterwards."""
+    from torch._C import DispatchKey
+    from torch._decomp import global_decomposition_table
+
+    table = global_decomposition_table["post_autograd"]
+    saved = []
+    for op, nonlinearity in ((torch.ops.aten.rnn_tanh.input, torch.tanh), (torch.ops.aten.rnn_relu.input, torch.relu)):
+        impl = _simple_rnn_while_loop(nonlinearity)
+        saved.append((op, table.get(op), op.py_kernels.get(DispatchKey.CompositeImplicitAutograd)))
+        table[op] = impl
+        op.py_kernels[DispatchKey.CompositeImplicitAutograd] = impl
+        op._dispatch_cache.clear()
+    try:
+        yield
+    finally:
+        for op, decomposition, kernel in saved:
+            if decomposition is None:
+                table.pop(op, None)
+            else:
+                table[op] = decomposition
+            if kernel is None:
+                op.py_kernels.pop(DispatchKey.CompositeImplicitAutograd, None)
+            else:
+                op.py_kernels[DispatchKey.CompositeImplicitAutograd] = kernel
+            op._dispatch_cache.clear()
+
+
 _FUSED_RECURRENT_OPS = (
     "lstm.input",
     "lstm.data",
@@ -326,7 +415,7 @@ def _export_graph(module: nn.Module, args: tuple, path: Path, input_names, outpu
     ]
     shapes = (*flat[: len(named)], tuple(flat[len(named) :])) if len(flat) > len(named) else tuple(flat)
     module.eval()
-    with torch.no_grad(), _recurrent_autograd_decompositions_off():
+    with torch.no_grad(), _recurrent_autograd_decompositions_off(), _simple_rnn_while_loop_decompositions():
         program = torch.onnx.export(
             module,
             args,
@@ -365,11 +454,6 @@ def check_onnx_exportable(model) -> str:
     name = type(model).__name__
     if model_type in (RNN_TYPE, RNN_SEQ2SEQ_TYPE):
         cell = getattr(config, "cell", None)
-        if cell == "rnn":
-            raise OnnxExportError(
-                "`cell` 'rnn': torch.onnx.export has no dynamic-length form of the SimpleRNN kernel (aten.rnn_tanh), "
-                f"so the graph would run at one sequence length only; exportable cells are {list(EXPORTABLE_CELLS)}"
-            )
         if cell not in EXPORTABLE_CELLS and not (cell == "none" and model_type == RNN_TYPE and "CausalLM" not in name):
             raise OnnxExportError(
                 f"`cell` {cell!r}: the ONNX export carries a recurrent state of fixed size per layer; exportable cells "

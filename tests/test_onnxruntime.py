@@ -214,6 +214,21 @@ def test_lm_int8_runs_and_stays_close(lm_export, tokenizer, tmp_path):
     assert exported.generate(**inputs, max_new_tokens=4).shape == (3, inputs["input_ids"].shape[1] + 4)
 
 
+def test_lm_simple_rnn_keeps_dynamic_batch_and_length(tokenizer, tmp_path):
+    """cell="rnn" (the SimpleRNN kernel, aten.rnn_tanh): exported as a loop over time, so prompts of other lengths
+    and batch sizes than the example's generate PyTorch's tokens."""
+    import onnx
+
+    model = lm(len(tokenizer), cell="rnn")
+    folder = to_onnx(model, tmp_path / "onnx", tokenizer=tokenizer)
+    graph = onnx.load(str(folder / "decoder_model.onnx")).graph
+    ids = next(value for value in graph.input if value.name == "input_ids").type.tensor_type.shape.dim
+    assert [d.dim_value for d in ids] == [0, 0]  # both axes symbolic
+    exported = load_onnxruntime(folder, threads=1)
+    assert_generate_matches(model, exported, left_padded(tokenizer))
+    assert_generate_matches(model, exported, tokenizer(["the dog"], return_tensors="pt"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cell,layers", [("gru", 1), ("gru", 3)])
 def test_lm_other_cells(cell, layers, tokenizer, tmp_path):
@@ -235,6 +250,8 @@ SEQ2SEQ_SLOW = {
     "additive-unidirectional-gru": dict(attention="additive", bidirectional=False, cell="gru"),
     "none": dict(attention="none"),
     "none-bidirectional-gru": dict(attention="none", cell="gru"),
+    "general-feeding-rnn": dict(attention="general", input_feeding=True, cell="rnn"),
+    "none-unidirectional-rnn": dict(attention="none", bidirectional=False, cell="rnn"),
 }
 
 
@@ -312,9 +329,17 @@ def test_transformer_translation_pipeline_and_int8(transformer_export, tokenizer
 
 
 @pytest.mark.slow
-def test_sequence_classifier_export_matches_pytorch(tokenizer, tmp_path):
+@pytest.mark.parametrize("cell", ["lstm", "rnn"])
+def test_sequence_classifier_export_matches_pytorch(cell, tokenizer, tmp_path):
     config = hf_seq.HfSeqRNNConfig(
-        vocab_size=len(tokenizer), embedding_size=6, hidden_size=5, bidirectional=True, num_labels=3, pad_token_id=PAD
+        vocab_size=len(tokenizer),
+        embedding_size=6,
+        hidden_size=5,
+        num_hidden_layers=2,
+        cell=cell,
+        bidirectional=True,
+        num_labels=3,
+        pad_token_id=PAD,
     )
     torch.manual_seed(0)
     model = hf_seq.RNNForSequenceClassification(config).eval()
@@ -359,13 +384,13 @@ def test_refusals_name_the_field(tokenizer, tmp_path):
     )
     with pytest.raises(OnnxExportError, match="`cell` 'self_attention_lstm'"):
         check_onnx_exportable(lstmn)
-    simple = hf_seq.RNNSeq2SeqForConditionalGeneration(
+    unstarted = hf_seq.RNNSeq2SeqForConditionalGeneration(
         hf_seq.HfSeqRNNSeq2SeqConfig(
-            vocab_size=20, embedding_size=4, hidden_size=4, cell="rnn", decoder_start_token_id=2
+            vocab_size=20, embedding_size=4, hidden_size=4, cell="rnn", decoder_start_token_id=None
         )
     )
-    with pytest.raises(OnnxExportError, match="`cell` 'rnn': .*dynamic-length"):
-        check_onnx_exportable(simple)
+    with pytest.raises(OnnxExportError, match="`decoder_start_token_id` is None"):
+        check_onnx_exportable(unstarted)
     masked_lm = hf_seq.BertForMaskedLM(
         hf_seq.HfSeqBertConfig(
             vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8
