@@ -81,7 +81,7 @@ RNN_TYPE, RNN_SEQ2SEQ_TYPE, TRANSFORMER_TYPE, BERT_TYPE = (
 )
 # kind of folder -> graph files
 GRAPHS = {
-    "causal_lm": ("decoder_model.onnx",),
+    "causal_lm": ("decoder_model.onnx", "step_model.onnx"),
     "seq2seq_lm": ("encoder_model.onnx", "decoder_model.onnx"),
     "sequence_classification": ("model.onnx",),
     "token_classification": ("model.onnx",),
@@ -116,6 +116,38 @@ class _CausalLMGraph(nn.Module):
         cache = RNNCache(self.model.config.num_hidden_layers, tuple(state), 0)
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, cache=cache, use_cache=True)
         return (out.logits, *cache.state)
+
+
+class _CausalLMStepGraph(nn.Module):
+    """One new token of ``RNNForCausalLM`` (every row real): ``(input_ids (B, 1), *state)`` → ``(logits (B, 1, V),
+    *state)``, exported with the cell equations written out (no loop over time)."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, *state):
+        cache = RNNCache(self.model.config.num_hidden_layers, tuple(state), 0)
+        out = self.model(input_ids=input_ids, cache=cache, use_cache=True)
+        return (out.logits, *cache.state)
+
+
+@contextlib.contextmanager
+def _cell_equations(module: nn.Module):
+    """Run every recurrent layer of ``module`` on its cell path (the per-step equations, ``implementation="cell"``,
+    tested equal to the fused kernels) while a one-token graph is traced: a step is then a few matrix products and
+    pointwise ops instead of an ONNX ``Loop`` of length one around them (the fused kernel's ``while_loop`` form)."""
+    from .recurrent import RecurrentLayer, RecurrentStack
+
+    changed = [m for m in module.modules() if isinstance(m, (RecurrentLayer, RecurrentStack))]
+    saved = [m.implementation for m in changed]
+    for m in changed:
+        m.implementation = "cell"
+    try:
+        yield
+    finally:
+        for m, implementation in zip(changed, saved):
+            m.implementation = implementation
 
 
 class _RNNEncoderGraph(nn.Module):
@@ -502,7 +534,22 @@ def _export_causal_lm(model, folder: Path) -> dict:
     dynamic = {"input_ids": {0: "batch", 1: "length"}, "attention_mask": {0: "batch", 1: "length"}}
     dynamic.update({n: {1: "batch"} for n in names})
     _export_graph(_CausalLMGraph(model), (ids, mask, *state), folder / "decoder_model.onnx", inputs, outputs, dynamic)
-    return {"decoder": {"file": "decoder_model.onnx", "inputs": list(inputs), "outputs": list(outputs)}, "state": names}
+    step_inputs = ("input_ids", *names)
+    step_dynamic = {"input_ids": {0: "batch"}, **{n: {1: "batch"} for n in names}}
+    with _cell_equations(model):
+        _export_graph(
+            _CausalLMStepGraph(model),
+            (ids[:, -1:], *state),
+            folder / "step_model.onnx",
+            step_inputs,
+            outputs,
+            step_dynamic,
+        )
+    return {
+        "decoder": {"file": "decoder_model.onnx", "inputs": list(inputs), "outputs": list(outputs)},
+        "step": {"file": "step_model.onnx", "inputs": list(step_inputs), "outputs": list(outputs)},
+        "state": names,
+    }
 
 
 def _export_rnn_seq2seq(model, folder: Path) -> dict:
@@ -540,7 +587,8 @@ def _export_rnn_seq2seq(model, folder: Path) -> dict:
         "feed": {0: "batch"},
     }
     dynamic.update({n: {1: "batch"} for n in names})
-    _export_graph(_RNNDecoderGraph(model), args, folder / "decoder_model.onnx", dec_inputs, dec_outputs, dynamic)
+    with _cell_equations(base.decoder):  # one token a call: no loop over time in the graph
+        _export_graph(_RNNDecoderGraph(model), args, folder / "decoder_model.onnx", dec_inputs, dec_outputs, dynamic)
     return {
         "encoder": {
             "file": "encoder_model.onnx",
@@ -827,8 +875,14 @@ class ORTModelForCausalLM(
                     f"`cache` holds a state for batch size {cache.state[0].shape[1]}, but the input has {batch} rows"
                 )
             state = cache.state
-        session, names = self._graph("decoder")
-        logits, *new_state = _run(session, names, [input_ids.to(torch.long), _long(attention_mask, input_ids), *state])
+        ids = input_ids.to(torch.long)
+        if length == 1 and "step" in self.sessions and (attention_mask is None or bool(attention_mask.all())):
+            # a decoding step (every row real): the one-step graph, the cell equations without a loop
+            session, names = self._graph("step")
+            logits, *new_state = _run(session, names, [ids, *state])
+        else:
+            session, names = self._graph("decoder")
+            logits, *new_state = _run(session, names, [ids, _long(attention_mask, input_ids), *state])
         cache.update(tuple(new_state), length)
         return CausalLMOutputWithPast(logits=logits, **cache_output(cache if use_cache is not False else None))
 

@@ -158,7 +158,8 @@ def lm_export(tokenizer, tmp_path_factory):
 def test_cli_folder_holds_graph_config_generation_config_and_tokenizer(lm_export):
     _, root = lm_export
     names = {p.name for p in (root / "onnx").iterdir()}
-    assert {"decoder_model.onnx", "config.json", "generation_config.json", "hf_seq_onnx.json"} <= names
+    assert {"decoder_model.onnx", "step_model.onnx", "config.json", "generation_config.json"} <= names
+    assert "hf_seq_onnx.json" in names
     assert "tokenizer.json" in names
     assert not any(name.endswith(".safetensors") for name in names)  # the graphs are the model
 
@@ -186,6 +187,36 @@ def test_lm_logits_of_every_position_and_carried_state(lm_export, tokenizer):
     torch.testing.assert_close(exported(ids).logits, expected, rtol=1e-4, atol=1e-5)
     out = exported(ids[:, :4], use_cache=True)
     torch.testing.assert_close(exported(ids[:, 4:], cache=out.cache).logits, second, rtol=1e-4, atol=1e-5)
+
+
+RECURRENT_OPS = {"Loop", "Scan", "LSTM", "GRU", "RNN"}
+
+
+def graph_ops(path) -> set[str]:
+    import onnx
+
+    return {node.op_type for node in onnx.load(str(path)).graph.node}
+
+
+def test_lm_steps_run_the_one_step_graph_unless_a_row_is_padding(lm_export, tokenizer):
+    """A decoding step runs step_model.onnx (the cell equations: no recurrent op, no Loop); a new token that is
+    padding in some row goes through the prompt graph, which keeps that row's state as PyTorch does."""
+    model, root = lm_export
+    assert "LSTM" in graph_ops(root / "onnx" / "decoder_model.onnx")  # the prompt: ONNX's LSTM over time
+    assert not RECURRENT_OPS & graph_ops(root / "onnx" / "step_model.onnx")
+    exported = load_onnxruntime(root / "onnx")
+    inputs = left_padded(tokenizer)
+    token = torch.tensor([[5], [6], [7]])
+    for new_mask in ([1, 1, 1], [1, 0, 1]):
+        mask = torch.cat([inputs["attention_mask"], torch.tensor(new_mask)[:, None]], dim=1)
+        with torch.no_grad():
+            first = model(**inputs, use_cache=True)
+            expected = model(token, attention_mask=mask, cache=first.cache, use_cache=True)
+        out = exported(**inputs, use_cache=True)
+        got = exported(token, attention_mask=mask, cache=out.cache, use_cache=True)
+        torch.testing.assert_close(got.logits, expected.logits, rtol=1e-4, atol=1e-5)
+        for got_state, expected_state in zip(got.cache.state, expected.cache.state):
+            torch.testing.assert_close(got_state, expected_state, rtol=1e-4, atol=1e-5)
 
 
 def test_lm_text_generation_pipeline(lm_export, tokenizer):
@@ -259,6 +290,7 @@ def check_rnn_seq2seq(overrides: dict, tokenizer, folder) -> None:
     model = rnn_seq2seq(len(tokenizer), **overrides)
     exported = load_onnxruntime(to_onnx(model, folder, tokenizer=tokenizer), threads=1)
     assert type(exported).__name__ == "ORTModelForSeq2SeqLM"
+    assert not RECURRENT_OPS & graph_ops(folder / "decoder_model.onnx")  # one token a call: the cell equations
     inputs = right_padded(tokenizer)
     assert inputs["attention_mask"].min() == 0
     assert_generate_matches(model, exported, inputs)
