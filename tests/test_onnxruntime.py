@@ -233,7 +233,7 @@ def test_lm_text_generation_pipeline(lm_export, tokenizer):
 def test_lm_int8_runs_and_stays_close(lm_export, tokenizer, tmp_path):
     model, root = lm_export
     shutil.copytree(root / "onnx", tmp_path / "int8")
-    quantize_graphs(tmp_path / "int8", ["decoder_model.onnx"])
+    quantize_graphs(tmp_path / "int8", ["decoder_model.onnx", "step_model.onnx"])
     exported = load_onnxruntime(tmp_path / "int8")
     inputs = left_padded(tokenizer)
     with torch.no_grad():
