@@ -47,6 +47,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,8 +88,8 @@ GRAPHS = {
     "token_classification": ("model.onnx",),
     "feature_extraction": ("model.onnx",),
 }
-# the cells exported with a dynamic length: torch.onnx's while_loop forms of aten.lstm / aten.gru, and ours of the
-# SimpleRNN kernel (aten.rnn_tanh / rnn_relu, see _simple_rnn_while_loop_decompositions)
+# the cells exported with a dynamic length: ONNX's LSTM / GRU operators (onnxscript's translations of aten.lstm /
+# aten.gru) and RNN (ours of the SimpleRNN kernel aten.rnn_tanh: _rnn_tanh)
 EXPORTABLE_CELLS = ("gru", "lstm", "rnn")
 
 
@@ -136,7 +137,7 @@ class _CausalLMStepGraph(nn.Module):
 def _cell_equations(module: nn.Module):
     """Run every recurrent layer of ``module`` on its cell path (the per-step equations, ``implementation="cell"``,
     tested equal to the fused kernels) while a one-token graph is traced: a step is then a few matrix products and
-    pointwise ops instead of an ONNX ``Loop`` of length one around them (the fused kernel's ``while_loop`` form)."""
+    pointwise ops instead of ONNX's recurrent operator (``LSTM``, ``GRU``, ``RNN``) run over a length of one."""
     from .recurrent import RecurrentLayer, RecurrentStack
 
     changed = [m for m in module.modules() if isinstance(m, (RecurrentLayer, RecurrentStack))]
@@ -332,7 +333,7 @@ def _simple_rnn_layer(inp, hidden, weights, nonlinearity, reverse: bool):
 
 
 def _simple_rnn_while_loop(nonlinearity):
-    """``aten.rnn_tanh.input`` / ``aten.rnn_relu.input`` (the SimpleRNN kernel) with a dynamic length: every layer
+    """``aten.rnn_tanh.input`` (the SimpleRNN kernel; ``nonlinearity`` torch.tanh) with a dynamic length: every layer
     and direction a ``while_loop`` (:func:`_simple_rnn_layer`), the layers stacked as the fused kernel stacks them."""
 
     def impl(inp, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
@@ -360,16 +361,17 @@ def _simple_rnn_while_loop(nonlinearity):
 
 @contextlib.contextmanager
 def _simple_rnn_while_loop_decompositions():
-    """Register :func:`_simple_rnn_while_loop` for ``aten.rnn_tanh.input`` and ``aten.rnn_relu.input`` while
-    exporting, as ``torch.onnx.export`` registers its ``while_loop`` forms of ``aten.lstm`` / ``aten.gru`` (which
-    torch does not provide for the SimpleRNN kernel): without it the exporter unrolls the loop over the example's
-    length. The previous registrations are put back afterwards."""
+    """Register :func:`_simple_rnn_while_loop` as the decomposition of ``aten.rnn_tanh.input`` while exporting, as
+    ``torch.onnx.export`` registers its ``while_loop`` forms of ``aten.lstm`` / ``aten.gru``. The graph still holds
+    ONNX's ``RNN`` operator (:func:`_rnn_tanh` translates the op), but the capture goes through the registered
+    decomposition, and torch's own (a Python loop over time) fixes the length to the example's (measured: the saved
+    graph's ``input_ids`` then has a fixed length). The previous registrations are put back afterwards."""
     from torch._C import DispatchKey
     from torch._decomp import global_decomposition_table
 
     table = global_decomposition_table["post_autograd"]
     saved = []
-    for op, nonlinearity in ((torch.ops.aten.rnn_tanh.input, torch.tanh), (torch.ops.aten.rnn_relu.input, torch.relu)):
+    for op, nonlinearity in ((torch.ops.aten.rnn_tanh.input, torch.tanh),):
         impl = _simple_rnn_while_loop(nonlinearity)
         saved.append((op, table.get(op), op.py_kernels.get(DispatchKey.CompositeImplicitAutograd)))
         table[op] = impl
@@ -388,6 +390,54 @@ def _simple_rnn_while_loop_decompositions():
             else:
                 op.py_kernels[DispatchKey.CompositeImplicitAutograd] = kernel
             op._dispatch_cache.clear()
+
+
+def _rnn_tanh(
+    input,
+    hx,
+    params: Sequence,
+    has_biases: bool,
+    num_layers: int,
+    dropout: float,
+    train: bool,
+    bidirectional: bool,
+    batch_first: bool,
+):
+    """``aten::rnn_tanh.input`` (the SimpleRNN kernel) as ONNX's ``RNN`` operator, one per layer (both directions in
+    one), as onnxscript translates ``aten::lstm`` / ``aten::gru`` to ``LSTM`` / ``GRU``: without a translation the
+    exporter decomposes the op into a Python loop and fixes the length to the example's. Inference only (no
+    dropout between layers). PyTorch's ``weight_ih (H, I)``, ``weight_hh (H, H)`` and the two biases are ONNX's ``W``,
+    ``R`` and ``B = [Wb; Rb]`` per direction, unchanged."""
+    from onnxscript import opset18 as op
+
+    directions = 2 if bidirectional else 1
+    per_direction = 4 if has_biases else 2
+    x = op.Transpose(input, perm=[1, 0, 2]) if batch_first else input  # (T, B, I)
+    finals = []
+    for layer in range(num_layers):
+        w, r, b = [], [], []
+        for direction in range(directions):
+            first = (layer * directions + direction) * per_direction
+            w.append(op.Unsqueeze(params[first], [0]))
+            r.append(op.Unsqueeze(params[first + 1], [0]))
+            if has_biases:
+                b.append(op.Unsqueeze(op.Concat(params[first + 2], params[first + 3], axis=0), [0]))
+        y, y_h = op.RNN(
+            x,
+            op.Concat(*w, axis=0),
+            op.Concat(*r, axis=0),
+            op.Concat(*b, axis=0) if has_biases else None,
+            None,
+            op.Slice(hx, [layer * directions], [(layer + 1) * directions], axes=[0]),
+            activations=["Tanh"] * directions,
+            direction="bidirectional" if bidirectional else "forward",
+            hidden_size=hx.shape[2],
+        )
+        # y (T, D, B, H) -> (T, B, D*H): the next layer's input
+        x = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        finals.append(y_h)  # (D, B, H)
+    out = op.Transpose(x, perm=[1, 0, 2]) if batch_first else x
+    return out, (op.Concat(*finals, axis=0) if num_layers > 1 else finals[0])
 
 
 _FUSED_RECURRENT_OPS = (
@@ -455,7 +505,10 @@ def _export_graph(module: nn.Module, args: tuple, path: Path, input_names, outpu
             output_names=list(output_names),
             dynamic_shapes=shapes,
             dynamo=True,
-            custom_translation_table={torch.ops.aten.remainder.Scalar: _remainder_scalar},
+            custom_translation_table={
+                torch.ops.aten.remainder.Scalar: _remainder_scalar,
+                torch.ops.aten.rnn_tanh.input: _rnn_tanh,
+            },
             verbose=False,
         )
     program.save(str(path))

@@ -246,12 +246,14 @@ def test_lm_int8_runs_and_stays_close(lm_export, tokenizer, tmp_path):
 
 
 def test_lm_simple_rnn_keeps_dynamic_batch_and_length(tokenizer, tmp_path):
-    """cell="rnn" (the SimpleRNN kernel, aten.rnn_tanh): exported as a loop over time, so prompts of other lengths
-    and batch sizes than the example's generate PyTorch's tokens."""
+    """cell="rnn" (the SimpleRNN kernel, aten.rnn_tanh): exported as ONNX's RNN operator over a dynamic length, so
+    prompts of other lengths and batch sizes than the example's generate PyTorch's tokens."""
     import onnx
 
     model = lm(len(tokenizer), cell="rnn")
     folder = to_onnx(model, tmp_path / "onnx", tokenizer=tokenizer)
+    assert "RNN" in graph_ops(folder / "decoder_model.onnx")
+    assert not RECURRENT_OPS & graph_ops(folder / "step_model.onnx")
     graph = onnx.load(str(folder / "decoder_model.onnx")).graph
     ids = next(value for value in graph.input if value.name == "input_ids").type.tensor_type.shape.dim
     assert [d.dim_value for d in ids] == [0, 0]  # both axes symbolic
