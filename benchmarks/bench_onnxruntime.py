@@ -15,7 +15,8 @@ Speed (``--speed``; one process, one thread for torch and ONNX Runtime, every se
 other ``--repeats`` times, median wall seconds of each): greedy and beam 5 at batch 1 and 32 — eager ``generate()``,
 ONNX Runtime float32 and int8, and for the Transformer CTranslate2 float32 and int8; for the LM (greedy) also the
 model alone (``forward_only``: the prompt, then 200 single-token forwards with the cache,
-greedy, without ``generate()``'s own per-step work). The 1-minute load average is recorded before and after each setting; on a shared machine read the ratios.
+greedy, without ``generate()``'s own per-step work); with ``--profile`` a cProfile of ONNX Runtime float32 at batch 32
+(the share of the time inside the session runs, and the functions with the most own time). The 1-minute load average is recorded before and after each setting; on a shared machine read the ratios.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_onnxruntime.py --lm runs/lm --seq2seq runs/rnn --transformer runs/tf \
         --parity --speed
@@ -184,7 +185,32 @@ def measure(engines: dict, repeats: int) -> dict:
     return {"seconds": medians, "speedup_vs_eager": {n: round(eager / s, 3) for n, s in medians.items()}}
 
 
-def translation_speed(run_dir: Path, folders: dict, repeats: int, ct2: bool) -> list[dict]:
+def profile(fn, top: int = 12) -> dict:
+    """cProfile of one call of ``fn``: the wall seconds, the share inside ONNX Runtime's session runs, and the
+    functions with the most own time (what bounds the decode besides the graphs)."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    fn()
+    profiler.disable()
+    stats = pstats.Stats(
+        profiler
+    ).stats  # (file, line, name) -> (calls, primitive calls, own time, cumulative, callers)
+    total = sum(entry[2] for entry in stats.values())
+    session = sum(
+        entry[2] for key, entry in stats.items() if "onnxruntime_pybind11_state" in key[2] and "run" in key[2]
+    )
+    rows = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
+    return {
+        "profiled_seconds": round(total, 4),
+        "onnxruntime_session_share": round(session / total, 3),
+        "top_own_time": [[f"{Path(k[0]).name}:{k[2]}", entry[0], round(entry[2], 4)] for k, entry in rows],
+    }
+
+
+def translation_speed(run_dir: Path, folders: dict, repeats: int, ct2: bool, profiled: bool = False) -> list[dict]:
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
     model = AutoModelForSeq2SeqLM.from_pretrained(run_dir).eval()
     sources, _ = test_split(run_dir, 32)
@@ -225,13 +251,15 @@ def translation_speed(run_dir: Path, folders: dict, repeats: int, ct2: bool) -> 
         before = load()
         row = {"model": str(run_dir), "batch": batch, "num_beams": beams, "sentences": len(texts)}
         row.update(measure(engines, repeats))
+        if profiled and batch > 1:
+            row["profile_onnxruntime_float32"] = profile(engines["onnxruntime_float32"])
         row["load"] = [before, load()]
         print(row, flush=True)
         rows.append(row)
     return rows
 
 
-def lm_speed(run_dir: Path, folders: dict, repeats: int) -> list[dict]:
+def lm_speed(run_dir: Path, folders: dict, repeats: int, profiled: bool = False) -> list[dict]:
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
     model = AutoModelForCausalLM.from_pretrained(run_dir).eval()
     ort = {kind: load_onnxruntime(folder, threads=1) for kind, folder in folders.items()}
@@ -265,6 +293,8 @@ def lm_speed(run_dir: Path, folders: dict, repeats: int) -> list[dict]:
         if beams == 1:
             forward = {"eager": steps(model), **{f"onnxruntime_{k}": steps(m) for k, m in ort.items()}}
             row["forward_only"] = measure(forward, repeats)
+        if profiled and batch > 1:
+            row["profile_onnxruntime_float32"] = profile(engines["onnxruntime_float32"])
         row["load"] = [before, load()]
         print(row, flush=True)
         rows.append(row)
@@ -282,6 +312,9 @@ def main() -> None:
     parser.add_argument("--continuations", type=int, default=50)
     parser.add_argument("--ppl_chars", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--profile", action="store_true", help="Also cProfile ONNX Runtime float32 at batch 32 (greedy and beam 5)."
+    )
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "hf_seq_bench_onnxruntime")
     parser.add_argument(
         "--reuse_exports", action="store_true", help="Keep the exports already in --workdir instead of exporting again."
@@ -314,9 +347,11 @@ def main() -> None:
                 entry["parity"] = translation_parity(run_dir, folders, args.verses)
         if args.speed:
             if name == "lm":
-                entry["speed"] = lm_speed(run_dir, folders, args.repeats)
+                entry["speed"] = lm_speed(run_dir, folders, args.repeats, args.profile)
             else:
-                entry["speed"] = translation_speed(run_dir, folders, args.repeats, ct2=name == "transformer")
+                entry["speed"] = translation_speed(
+                    run_dir, folders, args.repeats, ct2=name == "transformer", profiled=args.profile
+                )
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     results["load_end"] = load()

@@ -16,7 +16,9 @@ family / head                            graphs
 =======================================  ================================================================================
 ``RNNForCausalLM`` (char and word LM)    ``decoder_model.onnx``: ``(input_ids (B, T), attention_mask (B, T), h, c)`` →
                                          ``(logits (B, T, V), h, c)``: the prompt in one call (left padding as in
-                                         PyTorch), then one token a step; the state ``(L, B, H)`` is the cache
+                                         PyTorch); ``step_model.onnx``: ``(input_ids (B, 1), h, c)`` → the same for
+                                         one new token (every decoding step whose token is real in every row); the
+                                         state ``(L, B, H)`` is the cache
 ``RNNSeq2SeqForConditionalGeneration``   ``encoder_model.onnx``: source → encoder states, the attention keys prepared
                                          once, the bridged initial decoder state and the first input-feeding vector;
                                          ``decoder_model.onnx``: one target token with the state (``h``, ``c``) and
@@ -28,6 +30,10 @@ family / head                            graphs
                                          cache of every layer → logits and the cache one position longer
 classifier, tagger, ``RNNModel``, BERT   ``model.onnx``: the inference forward (logits, or the last hidden state)
 =======================================  ================================================================================
+
+Over a source or a prompt the recurrent layers are ONNX's ``LSTM`` / ``GRU`` / ``RNN`` operators (dynamic length);
+the one-token graphs (the RNN decoder, the LM's step graph) are traced on the layers' cell path, the step equations
+without a recurrent operator run over a length of one.
 
 Beam search reorders the runtime state as in PyTorch: the recurrent models keep :class:`~.modeling_rnn.RNNCache` /
 :class:`~.modeling_rnn_seq2seq.RNNDecoderCache` (their ``reorder_cache``), the Transformer an
