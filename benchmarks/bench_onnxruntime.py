@@ -12,10 +12,11 @@ Parity (``--parity``):
   window, the first ``--ppl_chars`` test characters) of PyTorch, ONNX Runtime float32 and int8.
 
 Speed (``--speed``; one process, one thread for torch and ONNX Runtime, every setting runs the engines one after the
-other ``--repeats`` times, median wall seconds of each): greedy at batch 1 and 32 (and beam 5 at batch 32 for the
-translators) — eager ``generate()``, ONNX Runtime float32 and int8, and for the Transformer CTranslate2 float32 and
-int8; for the LM also the model alone (``forward_only``: the prompt, then 200 single-token forwards with the cache,
-greedy, without ``generate()``'s own per-step work). The 1-minute load average is recorded before and after each setting; on a shared machine read the ratios.
+other ``--repeats`` times, median wall seconds of each): greedy and beam 5 at batch 1 and 32 — eager ``generate()``,
+ONNX Runtime float32 and int8, and for the Transformer CTranslate2 float32 and int8; for the LM (greedy) also the
+model alone (``forward_only``: the prompt, then 200 single-token forwards with the cache,
+greedy, without ``generate()``'s own per-step work); with ``--profile`` a cProfile of ONNX Runtime float32 at batch 32
+(the share of the time inside the session runs, and the functions with the most own time). The 1-minute load average is recorded before and after each setting; on a shared machine read the ratios.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_onnxruntime.py --lm runs/lm --seq2seq runs/rnn --transformer runs/tf \
         --parity --speed
@@ -47,6 +48,7 @@ from hf_seq.toolkit.data import load_shakespeare, load_translation  # noqa: E402
 from hf_seq.toolkit.export import load_onnxruntime, to_onnx  # noqa: E402
 from hf_seq.toolkit.metrics import load_metric  # noqa: E402
 
+SETTINGS = ((1, 1), (32, 1), (1, 5), (32, 5))  # (batch size, beams) of the speed part
 MAX_SOURCE_LENGTH = 64
 MAX_NEW_TOKENS = 80  # the translation script's test decoding: max_target_length 64 + 16
 BATCH = 50
@@ -94,12 +96,13 @@ def share(a, b) -> float:
     return round(sum(x == y for x, y in zip(a, b)) / len(a), 4)
 
 
-def exports(run_dir: Path, workdir: Path) -> dict:
-    """float32 and int8 ONNX Runtime folders of ``run_dir`` (exported once into ``workdir``)."""
+def exports(run_dir: Path, workdir: Path, reuse: bool = False) -> dict:
+    """float32 and int8 ONNX Runtime folders of ``run_dir``, exported into ``workdir`` (kept from an earlier run of
+    this script only with ``reuse``: an export written by another version of hf_seq may hold other graphs)."""
     folders = {}
     for quantization in (None, "int8"):
         folder = workdir / f"{run_dir.name}_{quantization or 'float32'}"
-        if not (folder / "hf_seq_onnx.json").is_file():
+        if not (reuse and (folder / "hf_seq_onnx.json").is_file()):
             to_onnx(run_dir, folder, quantization=quantization, force=True)
         folders[quantization or "float32"] = folder
     return folders
@@ -182,7 +185,32 @@ def measure(engines: dict, repeats: int) -> dict:
     return {"seconds": medians, "speedup_vs_eager": {n: round(eager / s, 3) for n, s in medians.items()}}
 
 
-def translation_speed(run_dir: Path, folders: dict, repeats: int, ct2: bool) -> list[dict]:
+def profile(fn, top: int = 12) -> dict:
+    """cProfile of one call of ``fn``: the wall seconds, the share inside ONNX Runtime's session runs, and the
+    functions with the most own time (what bounds the decode besides the graphs)."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    fn()
+    profiler.disable()
+    stats = pstats.Stats(
+        profiler
+    ).stats  # (file, line, name) -> (calls, primitive calls, own time, cumulative, callers)
+    total = sum(entry[2] for entry in stats.values())
+    session = sum(
+        entry[2] for key, entry in stats.items() if "onnxruntime_pybind11_state" in key[2] and "run" in key[2]
+    )
+    rows = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
+    return {
+        "profiled_seconds": round(total, 4),
+        "onnxruntime_session_share": round(session / total, 3),
+        "top_own_time": [[f"{Path(k[0]).name}:{k[2]}", entry[0], round(entry[2], 4)] for k, entry in rows],
+    }
+
+
+def translation_speed(run_dir: Path, folders: dict, repeats: int, ct2: bool, profiled: bool = False) -> list[dict]:
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
     model = AutoModelForSeq2SeqLM.from_pretrained(run_dir).eval()
     sources, _ = test_split(run_dir, 32)
@@ -198,7 +226,7 @@ def translation_speed(run_dir: Path, folders: dict, repeats: int, ct2: bool) -> 
             to_ctranslate2(run_dir, path, quantization=quantization)
             translators[quantization] = ctranslate2.Translator(str(path), intra_threads=1)
     rows = []
-    for batch, beams in ((1, 1), (32, 1), (32, 5)):
+    for batch, beams in SETTINGS:
         texts = sources[:batch] if batch > 1 else sources[:4]  # batch 1: four verses one at a time
         size = batch
 
@@ -223,25 +251,27 @@ def translation_speed(run_dir: Path, folders: dict, repeats: int, ct2: bool) -> 
         before = load()
         row = {"model": str(run_dir), "batch": batch, "num_beams": beams, "sentences": len(texts)}
         row.update(measure(engines, repeats))
+        if profiled and batch > 1:
+            row["profile_onnxruntime_float32"] = profile(engines["onnxruntime_float32"])
         row["load"] = [before, load()]
         print(row, flush=True)
         rows.append(row)
     return rows
 
 
-def lm_speed(run_dir: Path, folders: dict, repeats: int) -> list[dict]:
+def lm_speed(run_dir: Path, folders: dict, repeats: int, profiled: bool = False) -> list[dict]:
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
     model = AutoModelForCausalLM.from_pretrained(run_dir).eval()
     ort = {kind: load_onnxruntime(folder, threads=1) for kind, folder in folders.items()}
     prompt = tokenizer("ROMEO:\n", add_special_tokens=False, return_tensors="pt")["input_ids"]
     rows = []
-    for batch in (1, 32):
+    for batch, beams in SETTINGS:
         ids = prompt.expand(batch, -1).contiguous()
 
-        def run(m, ids=ids):
+        def run(m, ids=ids, beams=beams):
             def go():
                 with torch.no_grad():
-                    m.generate(input_ids=ids, max_new_tokens=200, do_sample=False, min_new_tokens=200)
+                    m.generate(input_ids=ids, max_new_tokens=200, min_new_tokens=200, num_beams=beams, do_sample=False)
 
             return go
 
@@ -258,10 +288,13 @@ def lm_speed(run_dir: Path, folders: dict, repeats: int) -> list[dict]:
 
         engines = {"eager": run(model), **{f"onnxruntime_{k}": run(m) for k, m in ort.items()}}
         before = load()
-        row = {"model": str(run_dir), "batch": batch, "new_tokens": 200}
+        row = {"model": str(run_dir), "batch": batch, "num_beams": beams, "new_tokens": 200}
         row.update(measure(engines, repeats))
-        forward = {"eager": steps(model), **{f"onnxruntime_{k}": steps(m) for k, m in ort.items()}}
-        row["forward_only"] = measure(forward, repeats)
+        if beams == 1:
+            forward = {"eager": steps(model), **{f"onnxruntime_{k}": steps(m) for k, m in ort.items()}}
+            row["forward_only"] = measure(forward, repeats)
+        if profiled and batch > 1:
+            row["profile_onnxruntime_float32"] = profile(engines["onnxruntime_float32"])
         row["load"] = [before, load()]
         print(row, flush=True)
         rows.append(row)
@@ -279,7 +312,13 @@ def main() -> None:
     parser.add_argument("--continuations", type=int, default=50)
     parser.add_argument("--ppl_chars", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--profile", action="store_true", help="Also cProfile ONNX Runtime float32 at batch 32 (greedy and beam 5)."
+    )
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "hf_seq_bench_onnxruntime")
+    parser.add_argument(
+        "--reuse_exports", action="store_true", help="Keep the exports already in --workdir instead of exporting again."
+    )
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "benchmarks" / "results" / "bench_onnxruntime.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -299,7 +338,7 @@ def main() -> None:
     for name, run_dir in runs.items():
         if run_dir is None:
             continue
-        folders = exports(run_dir, args.workdir)
+        folders = exports(run_dir, args.workdir, args.reuse_exports)
         entry = results.setdefault(name, {"run": str(run_dir)})
         if args.parity:
             if name == "lm":
@@ -308,9 +347,11 @@ def main() -> None:
                 entry["parity"] = translation_parity(run_dir, folders, args.verses)
         if args.speed:
             if name == "lm":
-                entry["speed"] = lm_speed(run_dir, folders, args.repeats)
+                entry["speed"] = lm_speed(run_dir, folders, args.repeats, args.profile)
             else:
-                entry["speed"] = translation_speed(run_dir, folders, args.repeats, ct2=name == "transformer")
+                entry["speed"] = translation_speed(
+                    run_dir, folders, args.repeats, ct2=name == "transformer", profiled=args.profile
+                )
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     results["load_end"] = load()

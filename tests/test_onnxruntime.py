@@ -158,7 +158,8 @@ def lm_export(tokenizer, tmp_path_factory):
 def test_cli_folder_holds_graph_config_generation_config_and_tokenizer(lm_export):
     _, root = lm_export
     names = {p.name for p in (root / "onnx").iterdir()}
-    assert {"decoder_model.onnx", "config.json", "generation_config.json", "hf_seq_onnx.json"} <= names
+    assert {"decoder_model.onnx", "step_model.onnx", "config.json", "generation_config.json"} <= names
+    assert "hf_seq_onnx.json" in names
     assert "tokenizer.json" in names
     assert not any(name.endswith(".safetensors") for name in names)  # the graphs are the model
 
@@ -188,6 +189,36 @@ def test_lm_logits_of_every_position_and_carried_state(lm_export, tokenizer):
     torch.testing.assert_close(exported(ids[:, 4:], cache=out.cache).logits, second, rtol=1e-4, atol=1e-5)
 
 
+RECURRENT_OPS = {"Loop", "Scan", "LSTM", "GRU", "RNN"}
+
+
+def graph_ops(path) -> set[str]:
+    import onnx
+
+    return {node.op_type for node in onnx.load(str(path)).graph.node}
+
+
+def test_lm_steps_run_the_one_step_graph_unless_a_row_is_padding(lm_export, tokenizer):
+    """A decoding step runs step_model.onnx (the cell equations: no recurrent op, no Loop); a new token that is
+    padding in some row goes through the prompt graph, which keeps that row's state as PyTorch does."""
+    model, root = lm_export
+    assert "LSTM" in graph_ops(root / "onnx" / "decoder_model.onnx")  # the prompt: ONNX's LSTM over time
+    assert not RECURRENT_OPS & graph_ops(root / "onnx" / "step_model.onnx")
+    exported = load_onnxruntime(root / "onnx")
+    inputs = left_padded(tokenizer)
+    token = torch.tensor([[5], [6], [7]])
+    for new_mask in ([1, 1, 1], [1, 0, 1]):
+        mask = torch.cat([inputs["attention_mask"], torch.tensor(new_mask)[:, None]], dim=1)
+        with torch.no_grad():
+            first = model(**inputs, use_cache=True)
+            expected = model(token, attention_mask=mask, cache=first.cache, use_cache=True)
+        out = exported(**inputs, use_cache=True)
+        got = exported(token, attention_mask=mask, cache=out.cache, use_cache=True)
+        torch.testing.assert_close(got.logits, expected.logits, rtol=1e-4, atol=1e-5)
+        for got_state, expected_state in zip(got.cache.state, expected.cache.state):
+            torch.testing.assert_close(got_state, expected_state, rtol=1e-4, atol=1e-5)
+
+
 def test_lm_text_generation_pipeline(lm_export, tokenizer):
     from transformers import pipeline
 
@@ -202,7 +233,7 @@ def test_lm_text_generation_pipeline(lm_export, tokenizer):
 def test_lm_int8_runs_and_stays_close(lm_export, tokenizer, tmp_path):
     model, root = lm_export
     shutil.copytree(root / "onnx", tmp_path / "int8")
-    quantize_graphs(tmp_path / "int8", ["decoder_model.onnx"])
+    quantize_graphs(tmp_path / "int8", ["decoder_model.onnx", "step_model.onnx"])
     exported = load_onnxruntime(tmp_path / "int8")
     inputs = left_padded(tokenizer)
     with torch.no_grad():
@@ -212,6 +243,23 @@ def test_lm_int8_runs_and_stays_close(lm_export, tokenizer, tmp_path):
     scale = expected.abs().max()
     torch.testing.assert_close(got, expected, rtol=0.0, atol=float(0.05 * scale))
     assert exported.generate(**inputs, max_new_tokens=4).shape == (3, inputs["input_ids"].shape[1] + 4)
+
+
+def test_lm_simple_rnn_keeps_dynamic_batch_and_length(tokenizer, tmp_path):
+    """cell="rnn" (the SimpleRNN kernel, aten.rnn_tanh): exported as ONNX's RNN operator over a dynamic length, so
+    prompts of other lengths and batch sizes than the example's generate PyTorch's tokens."""
+    import onnx
+
+    model = lm(len(tokenizer), cell="rnn")
+    folder = to_onnx(model, tmp_path / "onnx", tokenizer=tokenizer)
+    assert "RNN" in graph_ops(folder / "decoder_model.onnx")
+    assert not RECURRENT_OPS & graph_ops(folder / "step_model.onnx")
+    graph = onnx.load(str(folder / "decoder_model.onnx")).graph
+    ids = next(value for value in graph.input if value.name == "input_ids").type.tensor_type.shape.dim
+    assert [d.dim_value for d in ids] == [0, 0]  # both axes symbolic
+    exported = load_onnxruntime(folder, threads=1)
+    assert_generate_matches(model, exported, left_padded(tokenizer))
+    assert_generate_matches(model, exported, tokenizer(["the dog"], return_tensors="pt"))
 
 
 @pytest.mark.slow
@@ -235,6 +283,8 @@ SEQ2SEQ_SLOW = {
     "additive-unidirectional-gru": dict(attention="additive", bidirectional=False, cell="gru"),
     "none": dict(attention="none"),
     "none-bidirectional-gru": dict(attention="none", cell="gru"),
+    "general-feeding-rnn": dict(attention="general", input_feeding=True, cell="rnn"),
+    "none-unidirectional-rnn": dict(attention="none", bidirectional=False, cell="rnn"),
 }
 
 
@@ -242,6 +292,7 @@ def check_rnn_seq2seq(overrides: dict, tokenizer, folder) -> None:
     model = rnn_seq2seq(len(tokenizer), **overrides)
     exported = load_onnxruntime(to_onnx(model, folder, tokenizer=tokenizer), threads=1)
     assert type(exported).__name__ == "ORTModelForSeq2SeqLM"
+    assert not RECURRENT_OPS & graph_ops(folder / "decoder_model.onnx")  # one token a call: the cell equations
     inputs = right_padded(tokenizer)
     assert inputs["attention_mask"].min() == 0
     assert_generate_matches(model, exported, inputs)
@@ -312,9 +363,17 @@ def test_transformer_translation_pipeline_and_int8(transformer_export, tokenizer
 
 
 @pytest.mark.slow
-def test_sequence_classifier_export_matches_pytorch(tokenizer, tmp_path):
+@pytest.mark.parametrize("cell", ["lstm", "rnn"])
+def test_sequence_classifier_export_matches_pytorch(cell, tokenizer, tmp_path):
     config = hf_seq.HfSeqRNNConfig(
-        vocab_size=len(tokenizer), embedding_size=6, hidden_size=5, bidirectional=True, num_labels=3, pad_token_id=PAD
+        vocab_size=len(tokenizer),
+        embedding_size=6,
+        hidden_size=5,
+        num_hidden_layers=2,
+        cell=cell,
+        bidirectional=True,
+        num_labels=3,
+        pad_token_id=PAD,
     )
     torch.manual_seed(0)
     model = hf_seq.RNNForSequenceClassification(config).eval()
@@ -359,13 +418,13 @@ def test_refusals_name_the_field(tokenizer, tmp_path):
     )
     with pytest.raises(OnnxExportError, match="`cell` 'self_attention_lstm'"):
         check_onnx_exportable(lstmn)
-    simple = hf_seq.RNNSeq2SeqForConditionalGeneration(
+    unstarted = hf_seq.RNNSeq2SeqForConditionalGeneration(
         hf_seq.HfSeqRNNSeq2SeqConfig(
-            vocab_size=20, embedding_size=4, hidden_size=4, cell="rnn", decoder_start_token_id=2
+            vocab_size=20, embedding_size=4, hidden_size=4, cell="rnn", decoder_start_token_id=None
         )
     )
-    with pytest.raises(OnnxExportError, match="`cell` 'rnn': .*dynamic-length"):
-        check_onnx_exportable(simple)
+    with pytest.raises(OnnxExportError, match="`decoder_start_token_id` is None"):
+        check_onnx_exportable(unstarted)
     masked_lm = hf_seq.BertForMaskedLM(
         hf_seq.HfSeqBertConfig(
             vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8

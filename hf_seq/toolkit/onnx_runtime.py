@@ -16,7 +16,9 @@ family / head                            graphs
 =======================================  ================================================================================
 ``RNNForCausalLM`` (char and word LM)    ``decoder_model.onnx``: ``(input_ids (B, T), attention_mask (B, T), h, c)`` →
                                          ``(logits (B, T, V), h, c)``: the prompt in one call (left padding as in
-                                         PyTorch), then one token a step; the state ``(L, B, H)`` is the cache
+                                         PyTorch); ``step_model.onnx``: ``(input_ids (B, 1), h, c)`` → the same for
+                                         one new token (every decoding step whose token is real in every row); the
+                                         state ``(L, B, H)`` is the cache
 ``RNNSeq2SeqForConditionalGeneration``   ``encoder_model.onnx``: source → encoder states, the attention keys prepared
                                          once, the bridged initial decoder state and the first input-feeding vector;
                                          ``decoder_model.onnx``: one target token with the state (``h``, ``c``) and
@@ -28,6 +30,10 @@ family / head                            graphs
                                          cache of every layer → logits and the cache one position longer
 classifier, tagger, ``RNNModel``, BERT   ``model.onnx``: the inference forward (logits, or the last hidden state)
 =======================================  ================================================================================
+
+Over a source or a prompt the recurrent layers are ONNX's ``LSTM`` / ``GRU`` / ``RNN`` operators (dynamic length);
+the one-token graphs (the RNN decoder, the LM's step graph) are traced on the layers' cell path, the step equations
+without a recurrent operator run over a length of one.
 
 Beam search reorders the runtime state as in PyTorch: the recurrent models keep :class:`~.modeling_rnn.RNNCache` /
 :class:`~.modeling_rnn_seq2seq.RNNDecoderCache` (their ``reorder_cache``), the Transformer an
@@ -47,6 +53,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,15 +88,15 @@ RNN_TYPE, RNN_SEQ2SEQ_TYPE, TRANSFORMER_TYPE, BERT_TYPE = (
 )
 # kind of folder -> graph files
 GRAPHS = {
-    "causal_lm": ("decoder_model.onnx",),
+    "causal_lm": ("decoder_model.onnx", "step_model.onnx"),
     "seq2seq_lm": ("encoder_model.onnx", "decoder_model.onnx"),
     "sequence_classification": ("model.onnx",),
     "token_classification": ("model.onnx",),
     "feature_extraction": ("model.onnx",),
 }
-# the cells torch.onnx exports with a dynamic length (a while_loop form of aten.lstm / aten.gru); the SimpleRNN
-# kernel (aten.rnn_tanh) has none and comes out fixed to the example's length
-EXPORTABLE_CELLS = ("gru", "lstm")
+# the cells exported with a dynamic length: ONNX's LSTM / GRU operators (onnxscript's translations of aten.lstm /
+# aten.gru) and RNN (ours of the SimpleRNN kernel aten.rnn_tanh: _rnn_tanh)
+EXPORTABLE_CELLS = ("gru", "lstm", "rnn")
 
 
 class OnnxExportError(ValueError):
@@ -116,6 +123,38 @@ class _CausalLMGraph(nn.Module):
         cache = RNNCache(self.model.config.num_hidden_layers, tuple(state), 0)
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, cache=cache, use_cache=True)
         return (out.logits, *cache.state)
+
+
+class _CausalLMStepGraph(nn.Module):
+    """One new token of ``RNNForCausalLM`` (every row real): ``(input_ids (B, 1), *state)`` → ``(logits (B, 1, V),
+    *state)``, exported with the cell equations written out (no loop over time)."""
+
+    def __init__(self, model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, *state):
+        cache = RNNCache(self.model.config.num_hidden_layers, tuple(state), 0)
+        out = self.model(input_ids=input_ids, cache=cache, use_cache=True)
+        return (out.logits, *cache.state)
+
+
+@contextlib.contextmanager
+def _cell_equations(module: nn.Module):
+    """Run every recurrent layer of ``module`` on its cell path (the per-step equations, ``implementation="cell"``,
+    tested equal to the fused kernels) while a one-token graph is traced: a step is then a few matrix products and
+    pointwise ops instead of ONNX's recurrent operator (``LSTM``, ``GRU``, ``RNN``) run over a length of one."""
+    from ..recurrent import RecurrentLayer, RecurrentStack
+
+    changed = [m for m in module.modules() if isinstance(m, (RecurrentLayer, RecurrentStack))]
+    saved = [m.implementation for m in changed]
+    for m in changed:
+        m.implementation = "cell"
+    try:
+        yield
+    finally:
+        for m, implementation in zip(changed, saved):
+            m.implementation = implementation
 
 
 class _RNNEncoderGraph(nn.Module):
@@ -269,6 +308,144 @@ def _remainder_scalar(self, other):
     return op.Mod(self, op.CastLike(other, self))
 
 
+def _simple_rnn_layer(inp, hidden, weights, nonlinearity, reverse: bool):
+    """One direction of one SimpleRNN layer as a ``while_loop`` over time: ``inp`` (T, B, I), ``hidden`` (B, H) →
+    ``(out (T, B, H), last (B, H))``; ``h_t = f(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)``, the input projection
+    of every step computed once before the loop (as torch's while_loop forms of LSTM and GRU do)."""
+    from torch._higher_order_ops.while_loop import while_loop
+
+    w_ih, w_hh, b_ih, b_hh = weights
+    projected = nn.functional.linear(inp, w_ih, b_ih)
+    projected = projected.flip(0) if reverse else projected
+    w_hh = w_hh.clone()  # while_loop refuses closure tensors that share storage (flattened weights)
+    b_hh = b_hh.clone() if b_hh is not None else None
+    steps = torch.empty(projected.shape[0], *hidden.shape, dtype=hidden.dtype, device=hidden.device)
+
+    def cond_fn(index, out, h):
+        return index < projected.size(0)
+
+    def body_fn(index, out, h):
+        i = index.item()
+        torch._check_is_size(i)
+        torch._check_is_size(i, max=projected.size(0) - 1)
+        h = nonlinearity(nn.functional.linear(h, w_hh, b_hh) + projected[i])
+        out = out.clone()
+        out[i] = h
+        return index + 1, out, h
+
+    start = torch.zeros((), dtype=torch.int64, device=hidden.device)  # a factory op, not a lifted constant
+    _, out, last = while_loop(cond_fn, body_fn, [start, steps, hidden])
+    return (out.flip(0) if reverse else out), last
+
+
+def _simple_rnn_while_loop(nonlinearity):
+    """``aten.rnn_tanh.input`` (the SimpleRNN kernel; ``nonlinearity`` torch.tanh) with a dynamic length: every layer
+    and direction a ``while_loop`` (:func:`_simple_rnn_layer`), the layers stacked as the fused kernel stacks them."""
+
+    def impl(inp, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+        per_direction = 4 if has_biases else 2
+        directions = 2 if bidirectional else 1
+        x = inp.transpose(0, 1) if batch_first else inp
+        finals = []
+        for layer in range(num_layers):
+            outs = []
+            for direction in range(directions):
+                index = layer * directions + direction
+                chunk = list(params[index * per_direction : (index + 1) * per_direction])
+                weights = (*chunk, None, None) if not has_biases else tuple(chunk)
+                out, last = _simple_rnn_layer(x, hx[index], weights, nonlinearity, reverse=direction == 1)
+                outs.append(out)
+                finals.append(last)
+            x = torch.cat(outs, dim=-1) if directions == 2 else outs[0]
+            if dropout and train and layer < num_layers - 1:
+                x = torch.dropout(x, dropout, train=True)
+        x = x.transpose(0, 1) if batch_first else x
+        return x, torch.stack(finals, 0)
+
+    return impl
+
+
+@contextlib.contextmanager
+def _simple_rnn_while_loop_decompositions():
+    """Register :func:`_simple_rnn_while_loop` as the decomposition of ``aten.rnn_tanh.input`` while exporting, as
+    ``torch.onnx.export`` registers its ``while_loop`` forms of ``aten.lstm`` / ``aten.gru``. The graph still holds
+    ONNX's ``RNN`` operator (:func:`_rnn_tanh` translates the op), but the capture goes through the registered
+    decomposition, and torch's own (a Python loop over time) fixes the length to the example's (measured: the saved
+    graph's ``input_ids`` then has a fixed length). The previous registrations are put back afterwards."""
+    from torch._C import DispatchKey
+    from torch._decomp import global_decomposition_table
+
+    table = global_decomposition_table["post_autograd"]
+    saved = []
+    for op, nonlinearity in ((torch.ops.aten.rnn_tanh.input, torch.tanh),):
+        impl = _simple_rnn_while_loop(nonlinearity)
+        saved.append((op, table.get(op), op.py_kernels.get(DispatchKey.CompositeImplicitAutograd)))
+        table[op] = impl
+        op.py_kernels[DispatchKey.CompositeImplicitAutograd] = impl
+        op._dispatch_cache.clear()
+    try:
+        yield
+    finally:
+        for op, decomposition, kernel in saved:
+            if decomposition is None:
+                table.pop(op, None)
+            else:
+                table[op] = decomposition
+            if kernel is None:
+                op.py_kernels.pop(DispatchKey.CompositeImplicitAutograd, None)
+            else:
+                op.py_kernels[DispatchKey.CompositeImplicitAutograd] = kernel
+            op._dispatch_cache.clear()
+
+
+def _rnn_tanh(
+    input,
+    hx,
+    params: Sequence,
+    has_biases: bool,
+    num_layers: int,
+    dropout: float,
+    train: bool,
+    bidirectional: bool,
+    batch_first: bool,
+):
+    """``aten::rnn_tanh.input`` (the SimpleRNN kernel) as ONNX's ``RNN`` operator, one per layer (both directions in
+    one), as onnxscript translates ``aten::lstm`` / ``aten::gru`` to ``LSTM`` / ``GRU``: without a translation the
+    exporter decomposes the op into a Python loop and fixes the length to the example's. Inference only (no
+    dropout between layers). PyTorch's ``weight_ih (H, I)``, ``weight_hh (H, H)`` and the two biases are ONNX's ``W``,
+    ``R`` and ``B = [Wb; Rb]`` per direction, unchanged."""
+    from onnxscript import opset18 as op
+
+    directions = 2 if bidirectional else 1
+    per_direction = 4 if has_biases else 2
+    x = op.Transpose(input, perm=[1, 0, 2]) if batch_first else input  # (T, B, I)
+    finals = []
+    for layer in range(num_layers):
+        w, r, b = [], [], []
+        for direction in range(directions):
+            first = (layer * directions + direction) * per_direction
+            w.append(op.Unsqueeze(params[first], [0]))
+            r.append(op.Unsqueeze(params[first + 1], [0]))
+            if has_biases:
+                b.append(op.Unsqueeze(op.Concat(params[first + 2], params[first + 3], axis=0), [0]))
+        y, y_h = op.RNN(
+            x,
+            op.Concat(*w, axis=0),
+            op.Concat(*r, axis=0),
+            op.Concat(*b, axis=0) if has_biases else None,
+            None,
+            op.Slice(hx, [layer * directions], [(layer + 1) * directions], axes=[0]),
+            activations=["Tanh"] * directions,
+            direction="bidirectional" if bidirectional else "forward",
+            hidden_size=hx.shape[2],
+        )
+        # y (T, D, B, H) -> (T, B, D*H): the next layer's input
+        x = op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), op.Constant(value_ints=[0, 0, -1]))
+        finals.append(y_h)  # (D, B, H)
+    out = op.Transpose(x, perm=[1, 0, 2]) if batch_first else x
+    return out, (op.Concat(*finals, axis=0) if num_layers > 1 else finals[0])
+
+
 _FUSED_RECURRENT_OPS = (
     "lstm.input",
     "lstm.data",
@@ -326,7 +503,7 @@ def _export_graph(module: nn.Module, args: tuple, path: Path, input_names, outpu
     ]
     shapes = (*flat[: len(named)], tuple(flat[len(named) :])) if len(flat) > len(named) else tuple(flat)
     module.eval()
-    with torch.no_grad(), _recurrent_autograd_decompositions_off():
+    with torch.no_grad(), _recurrent_autograd_decompositions_off(), _simple_rnn_while_loop_decompositions():
         program = torch.onnx.export(
             module,
             args,
@@ -334,7 +511,10 @@ def _export_graph(module: nn.Module, args: tuple, path: Path, input_names, outpu
             output_names=list(output_names),
             dynamic_shapes=shapes,
             dynamo=True,
-            custom_translation_table={torch.ops.aten.remainder.Scalar: _remainder_scalar},
+            custom_translation_table={
+                torch.ops.aten.remainder.Scalar: _remainder_scalar,
+                torch.ops.aten.rnn_tanh.input: _rnn_tanh,
+            },
             verbose=False,
         )
     program.save(str(path))
@@ -365,11 +545,6 @@ def check_onnx_exportable(model) -> str:
     name = type(model).__name__
     if model_type in (RNN_TYPE, RNN_SEQ2SEQ_TYPE):
         cell = getattr(config, "cell", None)
-        if cell == "rnn":
-            raise OnnxExportError(
-                "`cell` 'rnn': torch.onnx.export has no dynamic-length form of the SimpleRNN kernel (aten.rnn_tanh), "
-                f"so the graph would run at one sequence length only; exportable cells are {list(EXPORTABLE_CELLS)}"
-            )
         if cell not in EXPORTABLE_CELLS and not (cell == "none" and model_type == RNN_TYPE and "CausalLM" not in name):
             raise OnnxExportError(
                 f"`cell` {cell!r}: the ONNX export carries a recurrent state of fixed size per layer; exportable cells "
@@ -418,7 +593,22 @@ def _export_causal_lm(model, folder: Path) -> dict:
     dynamic = {"input_ids": {0: "batch", 1: "length"}, "attention_mask": {0: "batch", 1: "length"}}
     dynamic.update({n: {1: "batch"} for n in names})
     _export_graph(_CausalLMGraph(model), (ids, mask, *state), folder / "decoder_model.onnx", inputs, outputs, dynamic)
-    return {"decoder": {"file": "decoder_model.onnx", "inputs": list(inputs), "outputs": list(outputs)}, "state": names}
+    step_inputs = ("input_ids", *names)
+    step_dynamic = {"input_ids": {0: "batch"}, **{n: {1: "batch"} for n in names}}
+    with _cell_equations(model):
+        _export_graph(
+            _CausalLMStepGraph(model),
+            (ids[:, -1:], *state),
+            folder / "step_model.onnx",
+            step_inputs,
+            outputs,
+            step_dynamic,
+        )
+    return {
+        "decoder": {"file": "decoder_model.onnx", "inputs": list(inputs), "outputs": list(outputs)},
+        "step": {"file": "step_model.onnx", "inputs": list(step_inputs), "outputs": list(outputs)},
+        "state": names,
+    }
 
 
 def _export_rnn_seq2seq(model, folder: Path) -> dict:
@@ -456,7 +646,8 @@ def _export_rnn_seq2seq(model, folder: Path) -> dict:
         "feed": {0: "batch"},
     }
     dynamic.update({n: {1: "batch"} for n in names})
-    _export_graph(_RNNDecoderGraph(model), args, folder / "decoder_model.onnx", dec_inputs, dec_outputs, dynamic)
+    with _cell_equations(base.decoder):  # one token a call: no loop over time in the graph
+        _export_graph(_RNNDecoderGraph(model), args, folder / "decoder_model.onnx", dec_inputs, dec_outputs, dynamic)
     return {
         "encoder": {
             "file": "encoder_model.onnx",
@@ -743,8 +934,14 @@ class ORTModelForCausalLM(
                     f"`cache` holds a state for batch size {cache.state[0].shape[1]}, but the input has {batch} rows"
                 )
             state = cache.state
-        session, names = self._graph("decoder")
-        logits, *new_state = _run(session, names, [input_ids.to(torch.long), _long(attention_mask, input_ids), *state])
+        ids = input_ids.to(torch.long)
+        if length == 1 and "step" in self.sessions and (attention_mask is None or bool(attention_mask.all())):
+            # a decoding step (every row real): the one-step graph, the cell equations without a loop
+            session, names = self._graph("step")
+            logits, *new_state = _run(session, names, [ids, *state])
+        else:
+            session, names = self._graph("decoder")
+            logits, *new_state = _run(session, names, [ids, _long(attention_mask, input_ids), *state])
         cache.update(tuple(new_state), length)
         return CausalLMOutputWithPast(logits=logits, **cache_output(cache if use_cache is not False else None))
 
