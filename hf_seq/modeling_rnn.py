@@ -36,6 +36,7 @@ from .modeling_utils import (
     GenerationLengthMixin,
     GenerationStepsMixin,
     RecurrentStateGenerationMixin,
+    refuse_unknown_keywords,
 )
 from .recurrent import GateProjection, RecurrentLayer, RecurrentStack, State, to_torch_rnn_modules_
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
@@ -347,6 +348,7 @@ class RNNModel(RNNPreTrainedModel):
             )
         return batch_size, seq_len
 
+    @refuse_unknown_keywords
     @can_return_tuple
     def forward(
         self,
@@ -410,6 +412,7 @@ class RNNForSequenceClassification(RNNPreTrainedModel):
         """Loss of ``logits`` (B, num_labels) against ``labels`` after validating their shape and range."""
         return sequence_classification_loss(logits, labels, self.num_labels, self.config.problem_type)
 
+    @refuse_unknown_keywords
     @can_return_tuple
     def forward(
         self,
@@ -447,6 +450,7 @@ class RNNForTokenClassification(RNNPreTrainedModel):
         self.classifier = nn.Linear(config.feature_size, config.num_labels)
         self.post_init()
 
+    @refuse_unknown_keywords
     @can_return_tuple
     def forward(
         self,
@@ -629,6 +633,7 @@ class RNNForCausalLM(
             f"`cache` must be an RNNCache (the recurrent state returned as output.cache), got {type(cache).__name__}"
         )
 
+    @refuse_unknown_keywords(also=("shift_labels",))  # read from kwargs (see the docstring)
     @cache_argument
     @can_return_tuple
     def forward(

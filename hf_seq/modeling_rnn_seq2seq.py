@@ -39,6 +39,7 @@ from .modeling_utils import (
     GenerationLengthMixin,
     GenerationStepsMixin,
     RecurrentStateGenerationMixin,
+    refuse_unknown_keywords,
 )
 from .pipeline_tasks import DeclaredPipelinesMixin  # noqa: F401  (the config imports it; 5.0–5.6 copy only these siblings)
 from .recurrent import RecurrentStack, to_torch_rnn_modules_
@@ -563,6 +564,7 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
             feed, keys, seen = None, None, 0
         return state, feed, keys, seen
 
+    @refuse_unknown_keywords
     @cache_argument
     @can_return_tuple
     def forward(
@@ -683,6 +685,7 @@ class RNNSeq2SeqForConditionalGeneration(
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
 
+    @refuse_unknown_keywords
     @cache_argument
     @can_return_tuple
     def forward(

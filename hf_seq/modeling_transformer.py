@@ -15,8 +15,6 @@ and the data-dependent CPU fast paths (no mask when nothing is padded, the paddi
 in eager mode on CPU (``hf_seq.fast_paths``); everywhere else one static-shape path runs with no host reads.
 """
 
-from __future__ import annotations
-
 import math
 
 import torch
@@ -35,20 +33,16 @@ from transformers.utils.generic import can_return_tuple
 
 from .attention import MultiHeadAttention, make_attention_mask, remember_rows_see_a_key
 from .blocks import Dropout, TransformerDecoderBlock, TransformerEncoderBlock, sinusoidal_position_table
-from .compat import (
-    CACHE_NAME,
-    OutputRecorder,
-    cache_argument,
-    cache_output,
-    capture_outputs,
-    init,
-    output_cache,
-    register_output_recorders,
-)
+from .compat import CACHE_NAME, OutputRecorder, cache_argument, cache_output, capture_outputs, init, output_cache
 from .configuration_transformer import HfSeqTransformerConfig
 from .fast_paths import appends_in_place, decodes_generated_ids, drop_all_ones_mask, padding_free_rows, remembered
 from .losses import lm_head_and_loss  # noqa: F401  (seq2seq_utils.py imports it; 5.0–5.6 copy only these siblings)
-from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, GenerationStepsMixin
+from .modeling_utils import (
+    CheckedLoadingMixin,
+    GenerationLengthMixin,
+    GenerationStepsMixin,
+    refuse_unknown_keywords,
+)
 from .pipeline_tasks import DeclaredPipelinesMixin  # noqa: F401  (the config imports it; 5.0–5.6 copy only these siblings)
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES  # noqa: F401  (seq2seq_utils.py imports it, as above)
 from .seq2seq_utils import Seq2SeqLMHeadMixin, shift_tokens_right
@@ -241,19 +235,84 @@ def _final_layer_norm(config: HfSeqTransformerConfig) -> nn.LayerNorm | None:
     return nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
 
 
-class _TransformerStack(nn.Module):
+class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
+    """Base class: config class, weight initialisation, SDPA/eager attention switch (``attn_implementation``),
+    gradient checkpointing of the encoder and decoder blocks."""
+
+    config_class = HfSeqTransformerConfig
+    # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
+    _auto_heads = {
+        "AutoModel": "TransformerModel",
+        "AutoModelForSeq2SeqLM": "TransformerForConditionalGeneration",
+    }
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _no_split_modules = ["TransformerEncoderBlock", "TransformerDecoderBlock"]
+    accepts_loss_kwargs = False
+
+    def tie_weights(self, *args, **kwargs) -> None:
+        """transformers' tying (the target embedding and the output projection share the source embedding's matrix);
+        then the decoder uses the encoder's embedding MODULE itself, so that FSDP, which shards by module, keeps the
+        shared matrix in one unit (``fully_shard`` refuses a parameter held by modules of two units). Not on the meta
+        device: ``from_pretrained``'s loading report must still see two modules there."""
+        super().tie_weights(*args, **kwargs)
+        base = getattr(self, self.base_model_prefix, self)
+        if not isinstance(base, TransformerModel):
+            return  # an encoder or decoder stack on its own: nothing to share
+        source, target = base.encoder.embeddings, base.decoder.embeddings
+        weight = source.embed_tokens.weight
+        if (
+            target.embed_tokens is not source.embed_tokens
+            and target.embed_tokens.weight is weight
+            and not weight.is_meta
+        ):
+            target.embed_tokens = source.embed_tokens
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """Linear layers ~ N(0, initializer_range); token embeddings ~ N(0, d^-0.5) when scaled by sqrt(d), else N(0, initializer_range)."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, LearnedPositionEmbedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, nn.Embedding):
+            emb_std = self.config.hidden_size**-0.5 if self.config.scale_embedding else std
+            init.normal_(module.weight, mean=0.0, std=emb_std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, SinusoidalPositionEmbedding):
+            init.copy_(module.weight, sinusoidal_position_table(module.num_positions, module.dim))
+
+    @property
+    def dummy_inputs(self) -> dict[str, torch.Tensor]:
+        """A small padded batch with source and decoder inputs (``model(**model.dummy_inputs)`` runs a forward)."""
+        pad = self.config.pad_token_id if self.config.pad_token_id is not None else 0
+        ids = torch.tensor([[7, 6, 5, 4, 3], [8, 12, 3, pad, pad]], device=self.device) % self.config.vocab_size
+        attention_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], device=self.device)
+        return {"input_ids": ids, "attention_mask": attention_mask, "decoder_input_ids": ids}
+
+
+class _TransformerStack(TransformerPreTrainedModel):
     """What the encoder and the decoder stack share: embeddings → ``num_layers`` blocks (``block_cls``) [→ final
-    LayerNorm, pre-LN], with the output recorders of the subclass's ``_can_record_outputs``."""
+    LayerNorm, pre-LN]. Each stack is a ``PreTrainedModel``, as transformers' Marian builds its encoder and decoder,
+    so that ``capture_outputs`` records what the subclass's ``_can_record_outputs`` names."""
 
     def __init__(
         self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding, block_cls: type[nn.Module], num_layers: int
     ) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.embeddings = TransformerEmbeddings(config, embed_tokens)
         self.layers = _block_stack(block_cls, config, num_layers)
         self.layer_norm = _final_layer_norm(config)
-        register_output_recorders(self)
+        self.post_init()
 
     @property
     def embed_tokens(self) -> nn.Embedding:
@@ -279,6 +338,7 @@ class TransformerEncoder(_TransformerStack):
     def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding) -> None:
         super().__init__(config, embed_tokens, TransformerEncoderBlock, config.encoder_layers)
 
+    @refuse_unknown_keywords
     @capture_outputs
     def forward(
         self,
@@ -318,6 +378,7 @@ class TransformerDecoder(_TransformerStack):
     def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding) -> None:
         super().__init__(config, embed_tokens, TransformerDecoderBlock, config.decoder_layers)
 
+    @refuse_unknown_keywords
     @capture_outputs
     @cache_argument
     def forward(
@@ -366,69 +427,6 @@ class TransformerDecoder(_TransformerStack):
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden, **cache_output(cache))
 
 
-class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
-    """Base class: config class, weight initialisation, SDPA/eager attention switch (``attn_implementation``),
-    gradient checkpointing of the encoder and decoder blocks."""
-
-    config_class = HfSeqTransformerConfig
-    # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
-    _auto_heads = {
-        "AutoModel": "TransformerModel",
-        "AutoModelForSeq2SeqLM": "TransformerForConditionalGeneration",
-    }
-    base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
-    _supports_sdpa = True
-    _supports_flex_attn = True
-    _no_split_modules = ["TransformerEncoderBlock", "TransformerDecoderBlock"]
-    accepts_loss_kwargs = False
-
-    def tie_weights(self, *args, **kwargs) -> None:
-        """transformers' tying (the target embedding and the output projection share the source embedding's matrix);
-        then the decoder uses the encoder's embedding MODULE itself, so that FSDP, which shards by module, keeps the
-        shared matrix in one unit (``fully_shard`` refuses a parameter held by modules of two units). Not on the meta
-        device: ``from_pretrained``'s loading report must still see two modules there."""
-        super().tie_weights(*args, **kwargs)
-        base = getattr(self, self.base_model_prefix, self)
-        source, target = base.encoder.embeddings, base.decoder.embeddings
-        weight = source.embed_tokens.weight
-        if (
-            target.embed_tokens is not source.embed_tokens
-            and target.embed_tokens.weight is weight
-            and not weight.is_meta
-        ):
-            target.embed_tokens = source.embed_tokens
-
-    def _init_weights(self, module: nn.Module) -> None:
-        """Linear layers ~ N(0, initializer_range); token embeddings ~ N(0, d^-0.5) when scaled by sqrt(d), else N(0, initializer_range)."""
-        std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
-            init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                init.zeros_(module.bias)
-        elif isinstance(module, LearnedPositionEmbedding):
-            init.normal_(module.weight, mean=0.0, std=std)
-        elif isinstance(module, nn.Embedding):
-            emb_std = self.config.hidden_size**-0.5 if self.config.scale_embedding else std
-            init.normal_(module.weight, mean=0.0, std=emb_std)
-            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
-                init.zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, nn.LayerNorm):
-            init.ones_(module.weight)
-            init.zeros_(module.bias)
-        elif isinstance(module, SinusoidalPositionEmbedding):
-            init.copy_(module.weight, sinusoidal_position_table(module.num_positions, module.dim))
-
-    @property
-    def dummy_inputs(self) -> dict[str, torch.Tensor]:
-        """A small padded batch with source and decoder inputs (``model(**model.dummy_inputs)`` runs a forward)."""
-        pad = self.config.pad_token_id if self.config.pad_token_id is not None else 0
-        ids = torch.tensor([[7, 6, 5, 4, 3], [8, 12, 3, pad, pad]], device=self.device) % self.config.vocab_size
-        attention_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], device=self.device)
-        return {"input_ids": ids, "attention_mask": attention_mask, "decoder_input_ids": ids}
-
-
 class TransformerModel(TransformerPreTrainedModel):
     """The bare encoder-decoder: source ids → encoder states; target ids → decoder states ``(B, T, d_model)``."""
 
@@ -458,6 +456,7 @@ class TransformerModel(TransformerPreTrainedModel):
     def get_decoder(self) -> TransformerDecoder:
         return self.decoder
 
+    @refuse_unknown_keywords
     @can_return_tuple
     @cache_argument
     def forward(
@@ -594,6 +593,7 @@ class TransformerForConditionalGeneration(
             )
         return embeddings
 
+    @refuse_unknown_keywords
     @can_return_tuple
     @cache_argument
     def forward(
