@@ -31,17 +31,11 @@ from .compat import cache_argument, cache_output, init, shift_labels_when_smooth
 from .configuration_rnn import HfSeqRNNConfig
 from .fast_paths import decodes_generated_ids, drop_all_ones_mask
 from .losses import lm_head_and_loss, sequence_classification_loss, token_classification_loss
-from .modeling_utils import (
-    CheckedLoadingMixin,
-    GenerationLengthMixin,
-    GenerationStepsMixin,
-    RecurrentStateGenerationMixin,
-    refuse_unknown_keywords,
-)
+from .modeling_utils import CheckedLoadingMixin, RecurrentGenerativeHeadMixin, refuse_unknown_keywords
 from .recurrent import GateProjection, RecurrentLayer, RecurrentStack, State, to_torch_rnn_modules_
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
-from .validation import IGNORE_INDEX, GenerationArgumentsMixin, check_label_range, check_token_ids
+from .validation import IGNORE_INDEX, check_label_range, check_token_ids
 
 
 @dataclass
@@ -558,14 +552,7 @@ pytree.register_pytree_node(
 )
 
 
-class RNNForCausalLM(
-    GenerationArgumentsMixin,
-    RecurrentStateGenerationMixin,
-    GenerationStepsMixin,
-    GenerationLengthMixin,
-    RNNPreTrainedModel,
-    GenerationMixin,
-):
+class RNNForCausalLM(RecurrentGenerativeHeadMixin, RNNPreTrainedModel, GenerationMixin):
     """Recurrent language model: embedding (learned, or the notes' fixed one-hot) → unidirectional recurrent stack →
     dropout → linear → softmax over the vocabulary (``CausalLMOutputWithPast``).
 

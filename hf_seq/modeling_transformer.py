@@ -37,16 +37,11 @@ from .compat import CACHE_NAME, OutputRecorder, cache_argument, cache_output, ca
 from .configuration_transformer import HfSeqTransformerConfig
 from .fast_paths import appends_in_place, decodes_generated_ids, drop_all_ones_mask, padding_free_rows, remembered
 from .losses import lm_head_and_loss  # noqa: F401  (seq2seq_utils.py imports it; 5.0–5.6 copy only these siblings)
-from .modeling_utils import (
-    CheckedLoadingMixin,
-    GenerationLengthMixin,
-    GenerationStepsMixin,
-    refuse_unknown_keywords,
-)
+from .modeling_utils import CheckedLoadingMixin, GenerativeHeadMixin, refuse_unknown_keywords
 from .pipeline_tasks import DeclaredPipelinesMixin  # noqa: F401  (the config imports it; 5.0–5.6 copy only these siblings)
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES  # noqa: F401  (seq2seq_utils.py imports it, as above)
 from .seq2seq_utils import Seq2SeqLMHeadMixin, shift_tokens_right
-from .validation import GenerationArgumentsMixin, check_batch_shape, check_token_ids
+from .validation import check_batch_shape, check_token_ids
 
 
 def _check_mask_shape(mask: torch.Tensor, name: str, shape: tuple[int, int]) -> None:
@@ -527,12 +522,7 @@ class TransformerModel(TransformerPreTrainedModel):
 
 
 class TransformerForConditionalGeneration(
-    Seq2SeqLMHeadMixin,
-    GenerationArgumentsMixin,
-    GenerationStepsMixin,
-    GenerationLengthMixin,
-    TransformerPreTrainedModel,
-    GenerationMixin,
+    Seq2SeqLMHeadMixin, GenerativeHeadMixin, TransformerPreTrainedModel, GenerationMixin
 ):
     """Encoder-decoder + output projection (linear + softmax over the vocabulary): translation, ``generate()``.
 

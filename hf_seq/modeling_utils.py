@@ -21,7 +21,9 @@ under ``torch.compile``, instead of being taken silently by ``**kwargs``.
 
 Wiring (one line per family): ``class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):`` with
 ``from .modeling_utils import CheckedLoadingMixin`` and the family's heads in ``_auto_heads``; generative heads add
-:class:`GenerationStepsMixin` and :class:`GenerationLengthMixin`, and those whose cache is a recurrent state :class:`RecurrentStateGenerationMixin`. The file is a flat sibling imported relatively, so ``save_pretrained`` copies it next
+:class:`GenerativeHeadMixin` (argument checks, :class:`GenerationStepsMixin` and :class:`GenerationLengthMixin`), or,
+those whose cache is a recurrent state, :class:`RecurrentGenerativeHeadMixin` (the same and
+:class:`RecurrentStateGenerationMixin`). The file is a flat sibling imported relatively, so ``save_pretrained`` copies it next
 to the modelling file and ``trust_remote_code`` loading keeps all of this.
 """
 
@@ -44,6 +46,7 @@ from transformers.utils import TransformersKwargs
 
 from .compat import CACHE_NAME, PREFILL_CUTS_EVERY_CACHE, registered_for_auto_class
 from .fast_paths import GenerationSteps, current_generation_steps, generation_steps
+from .validation import GenerationArgumentsMixin
 
 CONFIG_NAME = "config.json"
 SAFE_WEIGHTS_NAME = "model.safetensors"
@@ -501,3 +504,23 @@ class GenerationStepsMixin:
         if steps is not None and steps.model is self:
             steps.tokens_appended = True  # the prompt has been read; generate() appends its own tokens from now on
         return super()._update_model_kwargs_for_generation(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What a generative head adds to GenerationMixin, as one base class
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class GenerativeHeadMixin(GenerationArgumentsMixin, GenerationStepsMixin, GenerationLengthMixin):
+    """What every generative head adds to ``GenerationMixin``, in this order: ``generate()`` checks its arguments
+    first (:class:`~.validation.GenerationArgumentsMixin`), a decoding step re-reads nothing the call knows
+    (:class:`GenerationStepsMixin`), a saved length is the default a caller's length replaces
+    (:class:`GenerationLengthMixin`). ``class XForConditionalGeneration(GenerativeHeadMixin, XPreTrainedModel,
+    GenerationMixin)``."""
+
+
+class RecurrentGenerativeHeadMixin(
+    GenerationArgumentsMixin, RecurrentStateGenerationMixin, GenerationStepsMixin, GenerationLengthMixin
+):
+    """:class:`GenerativeHeadMixin` for a head whose cache is a recurrent state: also continues from a returned state
+    and refuses assisted decoding (:class:`RecurrentStateGenerationMixin`), after the argument checks."""
