@@ -298,16 +298,31 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
 class _TransformerStack(TransformerPreTrainedModel):
     """What the encoder and the decoder stack share: embeddings → ``num_layers`` blocks (``block_cls``) [→ final
     LayerNorm, pre-LN]. Each stack is a ``PreTrainedModel``, as transformers' Marian builds its encoder and decoder,
-    so that ``capture_outputs`` records what the subclass's ``_can_record_outputs`` names."""
+    so that ``capture_outputs`` records what the subclass's ``_can_record_outputs`` names.
+
+    ``initialize=False``: the model that holds the stack initialises its weights, in its own ``post_init``
+    (:class:`TransformerModel`: one pass over both stacks, in the order of the modules, so that a seed gives the
+    weights it gives a model whose stacks do not initialise themselves between their constructions)."""
 
     def __init__(
-        self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding, block_cls: type[nn.Module], num_layers: int
+        self,
+        config: HfSeqTransformerConfig,
+        embed_tokens: nn.Embedding,
+        block_cls: type[nn.Module],
+        num_layers: int,
+        initialize: bool = True,
     ) -> None:
         super().__init__(config)
         self.embeddings = TransformerEmbeddings(config, embed_tokens)
         self.layers = _block_stack(block_cls, config, num_layers)
         self.layer_norm = _final_layer_norm(config)
+        self._initialized_by_holder = not initialize
         self.post_init()
+
+    def init_weights(self) -> None:
+        """``PreTrainedModel.init_weights`` (from ``post_init``), unless the model holding the stack does it."""
+        if not self._initialized_by_holder:
+            super().init_weights()
 
     @property
     def embed_tokens(self) -> nn.Embedding:
@@ -330,8 +345,8 @@ class TransformerEncoder(_TransformerStack):
         "attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="self_attn"),
     }
 
-    def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding) -> None:
-        super().__init__(config, embed_tokens, TransformerEncoderBlock, config.encoder_layers)
+    def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding, initialize: bool = True) -> None:
+        super().__init__(config, embed_tokens, TransformerEncoderBlock, config.encoder_layers, initialize)
 
     @refuse_unknown_keywords
     @capture_outputs
@@ -370,8 +385,8 @@ class TransformerDecoder(_TransformerStack):
         "cross_attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="cross_attn"),
     }
 
-    def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding) -> None:
-        super().__init__(config, embed_tokens, TransformerDecoderBlock, config.decoder_layers)
+    def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding, initialize: bool = True) -> None:
+        super().__init__(config, embed_tokens, TransformerDecoderBlock, config.decoder_layers, initialize)
 
     @refuse_unknown_keywords
     @capture_outputs
@@ -432,8 +447,9 @@ class TransformerModel(TransformerPreTrainedModel):
         pad = config.pad_token_id
         source_embed = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=pad)
         target_embed = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=pad)
-        self.encoder = TransformerEncoder(config, source_embed)
-        self.decoder = TransformerDecoder(config, target_embed)
+        # both stacks are initialised below, by this model's post_init (see _TransformerStack)
+        self.encoder = TransformerEncoder(config, source_embed, initialize=False)
+        self.decoder = TransformerDecoder(config, target_embed, initialize=False)
         self.gradient_checkpointing = False  # set by gradient_checkpointing_enable(); turns use_cache off in training
         self.post_init()
 
