@@ -15,8 +15,6 @@ on CPU (``hf_seq.fast_paths``). ``sparse_prediction=True`` selects the labelled 
 so that opt-in breaks the graph there when compiled.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import torch
@@ -39,7 +37,7 @@ from .compat import OutputRecorder, capture_outputs
 from .configuration_bert import HfSeqBertConfig
 from .fast_paths import drop_all_ones_mask
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss, token_classification_loss
-from .modeling_utils import CheckedLoadingMixin
+from .modeling_utils import CheckedLoadingMixin, refuse_unknown_keywords
 from .validation import IGNORE_INDEX, check_batch_shape, check_label_range, check_token_ids, checks_values
 
 logger = logging.get_logger(__name__)
@@ -339,6 +337,7 @@ class BertModel(BertPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.word_embeddings = value
 
+    @refuse_unknown_keywords
     @capture_outputs
     def forward(
         self,
@@ -410,6 +409,7 @@ class BertForPreTraining(BertPreTrainedModel):
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.cls.predictions.decoder = new_embeddings
 
+    @refuse_unknown_keywords
     @can_return_tuple
     def forward(
         self,
@@ -463,6 +463,7 @@ class BertForMaskedLM(BertPreTrainedModel):
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.cls.predictions.decoder = new_embeddings
 
+    @refuse_unknown_keywords
     @can_return_tuple
     def forward(
         self,
@@ -499,6 +500,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         self.dropout, self.classifier = _classifier_layers(config)
         self.post_init()
 
+    @refuse_unknown_keywords
     @can_return_tuple
     def forward(
         self,
@@ -542,6 +544,7 @@ class BertForTokenClassification(BertPreTrainedModel):
         self.dropout, self.classifier = _classifier_layers(config)
         self.post_init()
 
+    @refuse_unknown_keywords
     @can_return_tuple
     def forward(
         self,

@@ -30,24 +30,11 @@ from .compat import cache_argument, cache_output, init, shift_labels_when_smooth
 from .configuration_rnn import HfSeqRNNConfig
 from .fast_paths import decodes_generated_ids, drop_all_ones_mask
 from .losses import lm_head_and_loss, sequence_classification_loss, token_classification_loss
-from .modeling_utils import (
-    CheckedLoadingMixin,
-    GenerationLengthMixin,
-    GenerationStepsMixin,
-    RecurrentStateGenerationMixin,
-    columns_read_now,
-)
-from .recurrent import (
-    GateProjection,
-    RecurrentCache,
-    RecurrentLayer,
-    RecurrentStack,
-    State,
-    to_torch_rnn_modules_,
-)
+from .modeling_utils import CheckedLoadingMixin, RecurrentGenerativeHeadMixin, columns_read_now, refuse_unknown_keywords
+from .recurrent import GateProjection, RecurrentCache, RecurrentLayer, RecurrentStack, State, to_torch_rnn_modules_
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
-from .validation import IGNORE_INDEX, GenerationArgumentsMixin, check_label_range, check_token_ids
+from .validation import IGNORE_INDEX, check_label_range, check_token_ids
 
 
 @dataclass
@@ -354,6 +341,7 @@ class RNNModel(RNNPreTrainedModel):
             )
         return batch_size, seq_len
 
+    @refuse_unknown_keywords
     @can_return_tuple
     def forward(
         self,
@@ -417,6 +405,7 @@ class RNNForSequenceClassification(RNNPreTrainedModel):
         """Loss of ``logits`` (B, num_labels) against ``labels`` after validating their shape and range."""
         return sequence_classification_loss(logits, labels, self.num_labels, self.config.problem_type)
 
+    @refuse_unknown_keywords
     @can_return_tuple
     def forward(
         self,
@@ -454,6 +443,7 @@ class RNNForTokenClassification(RNNPreTrainedModel):
         self.classifier = nn.Linear(config.feature_size, config.num_labels)
         self.post_init()
 
+    @refuse_unknown_keywords
     @can_return_tuple
     def forward(
         self,
@@ -493,14 +483,7 @@ class RNNCache(RecurrentCache):
         super().__init__(num_layers, state, seen_tokens)
 
 
-class RNNForCausalLM(
-    GenerationArgumentsMixin,
-    RecurrentStateGenerationMixin,
-    GenerationStepsMixin,
-    GenerationLengthMixin,
-    RNNPreTrainedModel,
-    GenerationMixin,
-):
+class RNNForCausalLM(RecurrentGenerativeHeadMixin, RNNPreTrainedModel, GenerationMixin):
     """Recurrent language model: embedding (learned, or the notes' fixed one-hot) → unidirectional recurrent stack →
     dropout → linear → softmax over the vocabulary (``CausalLMOutputWithPast``).
 
@@ -568,6 +551,7 @@ class RNNForCausalLM(
             f"`cache` must be an RNNCache (the recurrent state returned as output.cache), got {type(cache).__name__}"
         )
 
+    @refuse_unknown_keywords(also=("shift_labels",))  # read from kwargs (see the docstring)
     @cache_argument
     @can_return_tuple
     def forward(

@@ -33,20 +33,14 @@ from .compat import cache_argument, cache_output, init
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
 from .fast_paths import decodes_generated_ids, drop_all_ones_mask
 from .losses import lm_head_and_loss  # noqa: F401  (seq2seq_utils.py imports it; 5.0–5.6 copy only these siblings)
-from .modeling_utils import (
-    CheckedLoadingMixin,
-    GenerationLengthMixin,
-    GenerationStepsMixin,
-    RecurrentStateGenerationMixin,
-    columns_read_now,
-)
+from .modeling_utils import CheckedLoadingMixin, RecurrentGenerativeHeadMixin, columns_read_now, refuse_unknown_keywords
 from .pipeline_tasks import DeclaredPipelinesMixin  # noqa: F401  (the config imports it; 5.0–5.6 copy only these siblings)
 from .recurrent import RecurrentCache, RecurrentStack, get_cell_type, to_torch_rnn_modules_
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES  # noqa: F401  (seq2seq_utils.py imports it, as above)
 from .seq2seq_utils import Seq2SeqLMHeadMixin, shift_tokens_right
-from .validation import GenerationArgumentsMixin, check_token_ids
+from .validation import check_token_ids
 
 State = tuple[torch.Tensor, ...]
 
@@ -560,6 +554,7 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
             feed, keys, seen = None, None, 0
         return state, feed, keys, seen
 
+    @refuse_unknown_keywords
     @cache_argument
     @can_return_tuple
     def forward(
@@ -640,13 +635,7 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
 
 
 class RNNSeq2SeqForConditionalGeneration(
-    Seq2SeqLMHeadMixin,
-    GenerationArgumentsMixin,
-    RecurrentStateGenerationMixin,
-    GenerationStepsMixin,
-    GenerationLengthMixin,
-    RNNSeq2SeqPreTrainedModel,
-    GenerationMixin,
+    Seq2SeqLMHeadMixin, RecurrentGenerativeHeadMixin, RNNSeq2SeqPreTrainedModel, GenerationMixin
 ):
     """RNN seq2seq translator: :class:`RNNSeq2SeqModel` + output projection to the vocabulary; ``generate()`` ready."""
 
@@ -678,6 +667,7 @@ class RNNSeq2SeqForConditionalGeneration(
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
 
+    @refuse_unknown_keywords
     @cache_argument
     @can_return_tuple
     def forward(

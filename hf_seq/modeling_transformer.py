@@ -15,8 +15,6 @@ and the data-dependent CPU fast paths (no mask when nothing is padded, the paddi
 in eager mode on CPU (``hf_seq.fast_paths``); everywhere else one static-shape path runs with no host reads.
 """
 
-from __future__ import annotations
-
 import math
 
 import torch
@@ -35,24 +33,15 @@ from transformers.utils.generic import can_return_tuple
 
 from .attention import MultiHeadAttention, make_attention_mask, remember_rows_see_a_key
 from .blocks import Dropout, TransformerDecoderBlock, TransformerEncoderBlock, sinusoidal_position_table
-from .compat import (
-    CACHE_NAME,
-    OutputRecorder,
-    cache_argument,
-    cache_output,
-    capture_outputs,
-    init,
-    output_cache,
-    register_output_recorders,
-)
+from .compat import CACHE_NAME, OutputRecorder, cache_argument, cache_output, capture_outputs, init, output_cache
 from .configuration_transformer import HfSeqTransformerConfig
 from .fast_paths import AppendBufferLayer, decodes_generated_ids, drop_all_ones_mask, padding_free_rows, remembered
 from .losses import lm_head_and_loss  # noqa: F401  (seq2seq_utils.py imports it; 5.0–5.6 copy only these siblings)
-from .modeling_utils import CheckedLoadingMixin, GenerationLengthMixin, GenerationStepsMixin
+from .modeling_utils import CheckedLoadingMixin, GenerativeHeadMixin, refuse_unknown_keywords
 from .pipeline_tasks import DeclaredPipelinesMixin  # noqa: F401  (the config imports it; 5.0–5.6 copy only these siblings)
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES  # noqa: F401  (seq2seq_utils.py imports it, as above)
 from .seq2seq_utils import Seq2SeqLMHeadMixin, shift_tokens_right
-from .validation import GenerationArgumentsMixin, check_batch_shape, check_token_ids
+from .validation import check_batch_shape, check_token_ids
 
 
 def _check_mask_shape(mask: torch.Tensor, name: str, shape: tuple[int, int]) -> None:
@@ -189,19 +178,99 @@ def _final_layer_norm(config: HfSeqTransformerConfig) -> nn.LayerNorm | None:
     return nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
 
 
-class _TransformerStack(nn.Module):
+class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
+    """Base class: config class, weight initialisation, SDPA/eager attention switch (``attn_implementation``),
+    gradient checkpointing of the encoder and decoder blocks."""
+
+    config_class = HfSeqTransformerConfig
+    # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
+    _auto_heads = {
+        "AutoModel": "TransformerModel",
+        "AutoModelForSeq2SeqLM": "TransformerForConditionalGeneration",
+    }
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _no_split_modules = ["TransformerEncoderBlock", "TransformerDecoderBlock"]
+    accepts_loss_kwargs = False
+
+    def tie_weights(self, *args, **kwargs) -> None:
+        """transformers' tying (the target embedding and the output projection share the source embedding's matrix);
+        then the decoder uses the encoder's embedding MODULE itself, so that FSDP, which shards by module, keeps the
+        shared matrix in one unit (``fully_shard`` refuses a parameter held by modules of two units). Not on the meta
+        device: ``from_pretrained``'s loading report must still see two modules there."""
+        super().tie_weights(*args, **kwargs)
+        base = getattr(self, self.base_model_prefix, self)
+        if not isinstance(base, TransformerModel):
+            return  # an encoder or decoder stack on its own: nothing to share
+        source, target = base.encoder.embeddings, base.decoder.embeddings
+        weight = source.embed_tokens.weight
+        if (
+            target.embed_tokens is not source.embed_tokens
+            and target.embed_tokens.weight is weight
+            and not weight.is_meta
+        ):
+            target.embed_tokens = source.embed_tokens
+
+    def _init_weights(self, module: nn.Module) -> None:
+        """Linear layers ~ N(0, initializer_range); token embeddings ~ N(0, d^-0.5) when scaled by sqrt(d), else N(0, initializer_range)."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, LearnedPositionEmbedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, nn.Embedding):
+            emb_std = self.config.hidden_size**-0.5 if self.config.scale_embedding else std
+            init.normal_(module.weight, mean=0.0, std=emb_std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, SinusoidalPositionEmbedding):
+            init.copy_(module.weight, sinusoidal_position_table(module.num_positions, module.dim))
+
+    @property
+    def dummy_inputs(self) -> dict[str, torch.Tensor]:
+        """A small padded batch with source and decoder inputs (``model(**model.dummy_inputs)`` runs a forward)."""
+        pad = self.config.pad_token_id if self.config.pad_token_id is not None else 0
+        ids = torch.tensor([[7, 6, 5, 4, 3], [8, 12, 3, pad, pad]], device=self.device) % self.config.vocab_size
+        attention_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], device=self.device)
+        return {"input_ids": ids, "attention_mask": attention_mask, "decoder_input_ids": ids}
+
+
+class _TransformerStack(TransformerPreTrainedModel):
     """What the encoder and the decoder stack share: embeddings → ``num_layers`` blocks (``block_cls``) [→ final
-    LayerNorm, pre-LN], with the output recorders of the subclass's ``_can_record_outputs``."""
+    LayerNorm, pre-LN]. Each stack is a ``PreTrainedModel``, as transformers' Marian builds its encoder and decoder,
+    so that ``capture_outputs`` records what the subclass's ``_can_record_outputs`` names.
+
+    ``initialize=False``: the model that holds the stack initialises its weights, in its own ``post_init``
+    (:class:`TransformerModel`: one pass over both stacks, in the order of the modules, so that a seed gives the
+    weights it gives a model whose stacks do not initialise themselves between their constructions)."""
 
     def __init__(
-        self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding, block_cls: type[nn.Module], num_layers: int
+        self,
+        config: HfSeqTransformerConfig,
+        embed_tokens: nn.Embedding,
+        block_cls: type[nn.Module],
+        num_layers: int,
+        initialize: bool = True,
     ) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.embeddings = TransformerEmbeddings(config, embed_tokens)
         self.layers = _block_stack(block_cls, config, num_layers)
         self.layer_norm = _final_layer_norm(config)
-        register_output_recorders(self)
+        self._initialized_by_holder = not initialize
+        self.post_init()
+
+    def init_weights(self) -> None:
+        """``PreTrainedModel.init_weights`` (from ``post_init``), unless the model holding the stack does it."""
+        if not self._initialized_by_holder:
+            super().init_weights()
 
     @property
     def embed_tokens(self) -> nn.Embedding:
@@ -224,9 +293,10 @@ class TransformerEncoder(_TransformerStack):
         "attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="self_attn"),
     }
 
-    def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding) -> None:
-        super().__init__(config, embed_tokens, TransformerEncoderBlock, config.encoder_layers)
+    def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding, initialize: bool = True) -> None:
+        super().__init__(config, embed_tokens, TransformerEncoderBlock, config.encoder_layers, initialize)
 
+    @refuse_unknown_keywords
     @capture_outputs
     def forward(
         self,
@@ -263,9 +333,10 @@ class TransformerDecoder(_TransformerStack):
         "cross_attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="cross_attn"),
     }
 
-    def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding) -> None:
-        super().__init__(config, embed_tokens, TransformerDecoderBlock, config.decoder_layers)
+    def __init__(self, config: HfSeqTransformerConfig, embed_tokens: nn.Embedding, initialize: bool = True) -> None:
+        super().__init__(config, embed_tokens, TransformerDecoderBlock, config.decoder_layers, initialize)
 
+    @refuse_unknown_keywords
     @capture_outputs
     @cache_argument
     def forward(
@@ -314,69 +385,6 @@ class TransformerDecoder(_TransformerStack):
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden, **cache_output(cache))
 
 
-class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
-    """Base class: config class, weight initialisation, SDPA/eager attention switch (``attn_implementation``),
-    gradient checkpointing of the encoder and decoder blocks."""
-
-    config_class = HfSeqTransformerConfig
-    # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
-    _auto_heads = {
-        "AutoModel": "TransformerModel",
-        "AutoModelForSeq2SeqLM": "TransformerForConditionalGeneration",
-    }
-    base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
-    _supports_sdpa = True
-    _supports_flex_attn = True
-    _no_split_modules = ["TransformerEncoderBlock", "TransformerDecoderBlock"]
-    accepts_loss_kwargs = False
-
-    def tie_weights(self, *args, **kwargs) -> None:
-        """transformers' tying (the target embedding and the output projection share the source embedding's matrix);
-        then the decoder uses the encoder's embedding MODULE itself, so that FSDP, which shards by module, keeps the
-        shared matrix in one unit (``fully_shard`` refuses a parameter held by modules of two units). Not on the meta
-        device: ``from_pretrained``'s loading report must still see two modules there."""
-        super().tie_weights(*args, **kwargs)
-        base = getattr(self, self.base_model_prefix, self)
-        source, target = base.encoder.embeddings, base.decoder.embeddings
-        weight = source.embed_tokens.weight
-        if (
-            target.embed_tokens is not source.embed_tokens
-            and target.embed_tokens.weight is weight
-            and not weight.is_meta
-        ):
-            target.embed_tokens = source.embed_tokens
-
-    def _init_weights(self, module: nn.Module) -> None:
-        """Linear layers ~ N(0, initializer_range); token embeddings ~ N(0, d^-0.5) when scaled by sqrt(d), else N(0, initializer_range)."""
-        std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
-            init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                init.zeros_(module.bias)
-        elif isinstance(module, LearnedPositionEmbedding):
-            init.normal_(module.weight, mean=0.0, std=std)
-        elif isinstance(module, nn.Embedding):
-            emb_std = self.config.hidden_size**-0.5 if self.config.scale_embedding else std
-            init.normal_(module.weight, mean=0.0, std=emb_std)
-            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
-                init.zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, nn.LayerNorm):
-            init.ones_(module.weight)
-            init.zeros_(module.bias)
-        elif isinstance(module, SinusoidalPositionEmbedding):
-            init.copy_(module.weight, sinusoidal_position_table(module.num_positions, module.dim))
-
-    @property
-    def dummy_inputs(self) -> dict[str, torch.Tensor]:
-        """A small padded batch with source and decoder inputs (``model(**model.dummy_inputs)`` runs a forward)."""
-        pad = self.config.pad_token_id if self.config.pad_token_id is not None else 0
-        ids = torch.tensor([[7, 6, 5, 4, 3], [8, 12, 3, pad, pad]], device=self.device) % self.config.vocab_size
-        attention_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], device=self.device)
-        return {"input_ids": ids, "attention_mask": attention_mask, "decoder_input_ids": ids}
-
-
 class TransformerModel(TransformerPreTrainedModel):
     """The bare encoder-decoder: source ids → encoder states; target ids → decoder states ``(B, T, d_model)``."""
 
@@ -387,8 +395,9 @@ class TransformerModel(TransformerPreTrainedModel):
         pad = config.pad_token_id
         source_embed = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=pad)
         target_embed = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=pad)
-        self.encoder = TransformerEncoder(config, source_embed)
-        self.decoder = TransformerDecoder(config, target_embed)
+        # both stacks are initialised below, by this model's post_init (see _TransformerStack)
+        self.encoder = TransformerEncoder(config, source_embed, initialize=False)
+        self.decoder = TransformerDecoder(config, target_embed, initialize=False)
         self.gradient_checkpointing = False  # set by gradient_checkpointing_enable(); turns use_cache off in training
         self.post_init()
 
@@ -406,6 +415,7 @@ class TransformerModel(TransformerPreTrainedModel):
     def get_decoder(self) -> TransformerDecoder:
         return self.decoder
 
+    @refuse_unknown_keywords
     @can_return_tuple
     @cache_argument
     def forward(
@@ -476,12 +486,7 @@ class TransformerModel(TransformerPreTrainedModel):
 
 
 class TransformerForConditionalGeneration(
-    Seq2SeqLMHeadMixin,
-    GenerationArgumentsMixin,
-    GenerationStepsMixin,
-    GenerationLengthMixin,
-    TransformerPreTrainedModel,
-    GenerationMixin,
+    Seq2SeqLMHeadMixin, GenerativeHeadMixin, TransformerPreTrainedModel, GenerationMixin
 ):
     """Encoder-decoder + output projection (linear + softmax over the vocabulary): translation, ``generate()``.
 
@@ -542,6 +547,7 @@ class TransformerForConditionalGeneration(
             )
         return embeddings
 
+    @refuse_unknown_keywords
     @can_return_tuple
     @cache_argument
     def forward(

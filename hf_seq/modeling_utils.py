@@ -15,26 +15,38 @@ rolls the cache back, is refused (:class:`RecurrentStateGenerationMixin`). A dec
 host that its ``generate()`` call already knows (:class:`GenerationStepsMixin`): the ids of the caller's prompt are
 checked in the first forward, the tokens ``generate()`` chose itself are not checked again at every step.
 
+Keyword arguments: every forward of every head is decorated with :func:`refuse_unknown_keywords`, so that a keyword
+that neither the forward nor transformers takes (``output_hiden_states=True``) is a ``TypeError`` naming it, eager and
+under ``torch.compile``, instead of being taken silently by ``**kwargs``.
+
 Wiring (one line per family): ``class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):`` with
 ``from .modeling_utils import CheckedLoadingMixin`` and the family's heads in ``_auto_heads``; generative heads add
-:class:`GenerationStepsMixin` and :class:`GenerationLengthMixin`, and those whose cache is a recurrent state :class:`RecurrentStateGenerationMixin`. The file is a flat sibling imported relatively, so ``save_pretrained`` copies it next
+:class:`GenerativeHeadMixin` (argument checks, :class:`GenerationStepsMixin` and :class:`GenerationLengthMixin`), or,
+those whose cache is a recurrent state, :class:`RecurrentGenerativeHeadMixin` (the same and
+:class:`RecurrentStateGenerationMixin`). The file is a flat sibling imported relatively, so ``save_pretrained`` copies it next
 to the modelling file and ``trust_remote_code`` loading keeps all of this.
 """
 
 from __future__ import annotations
 
 import copy
+import difflib
+import functools
 import inspect
 import json
 import os
 from pathlib import Path
 from typing import Any, ClassVar
 
+import torch
 from transformers import GenerationMixin
 from transformers.generation import GenerationMode
+from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
+from transformers.utils import TransformersKwargs
 
 from .compat import CACHE_NAME, PREFILL_CUTS_EVERY_CACHE, registered_for_auto_class
 from .fast_paths import GenerationSteps, current_generation_steps, generation_steps
+from .validation import GenerationArgumentsMixin
 
 CONFIG_NAME = "config.json"
 SAFE_WEIGHTS_NAME = "model.safetensors"
@@ -176,6 +188,111 @@ def check_weights_were_loaded(model: Any, loading_info: dict, source: str | os.P
         "copied into the folder); put the config.json that was saved with these weights back, or load the folder "
         "with the class that saved it."
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The keyword contract: a keyword nobody takes is a TypeError naming it, in every family, eager and compiled
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _typed_dict_keys(typed_dict) -> frozenset[str]:
+    return frozenset(typed_dict.__required_keys__ | typed_dict.__optional_keys__)
+
+
+# The keyword arguments transformers passes to any model's forward: the fields of its TypedDicts (read from the
+# installed release) and what generate() and Trainer pass on top of those on some release of the range
+# (generate(): the cache under either name, cache_position up to 5.23, use_cache, return_dict; the output flags).
+TRANSFORMERS_KEYWORDS = (
+    _typed_dict_keys(TransformersKwargs)
+    | _typed_dict_keys(FlashAttentionKwargs)
+    | {"output_attentions", "output_hidden_states", "return_dict", "use_cache", "cache_position"}
+    | {"cache", "past_key_values", "num_items_in_batch"}
+)
+_ATTENTION_FUNCTION_INPUTS = 5  # (module, query, key, value, attention_mask): what every attention function takes
+# hf_seq's own attention functions (hf_seq/attention.py, the local entries of its AttentionInterface) take no keyword
+# of their own; every other implementation is the function registered in transformers' AttentionInterface
+_OWN_ATTENTION = (None, "eager", "sdpa")
+
+
+def _named_parameters(function) -> frozenset[str]:
+    """The parameters of ``function`` (undecorated: ``inspect.signature`` follows ``__wrapped__``) that a call can
+    name (not ``self``, ``*args`` or ``**kwargs``)."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    parameters = inspect.signature(function).parameters.values()
+    return frozenset(p.name for p in parameters if p.kind in kinds and p.name != "self")
+
+
+def _attention_function_keywords(config) -> tuple[str | None, frozenset[str]]:
+    """The attention implementation ``config`` selects and the keyword parameters of its function past the five
+    inputs every one takes: a forward's keyword arguments reach the attention function (transformers' convention,
+    which hf_seq's attention layers follow), so a function registered with ``AttentionInterface.register`` may take
+    keywords of its own (``model(ids, my_option=...)``)."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    implementation = getattr(config, "_attn_implementation", None)
+    function = None if implementation in _OWN_ATTENTION else ALL_ATTENTION_FUNCTIONS.get(implementation)
+    if function is None:
+        return implementation, frozenset()
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    parameters = list(inspect.signature(function).parameters.values())[_ATTENTION_FUNCTION_INPUTS:]
+    return implementation, frozenset(p.name for p in parameters if p.kind in kinds)
+
+
+@torch.compiler.disable  # runs eagerly under torch.compile (a graph break, only when a keyword is unknown): the
+# set arithmetic and the message are plain Python, which torch 2.11's dynamo cannot trace
+def check_keyword_arguments(module, forward, named: frozenset[str], given) -> None:
+    """Raise ``TypeError`` naming a keyword in ``given`` that ``module``'s ``forward`` does not take (``named``: its
+    parameters and the keywords it declares) and transformers does not pass: ``**kwargs`` alone would take a
+    mistyped name (``output_hiden_states=True``) silently.
+
+    Accepted besides ``named``: :data:`TRANSFORMERS_KEYWORDS` and the keyword parameters of the config's attention
+    function. (Not ``output_cross_attentions``: the capturing decorator records cross-attentions with
+    ``output_attentions`` and reads no other flag for them.)"""
+    unknown = set(given) - named - TRANSFORMERS_KEYWORDS
+    if not unknown:
+        return
+    implementation, attention_keywords = _attention_function_keywords(getattr(module, "config", None))
+    unknown = sorted(unknown - attention_keywords)
+    if not unknown:
+        return
+    transformers_keywords = sorted(TRANSFORMERS_KEYWORDS - named)
+    close = difflib.get_close_matches(unknown[0], [*named, *transformers_keywords, *attention_keywords], 1, 0.9)
+    owner = f"{type(module).__name__}.{forward.__name__}()"
+    message = f"{owner} got an unexpected keyword argument {unknown[0]!r}"
+    message += f" (did you mean {close[0]!r}?)" if close else ""
+    message += f" (and {', '.join(map(repr, unknown[1:]))})" if len(unknown) > 1 else ""
+    message += f". {owner} takes {sorted(named)} and transformers' keyword arguments {transformers_keywords}"
+    if attention_keywords:
+        message += f" and the attention function {implementation!r}'s {sorted(attention_keywords)}"
+    raise TypeError(message + "; a model's forward passes the keyword arguments it does not take on to it.")
+
+
+def refuse_unknown_keywords(forward=None, *, also: tuple[str, ...] = ()):
+    """Decorate a model's ``forward`` (outermost, above ``can_return_tuple`` / ``capture_outputs``): a keyword that
+    neither ``forward`` (its parameters, and the names in ``also`` that it reads from ``**kwargs``) nor transformers
+    takes is a ``TypeError`` naming it (:func:`check_keyword_arguments`). ``@refuse_unknown_keywords`` or
+    ``@refuse_unknown_keywords(also=("shift_labels",))``.
+
+    Under ``torch.compile`` the check is a loop over the call's keyword names (dynamo guards on them), and only an
+    unknown one leaves the graph to raise."""
+
+    def decorate(function):
+        named = _named_parameters(function) | frozenset(also)
+        accepted = named | TRANSFORMERS_KEYWORDS
+
+        @functools.wraps(function)
+        def wrapper(self, *args, **kwargs):
+            # a loop, not `kwargs.keys() - accepted`: torch.compile of torch 2.11 cannot trace a set difference of
+            # dict keys (InternalTorchDynamoError), and a compiled model runs this on every call
+            for key in kwargs:
+                if key not in accepted:
+                    check_keyword_arguments(self, function, named, kwargs.keys())
+                    break
+            return function(self, *args, **kwargs)
+
+        return wrapper
+
+    return decorate(forward) if forward is not None else decorate
 
 
 class CheckedLoadingMixin:
@@ -398,3 +515,23 @@ class GenerationStepsMixin:
         if steps is not None and steps.model is self:
             steps.tokens_appended = True  # the prompt has been read; generate() appends its own tokens from now on
         return super()._update_model_kwargs_for_generation(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What a generative head adds to GenerationMixin, as one base class
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class GenerativeHeadMixin(GenerationArgumentsMixin, GenerationStepsMixin, GenerationLengthMixin):
+    """What every generative head adds to ``GenerationMixin``, in this order: ``generate()`` checks its arguments
+    first (:class:`~.validation.GenerationArgumentsMixin`), a decoding step re-reads nothing the call knows
+    (:class:`GenerationStepsMixin`), a saved length is the default a caller's length replaces
+    (:class:`GenerationLengthMixin`). ``class XForConditionalGeneration(GenerativeHeadMixin, XPreTrainedModel,
+    GenerationMixin)``."""
+
+
+class RecurrentGenerativeHeadMixin(
+    GenerationArgumentsMixin, RecurrentStateGenerationMixin, GenerationStepsMixin, GenerationLengthMixin
+):
+    """:class:`GenerativeHeadMixin` for a head whose cache is a recurrent state: also continues from a returned state
+    and refuses assisted decoding (:class:`RecurrentStateGenerationMixin`), after the argument checks."""

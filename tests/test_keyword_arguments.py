@@ -1,7 +1,8 @@
 """Keyword arguments of BERT's and the Transformer's forwards (``**kwargs: Unpack[TransformersKwargs]``): a mistyped
-name is a ``TypeError`` naming it and the accepted ones (hf_seq/compat.py ``check_keyword_arguments``, run by the
-``capture_outputs`` decorator), while every keyword transformers passes — ``generate()``, ``Trainer``, the pipelines,
-gradient checkpointing, an attention function's own keywords — still works."""
+name is a ``TypeError`` naming it and the accepted ones (hf_seq/modeling_utils.py ``check_keyword_arguments``, run by
+the ``refuse_unknown_keywords`` decorator of every forward), while every keyword transformers passes — ``generate()``,
+``Trainer``, the pipelines, gradient checkpointing, an attention function's own keywords — still works. Every family:
+tests/test_keyword_contract.py."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from transformers import (
 from transformers.modeling_flash_attention_utils import FlashAttentionKwargs
 from transformers.utils import TransformersKwargs
 
-from hf_seq import attention, compat
+from hf_seq import attention, modeling_utils
 from hf_seq.seq2seq_pipelines import TranslationPipeline
 
 HEADS = [head for family in ("bert", "transformer") for head in FAMILIES[family][2]]
@@ -72,8 +73,8 @@ def test_a_compiled_model_takes_its_keywords_and_refuses_a_mistyped_one(family, 
 
 def test_the_accepted_keywords_are_transformers_typed_dicts_read_from_the_release():
     fields = TransformersKwargs.__optional_keys__ | FlashAttentionKwargs.__optional_keys__
-    assert fields and fields <= compat.TRANSFORMERS_KEYWORDS
-    assert {"num_items_in_batch", "output_hidden_states", "output_attentions"} <= compat.TRANSFORMERS_KEYWORDS
+    assert fields and fields <= modeling_utils.TRANSFORMERS_KEYWORDS
+    assert {"num_items_in_batch", "output_hidden_states", "output_attentions"} <= modeling_utils.TRANSFORMERS_KEYWORDS
 
 
 @pytest.mark.parametrize("head", HEADS, ids=lambda h: h.__name__)
