@@ -103,6 +103,19 @@ except ImportError:  # 5.0: forward wrappers, same recorder specification and op
     from transformers.utils.generic import OutputRecorder  # noqa: E402
     from transformers.utils.generic import check_model_inputs as capture_outputs  # noqa: E402
 
+# where `output_hidden_states` may select layers by index, the recorder names the config field that counts them (for
+# negative indices); a release without the field records every layer
+_RECORDER_FIELDS = {f.name for f in dataclasses.fields(OutputRecorder)}
+
+
+def hidden_states_recorder(target_class: type, num_hidden_layers_key: str) -> OutputRecorder:
+    """The ``_can_record_outputs["hidden_states"]`` recorder of ``target_class``'s outputs, its layer count read from
+    ``config.<num_hidden_layers_key>`` on the releases whose recorder has that field."""
+    if "num_hidden_layers_key" in _RECORDER_FIELDS:
+        return OutputRecorder(target_class, num_hidden_layers_key=num_hidden_layers_key)
+    return OutputRecorder(target_class)
+
+
 # 5.25 on: generate()'s prefill cuts what a cache has read from the input for every cache, recurrent states included
 PREFILL_CUTS_EVERY_CACHE = Version(TRANSFORMERS_VERSION).release >= (5, 25)
 
@@ -169,6 +182,7 @@ __all__ = [
     "cache_output",
     "capture_outputs",
     "check_transformers_version",
+    "hidden_states_recorder",
     "init",
     "output_cache",
     "registered_for_auto_class",

@@ -207,6 +207,12 @@ class HfSeqRNNConfig(PretrainedConfig):
         return 2 if self.bidirectional and self.cell != "none" else 1
 
     @property
+    def num_recurrent_layers(self) -> int:
+        """Recurrent layers the model runs: ``num_hidden_layers``, 0 for cell "none" (its hidden states are the
+        embeddings alone)."""
+        return 0 if self.cell == "none" else self.num_hidden_layers
+
+    @property
     def embedding_output_size(self) -> int:
         """Width of the embedding layer's output: ``embedding_size`` (+ ``trainable_embedding_size``)."""
         return self.embedding_size + (getattr(self, "trainable_embedding_size", None) or 0)

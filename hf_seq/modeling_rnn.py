@@ -9,6 +9,7 @@ bidirectional, the self-attention LSTM, the char-level text generator) is an ``H
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -26,12 +27,27 @@ from transformers.utils import can_return_tuple
 
 # attention.py: recurrent.py imports it, and 5.0–5.6's remote-code loader copies only the siblings imported here
 from .attention import attend  # noqa: F401
-from .compat import cache_argument, cache_output, init, shift_labels_when_smoothing
+from .compat import (
+    cache_argument,
+    cache_output,
+    capture_outputs,
+    hidden_states_recorder,
+    init,
+    shift_labels_when_smoothing,
+)
 from .configuration_rnn import HfSeqRNNConfig
 from .fast_paths import decodes_generated_ids, drop_all_ones_mask
 from .losses import lm_head_and_loss, sequence_classification_loss, token_classification_loss
 from .modeling_utils import CheckedLoadingMixin, RecurrentGenerativeHeadMixin, columns_read_now, refuse_unknown_keywords
-from .recurrent import GateProjection, RecurrentCache, RecurrentLayer, RecurrentStack, State, to_torch_rnn_modules_
+from .recurrent import (
+    GateProjection,
+    RecurrentCache,
+    RecurrentLayer,
+    RecurrentLayerOutput,
+    RecurrentStack,
+    State,
+    to_torch_rnn_modules_,
+)
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
 from .validation import IGNORE_INDEX, check_label_range, check_token_ids
@@ -97,6 +113,10 @@ class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True  # per recurrent layer: every RecurrentLayer is a GradientCheckpointingLayer
     accepts_loss_kwargs = False
+    # what `capture_outputs` records: the embeddings, then every recurrent layer's outputs in batch layout
+    # (RecurrentLayerOutput, run by the stack only when hidden states are asked for); negative indices of
+    # `output_hidden_states` count config.num_recurrent_layers (0 for cell "none")
+    _can_record_outputs = {"hidden_states": hidden_states_recorder(RecurrentLayerOutput, "num_recurrent_layers")}
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -285,6 +305,25 @@ class RNNPooler(nn.Module):
         return torch.where(torch.isinf(pooled), torch.zeros_like(pooled), pooled)  # rows without tokens -> 0
 
 
+def records_hidden_states(forward):
+    """``RNNModel.forward``'s decorator (below ``refuse_unknown_keywords``). Asked for hidden states (the call's
+    ``output_hidden_states``, or the config's when the call gives none or ``None``), the forward runs under
+    ``capture_outputs``, which records them from :class:`~.recurrent.RecurrentLayerOutput`; otherwise it runs as
+    ``can_return_tuple`` runs it, without the recorder's per-call setup."""
+    captured = capture_outputs(tie_last_hidden_states=False)(forward)
+    plain = can_return_tuple(forward)
+
+    @functools.wraps(forward)
+    def wrapper(self, *args, **kwargs):
+        asked = kwargs.get("output_hidden_states")
+        if asked is None:  # capture_outputs reads the config only when the keyword is absent
+            kwargs.pop("output_hidden_states", None)
+            asked = self.config.output_hidden_states
+        return (captured if asked else plain)(self, *args, **kwargs)
+
+    return wrapper
+
+
 class RNNModel(RNNPreTrainedModel):
     """Embeddings + recurrent stack (+ pooler): the base of every RNN head. Returns :class:`RNNModelOutput`."""
 
@@ -302,6 +341,8 @@ class RNNModel(RNNPreTrainedModel):
                 config, config.encoder_input_size, config.num_hidden_layers, bidirectional=config.bidirectional
             )
         )
+        # cell "none": no recurrent layer, the embeddings are the only hidden state (recorded here)
+        self.embeddings_output = RecurrentLayerOutput() if self.encoder is None else None
         self.pooler = RNNPooler(config) if add_pooling_layer else None
         # FSDP auto-wrap / device_map units: the recurrent layers (accelerate refuses names absent from the model)
         layers = [] if self.encoder is None else self.encoder.layers
@@ -342,7 +383,7 @@ class RNNModel(RNNPreTrainedModel):
         return batch_size, seq_len
 
     @refuse_unknown_keywords
-    @can_return_tuple
+    @records_hidden_states
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -354,7 +395,8 @@ class RNNModel(RNNPreTrainedModel):
     ) -> RNNModelOutput | tuple:
         """input_ids: (B, T); attention_mask: (B, T) 1 = real token (left or right padding); state: initial
         recurrent state (tuple of (L*D, B, H)); returns :class:`RNNModelOutput` (a tuple with ``return_dict=False``,
-        in the call or the config)."""
+        in the call or the config). ``hidden_states`` (``output_hidden_states``, from the call or the config) are
+        recorded by ``capture_outputs`` from :class:`~.recurrent.RecurrentLayerOutput`."""
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
@@ -366,23 +408,18 @@ class RNNModel(RNNPreTrainedModel):
         if attention_mask is not None:
             mask = attention_mask if attention_mask.dtype == torch.bool else attention_mask != 0  # (B, T)
         final_state = None
-        hidden_states = None
         if self.encoder is None:
             features = embedded if mask is None else embedded * mask.unsqueeze(-1).to(embedded.dtype)  # (B, T, E)
             if output_hidden_states:
-                hidden_states = (embedded,)
+                self.embeddings_output(embedded, None)  # records the embeddings, the only hidden state
         else:
             result = self.encoder(embedded, attention_mask=mask, state=state, output_hidden_states=output_hidden_states)
             features, final_state = result[0], result[1]  # (B, T, D*H)
-            if output_hidden_states:
-                hidden_states = (embedded, *result[2])
         pooled = None
         if self.pooler is not None:
             mask = drop_all_ones_mask(mask)  # eager CPU shortcut; traced or on an accelerator the pooler takes it
             pooled = self.pooler(features, mask, final_state)
-        return RNNModelOutput(
-            last_hidden_state=features, pooler_output=pooled, hidden_states=hidden_states, final_state=final_state
-        )
+        return RNNModelOutput(last_hidden_state=features, pooler_output=pooled, final_state=final_state)
 
 
 class RNNForSequenceClassification(RNNPreTrainedModel):

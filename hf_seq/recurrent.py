@@ -105,6 +105,20 @@ from .recurrent_kernels import (
 # ----------------------------------------------------------------------------------------------------------------
 
 
+class RecurrentLayerOutput(nn.Module):
+    """What ``output_hidden_states`` returns for one recurrent layer, as a module that ``capture_outputs`` records
+    (``_can_record_outputs``): its output ``(hidden_states,)`` is the layer's outputs in the caller's layout
+    ``(B, T, D*H)``, zero at padding. It holds no parameter; :class:`RecurrentStack` calls it after every layer, only
+    when hidden states are asked for (its layers run in packed or aligned layouts, which a hook on a layer would see).
+
+    ``inputs`` is the stack's input ``(B, T, I)``: the recorder takes it from the first call as the hidden state
+    before the first layer (the embeddings). A model without a recurrent layer calls it once with
+    ``hidden_states=None``: the embeddings are then its only hidden state."""
+
+    def forward(self, inputs: torch.Tensor, hidden_states: torch.Tensor | None) -> tuple[torch.Tensor | None]:
+        return (hidden_states,)
+
+
 class RecurrentStack(nn.Module):
     """``num_layers`` recurrent layers (optionally bidirectional) over a batch-first padded input.
 
@@ -158,6 +172,7 @@ class RecurrentStack(nn.Module):
             )
             for k in range(num_layers)
         )
+        self.layer_output = RecurrentLayerOutput()  # hidden states in batch layout, run only when asked for
 
     @classmethod
     def from_config(
@@ -247,7 +262,7 @@ class RecurrentStack(nn.Module):
                 )
             finals.append(final)
             if output_hidden_states:
-                layer_outputs.append(self._from_layout(x, plan, seq_len))
+                layer_outputs.append(self.layer_output(inputs, self._from_layout(x, plan, seq_len))[0])
         outputs = layer_outputs[-1] if output_hidden_states else self._from_layout(x, plan, seq_len)
         final_state = tuple(finals[0]) if len(finals) == 1 else tuple(map(torch.cat, zip(*finals)))  # (L*D, B, H)
         if plan is not None and plan.layout == PACKED and plan.empty is not None:
@@ -310,7 +325,7 @@ class RecurrentStack(nn.Module):
             x, final = layer(x, hx)
             finals.append(final if isinstance(final, tuple) else (final,))
             if output_hidden_states:
-                layer_outputs.append(self._unpack(x, plan, seq_len))
+                layer_outputs.append(self.layer_output(inputs, self._unpack(x, plan, seq_len))[0])
         outputs = layer_outputs[-1] if output_hidden_states else self._unpack(x, plan, seq_len)
         final_state = tuple(map(torch.cat, zip(*finals)))  # (L*D, B, H)
         if plan is not None and plan.empty is not None:
@@ -591,6 +606,7 @@ __all__ = [
     "PaddingPlan",
     "RecurrentCache",
     "RecurrentLayer",
+    "RecurrentLayerOutput",
     "RecurrentStack",
     "ScanFn",
     "SelfAttentionLSTMLayer",

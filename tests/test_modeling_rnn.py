@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from transformers import (
 )
 
 import hf_seq  # noqa: F401  (registers the Auto classes)
+from hf_seq.compat import OutputRecorder
 from hf_seq.configuration_rnn import HfSeqRNNConfig
 from hf_seq.modeling_rnn import RNNForCausalLM, RNNForSequenceClassification, RNNForTokenClassification, RNNModel
 
@@ -145,6 +147,55 @@ def test_hidden_states_and_shapes():
     assert out.hidden_states[0].shape == (3, 5, 6) and out.hidden_states[-1].shape == (3, 5, 10)
     tagger = RNNForTokenClassification(tiny(num_labels=7)).eval()
     assert tagger(input_ids=ids, attention_mask=mask).logits.shape == (3, 5, 7)
+
+
+SELECTS_LAYERS = "num_hidden_layers_key" in {f.name for f in dataclasses.fields(OutputRecorder)}
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("layout", ["fused", "cell", "torch_modules"])
+def test_hidden_states_recorded_from_every_layer(layout, side):
+    """``capture_outputs`` records the embeddings and every layer's outputs in batch layout (RecurrentLayerOutput, run
+    by the stack only when asked): the same tensors as the stack computes, zero at padding, on every path."""
+    torch.manual_seed(0)
+    config = tiny(
+        num_hidden_layers=3, bidirectional=True, recurrent_implementation="fused" if layout != "cell" else "cell"
+    )
+    model = RNNModel(config).eval()
+    if layout == "torch_modules":
+        model.encoder.to_torch_modules_()
+    calls = []
+    model.encoder.layer_output.register_forward_hook(lambda module, args, output: calls.append(output[0]))
+    ids, mask = pad(ROWS, side)
+    with torch.no_grad():
+        plain = model(input_ids=ids, attention_mask=mask)
+        assert plain.hidden_states is None and calls == []  # the fast path never runs the recorder's module
+        out = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        embedded = model.embeddings(ids)
+        features, _, layers = model.encoder(embedded, mask.bool(), output_hidden_states=True)
+    assert len(out.hidden_states) == 4 and len(calls) == 3 + 3  # the model's forward, then the direct stack call
+    torch.testing.assert_close(out.hidden_states[0], embedded, atol=0, rtol=0)
+    for recorded, direct in zip(out.hidden_states[1:], layers):
+        assert recorded.shape == (3, 5, 10)
+        torch.testing.assert_close(recorded, direct, atol=0, rtol=0)
+        assert recorded[mask == 0].abs().max() == 0
+    torch.testing.assert_close(out.hidden_states[-1], plain.last_hidden_state, atol=0, rtol=0)
+
+
+@pytest.mark.skipif(not SELECTS_LAYERS, reason="this transformers release records every layer")
+@pytest.mark.parametrize("cell,layers", [("gru", 2), ("none", 1)])
+def test_hidden_states_selected_by_index(cell, layers):
+    """``output_hidden_states`` as indices keeps those only; negative ones count the recurrent layers
+    (``config.num_recurrent_layers``: 0 for cell "none", whose only hidden state is the embeddings)."""
+    torch.manual_seed(0)
+    model = RNNForSequenceClassification(tiny(cell=cell, num_hidden_layers=layers, pooling="mean")).eval()
+    ids, mask = pad(ROWS, "right")
+    every = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    assert len(every) == model.config.num_recurrent_layers + 1
+    torch.testing.assert_close(every[0], model.rnn.embeddings(ids), atol=0, rtol=0)
+    last = model(input_ids=ids, attention_mask=mask, output_hidden_states=[-1]).hidden_states
+    assert len(last) == len(every) and all(h is None for h in last[:-1])
+    torch.testing.assert_close(last[-1], every[-1], atol=0, rtol=0)
 
 
 def test_logistic_regression_recipe_and_parameter_counts():
