@@ -127,7 +127,18 @@ SUBPROCESS_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(SUBPROCESS_CASES))
+# the fast suite runs the case no in-process test covers; the other two (each a fresh process importing torch and
+# transformers, ~6 s) are slow: test_flag_ranges refuses every declared range in-process, and the classifier folder
+# given to another task (train_tagger, and train_lm on resume) is refused in-process below
+@pytest.mark.parametrize(
+    "case",
+    [
+        case
+        if case == "missing tokenizer folder"
+        else pytest.param(case, marks=pytest.mark.slow(reason="a fresh CLI, ~6 s; refused in-process elsewhere"))
+        for case in sorted(SUBPROCESS_CASES)
+    ],
+)
 def test_the_issue_cases_through_the_real_cli(folders, case):
     entry, task, script, args, expected = SUBPROCESS_CASES[case]
     args = [*args] if "--output_dir" in args else [*args, "--output_dir", "runs/out"]

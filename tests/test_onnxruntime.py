@@ -245,6 +245,7 @@ def test_lm_int8_runs_and_stays_close(lm_export, tokenizer, tmp_path):
     assert exported.generate(**inputs, max_new_tokens=4).shape == (3, inputs["input_ids"].shape[1] + 4)
 
 
+@pytest.mark.slow(reason="a third LM export, ~10 s; the fast suite exports the LSTM LM")
 def test_lm_simple_rnn_keeps_dynamic_batch_and_length(tokenizer, tmp_path):
     """cell="rnn" (the SimpleRNN kernel, aten.rnn_tanh): exported as ONNX's RNN operator over a dynamic length, so
     prompts of other lengths and batch sizes than the example's generate PyTorch's tokens."""
