@@ -181,7 +181,8 @@ def test_adapted_differs_merged_equals_adapted_and_adapter_round_trips(head, tmp
     adapted = logits(peft_model, inputs)
     assert differs(adapted, base), "the adapter changed nothing"
     with peft_model.disable_adapter():
-        assert torch.equal(logits(peft_model, inputs), base)  # one object computing twice: exact
+        # a deep copy, not the same object: its weights sit at other addresses, so close (MKL), not bit-equal
+        torch.testing.assert_close(logits(peft_model, inputs), base, rtol=1e-6, atol=1e-6)
     # a gate's adapter alone changes the output: the recurrent weights are really adapted
     only_gates = get_peft_model(copy.deepcopy(model), lora(head, target_modules=["ih_l0", "hh_l0"]))
     assert differs(logits(only_gates.eval(), inputs), base)
