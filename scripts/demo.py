@@ -34,7 +34,7 @@ HEAT_MAP_NAME = "demo_cross_attention.png"
 TIMING_NAME = "demo_timing.json"
 NUM_EXAMPLES = 4
 NUM_BEAMS = 5
-CT2_FOLDER = "ctranslate2_int8"  # the CTranslate2 export the demo writes into the run folder
+CT2_SUFFIX = "_ctranslate2_int8"  # the CTranslate2 export the demo writes beside the run folder (never inside it)
 SPEED_VERSES = 96
 
 
@@ -154,7 +154,7 @@ def ctranslate2_section(run_dir: Path, model, tokenizer, results: dict, verses: 
     from hf_seq.toolkit.data import load_translation
     from hf_seq.toolkit.export import ctranslate2_translate, to_ctranslate2
 
-    folder = run_dir / CT2_FOLDER
+    folder = run_dir.with_name(run_dir.name + CT2_SUFFIX)
     if not (folder / "model.bin").is_file():
         to_ctranslate2(run_dir, folder, quantization="int8", force=True)
     translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=DEMO_THREADS)

@@ -57,6 +57,8 @@ from typing import Any
 
 import torch
 
+from .export_folders import check_output_dir, check_source_folder, check_tokenizer_fits, folder_tokenizer, install
+
 logger = logging.getLogger(__name__)
 
 TRANSFORMER_TYPE = "hf_seq_transformer"
@@ -332,15 +334,16 @@ def _bert_spec(model, tokenizer):
 
 def _load(model_or_folder, tokenizer=None):
     """(model, tokenizer, source description) from a model object or a saved folder."""
-    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
     if isinstance(model_or_folder, (str, os.PathLike)):
         folder = Path(model_or_folder)
-        if not (folder / "config.json").is_file():
-            raise ExportError(f"{folder} is not a saved model folder (no config.json)")
+        check_source_folder(folder, ExportError)  # before any work: one line naming the missing file
         config = AutoConfig.from_pretrained(folder)
         _refuse_rnn(config.model_type)
         check_exportable(config)
+        tokenizer = folder_tokenizer(folder, ExportError) if tokenizer is None else tokenizer
+        check_tokenizer_fits(tokenizer, config, ExportError, f"the tokenizer of {folder}")
         if config.model_type == TRANSFORMER_TYPE:
             model = AutoModelForSeq2SeqLM.from_pretrained(folder)
         else:
@@ -349,12 +352,11 @@ def _load(model_or_folder, tokenizer=None):
 
             cls = getattr(modeling_bert, architectures[0], None) if architectures else None
             model = cls.from_pretrained(folder) if cls is not None else AutoModel.from_pretrained(folder)
-        if tokenizer is None:
-            tokenizer = AutoTokenizer.from_pretrained(folder)
         return model.eval(), tokenizer, str(folder)
     model = model_or_folder
     if tokenizer is None:
         raise ExportError("pass `tokenizer=` with a model object (the CTranslate2 folder carries its vocabulary)")
+    check_tokenizer_fits(tokenizer, model.config, ExportError, "`tokenizer`")
     return model, tokenizer, type(model).__name__
 
 
@@ -370,10 +372,12 @@ def to_ctranslate2(
     Args:
         model_or_folder: a saved model folder (with its tokenizer) or a model object (then pass ``tokenizer``).
         output_dir: the CTranslate2 folder to write (``model.bin``, vocabulary, ``config.json``, the tokenizer files
-            and ``hf_seq_export.json``); an existing one is replaced only with ``force=True``.
+            and ``hf_seq_export.json``), written beside it and renamed into place when complete; an earlier export
+            there is replaced only with ``force=True``, and a trained model, the source folder or a folder inside or
+            around it never (:func:`~.export_folders.check_output_dir`).
         quantization: the weight type, one of ``QUANTIZATIONS`` (None: float32 as trained).
         tokenizer: the tokenizer (default: the folder's).
-        force: overwrite an existing ``output_dir``.
+        force: replace an earlier export in ``output_dir``.
 
     Returns the folder. :class:`ExportError` for a config CTranslate2 cannot express (naming the field) and an
     ``ImportError`` saying how to install the extra without ``ctranslate2``.
@@ -387,9 +391,8 @@ def to_ctranslate2(
         ) from error
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ExportError(f"`quantization` must be one of {list(QUANTIZATIONS)} or None, got {quantization!r}")
-    output_dir = Path(output_dir)
-    if output_dir.exists() and any(output_dir.iterdir()) and not force:
-        raise ExportError(f"`output_dir` {output_dir} exists and is not empty; pass force=True (--force) to replace it")
+    sources = [model_or_folder] if isinstance(model_or_folder, (str, os.PathLike)) else []
+    output_dir = check_output_dir(output_dir, sources, force, ExportError)
     model, tokenizer, source = _load(model_or_folder, tokenizer)
     model_type = model.config.model_type
     _refuse_rnn(model_type)
@@ -400,8 +403,23 @@ def to_ctranslate2(
         def _load(self):
             return spec
 
-    _SpecConverter().convert(str(output_dir), quantization=quantization, force=True)
-    tokenizer.save_pretrained(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging_parent = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        staging = staging_parent / output_dir.name  # the converter creates the folder it writes
+        _SpecConverter().convert(str(staging), quantization=quantization)
+        tokenizer.save_pretrained(staging)
+        _write_ctranslate2_info(staging, model, source, quantization)
+        install(staging, output_dir)
+    finally:
+        shutil.rmtree(staging_parent, ignore_errors=True)
+    return output_dir
+
+
+def _write_ctranslate2_info(folder: Path, model, source: str, quantization: str | None) -> None:
+    import ctranslate2
+
+    model_type = model.config.model_type
     info = {
         "exported_from": source,
         "model_type": model_type,
@@ -413,8 +431,7 @@ def to_ctranslate2(
     if model_type == TRANSFORMER_TYPE:
         info["max_position_embeddings"] = model.config.max_position_embeddings
         info["generation_max_length"] = getattr(model.generation_config, "max_length", None)
-    (output_dir / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    return output_dir
+    (folder / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
 
 
 # CTranslate2's beam search stops once round(beam_size * patience) hypotheses have finished; generate()'s default
@@ -611,15 +628,12 @@ def average_checkpoints(
 
     The other files (config, generation config, tokenizer, remote code) come from the LAST folder; a Trainer
     checkpoint's optimizer, scheduler and trainer state are left out. The folder is written beside ``output_dir``
-    and renamed into place when complete; an existing non-empty ``output_dir`` is replaced only with ``force``."""
+    and renamed into place when complete; an earlier export there is replaced only with ``force``, and a trained
+    model, a checkpoint or a folder inside or around one never (:func:`~.export_folders.check_output_dir`)."""
     from safetensors.torch import save_file
 
     folders = [Path(f) for f in folders]
-    output_dir = Path(output_dir)
-    if any(output_dir.resolve() == f.resolve() for f in folders):
-        raise ExportError(f"`output_dir` {output_dir} is one of the checkpoints being averaged")
-    if output_dir.exists() and any(output_dir.iterdir()) and not force:
-        raise ExportError(f"`output_dir` {output_dir} exists and is not empty; pass force=True (--force) to replace it")
+    output_dir = check_output_dir(output_dir, folders, force, ExportError, "one of the checkpoints being averaged")
     averaged = average_state_dicts(folders)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
@@ -635,9 +649,7 @@ def average_checkpoints(
             json.dumps({"checkpoints": [str(f) for f in folders], "count": len(folders)}, indent=2) + "\n",
             encoding="utf-8",
         )
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        os.replace(staging, output_dir)
+        install(staging, output_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -669,6 +681,12 @@ def load_onnxruntime(folder, threads: int | None = None, providers: list | None 
 # ---------------------------------------------------------------------------------------------------------------
 
 
+FORCE_HELP = (
+    "Replace an earlier export in OUTPUT_DIR (a folder holding its manifest); a trained model or run, FOLDER itself "
+    "or a folder inside or around it is never replaced."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hf-seq-export",
@@ -686,7 +704,7 @@ def build_parser() -> argparse.ArgumentParser:
     ct2.add_argument(
         "--quantization", choices=QUANTIZATIONS, default=None, help="Weight type (default: float32 as trained)."
     )
-    ct2.add_argument("--force", action="store_true", help="Replace an existing OUTPUT_DIR.")
+    ct2.add_argument("--force", action="store_true", help=FORCE_HELP)
     onnx = commands.add_parser(
         "onnx",
         help="Export any hf_seq model to ONNX graphs that ONNX Runtime generates with (load_onnxruntime).",
@@ -703,7 +721,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="int8: ONNX Runtime dynamic quantization of every graph (default: float32 as trained).",
     )
-    onnx.add_argument("--force", action="store_true", help="Replace an existing OUTPUT_DIR.")
+    onnx.add_argument("--force", action="store_true", help=FORCE_HELP)
     avg = commands.add_parser(
         "average",
         help="Average the weights of checkpoints of one model.",
@@ -712,7 +730,7 @@ def build_parser() -> argparse.ArgumentParser:
     avg.add_argument(
         "paths", nargs="+", metavar="CHECKPOINT... OUTPUT_DIR", help="Two or more folders, then the output."
     )
-    avg.add_argument("--force", action="store_true", help="Replace an existing OUTPUT_DIR.")
+    avg.add_argument("--force", action="store_true", help=FORCE_HELP)
     return parser
 
 
@@ -746,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"CHECKPOINT {missing[0]} is not a directory")
             out = average_checkpoints(checkpoints, output, force=args.force)
             print(f"Wrote {out} (the mean of {len(checkpoints)} checkpoints)")
-    except (ExportError, ImportError) as error:
+    except (ExportError, ImportError, FileNotFoundError) as error:
         parser.error(str(error))
     return 0
 

@@ -75,6 +75,13 @@ from ..modeling_rnn_seq2seq import RNNDecoderCache
 from ..modeling_utils import GenerationLengthMixin, RecurrentStateGenerationMixin
 from ..seq2seq_utils import Seq2SeqLMHeadMixin
 from ..validation import GenerationArgumentsMixin
+from .export_folders import (
+    check_output_dir,
+    check_source_folder,
+    check_tokenizer_fits,
+    folder_tokenizer,
+    install,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -735,21 +742,15 @@ def _load_model(model_or_folder, tokenizer):
 
     if isinstance(model_or_folder, (str, os.PathLike)):
         folder = Path(model_or_folder)
-        if not (folder / "config.json").is_file():
-            raise OnnxExportError(f"{folder} is not a saved model folder (no config.json)")
+        check_source_folder(folder, OnnxExportError)  # before any work: one line naming the missing file
+        tokenizer = folder_tokenizer(folder, OnnxExportError) if tokenizer is None else tokenizer
         config = AutoConfig.from_pretrained(folder)
         architectures = getattr(config, "architectures", None) or []
         cls = getattr(hf_seq, architectures[0], None) if architectures else None
         if cls is None:
             raise OnnxExportError(f"{folder}: `architectures` {architectures} names no hf_seq model class")
+        check_tokenizer_fits(tokenizer, config, OnnxExportError, f"the tokenizer of {folder}")
         model = cls.from_pretrained(folder)
-        if tokenizer is None:
-            from transformers import AutoTokenizer
-
-            try:
-                tokenizer = AutoTokenizer.from_pretrained(folder)
-            except (OSError, ValueError):
-                tokenizer = None
         return model.eval(), tokenizer, str(folder)
     return model_or_folder.eval(), tokenizer, type(model_or_folder).__name__
 
@@ -766,9 +767,11 @@ def to_onnx(
 
     Args:
         model_or_folder: a saved model folder or a model object (its tokenizer then given as ``tokenizer``).
-        output_dir: the folder to write; an existing non-empty one is replaced only with ``force=True``.
+        output_dir: the folder to write, staged beside it and renamed into place when complete; an earlier export
+            there is replaced only with ``force=True``, and a trained model, the source folder or a folder inside
+            or around it never (:func:`~.export_folders.check_output_dir`).
         quantization: None (float32 as trained) or ``"int8"`` (ONNX Runtime dynamic quantization of every graph).
-        tokenizer: the tokenizer to save beside the graphs (default: the folder's, if it has one).
+        tokenizer: the tokenizer to save beside the graphs (default: the folder's, which must have one).
 
     :class:`OnnxExportError` names the field of a model that cannot be exported; an ``ImportError`` says how to
     install the optional packages."""
@@ -782,13 +785,12 @@ def to_onnx(
         ) from error
     if quantization not in (None, *ONNX_QUANTIZATIONS):
         raise OnnxExportError(f"`quantization` must be one of {list(ONNX_QUANTIZATIONS)} or None, got {quantization!r}")
-    output_dir = Path(output_dir)
-    if output_dir.exists() and any(output_dir.iterdir()) and not force:
-        raise OnnxExportError(
-            f"`output_dir` {output_dir} exists and is not empty; pass force=True (--force) to replace it"
-        )
+    sources = [model_or_folder] if isinstance(model_or_folder, (str, os.PathLike)) else []
+    output_dir = check_output_dir(output_dir, sources, force, OnnxExportError)
     model, tokenizer, source = _load_model(model_or_folder, tokenizer)
     kind = check_onnx_exportable(model)
+    if not sources:
+        check_tokenizer_fits(tokenizer, model.config, OnnxExportError, "`tokenizer`")
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
     try:
@@ -820,9 +822,7 @@ def to_onnx(
             "torch_version": torch.__version__,
         }
         (staging / ONNX_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        os.replace(staging, output_dir)
+        install(staging, output_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
