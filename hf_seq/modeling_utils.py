@@ -29,11 +29,13 @@ to the modelling file and ``trust_remote_code`` loading keeps all of this.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import functools
 import inspect
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, ClassVar
@@ -190,6 +192,144 @@ def check_weights_were_loaded(model: Any, loading_info: dict, source: str | os.P
     )
 
 
+def check_local_path(name: str | os.PathLike, loader: str) -> None:
+    """``FileNotFoundError`` naming ``name`` when it looks like a local path (absolute, starting with ``.`` or ``~``,
+    more than one ``/``, or under a folder that exists here) but no such file or folder exists: transformers would
+    take it for a Hub id and answer "Repo id must be in the form ..."."""
+    text = os.fspath(name)
+    if os.path.exists(text):
+        return
+    parent = os.path.dirname(text.rstrip("/\\"))
+    looks_local = (
+        isinstance(name, os.PathLike)
+        or os.path.isabs(text)
+        or text.startswith((".", "~"))
+        or "\\" in text
+        or text.count("/") > 1
+        or (parent != "" and os.path.isdir(parent))
+    )
+    if looks_local:
+        raise FileNotFoundError(
+            f"{text}: no such folder ({loader}.from_pretrained loads a local folder written by save_pretrained, or a "
+            "Hub id of the form 'name' or 'namespace/name')"
+        )
+
+
+class _HeldRecords(logging.Filter):
+    """Log records held back while a model loads (transformers' load report), passed on by :meth:`release`."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__()
+        self.logger = logger
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return False
+
+    def release(self) -> None:
+        self.logger.removeFilter(self)
+        for record in self.records:
+            self.logger.handle(record)
+        self.records = []
+
+
+@contextlib.contextmanager
+def _held_back_records(logger: logging.Logger):
+    held = _HeldRecords(logger)
+    logger.addFilter(held)
+    try:
+        yield held
+    finally:
+        logger.removeFilter(held)
+
+
+def _is_size_field(name: str, value: Any) -> bool:
+    sized = name.endswith(("_size", "_dim")) or name in ("num_labels", "max_position_embeddings", "max_seq_length")
+    return sized and isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _fields_behind_shapes(model: Any, mismatched: list, stored: list[str] | None) -> dict[str, int]:
+    """The size fields of ``model``'s config (``hidden_size``, ``vocab_size``, ...) that, set to the value the
+    checkpoint's shapes imply, give some of the ``mismatched`` tensors (``(name, saved shape, model shape)``) their
+    saved shape without changing any other of the checkpoint's tensors (``stored``: their names, None for all):
+    ``{field: value of the weights}``. A candidate is tried on a model built on the meta device (no memory)."""
+    config = model.config.to_dict()
+    candidates: dict[str, int] = {}
+    for _, saved, expected in mismatched:
+        for saved_dim, expected_dim in zip(saved, expected):
+            for field, value in config.items():
+                if saved_dim != expected_dim and _is_size_field(field, value) and expected_dim % value == 0:
+                    factor = expected_dim // value
+                    if saved_dim % factor == 0:
+                        candidates.setdefault(field, saved_dim // factor)
+    saved_shapes = {name: tuple(saved) for name, saved, _ in mismatched}
+    reference = {name: tuple(t.shape) for name, t in model.state_dict().items() if stored is None or name in stored}
+    found = {}
+    for field, value in sorted(candidates.items()):
+        trial = copy.deepcopy(model.config)
+        setattr(trial, field, value)
+        try:
+            with torch.device("meta"):
+                shapes = {name: tuple(t.shape) for name, t in type(model)(trial).state_dict().items()}
+        except Exception:  # noqa: BLE001 - a value the model refuses explains nothing
+            continue
+        fixed = [name for name, shape in saved_shapes.items() if shapes.get(name) == shape]
+        broken = [n for n, shape in reference.items() if n not in saved_shapes and shapes.get(n) != shape]
+        if fixed and not broken:
+            found[field] = value
+    return found
+
+
+class ConfigWeightsMismatchError(ValueError, RuntimeError):
+    """A config whose sizes disagree with the weights it is loaded with (a ``RuntimeError`` too, as transformers'
+    own refusal of a size mismatch)."""
+
+
+def check_config_fits_weights(model: Any, loading_info: dict, source: str | os.PathLike, overrides: dict) -> None:
+    """:class:`ConfigWeightsMismatchError` when tensors of the checkpoint in ``source`` have other shapes than ``model``'s config gives
+    them (``loading_info["mismatched_keys"]`` of a load with ``ignore_mismatched_sizes=True``): it names the config
+    fields whose values differ, the value the weights were saved with, and one tensor's two shapes. When the fields
+    came from ``from_pretrained``'s keyword arguments (a new head of another size), the advice is
+    ``ignore_mismatched_sizes=True``; when ``config.json`` itself disagrees, the advice is to put back the one saved
+    with the weights, never ``ignore_mismatched_sizes`` (which would initialise those weights anew)."""
+    entries = loading_info.get("mismatched_keys") or ()
+    mismatched = sorted((entry for entry in entries if isinstance(entry, (tuple, list))), key=lambda e: e[0])
+    names = sorted(
+        entry[0] if isinstance(entry, (tuple, list)) else entry for entry in loading_info.get("mismatched_keys") or ()
+    )
+    if not names:
+        return
+    folder = Path(source)
+    named = _fields_behind_shapes(model, mismatched, checkpoint_tensor_names(folder) if folder.is_dir() else None)
+    config = model.config.to_dict()
+    key, saved, expected = mismatched[0] if mismatched else (names[0], "?", "?")
+    shapes = f"`{key}` is {tuple(saved)} in the checkpoint but {tuple(expected)} for this config"
+    if named:
+        said = ", ".join(
+            f"`{field}` {config[field]} (the weights have {value})" for field, value in sorted(named.items())
+        )
+    else:
+        said = "fields that give these shapes"
+    count = f"{len(names)} tensor{'s' if len(names) > 1 else ''} differ"
+    config_file = folder / CONFIG_NAME
+    saved_config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    in_file = [field for field in named if saved_config.get(field) == config[field]]
+    given = sorted(k for k in overrides if hasattr(model.config, k) and (k in named or not named))
+    if given or (overrides.get("config") is not None and not in_file):
+        values = ", ".join(f"{field}={overrides[field]!r}" for field in given) or "the config passed as `config=`"
+        raise ConfigWeightsMismatchError(
+            f"the weights in {folder} do not fit {type(model).__name__} with {values} given to from_pretrained: "
+            f"{shapes} ({count}). To start those weights anew at the new size (a new head), pass "
+            "ignore_mismatched_sizes=True as well"
+        )
+    raise ConfigWeightsMismatchError(
+        f"{config_file} does not match the weights saved beside it: it says {said}; {shapes} ({count}). Put back the "
+        "config.json saved with these weights (or fix those fields); do not pass ignore_mismatched_sizes=True, which "
+        "would initialise these weights randomly"
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The keyword contract: a keyword nobody takes is a TypeError naming it, in every family, eager and compiled
 # ---------------------------------------------------------------------------------------------------------------
@@ -309,13 +449,29 @@ class CheckedLoadingMixin:
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike | None, *model_args: Any, **kwargs: Any):
         if pretrained_model_name_or_path is None:
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        check_local_path(pretrained_model_name_or_path, cls.__name__)
         folder = Path(pretrained_model_name_or_path) / (kwargs.get("subfolder") or "")
         check_pretrained_folder(cls, folder, config_given=kwargs.get("config") is not None)
         want_info = kwargs.pop("output_loading_info", False)
-        model, info = super().from_pretrained(
-            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
-        )
-        check_weights_were_loaded(model, info, folder)
+        if kwargs.get("ignore_mismatched_sizes"):  # the caller's choice: new weights for the tensors that differ
+            model, info = super().from_pretrained(
+                pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+            )
+            check_weights_were_loaded(model, info, folder)
+            return (model, info) if want_info else model
+        # transformers reports a size mismatch with advice to set ignore_mismatched_sizes, which would initialise the
+        # weights anew: load with it, hold the report back, and raise one error naming the config fields instead
+        with _held_back_records(logging.getLogger("transformers.modeling_utils")) as held:
+            model, info = super().from_pretrained(
+                pretrained_model_name_or_path,
+                *model_args,
+                output_loading_info=True,
+                ignore_mismatched_sizes=True,
+                **kwargs,
+            )
+            check_weights_were_loaded(model, info, folder)
+            check_config_fits_weights(model, info, folder, kwargs)
+            held.release()
         return (model, info) if want_info else model
 
     @classmethod

@@ -200,3 +200,47 @@ def test_partial_loads_and_loading_info_are_unchanged(saved):
         k.startswith("bert.embeddings") for k in info["missing_keys"]
     )
     assert isinstance(hf_seq.BertForMaskedLM.from_pretrained(saved["bert"][0]), hf_seq.BertForMaskedLM)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a config.json that disagrees with the weights beside it; a local folder that does not exist
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family,head", FIRST_HEADS, ids=HEAD_IDS)
+def test_a_config_whose_sizes_disagree_with_the_weights_names_the_field(saved, family, head, tmp_path):
+    """transformers gives a load report and advises ignore_mismatched_sizes=True, which would re-initialise the
+    weights; hf_seq names config.json, the field, the size of the weights and a tensor's two shapes."""
+    folder = copy_of(saved, family, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    trained = config["hidden_size"]
+    config["hidden_size"] = 2 * trained + 2
+    (folder / "config.json").write_text(json.dumps(config))
+    auto = getattr(transformers, head._auto_class)
+    for load in (head.from_pretrained, auto.from_pretrained):
+        with pytest.raises(ValueError, match="does not match the weights saved beside it") as err:
+            load(folder)
+        message = str(err.value)
+        assert str(folder / "config.json") in message
+        assert f"`hidden_size` {2 * trained + 2} (the weights have {trained})" in message
+        assert "in the checkpoint but" in message and "do not pass ignore_mismatched_sizes=True" in message
+
+
+def test_a_size_given_to_from_pretrained_points_to_ignore_mismatched_sizes(saved, tmp_path):
+    """A neighbour: the size comes from the call (a classifier with more labels), not from config.json; starting
+    that head anew is what ignore_mismatched_sizes is for, and it still works."""
+    folder = saved["rnn"][0]
+    with pytest.raises(ValueError, match="with num_labels=5 given to from_pretrained.*ignore_mismatched_sizes=True"):
+        hf_seq.RNNForSequenceClassification.from_pretrained(folder, num_labels=5)
+    model = hf_seq.RNNForSequenceClassification.from_pretrained(folder, num_labels=5, ignore_mismatched_sizes=True)
+    assert model.classifier.out_features == 5
+
+
+@pytest.mark.parametrize("path", ["{tmp}/no_such_run", "./no_such_run/model", "runs_of_{name}/a/b", "{tmp}/x/"])
+def test_a_local_folder_that_does_not_exist_is_named(path, tmp_path):
+    """transformers takes a missing folder for a Hub id ("Repo id must be in the form ...")."""
+    name = path.format(tmp=tmp_path, name=tmp_path.name)
+    for load in (hf_seq.RNNForSequenceClassification.from_pretrained, hf_seq.BertForMaskedLM.from_pretrained):
+        with pytest.raises(FileNotFoundError, match="no such folder") as err:
+            load(name)
+        assert name in str(err.value)

@@ -10,6 +10,7 @@ marked slow."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -271,6 +272,119 @@ def test_lm_other_cells(cell, layers, tokenizer, tmp_path):
     assert_generate_matches(model, exported, left_padded(tokenizer))
 
 
+def test_lm_labels_give_pytorchs_loss(lm_export, tokenizer):
+    """``labels`` (shifted inside, -100 ignored) and ``shift_labels`` give RNNForCausalLM's loss, not None."""
+    model, root = lm_export
+    exported = load_onnxruntime(root / "onnx")
+    inputs = right_padded(tokenizer)
+    labels = inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, -100)
+    for given in ({"labels": labels}, {"shift_labels": labels.roll(-1, dims=1)}):
+        with torch.no_grad():
+            expected = model(**inputs, **given)
+        got = exported(**inputs, **given)
+        assert got.loss is not None
+        torch.testing.assert_close(got.loss, expected.loss, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="`labels` must have the input's shape"):
+        exported(**inputs, labels=labels[:, :-1])
+    with torch.no_grad():  # logits_to_keep, and return_dict=False as a tuple
+        expected = model(**inputs, logits_to_keep=1, return_dict=False)
+    got = exported(**inputs, logits_to_keep=1, return_dict=False)
+    assert isinstance(got, tuple)
+    torch.testing.assert_close(got[0], expected[0], rtol=1e-4, atol=1e-5)
+
+
+def test_lm_arguments_the_graphs_cannot_honour_are_refused(lm_export, tokenizer):
+    """Never a None where PyTorch gives a tensor: what the graphs cannot return is a ValueError naming the argument,
+    in generate() before decoding, and in forward."""
+    _, root = lm_export
+    exported = load_onnxruntime(root / "onnx")
+    inputs = left_padded(tokenizer)
+    for flag in ("output_hidden_states", "output_attentions"):
+        with pytest.raises(ValueError, match=f"`{flag}` cannot be given to ORTModelForCausalLM"):
+            exported.generate(**inputs, max_new_tokens=2, return_dict_in_generate=True, **{flag: True})
+        with pytest.raises(ValueError, match=f"`{flag}`"):
+            exported(**inputs, **{flag: True})
+    embeds = torch.zeros(*inputs["input_ids"].shape, 8)
+    with pytest.raises(ValueError, match="`inputs_embeds` cannot be given.*pass `input_ids`"):
+        exported(**inputs, inputs_embeds=embeds)
+    with pytest.raises(ValueError, match="`output_hiden_states` cannot be given"):
+        exported(**inputs, output_hiden_states=True)
+    assert exported(**inputs, output_hidden_states=False).logits.shape[:2] == inputs["input_ids"].shape
+
+
+def test_rnn_translator_refuses_cross_attentions_before_decoding(tokenizer):
+    """The issue's case without an export: the refusal comes before any graph runs (this model has none)."""
+    from hf_seq.toolkit.onnx_runtime import ORTModelForSeq2SeqLM
+
+    config = rnn_seq2seq(len(tokenizer)).config
+    exported = ORTModelForSeq2SeqLM(config, sessions={}, info={"graphs": {}})
+    inputs = right_padded(tokenizer)
+    for flag in ("output_attentions", "output_hidden_states"):
+        with pytest.raises(ValueError, match=f"`{flag}` cannot be given to ORTModelForSeq2SeqLM"):
+            exported.generate(**inputs, max_new_tokens=2, return_dict_in_generate=True, **{flag: True})
+    exported.generation_config.output_attentions = True  # a saved generation config asking for them
+    with pytest.raises(ValueError, match="`output_attentions`"):
+        exported.generate(**inputs, max_new_tokens=2)
+    with pytest.raises(ValueError, match="`decoder_inputs_embeds`"):
+        exported(**inputs, decoder_inputs_embeds=torch.zeros(3, 1, 8))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# an export's graphs against its manifest, its tokenizer against its config: checked at load
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_a_graph_that_is_not_the_manifests_is_refused_at_load(lm_export, tmp_path):
+    _, root = lm_export
+    folder = tmp_path / "swapped"
+    shutil.copytree(root / "onnx", folder)
+    shutil.copy(folder / "decoder_model.onnx", folder / "step_model.onnx")  # another graph under the step's name
+    with pytest.raises(OnnxExportError, match=r"step_model\.onnx is not the graph hf_seq_onnx\.json describes"):
+        load_onnxruntime(folder)
+    # an export written before the digests were recorded: the graph's input names still give it away
+    info = json.loads((folder / "hf_seq_onnx.json").read_text())
+    for graph in info["graphs"].values():
+        if isinstance(graph, dict):
+            graph.pop("sha256", None)
+    (folder / "hf_seq_onnx.json").write_text(json.dumps(info))
+    with pytest.raises(OnnxExportError, match=r"step_model\.onnx has inputs \['input_ids', 'attention_mask'"):
+        load_onnxruntime(folder)
+    shutil.copy(root / "onnx" / "step_model.onnx", folder / "step_model.onnx")
+    assert type(load_onnxruntime(folder)).__name__ == "ORTModelForCausalLM"  # older exports without digests load
+    (folder / "step_model.onnx").unlink()
+    with pytest.raises(OnnxExportError, match="lacks step_model.onnx"):
+        load_onnxruntime(folder)
+
+
+@pytest.mark.slow(reason="a second LM export, ~10 s")
+def test_another_exports_step_graph_is_refused_at_load(lm_export, tokenizer, tmp_path):
+    """The case on record: a step graph of another export (another hidden size) failed only at the first decoding
+    step with ONNX Runtime's INVALID_ARGUMENT; it is refused at load, naming the file."""
+    _, root = lm_export
+    other = lm(len(tokenizer))
+    other.config.hidden_size = 16
+    other = hf_seq.RNNForCausalLM(other.config).eval()
+    to_onnx(other, tmp_path / "other", tokenizer=tokenizer)
+    folder = tmp_path / "mixed"
+    shutil.copytree(root / "onnx", folder)
+    shutil.copy(tmp_path / "other" / "step_model.onnx", folder / "step_model.onnx")
+    with pytest.raises(OnnxExportError, match=r"step_model\.onnx is not the graph .*another export"):
+        load_onnxruntime(folder)
+
+
+def test_an_export_whose_tokenizer_disagrees_with_its_config_is_refused_at_load(lm_export, tmp_path):
+    _, root = lm_export
+    folder = tmp_path / "edited"
+    shutil.copytree(root / "onnx", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["eos_token_id"] = 6
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(OnnxExportError, match=r"eos_token_id is 3 but the model's config says `eos_token_id` 6"):
+        load_onnxruntime(folder)
+    with pytest.raises(FileNotFoundError, match="no_such_export: no such folder"):
+        load_onnxruntime(tmp_path / "no_such_export")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # RNN seq2seq
 # ---------------------------------------------------------------------------------------------------------------
@@ -300,6 +414,18 @@ def check_rnn_seq2seq(overrides: dict, tokenizer, folder) -> None:
     with torch.no_grad():
         expected = first_step_scores(model, inputs)
     torch.testing.assert_close(first_step_scores(exported, inputs), expected, rtol=1e-4, atol=1e-5)
+    assert_teacher_forcing_matches(model, exported, inputs)
+
+
+def assert_teacher_forcing_matches(model, exported, inputs: dict) -> None:
+    """``labels`` give PyTorch's loss and the logits of every decoder position (not the last one alone)."""
+    labels = torch.tensor([[5, 6, 7, EOS], [8, 9, EOS, -100], [10, EOS, -100, -100]])
+    with torch.no_grad():
+        expected = model(**inputs, labels=labels)
+    got = exported(**inputs, labels=labels)
+    assert got.logits.shape == expected.logits.shape
+    torch.testing.assert_close(got.logits, expected.logits, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got.loss, expected.loss, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.slow
@@ -335,6 +461,7 @@ def test_transformer_generate_matches_pytorch(transformer_export, tokenizer):
     with torch.no_grad():
         expected = first_step_scores(model, inputs)
     torch.testing.assert_close(first_step_scores(exported, inputs), expected, rtol=1e-4, atol=1e-5)
+    assert_teacher_forcing_matches(model, exported, inputs)
 
 
 @pytest.mark.slow
@@ -384,6 +511,10 @@ def test_sequence_classifier_export_matches_pytorch(cell, tokenizer, tmp_path):
         with torch.no_grad():
             expected = model(**inputs).logits
         torch.testing.assert_close(exported(**inputs).logits, expected, rtol=1e-4, atol=1e-5)
+    labels = torch.tensor([0, 2, 1])
+    with torch.no_grad():
+        expected_loss = model(**inputs, labels=labels).loss
+    torch.testing.assert_close(exported(**inputs, labels=labels).loss, expected_loss, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.slow
@@ -411,6 +542,14 @@ def test_tagger_and_bert_exports_match_pytorch(head, tokenizer, tmp_path):
         expected = model(**inputs)
     field = "last_hidden_state" if head == "BertModel" else "logits"
     torch.testing.assert_close(getattr(exported(**inputs), field), getattr(expected, field), rtol=1e-4, atol=1e-5)
+    if head == "RNNForTokenClassification":
+        labels = inputs["input_ids"].remainder(4).masked_fill(inputs["attention_mask"] == 0, -100)
+        with torch.no_grad():
+            expected_loss = model(**inputs, labels=labels).loss
+        torch.testing.assert_close(exported(**inputs, labels=labels).loss, expected_loss, rtol=1e-4, atol=1e-5)
+    elif head == "BertModel":  # the encoder takes no labels, in PyTorch either
+        with pytest.raises(ValueError, match="`labels` cannot be given to ORTModelForFeatureExtraction"):
+            exported(**inputs, labels=torch.zeros(3, dtype=torch.long))
 
 
 def test_refusals_name_the_field(tokenizer, tmp_path):

@@ -47,6 +47,7 @@ them. The modelling files never import this module (a saved model folder does no
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import inspect
 import json
 import logging
@@ -70,12 +71,14 @@ from transformers.modeling_outputs import (
 )
 
 from ..compat import cache_argument, cache_output
+from ..losses import masked_cross_entropy, sequence_classification_loss, token_classification_loss
 from ..modeling_rnn import RNNCache
 from ..modeling_rnn_seq2seq import RNNDecoderCache
 from ..modeling_utils import GenerationLengthMixin, RecurrentStateGenerationMixin
-from ..seq2seq_utils import Seq2SeqLMHeadMixin
-from ..validation import GenerationArgumentsMixin
+from ..seq2seq_utils import Seq2SeqLMHeadMixin, decoder_input_ids_for_labels
+from ..validation import IGNORE_INDEX, GenerationArgumentsMixin, check_label_range
 from .export_folders import (
+    TOKENIZER_FILES,
     check_output_dir,
     check_source_folder,
     check_tokenizer_fits,
@@ -734,6 +737,55 @@ def quantize_graphs(folder: str | os.PathLike, files: list[str]) -> None:
         target = folder / f".{name}.int8"
         quantize_dynamic(source, target, weight_type=QuantType.QInt8)
         os.replace(target, source)
+    info_path = folder / ONNX_INFO
+    if info_path.is_file():  # an export's folder: its manifest records the new graphs
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+        info["quantization"] = "int8"
+        _record_graph_digests(folder, info)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _record_graph_digests(folder: Path, info: dict) -> None:
+    """Write ``info`` as the folder's manifest with the sha256 of every graph file it names: at load the graphs are
+    checked against it (:func:`check_graphs_match_manifest`)."""
+    for graph in info["graphs"].values():
+        if isinstance(graph, dict) and "file" in graph:
+            graph["sha256"] = _sha256(folder / graph["file"])
+    (folder / ONNX_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+
+
+def check_graphs_match_manifest(folder: Path, info: dict, sessions: dict) -> None:
+    """``OnnxExportError`` naming the graph file when a graph of ``folder`` is not the one its manifest describes: a
+    sha256 other than the recorded one, or (an export without the record) other input or output names. Caught here,
+    at load, instead of at the first decoding step with ONNX Runtime's shape error."""
+    for name, graph in info["graphs"].items():
+        if not (isinstance(graph, dict) and "file" in graph):
+            continue
+        path = folder / graph["file"]
+        recorded = graph.get("sha256")
+        if recorded is not None and _sha256(path) != recorded:
+            raise OnnxExportError(
+                f"{path} is not the graph {ONNX_INFO} describes (its sha256 differs from the one recorded at export): "
+                "the file was replaced or comes from another export; export the model again (hf-seq-export onnx)"
+            )
+        session = sessions[name]
+        found = ([i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()])
+        for kind, names, expected in (
+            ("inputs", found[0], graph.get("inputs")),
+            ("outputs", found[1], graph.get("outputs")),
+        ):
+            if expected is not None and list(names) != list(expected):
+                raise OnnxExportError(
+                    f"{path} has {kind} {names} but {ONNX_INFO} describes {expected}: the file comes from another "
+                    "export; export the model again (hf-seq-export onnx)"
+                )
 
 
 def _load_model(model_or_folder, tokenizer):
@@ -821,7 +873,7 @@ def to_onnx(
             "graphs": graphs,
             "torch_version": torch.__version__,
         }
-        (staging / ONNX_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        _record_graph_digests(staging, info)
         install(staging, output_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -863,6 +915,7 @@ class ORTModel(PreTrainedModel):
     main_input_name = "input_ids"
     base_model_prefix = "onnx"
     _supports_sdpa = True
+    accepts_loss_kwargs = False  # a loss is the mean over the batch's labels, as the PyTorch heads compute it
 
     def __init__(self, config, sessions: dict | None = None, info: dict | None = None, folder: Path | None = None):
         super().__init__(config)
@@ -895,9 +948,59 @@ class ORTModel(PreTrainedModel):
             f"{type(self).__name__} runs exported graphs: copy its folder ({self.folder}) or export the PyTorch model"
         )
 
+    def refuse_arguments(self, given: dict) -> None:
+        """``ValueError`` naming an argument of the PyTorch model that the exported graphs cannot honour (given, not
+        None or False): what the graphs do not return (attention weights, hidden states), embeddings instead of
+        ids, or any other keyword. transformers' plumbing (:data:`IGNORED_KEYWORDS`) passes."""
+        for name, value in given.items():
+            if value is None or value is False or name in IGNORED_KEYWORDS:
+                continue
+            reason = UNSUPPORTED_ARGUMENTS.get(name, "the exported graphs have no such input")
+            raise ValueError(
+                f"`{name}` cannot be given to {type(self).__name__} (an ONNX Runtime export): {reason}; run the PyTorch "
+                "model for it"
+            )
+
+    @staticmethod
+    def _outputs(output: ModelOutput, return_dict: bool | None):
+        return output if return_dict is not False else output.to_tuple()
+
+
+class ORTGenerationMixin:
+    """For the generative ``ORTModelFor...`` classes (before :class:`ORTModel`): ``generate()`` refuses, before
+    decoding, an argument the exported graphs cannot honour."""
+
+    def generate(self, *args, **kwargs):
+        """``GenerationMixin.generate``; an argument the exported graphs cannot honour (``output_attentions``,
+        ``output_hidden_states``, ``inputs_embeds``, ...) is a ``ValueError`` naming it before decoding starts."""
+        call = inspect.signature(GenerationMixin.generate).bind_partial(self, *args, **kwargs).arguments
+        settings = {**call.pop("kwargs", {}), **call}
+        config = settings.get("generation_config") or self.generation_config
+        for name in ("output_attentions", "output_hidden_states"):
+            if settings.get(name, getattr(config, name, None)):
+                self.refuse_arguments({name: True})
+        self.refuse_arguments({name: settings.get(name) for name in UNSUPPORTED_ARGUMENTS if name in settings})
+        return super().generate(*args, **kwargs)
+
+
+# transformers' keyword arguments that change nothing an exported model computes
+IGNORED_KEYWORDS = frozenset({"cache_position", "num_items_in_batch", "position_ids", "use_cache", "return_dict"})
+UNSUPPORTED_ARGUMENTS = {
+    "output_attentions": "the exported graphs return no attention weights",
+    "output_hidden_states": "the exported graphs return no hidden states of the layers",
+    "inputs_embeds": "the exported graph embeds the tokens itself: pass `input_ids`",
+    "decoder_inputs_embeds": "the exported decoder embeds the tokens itself: pass `decoder_input_ids`",
+    "head_mask": "the exported graphs take no head mask",
+}
+
 
 class ORTModelForCausalLM(
-    GenerationArgumentsMixin, RecurrentStateGenerationMixin, GenerationLengthMixin, ORTModel, GenerationMixin
+    GenerationArgumentsMixin,
+    RecurrentStateGenerationMixin,
+    GenerationLengthMixin,
+    ORTGenerationMixin,
+    ORTModel,
+    GenerationMixin,
 ):
     """``RNNForCausalLM`` on ONNX Runtime: the recurrent state (:class:`~.modeling_rnn.RNNCache`) is the cache;
     ``generate()`` reads the prompt in one call and then one token a step."""
@@ -910,16 +1013,21 @@ class ORTModelForCausalLM(
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         cache: RNNCache | None = None,
+        labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         return_dict: bool | None = None,
+        logits_to_keep: int = 0,
         **kwargs,
-    ) -> CausalLMOutputWithPast:
+    ) -> CausalLMOutputWithPast | tuple:
         """``input_ids`` ``(B, T)`` (the new tokens when ``cache`` is given); ``attention_mask`` ``(B, T)`` or the whole
-        sequence's ``(B, past + T)`` (its last T columns are read). Returns logits ``(B, T, V)`` and the cache."""
+        sequence's ``(B, past + T)`` (its last T columns are read). Returns logits ``(B, T, V)`` (the last
+        ``logits_to_keep`` positions when it is set) and the cache; with ``labels`` ``(B, T)`` (shifted inside, -100
+        ignored) or ``shift_labels`` (already aligned) the next-token cross-entropy, as ``RNNForCausalLM`` computes
+        it."""
         if input_ids is None:
             raise ValueError(f"{type(self).__name__} takes `input_ids` (the exported graph embeds the tokens itself)")
-        if kwargs.get("inputs_embeds") is not None:
-            raise ValueError("`inputs_embeds` cannot be given to an exported model: pass `input_ids`")
+        shift_labels = kwargs.pop("shift_labels", None)
+        self.refuse_arguments(kwargs)
         batch, length = input_ids.shape
         if attention_mask is not None and attention_mask.shape[1] > length:
             attention_mask = attention_mask[:, -length:]
@@ -943,7 +1051,29 @@ class ORTModelForCausalLM(
             session, names = self._graph("decoder")
             logits, *new_state = _run(session, names, [ids, _long(attention_mask, input_ids), *state])
         cache.update(tuple(new_state), length)
-        return CausalLMOutputWithPast(logits=logits, **cache_output(cache if use_cache is not False else None))
+        loss = (
+            self._loss(logits, labels, shift_labels, logits_to_keep) if (labels, shift_labels) != (None, None) else None
+        )
+        if logits_to_keep:
+            logits = logits[:, -logits_to_keep:]
+        output = CausalLMOutputWithPast(
+            loss=loss, logits=logits, **cache_output(cache if use_cache is not False else None)
+        )
+        return self._outputs(output, return_dict)
+
+    def _loss(self, logits, labels, shift_labels, logits_to_keep) -> torch.Tensor:
+        """Next-token cross-entropy over the labels that are not -100 (``RNNForCausalLM``'s)."""
+        if logits_to_keep:
+            raise ValueError("`labels` cannot be combined with `logits_to_keep` (the loss needs every position)")
+        name, targets = ("shift_labels", shift_labels) if shift_labels is not None else ("labels", labels)
+        if tuple(targets.shape) != tuple(logits.shape[:2]):
+            raise ValueError(
+                f"`{name}` must have the input's shape {tuple(logits.shape[:2])}, got {tuple(targets.shape)}"
+            )
+        check_label_range(name, targets, self.config.vocab_size, "vocab_size")
+        if shift_labels is None:  # position t predicts token t+1; the last position has nothing to predict
+            targets = nn.functional.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
+        return masked_cross_entropy(logits, targets)
 
 
 @dataclass
@@ -1031,6 +1161,7 @@ class ORTModelForSeq2SeqLM(
     GenerationArgumentsMixin,
     RecurrentStateGenerationMixin,
     GenerationLengthMixin,
+    ORTGenerationMixin,
     ORTModel,
     GenerationMixin,
 ):
@@ -1061,12 +1192,23 @@ class ORTModelForSeq2SeqLM(
         **kwargs,
     ) -> Seq2SeqLMOutput:
         """Encode ``input_ids`` (unless ``encoder_outputs`` are given) and read ``decoder_input_ids`` ``(B, T)`` from
-        ``cache`` (the new tokens only when one is given). Returns the logits of the last position ``(B, 1, V)``."""
+        ``cache`` (the new tokens only when one is given). Returns the logits of every decoder position ``(B, T, V)``;
+        with ``labels`` ``(B, T)`` (the decoder inputs shifted from them when none are given, -100 ignored) the
+        cross-entropy, as the PyTorch heads compute it (the cache is then off)."""
+        labels = kwargs.pop("labels", None)
+        decoder_mask = kwargs.pop("decoder_attention_mask", None)
+        self.refuse_arguments(kwargs)
+        if decoder_mask is not None and not bool(decoder_mask.bool().all()):
+            raise ValueError(
+                "`decoder_attention_mask` with padding cannot be given to the exported decoder, which reads every "
+                "target token: pass right-padded `decoder_input_ids` without it (the real positions' logits do not "
+                "depend on right padding) or run the PyTorch model"
+            )
+        if labels is not None:
+            decoder_input_ids = decoder_input_ids_for_labels(self.config, labels, decoder_input_ids, None)
+            use_cache = False
         if decoder_input_ids is None:
-            raise ValueError("Pass `decoder_input_ids` (the exported decoder reads target tokens)")
-        for name in ("inputs_embeds", "decoder_inputs_embeds", "labels"):
-            if kwargs.get(name) is not None:
-                raise ValueError(f"`{name}` cannot be given to an exported model")
+            raise ValueError("Pass `decoder_input_ids` or `labels` (the exported decoder reads target tokens)")
         if encoder_outputs is None:
             encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask)
         elif not isinstance(encoder_outputs, ORTEncoderOutput):
@@ -1083,7 +1225,14 @@ class ORTModelForSeq2SeqLM(
             logits, cache = self._transformer_steps(decoder_input_ids, attention_mask, encoder_outputs, cache)
         else:
             logits, cache = self._rnn_steps(decoder_input_ids, attention_mask, encoder_outputs, cache)
-        return Seq2SeqLMOutput(logits=logits[:, None], **cache_output(cache if use_cache is not False else None))
+        loss = masked_cross_entropy(logits, labels) if labels is not None else None
+        output = Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            **cache_output(cache if use_cache is not False else None),
+        )
+        return self._outputs(output, return_dict)
 
     def _rnn_steps(self, decoder_input_ids, attention_mask, encoder_outputs, cache):
         graphs = self.info["graphs"]
@@ -1095,7 +1244,7 @@ class ORTModelForSeq2SeqLM(
         elif not isinstance(cache, RNNDecoderCache):
             raise ValueError(f"`cache` must be an RNNDecoderCache (the decoder's recurrent state), got {type(cache)}")
         session, names = self._graph("decoder")
-        logits = None
+        steps = []
         for t in range(decoder_input_ids.shape[1]):
             token = decoder_input_ids[:, t : t + 1].to(torch.long)
             if graphs["attention"]:
@@ -1106,7 +1255,8 @@ class ORTModelForSeq2SeqLM(
                 logits, *state = _run(session, names, [token, *cache.state])
             cache.state = tuple(state)
             cache.seen_tokens += 1
-        return logits, cache
+            steps.append(logits)
+        return torch.stack(steps, dim=1), cache  # (B, T, V)
 
     def _transformer_steps(self, decoder_input_ids, attention_mask, encoder_outputs, cache):
         layers = self.info["graphs"]["decoder_layers"]
@@ -1119,7 +1269,7 @@ class ORTModelForSeq2SeqLM(
         cross = encoder_outputs.cross_key_values  # (B, L, 2, nh, S, hs)
         cross_list = [cross[:, i, j] for i in range(layers) for j in range(2)]
         session, names = self._graph("decoder")
-        logits = None
+        steps = []
         for t in range(decoder_input_ids.shape[1]):
             if cache.key_values is None:
                 batch, _, _, heads, _, head_dim = cross.shape
@@ -1127,7 +1277,8 @@ class ORTModelForSeq2SeqLM(
             token = decoder_input_ids[:, t : t + 1].to(torch.long)
             logits, *present = _run(session, names, [token, attention_mask, *cache.key_values, *cross_list])
             cache.key_values = present
-        return logits, cache
+            steps.append(logits)
+        return torch.stack(steps, dim=1), cache  # (B, T, V)
 
 
 class _ORTForward(ORTModel):
@@ -1135,26 +1286,43 @@ class _ORTForward(ORTModel):
     output_field = "logits"
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, return_dict=None, **kwargs):
+        """The exported forward; ``labels`` give the loss of the PyTorch head (cross-entropy, MSE or BCE by the
+        config's ``problem_type`` for a classifier, per-token cross-entropy with -100 ignored for a tagger)."""
         if input_ids is None:
             raise ValueError(f"{type(self).__name__} takes `input_ids`")
+        labels = kwargs.pop("labels", None) if self.loss_function_of_labels is not None else None
+        self.refuse_arguments(kwargs)
         session, names = self._graph("model")
         values = [input_ids.to(torch.long), _long(attention_mask, input_ids)]
         if "token_type_ids" in names:
             values.append(
                 torch.zeros_like(input_ids, dtype=torch.long) if token_type_ids is None else token_type_ids.long()
             )
+        elif token_type_ids is not None:
+            self.refuse_arguments({"token_type_ids": token_type_ids})
         (output,) = _run(session, names, values)
-        return self.output_class(**{self.output_field: output})
+        fields = {self.output_field: output}
+        if labels is not None:
+            fields["loss"] = self.loss_function_of_labels(output, labels)
+        return self._outputs(self.output_class(**fields), return_dict)
+
+    loss_function_of_labels = None
 
 
 class ORTModelForSequenceClassification(_ORTForward):
     """A sentence classifier (RNN or BERT) on ONNX Runtime: ``logits`` (B, num_labels)."""
+
+    def loss_function_of_labels(self, logits, labels):
+        return sequence_classification_loss(logits, labels, self.config.num_labels, self.config.problem_type)
 
 
 class ORTModelForTokenClassification(_ORTForward):
     """A tagger (RNN or BERT) on ONNX Runtime: ``logits`` (B, T, num_labels)."""
 
     output_class = TokenClassifierOutput
+
+    def loss_function_of_labels(self, logits, labels):
+        return token_classification_loss(logits, labels, self.config.num_labels)
 
 
 class ORTModelForFeatureExtraction(_ORTForward):
@@ -1183,16 +1351,27 @@ def load_onnxruntime(folder: str | os.PathLike, threads: int | None = None, prov
     except ImportError as error:
         raise ImportError("load_onnxruntime needs onnxruntime: pip install onnxruntime") from error
     folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such folder (an ONNX export written by to_onnx / hf-seq-export onnx)")
     info_path = folder / ONNX_INFO
     if not info_path.is_file():
         raise OnnxExportError(f"{folder} is not an ONNX export of hf_seq (no {ONNX_INFO}; write one with to_onnx)")
     info = json.loads(info_path.read_text(encoding="utf-8"))
     config = AutoConfig.from_pretrained(folder)
+    graph_files = [g["file"] for g in info["graphs"].values() if isinstance(g, dict) and "file" in g]
+    missing = [name for name in graph_files if not (folder / name).is_file()]
+    if missing:
+        raise OnnxExportError(f"{folder} lacks {missing[0]}, which {ONNX_INFO} lists; export the model again")
     sessions = {
         name: _session(folder / graph["file"], threads, providers)
         for name, graph in info["graphs"].items()
         if isinstance(graph, dict) and "file" in graph
     }
+    check_graphs_match_manifest(folder, info, sessions)
+    if any((folder / name).is_file() for name in TOKENIZER_FILES):  # the tokenizer saved beside the graphs
+        check_tokenizer_fits(
+            folder_tokenizer(folder, OnnxExportError), config, OnnxExportError, f"the tokenizer of {folder}"
+        )
     model = ORT_CLASSES[info["kind"]](config, sessions, info, folder)
     if (folder / "generation_config.json").is_file():
         model.generation_config = GenerationConfig.from_pretrained(folder)
@@ -1204,6 +1383,7 @@ __all__ = [
     "ONNX_QUANTIZATIONS",
     "ORTEncoderOutput",
     "ORTKeyValueCache",
+    "ORTGenerationMixin",
     "ORTModel",
     "ORTModelForCausalLM",
     "ORTModelForFeatureExtraction",
@@ -1211,6 +1391,7 @@ __all__ = [
     "ORTModelForSequenceClassification",
     "ORTModelForTokenClassification",
     "OnnxExportError",
+    "check_graphs_match_manifest",
     "check_onnx_exportable",
     "load_onnxruntime",
     "quantize_graphs",
