@@ -370,6 +370,13 @@ def test_another_exports_step_graph_is_refused_at_load(lm_export, tokenizer, tmp
     shutil.copy(tmp_path / "other" / "step_model.onnx", folder / "step_model.onnx")
     with pytest.raises(OnnxExportError, match=r"step_model\.onnx is not the graph .*another export"):
         load_onnxruntime(folder)
+    info = json.loads((folder / "hf_seq_onnx.json").read_text())  # an export without digests: the state's size
+    for graph in info["graphs"].values():
+        if isinstance(graph, dict):
+            graph.pop("sha256", None)
+    (folder / "hf_seq_onnx.json").write_text(json.dumps(info))
+    with pytest.raises(OnnxExportError, match=r"step_model\.onnx and decoder_model\.onnx disagree on the shape of `h`"):
+        load_onnxruntime(folder)
 
 
 def test_an_export_whose_tokenizer_disagrees_with_its_config_is_refused_at_load(lm_export, tmp_path):

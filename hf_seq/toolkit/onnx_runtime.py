@@ -764,7 +764,9 @@ def _record_graph_digests(folder: Path, info: dict) -> None:
 def check_graphs_match_manifest(folder: Path, info: dict, sessions: dict) -> None:
     """``OnnxExportError`` naming the graph file when a graph of ``folder`` is not the one its manifest describes: a
     sha256 other than the recorded one, or (an export without the record) other input or output names. Caught here,
-    at load, instead of at the first decoding step with ONNX Runtime's shape error."""
+    at load, instead of at the first decoding step with ONNX Runtime's shape error. A value that two graphs share
+    by name (the LM's state ``h``, the seq2seq's encoder states) must have the same fixed sizes in both."""
+    seen: dict[str, list] = {}
     for name, graph in info["graphs"].items():
         if not (isinstance(graph, dict) and "file" in graph):
             continue
@@ -785,6 +787,20 @@ def check_graphs_match_manifest(folder: Path, info: dict, sessions: dict) -> Non
                 raise OnnxExportError(
                     f"{path} has {kind} {names} but {ONNX_INFO} describes {expected}: the file comes from another "
                     "export; export the model again (hf-seq-export onnx)"
+                )
+        for value in (*session.get_inputs(), *session.get_outputs()):  # one size per named value across graphs
+            seen.setdefault(value.name, []).append((graph["file"], value.shape))
+    for value_name, places in seen.items():
+        (first, first_shape), *others = places
+        for other, shape in others:
+            differ = len(shape) != len(first_shape) or any(
+                isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(shape, first_shape)
+            )
+            if differ:
+                raise OnnxExportError(
+                    f"{folder / other} and {first} disagree on the shape of `{value_name}` ({shape} vs "
+                    f"{first_shape}): the graphs come from different exports; export the model again "
+                    "(hf-seq-export onnx)"
                 )
 
 
