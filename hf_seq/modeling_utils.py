@@ -453,9 +453,13 @@ class CheckedLoadingMixin:
         folder = Path(pretrained_model_name_or_path) / (kwargs.get("subfolder") or "")
         check_pretrained_folder(cls, folder, config_given=kwargs.get("config") is not None)
         want_info = kwargs.pop("output_loading_info", False)
-        if kwargs.get("ignore_mismatched_sizes"):  # the caller's choice: new weights for the tensors that differ
+        if kwargs.pop("ignore_mismatched_sizes", False):  # the caller's choice: new weights for the tensors that differ
             model, info = super().from_pretrained(
-                pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+                pretrained_model_name_or_path,
+                *model_args,
+                output_loading_info=True,
+                ignore_mismatched_sizes=True,
+                **kwargs,
             )
             check_weights_were_loaded(model, info, folder)
             return (model, info) if want_info else model

@@ -230,8 +230,15 @@ def test_a_size_given_to_from_pretrained_points_to_ignore_mismatched_sizes(saved
     """A neighbour: the size comes from the call (a classifier with more labels), not from config.json; starting
     that head anew is what ignore_mismatched_sizes is for, and it still works."""
     folder = saved["rnn"][0]
-    with pytest.raises(ValueError, match="with num_labels=5 given to from_pretrained.*ignore_mismatched_sizes=True"):
-        hf_seq.RNNForSequenceClassification.from_pretrained(folder, num_labels=5)
+    for given in ({}, {"ignore_mismatched_sizes": False}):
+        with pytest.raises(
+            ValueError, match="with num_labels=5 given to from_pretrained.*ignore_mismatched_sizes=True"
+        ):
+            hf_seq.RNNForSequenceClassification.from_pretrained(folder, num_labels=5, **given)
+    same = hf_seq.RNNForSequenceClassification.from_pretrained(folder, ignore_mismatched_sizes=False)
+    assert torch.equal(
+        same.classifier.weight, hf_seq.RNNForSequenceClassification.from_pretrained(folder).classifier.weight
+    )
     model = hf_seq.RNNForSequenceClassification.from_pretrained(folder, num_labels=5, ignore_mismatched_sizes=True)
     assert model.classifier.out_features == 5
 
