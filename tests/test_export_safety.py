@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from tiny_models import BOS, EOS, PAD, build_tokenizer
+from tiny_models import build_tokenizer, tiny_model
 
 import hf_seq
 from hf_seq.toolkit.export import ExportError, average_checkpoints, main, to_ctranslate2, to_onnx
@@ -28,21 +27,7 @@ REFUSED = (ExportError, OnnxExportError)
 
 
 def tiny_transformer(vocab_size: int) -> hf_seq.TransformerForConditionalGeneration:
-    torch.manual_seed(0)
-    config = hf_seq.HfSeqTransformerConfig(
-        vocab_size=vocab_size,
-        hidden_size=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=40,
-        pad_token_id=PAD,
-        bos_token_id=BOS,
-        eos_token_id=EOS,
-        decoder_start_token_id=BOS,
-    )
-    return hf_seq.TransformerForConditionalGeneration(config).eval()
+    return tiny_model(hf_seq.TransformerForConditionalGeneration, vocab_size)
 
 
 @pytest.fixture(scope="module")

@@ -334,6 +334,15 @@ def test_rnn_translator_refuses_cross_attentions_before_decoding(tokenizer):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def drop_digests(folder) -> None:
+    """Make ``folder``'s manifest look like one written before the graphs' digests were recorded."""
+    info = json.loads((folder / "hf_seq_onnx.json").read_text())
+    for graph in info["graphs"].values():
+        if isinstance(graph, dict):
+            graph.pop("sha256", None)
+    (folder / "hf_seq_onnx.json").write_text(json.dumps(info))
+
+
 def test_a_graph_that_is_not_the_manifests_is_refused_at_load(lm_export, tmp_path):
     _, root = lm_export
     folder = tmp_path / "swapped"
@@ -342,11 +351,7 @@ def test_a_graph_that_is_not_the_manifests_is_refused_at_load(lm_export, tmp_pat
     with pytest.raises(OnnxExportError, match=r"step_model\.onnx is not the graph hf_seq_onnx\.json describes"):
         load_onnxruntime(folder)
     # an export written before the digests were recorded: the graph's input names still give it away
-    info = json.loads((folder / "hf_seq_onnx.json").read_text())
-    for graph in info["graphs"].values():
-        if isinstance(graph, dict):
-            graph.pop("sha256", None)
-    (folder / "hf_seq_onnx.json").write_text(json.dumps(info))
+    drop_digests(folder)
     with pytest.raises(OnnxExportError, match=r"step_model\.onnx has inputs \['input_ids', 'attention_mask'"):
         load_onnxruntime(folder)
     shutil.copy(root / "onnx" / "step_model.onnx", folder / "step_model.onnx")
@@ -370,11 +375,7 @@ def test_another_exports_step_graph_is_refused_at_load(lm_export, tokenizer, tmp
     shutil.copy(tmp_path / "other" / "step_model.onnx", folder / "step_model.onnx")
     with pytest.raises(OnnxExportError, match=r"step_model\.onnx is not the graph .*another export"):
         load_onnxruntime(folder)
-    info = json.loads((folder / "hf_seq_onnx.json").read_text())  # an export without digests: the state's size
-    for graph in info["graphs"].values():
-        if isinstance(graph, dict):
-            graph.pop("sha256", None)
-    (folder / "hf_seq_onnx.json").write_text(json.dumps(info))
+    drop_digests(folder)  # an export without digests: the state's size gives it away
     with pytest.raises(OnnxExportError, match=r"step_model\.onnx and decoder_model\.onnx disagree on the shape of `h`"):
         load_onnxruntime(folder)
 
