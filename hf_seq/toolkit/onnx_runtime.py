@@ -1000,13 +1000,14 @@ class ORTGenerationMixin:
 
 
 # transformers' keyword arguments that change nothing an exported model computes
-IGNORED_KEYWORDS = frozenset({"cache_position", "num_items_in_batch", "position_ids", "use_cache", "return_dict"})
+IGNORED_KEYWORDS = frozenset({"cache_position", "num_items_in_batch", "use_cache", "return_dict"})
 UNSUPPORTED_ARGUMENTS = {
     "output_attentions": "the exported graphs return no attention weights",
     "output_hidden_states": "the exported graphs return no hidden states of the layers",
     "inputs_embeds": "the exported graph embeds the tokens itself: pass `input_ids`",
     "decoder_inputs_embeds": "the exported decoder embeds the tokens itself: pass `decoder_input_ids`",
     "head_mask": "the exported graphs take no head mask",
+    "position_ids": "the exported graph numbers the positions itself (0, 1, ...)",
 }
 
 
