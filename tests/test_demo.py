@@ -225,3 +225,44 @@ def test_written_space_serves_the_page_without_hf_seq(folders, clean_python, tmp
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_exports_next_to_the_folder_are_found(folders, tmp_path):
+    from hf_seq.toolkit.demo import find_exports
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "onnx").mkdir()
+    (run / "onnx" / "hf_seq_onnx.json").write_text("{}")
+    sibling = tmp_path / "run-ct2"
+    sibling.mkdir()
+    for name in ("model.bin", "hf_seq_export.json"):
+        (sibling / name).write_text("")
+    (tmp_path / "other-ct2").mkdir()  # not named after the run
+    assert find_exports(run) == {"ONNX Runtime": run / "onnx", "CTranslate2": sibling}
+    # a classifier is not offered CTranslate2 (a translator export only)
+    demo = Demo(folders["classifier"], exports=find_exports(run))
+    assert demo.engines == ["PyTorch", "ONNX Runtime"]
+    with pytest.raises(DemoInputError, match="CTranslate2"):
+        demo.engine("CTranslate2")
+
+
+def test_space_loading_from_the_hub_names_the_model(folders, tmp_path):
+    space = tmp_path / "space"
+    main([str(folders["bert_mlm"]), "--write-space", str(space), "--model-id", "someone/tiny-bert"])
+    assert not (space / "model").exists()
+    assert "'someone/tiny-bert'" in (space / "app.py").read_text()
+    assert "models:\n  - someone/tiny-bert" in (space / "README.md").read_text()
+
+
+def test_command_line_refuses_a_head_without_a_page(tmp_path, capsys):
+    from tiny_models import build_tokenizer, tiny_model
+
+    import hf_seq
+
+    tokenizer = build_tokenizer()
+    tiny_model(hf_seq.RNNModel, len(tokenizer)).save_pretrained(tmp_path / "encoder")
+    tokenizer.save_pretrained(tmp_path / "encoder")
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / "encoder")])
+    assert exit_info.value.code == 2 and "RNNModel" in capsys.readouterr().err
