@@ -15,6 +15,7 @@ pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not CHROMIUM.is_file(), reason=f"no Chromium at {CHROMIUM} (make test-browser installs it)"),
 ]
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before Gradio is imported: no usage statistics
 gradio = pytest.importorskip("gradio", reason="the demo extra is not installed: pip install -e '.[demo]'")
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the test extra)")
 
@@ -58,7 +59,7 @@ def free_port() -> int:
 @pytest.fixture
 def open_page(browser, folders, tmp_path):
     """``open_page(name)``: the page of tiny folder ``name`` served on a free port, opened in a new browser tab."""
-    served = []
+    served, requested = [], []
 
     def open_(name: str):
         demo = Demo(save_tiny_folder(name, folders))
@@ -67,6 +68,7 @@ def open_page(browser, folders, tmp_path):
         app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
         tab = browser.new_page(viewport={"width": 1200, "height": 1400})
         tab.set_default_timeout(TIMEOUT_MS)
+        tab.on("request", lambda request: requested.append(request.url))
         served.append((app, tab))
         tab.goto(f"http://127.0.0.1:{port}/")
         tab.locator("#served-model").wait_for()
@@ -77,6 +79,8 @@ def open_page(browser, folders, tmp_path):
         tab.screenshot(path=str(tmp_path / "page.png"), full_page=True)
         tab.close()
         app.close()
+    # the page loads everything from its own server: no font, script or statistics from elsewhere
+    assert requested and not [url for url in requested if not url.startswith(("http://127.0.0.1:", "data:", "blob:"))]
 
 
 def submit(tab, text: str) -> None:
