@@ -4,6 +4,7 @@ input as a message, the command line, and the written Space served from a Python
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -146,13 +147,26 @@ def test_command_line_refuses_a_folder_without_a_model(tmp_path, capsys):
     assert exit_info.value.code == 2 and "no config.json" in capsys.readouterr().err
 
 
-@pytest.mark.slow  # the ONNX export: ~20 s
-def test_exports_beside_the_folder_add_engines(folders, tmp_path):
+@pytest.mark.slow  # the ONNX exports: ~20 s
+def test_exports_beside_the_folder_add_engines_that_answer_alike(folders, tmp_path):
+    from hf_seq.toolkit.export import to_ctranslate2
     from hf_seq.toolkit.onnx_runtime import to_onnx
 
-    folder = folders["classifier"]
-    export = to_onnx(folder, tmp_path / "classifier-onnx")
-    demo = Demo(folder, exports={"ONNX Runtime": export})
+    folder = tmp_path / "translator"
+    shutil.copytree(folders["transformer_translator"], folder)
+    to_onnx(folder, tmp_path / "translator-onnx")
+    to_ctranslate2(folder, folder / "ctranslate2")
+    demo = Demo(folder)  # both found: a sibling and a sub-folder
+    assert demo.engines == ["PyTorch", "ONNX Runtime", "CTranslate2"]
+    expected = demo.translate(SOURCE, 3)
+    for engine in ("ONNX Runtime", "CTranslate2"):
+        found = demo.translate(SOURCE, 3, engine)
+        assert [(text, ids) for text, _, ids in found] == [(text, ids) for text, _, ids in expected], engine
+        torch.testing.assert_close([s for _, s, _ in found], [s for _, s, _ in expected], rtol=1e-4, atol=1e-4)
+    classifier = tmp_path / "classifier"
+    shutil.copytree(folders["classifier"], classifier)
+    to_onnx(classifier, tmp_path / "classifier-onnx")
+    demo = Demo(classifier)
     assert demo.engines == ["PyTorch", "ONNX Runtime"]
     torch.testing.assert_close(
         demo.classify("a cat sat", "ONNX Runtime"), demo.classify("a cat sat"), rtol=1e-4, atol=1e-5

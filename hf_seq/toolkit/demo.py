@@ -244,13 +244,7 @@ class Demo:
         enc = self.encode(source)
         num_beams = int(num_beams)
         if engine == "CTranslate2":
-            tokens = self.tokenizer.convert_ids_to_tokens(enc["input_ids"][0].tolist())
-            result = self.engine(engine).translate_batch(
-                [tokens], beam_size=num_beams, num_hypotheses=num_beams, return_scores=True
-            )[0]
-            start = self.config.decoder_start_token_id
-            hyps = [[start, *self.tokenizer.convert_tokens_to_ids(h)] for h in result.hypotheses]
-            return [(self._text(h), float(s), h) for h, s in zip(hyps, result.scores)]
+            return self._translate_ctranslate2(enc, num_beams)
         with torch.no_grad():
             out = self.engine(engine).generate(
                 **enc,
@@ -268,6 +262,31 @@ class Demo:
             length = (steps != 0).sum(-1).clamp(min=1)
             scores = (steps.sum(-1) / length).tolist()
         return [(self._text(seq.tolist()), float(s), seq.tolist()) for seq, s in zip(sequences, scores)]
+
+    def _translate_ctranslate2(self, enc: dict, num_beams: int) -> list[tuple[str, float, list]]:
+        """:meth:`translate` through CTranslate2 with the search of the model's generation config
+        (``hf_seq.toolkit.export.generate_options``); the ids get the decoder start token, and the end token where the
+        hypothesis ended before the length limit, as ``generate()``'s sequences have them."""
+        from hf_seq.toolkit.export import generate_options
+
+        generation = self.model.generation_config
+        max_new = generation.max_new_tokens or (generation.max_length or 64) - 1
+        tokens = self.tokenizer.convert_ids_to_tokens(enc["input_ids"][0].tolist())
+        result = self.engine("CTranslate2").translate_batch(
+            [tokens],
+            beam_size=num_beams,
+            num_hypotheses=num_beams,
+            return_scores=True,
+            max_decoding_length=int(max_new),
+            **generate_options(generation, num_beams),
+        )[0]
+        start, end = [self.config.decoder_start_token_id], [self.config.eos_token_id]
+        # a hypothesis shorter than the limit ended with the end token (CTranslate2 leaves it out)
+        hyps = [
+            [*start, *self.tokenizer.convert_tokens_to_ids(h), *(end if len(h) < max_new else [])]
+            for h in result.hypotheses
+        ]
+        return [(self._text(h), float(score), h) for h, score in zip(hyps, result.scores)]
 
     def _text(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
