@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import torch
@@ -52,3 +53,10 @@ def _train_to_copy(model, tokenizer, steps: int = 40) -> None:
         optimizer.step()
         optimizer.zero_grad()
     model.eval()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a page or Space the test serves)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 
 import pytest
 import torch
 from conftest import BLOCK_HF_SEQ, run_clean
-from demo_folders import FOLDERS, save_tiny_folder
+from demo_folders import FOLDERS, free_port, save_tiny_folder
 from transformers import pipeline
 
 pytest.importorskip("gradio", reason="the demo extra is not installed: pip install -e '.[demo]'")
@@ -171,12 +170,6 @@ def test_exports_beside_the_folder_add_engines_that_answer_alike(folders, tmp_pa
     torch.testing.assert_close(
         demo.classify("a cat sat", "ONNX Runtime"), demo.classify("a cat sat"), rtol=1e-4, atol=1e-5
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.slow  # a second interpreter starts Gradio: ~40 s

@@ -5,7 +5,6 @@ kept in each test's tmp folder. ``make test-browser`` installs Chromium and the 
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before Gradio is i
 gradio = pytest.importorskip("gradio", reason="the demo extra is not installed: pip install -e '.[demo]'")
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the test extra)")
 
-from demo_folders import save_tiny_folder  # noqa: E402
+from demo_folders import free_port, save_tiny_folder  # noqa: E402
 
 from hf_seq.toolkit.demo import Demo, build_page  # noqa: E402
 
@@ -48,12 +47,6 @@ def browser():
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     return tmp_path_factory.mktemp("demo_folders")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
