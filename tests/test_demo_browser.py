@@ -129,6 +129,11 @@ def test_rnn_translator_page(open_page, tmp_path):
 def test_transformer_translator_page(open_page, tmp_path):
     demo, tab = open_page("transformer_translator")
     translate_and_check(demo, tab, tmp_path, "transformer")
+    averaged = tab.locator("#heatmap img").get_attribute("src")
+    tab.locator("#attention-head input").click()  # one head instead of the average: a new heat map
+    tab.get_by_role("option", name="2", exact=True).click()
+    playwright.expect(tab.locator("#heatmap img")).not_to_have_attribute("src", averaged, timeout=TIMEOUT_MS)
+    tab.locator("#heatmap").screenshot(path=str(tmp_path / "transformer_head2_heatmap.png"))
 
 
 def test_masked_lm_page_and_a_missing_mask(open_page):

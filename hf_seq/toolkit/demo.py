@@ -459,7 +459,7 @@ def _translator_page(gr, demo: Demo, engine) -> None:
         )
         heads = demo.attention_heads()
         head_choices = [(f"average of {heads}", AVERAGE), *[(str(i + 1), str(i)) for i in range(heads)]]
-        head = gr.Dropdown(head_choices, value=AVERAGE, label="head", visible=heads > 1)
+        head = gr.Dropdown(head_choices, value=AVERAGE, label="head", visible=heads > 1, elem_id="attention-head")
     plot = gr.Plot(label="cross-attention of the chosen hypothesis", elem_id="heatmap")
 
     def heat(source, hyps, choice, layer, head):
