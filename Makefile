@@ -11,7 +11,7 @@ TRANSFORMERS_RELEASE := 5.25.0
 # test-compat` runs the other releases of the range.
 TORCH_RELEASE := 2.13.0
 
-.PHONY: demo test test-all test-compat data pretrained bench bench-gpu lint venv clean-venv
+.PHONY: demo test test-all test-browser test-compat data pretrained bench bench-gpu lint venv clean-venv
 
 venv: $(STAMP)
 
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q 'torch==$(TORCH_RELEASE)'
-	$(VPY) -m pip install -q -e '.[test,bench,plot]' 'transformers==$(TRANSFORMERS_RELEASE)'
+	$(VPY) -m pip install -q -e '.[test,bench,plot,demo,tracking]' 'transformers==$(TRANSFORMERS_RELEASE)'
 	touch $(STAMP)
 
 data: $(STAMP)
@@ -35,6 +35,13 @@ demo: $(STAMP) data
 
 test: $(STAMP) data
 	$(VPY) -m pytest -q -n 2 --dist loadfile -m "not slow"
+
+# The demo page's browser tests (tests/test_demo_browser.py, marker `browser`) in Debian's headless Chromium; `make test`
+# runs them too where /usr/bin/chromium is installed and skips them otherwise. Playwright's own browser download is never
+# used (no `playwright install`).
+test-browser: $(STAMP)
+	test -x /usr/bin/chromium || (apt-get update -q && apt-get install -y -q chromium)
+	$(VPY) -m pytest -q -m browser tests/test_demo_browser.py
 
 test-all: $(STAMP) data
 	$(VPY) -m pytest -q -n 2 --dist loadfile

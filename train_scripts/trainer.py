@@ -16,6 +16,7 @@ error on a full disk, and no step past the end when resumed from the final check
   (translation, classifier, tagger) under ``train_sampling_strategy="random"`` are shuffled by
   :class:`hf_seq.toolkit.samplers.PermutationSampler`: the order of ``Trainer``'s default shuffle, without its Python list of
   every index.
+* Every saved model (each checkpoint, the final folder) gets ``training_curves.png`` (:mod:`hf_seq.train_scripts.curves`).
 * While it trains, the process keeps the memory it frees at the top of its heap (:func:`keep_heap_resident`): glibc
   would hand it back to the system after every step and fault it in again at the next one.
 """
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
+from hf_seq.train_scripts.curves import write_training_curves
 from hf_seq.train_scripts.outputs import CHECKPOINT_STAGING, disk_space_errors, replace_folder
 from hf_seq.train_scripts.processes import broadcast_from_main, collective_timeouts
 from transformers import Seq2SeqTrainer, Trainer
@@ -91,6 +93,12 @@ class HfSeqTrainerMixin:
     """The additions above, for any ``Trainer`` subclass (``class MyTrainer(HfSeqTrainerMixin, Trainer)``)."""
 
     _checkpoint_staging: str | None = None
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        super().save_model(output_dir, _internal_call=_internal_call)
+        # each checkpoint (its staging folder) and the final folder (save_run's staging folder) gets its curves
+        if self.args.should_save:
+            write_training_curves(self.state, output_dir or self.args.output_dir, self.args.metric_for_best_model)
 
     def train(self, *args, **kwargs):
         keep_heap_resident()  # from here on the steps' memory stays mapped from one step to the next

@@ -7,7 +7,8 @@ the token store (:mod:`.preprocessing`), tokenizer builders (:mod:`.tokenization
 (:mod:`.collators`, :mod:`.samplers`), word vectors (:mod:`.word_vectors`), the transformers-BERT checkpoint converter
 (:mod:`.bert_conversion`), checkpoint rotation (:mod:`.checkpoints`), export and quantization (:mod:`.export`,
 :mod:`.onnx_runtime`, :mod:`.quantization`), the model card and attention plots (:mod:`.model_card`,
-:mod:`.visualization`) and the local ``evaluate`` metrics (:mod:`.metrics`).
+:mod:`.visualization`), the demo page and the Space it writes (:mod:`.demo`, ``hf-seq-demo``) and the local ``evaluate``
+metrics (:mod:`.metrics`).
 
 Nothing is imported here: ``hf-seq-data`` runs :mod:`.data_install` with the standard library alone.
 """
