@@ -28,6 +28,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -624,3 +625,60 @@ def check_run(task: Task, model_args, data_args, task_args, training_args, sourc
         except DataError as error:
             raise RecipeError(f"{origin('dataset_name')}: {error}") from None
     check_output_dir(training_args.output_dir, origin("output_dir"))
+    check_optional_packages(task_args, origin)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# optional packages the end of a run needs
+# ---------------------------------------------------------------------------------------------------------------
+# (flag, value) -> (the modules that value needs, the command that installs them, whether a run without them is
+# refused): a test engine the user asked for is refused before the first step; the attention plot, on by default in
+# the attention recipes, is skipped with one warning line (the model trains and is saved without it)
+OPTIONAL_PACKAGES = {
+    ("test_engine", "ctranslate2"): (("ctranslate2",), "pip install 'hf-seq[ctranslate2]'", True),
+    ("test_engine", "onnxruntime"): (
+        ("onnx", "onnxscript", "onnxruntime"),
+        "pip install onnx onnxscript onnxruntime",
+        True,
+    ),
+    ("plot_attention", True): (("matplotlib",), "pip install 'hf-seq[plot]'", False),
+}
+
+
+def missing_modules(modules) -> list[str]:
+    """Those of ``modules`` that cannot be imported here (found by the import system without importing them)."""
+    import importlib.util
+
+    missing = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def check_optional_packages(task_args, origin) -> None:
+    """The packages the flags of :data:`OPTIONAL_PACKAGES` need, before the first step: a missing one is a
+    :class:`RecipeError` naming the flag, the value, the modules and the install command, or for the plot one
+    warning line on stderr, the flag turned off."""
+    for (flag, value), (modules, install, refuse) in OPTIONAL_PACKAGES.items():
+        if getattr(task_args, flag, None) != value:
+            continue
+        missing = missing_modules(modules)
+        if not missing:
+            continue
+        shown = "true" if value is True else value
+        if refuse:
+            raise RecipeError(
+                f"{origin(flag)}: `{flag}` {shown} needs {', '.join(missing)}, which is not installed: install it "
+                f"(`{install}`) or pass another `{flag}`"
+            )
+        print(
+            f"warning: `{flag}` {shown} needs {', '.join(missing)}, which is not installed: the run trains and saves "
+            f"the model without it (`{install}` to have it, or `--{flag} false` to silence this)",
+            file=sys.stderr,
+        )
+        setattr(task_args, flag, False)

@@ -411,7 +411,15 @@ def save_run(
                     else:
                         shutil.move(os.fspath(content), staging / name)
                 if card is not None:
-                    write_model_card(staging, trainer.model, command=command, **card)
+                    try:  # the card describes the model: writing it never costs the model
+                        write_model_card(staging, trainer.model, command=command, **card)
+                    except Exception as error:
+                        (staging / "README.md").unlink(missing_ok=True)
+                        print(
+                            f"warning: the model card README.md was not written ({type(error).__name__}: "
+                            f"{' '.join(str(error).split())[:300]}); the model and results are saved",
+                            file=sys.stderr,
+                        )
                 outputs.publish(staging, outputs.resolve(output_dir), replace_run=save_model)
     except BaseException:
         if main:

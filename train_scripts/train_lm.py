@@ -76,10 +76,12 @@ from hf_seq.train_scripts.features import (
     text_file_keys,
 )
 from hf_seq.train_scripts.skeleton import (
+    after_training,
     budgeted_trainer,
     env_threads,
     finish_script_run,
     parse_script_args,
+    save_trained_model,
     start_script_run,
 )
 from hf_seq.train_scripts.trainer import HfSeqTrainer
@@ -139,7 +141,7 @@ class LMArguments(PreprocessingArguments, BudgetArguments):
         metadata={
             "help": '"pytorch" or "onnxruntime": the final evaluation and the samples by the model exported to ONNX '
             "Runtime (generate() over the exported graph; written into <output_dir>/onnxruntime; needs onnx, "
-            "onnxscript and onnxruntime).",
+            "onnxscript and onnxruntime: a run without them is refused before the first step).",
             ALLOWED: OneOf(TEST_ENGINES),
         },
     )
@@ -829,13 +831,24 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
     data_line = data.data_line
     timing = (train_minutes, train_cpu_minutes, train_tokens, data_line)
     results = lm_results(args, model_args, training_args, config, num_params, budget, train_output, timing)
+    # the trained model first: nothing that runs after training (the export, evaluation, samples) can cost it
+    save_trained_model(trainer, training_args, results, command)
     files: dict = {}
+    guarded = {"results": results, "output_dir": training_args.output_dir}
     tested = model
     if args.test_engine == "onnxruntime":  # evaluate and sample with the exported model
-        tested, files["onnxruntime"] = onnxruntime_model(model, tokenizer, args, results)
-    final_evaluation(tested, streams, args, results)
-    samples_text, results["samples"] = sample_texts(tested, tokenizer, args)
-    files["samples.txt"] = samples_text
+        exported = after_training(
+            "the ONNX Runtime export", onnxruntime_model, model, tokenizer, args, results, **guarded
+        )
+        if exported is None:
+            tested = None
+        else:
+            tested, files["onnxruntime"] = exported
+    if tested is not None:
+        after_training("the final evaluation", final_evaluation, tested, streams, args, results, **guarded)
+        sampled = after_training("sampling", sample_texts, tested, tokenizer, args, **guarded)
+        if sampled is not None:
+            files["samples.txt"], results["samples"] = sampled
 
     def report(results: dict) -> None:
         print(f"results -> {os.path.join(training_args.output_dir, 'results.json')}")
@@ -843,8 +856,12 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
             if key.startswith(("validation", "test")) and not key.endswith("tokens"):
                 print(f"  {key}: {results[key]}")
 
-    card = lm_card(args, model_args, training_args, tokenizer, streams, results, data_line)
-    return finish_script_run(trainer, training_args, results, command, card=card, files=files, report=report)
+    card = after_training(
+        "the model card", lm_card, args, model_args, training_args, tokenizer, streams, results, data_line, **guarded
+    )
+    return finish_script_run(
+        trainer, training_args, results, command, card=card, files=files, report=report, save_model=False
+    )
 
 
 if __name__ == "__main__":
