@@ -324,3 +324,42 @@ def test_a_test_engine_that_is_not_installed_is_refused_before_the_data(tmp_path
     ):
         _tiny_main(tmp_path, "--test_engine", engine)
     assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# gen_len: a hypothesis is counted up to its end token
+# ---------------------------------------------------------------------------------------------------------------
+def test_gen_len_counts_each_hypothesis_to_its_first_end_token():
+    """Beam search fills a hypothesis that finished early with end tokens (transformers reads a pad id of 0 as
+    false and fills with eos): those are not counted; greedy's pad filling, a row without an end token (cut at the
+    length limit) and a start token that is the pad token (a decoder starting from pad) are counted as before."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    tok = SimpleNamespace(bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    beam = np.array([1, 7, 8, 2, 2, 2, 2])  # the issue's case: <s> a b </s> then end tokens
+    greedy = np.array([1, 7, 8, 2, 0, 0, 0])
+    assert train_translation.hypothesis_length(beam, tok) == train_translation.hypothesis_length(greedy, tok) == 4
+    assert train_translation.hypothesis_length(np.array([1, 7, 8, 9]), tok) == 4  # no end token: the whole row
+    assert train_translation.hypothesis_length(np.array([7, 2, 2, 2]), tok) == 2  # no start token (an engine's)
+    pad_start = SimpleNamespace(bos_token_id=None, eos_token_id=2, pad_token_id=0)
+    assert train_translation.hypothesis_length(np.array([0, 7, 2, 2]), pad_start) == 2
+    same = SimpleNamespace(bos_token_id=1, eos_token_id=0, pad_token_id=0)  # end token = pad token
+    assert train_translation.hypothesis_length(np.array([1, 7, 0, 0]), same) == 3
+
+
+def test_gen_len_of_beam_and_greedy_rows_that_decode_alike_is_the_same():
+    from hf_seq.toolkit.tokenization import build_translation_tokenizer
+
+    tok = build_translation_tokenizer([{"en": "one two three", "es": "uno dos tres"}], kind="word")
+    ids = tok("uno dos")["input_ids"]  # ends with </s>
+    bos, eos, pad = tok.bos_token_id, tok.eos_token_id, tok.pad_token_id
+    import numpy as np
+
+    width = len(ids) + 5
+    greedy = np.array([[bos, *ids] + [pad] * (width - len(ids) - 1)])
+    beam = np.array([[bos, *ids] + [eos] * (width - len(ids) - 1)])
+    labels = np.array([ids])
+    metrics = train_translation.translation_metrics(tok)
+    assert metrics((beam, labels))["gen_len"] == metrics((greedy, labels))["gen_len"] == len(ids) + 1
