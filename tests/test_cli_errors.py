@@ -162,6 +162,22 @@ def test_a_data_error_names_the_line_of_the_users_file(folders, tmp_path):
         "hf-seq-train: error: pos.jsonl line 4: 4 words ('tokens') but 3 tags ('tags'); every word needs one tag"
     )
     assert not out.exists()
+    assert not (tmp_path / ".run.lock").exists()  # refused after it took the folder's lock: released
+
+
+def test_a_run_refused_after_it_took_the_lock_leaves_no_lock(folders, tmp_path, monkeypatch, capsys):
+    """A classifier whose training labels are all one (refused once the data is read, after the run took its
+    folder's lock): exit 2 and no lock file, so the next run into the folder says nothing of a lock left behind."""
+    (tmp_path / "one_label.csv").write_text("text,label\ngood,pos\nfine,pos\nnice,pos\nok,pos\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["hf-seq-train"])
+    argv = ["classifier", CONFIGS / "sentiment_bilstm.json", "--train_file", "one_label.csv"]
+    for _ in range(2):
+        status = cli.main([str(a) for a in [*argv, "--output_dir", "runs/out"]])
+        err = capsys.readouterr().err
+        assert status == 2 and "single label" in error_line(err, "hf-seq-train")
+        assert "taking over the lock" not in err
+        assert not (tmp_path / "runs" / ".out.lock").exists()
 
 
 # ---------------------------------------------------------------------------------------------------------------
