@@ -12,6 +12,7 @@ mistakes run in-process through the same ``cli.main`` with the data loader repla
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -764,6 +765,28 @@ def test_a_bad_row_names_its_file_and_line(data_files, monkeypatch, capsys, case
     assert status == 2
     assert line.startswith(f"hf-seq-train: error: {expected}"), line
     assert not (data_files / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        # the issue's case: Arrow's JSON reader says "The document is empty" of the NUL line, and datasets logged it
+        ('{"text": "a", "label": "x"}\n\x00\n', "nul.jsonl line 2: not valid JSON (Expecting value at column 1)"),
+        ('{"text": "a", "label": "x"}\n{"text": "b"', "nul.jsonl line 2: not valid JSON (Expecting ',' delimiter"),
+    ],
+    ids=["the document is empty", "a cut-off last line"],
+)
+def test_the_data_loader_logs_nothing_before_the_one_line(tmp_path, monkeypatch, capfd, caplog, content, expected):
+    """datasets' JSON builder logged "Failed to load JSON ... The document is empty" (at the file descriptor: its
+    own handler) ahead of the one-line error: now the line is all there is."""
+    (tmp_path / "nul.jsonl").write_text(content)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["hf-seq-train"])
+    status = cli.main(["classifier", "--train_file", "nul.jsonl", "--cache_dir", "none", "--output_dir", "out"])
+    err = capfd.readouterr().err
+    assert status == 2 and error_line(err, "hf-seq-train").startswith(f"hf-seq-train: error: `train_file` {expected}")
+    assert "Failed to load JSON" not in err and "The document is empty" not in err, err
+    assert not [r for r in caplog.records if r.name.startswith("datasets") and r.levelno >= logging.ERROR]
 
 
 # ---------------------------------------------------------------------------------------------------------------
