@@ -820,6 +820,9 @@ def register_dataset_preset(preset: DatasetPreset) -> DatasetPreset:
 def check_preset_installed(name: str) -> None:
     """``DataError`` naming the corpus, the folder and the command that installs it unless every corpus folder the
     preset ``name`` reads exists (only their presence: the files are verified when the preset is loaded)."""
+    problem = data_install.data_folder_problem(data_dir())
+    if problem is not None:
+        raise DataError(f"`dataset_name` {name}: {problem}")
     for folder in DATASET_PRESETS[name].corpora:
         root = data_dir() / folder
         if not root.is_dir():
