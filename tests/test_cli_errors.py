@@ -352,6 +352,25 @@ def test_paths_and_runs_that_train_nothing(cli_main, folders, case):
     assert not (folders / "runs").exists()
 
 
+def test_a_name_that_is_not_utf8_is_one_line_before_the_data(cli_main, folders):
+    """``caf\\xe9.csv`` (a Latin-1 name: Python holds its byte as a surrogate) ended in a UnicodeEncodeError
+    traceback from the data cache's key: the flag, the name with its byte, and the fix; an output folder of such a
+    name (the neighbour) likewise."""
+    name = os.fsdecode(b"caf\xe9.csv")
+    (folders / name).write_text("text,label\ngood,pos\nbad,neg\n")
+    try:
+        status, line = cli_main(CLASSIFIER[0], CLASSIFIER[1], "--train_file", name, "--output_dir", "runs/out")
+        assert status == 2 and line == (
+            "hf-seq-train: error: command line: `train_file` caf\\xe9.csv is not UTF-8 (byte 0xe9): rename it to a "
+            "UTF-8 name and pass that (in bash: mv $'caf\\xe9.csv' <new name>)"
+        )
+    finally:
+        (folders / name).unlink()
+    status, line = cli_main(*CLASSIFIER, "--output_dir", os.fsdecode(b"runs/r\xe9sum\xe9"))
+    assert status == 2 and line.endswith("`output_dir` runs/r\\xe9sum\\xe9 is not UTF-8 (byte 0xe9): pass a UTF-8 name")
+    assert not (folders / "runs").exists()
+
+
 def test_an_unwritable_output_dir_fails_before_anything(cli_main, folders, monkeypatch):
     """A read-only file system (EROFS from the probe file) is an error up front, not at the first checkpoint."""
     import errno

@@ -614,6 +614,7 @@ def check_run(task: Task, model_args, data_args, task_args, training_args, sourc
             f"{task.name} needs {' and '.join(f'`{n}`' for n in task.required)}; "
             f"{', '.join(f'--{n}' for n in missing)} not given"
         )
+    check_utf8_values((model_args, data_args, task_args, training_args), origin)
     check_training_steps(training_args, origin)  # each field's range: check_allowed, as the dataclasses are built
     check_trains_something(task, model_args, task_args, training_args, origin, given)
     check_resume(training_args, origin("resume_from_checkpoint"))
@@ -682,3 +683,33 @@ def check_optional_packages(task_args, origin) -> None:
             file=sys.stderr,
         )
         setattr(task_args, flag, False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# values that are not UTF-8 (file names from the command line)
+# ---------------------------------------------------------------------------------------------------------------
+def check_utf8_values(objects, origin) -> None:
+    """Every string field of ``objects`` (the parsed arguments) is UTF-8 text. A file name that is not (``caf\\xe9.csv``
+    written in Latin-1: the shell passes its bytes, Python keeps them as surrogates) cannot be recorded in the data
+    cache's keys, results.json or the model card: a :class:`RecipeError` names the flag, the name with its bytes
+    shown, and the fix (rename it)."""
+    for args in objects:
+        if args is None or not dataclasses.is_dataclass(args):
+            continue
+        for item in dataclasses.fields(args):
+            value = getattr(args, item.name, None)
+            if not isinstance(value, str):
+                continue
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as error:
+                shown = os.fsencode(value).decode("utf-8", "backslashreplace")
+                bad = os.fsencode(value[error.start])[0]
+                fix = (
+                    f"rename it to a UTF-8 name and pass that (in bash: mv $'{shown}' <new name>)"
+                    if os.path.lexists(value)
+                    else "pass a UTF-8 name"
+                )
+                raise RecipeError(
+                    f"{origin(item.name)}: `{item.name}` {shown} is not UTF-8 (byte 0x{bad:02x}): {fix}"
+                ) from None
