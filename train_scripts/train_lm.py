@@ -723,6 +723,34 @@ def onnxruntime_model(model, tokenizer, args, results: dict) -> tuple:
     return load_onnxruntime(export_dir, threads=threads), export_dir
 
 
+def check_stream_lengths(lengths: dict, args, data_args) -> None:
+    """Every split the run cuts into windows (``lengths``: split -> tokens it uses) holds one window of
+    ``segment_length`` + 1 tokens; else a ``DataError`` naming the split, where it comes from, its token count and
+    the flag that fixes it, before the model is built."""
+    need = args.segment_length + 1
+    short = {split: count for split, count in lengths.items() if count < need}
+    if not short:
+        return
+    split, count = min(short.items(), key=lambda item: item[1])
+    source = getattr(data_args, f"{split}_file", None)
+    if source is None and split == "validation" and data_args.train_file:
+        source = f"{data_args.validation_split_percentage:g}% of `train_file` {data_args.train_file} held out"
+    source = source or data_args.dataset_name or data_args.train_file
+    fixes = [f"`--segment_length {count - 1}` or less"] if count > 1 else []
+    if split == "validation" and "held out" in str(source):
+        fixes.append("a larger `--validation_split_percentage`")
+    if split == "validation" and count == args.max_eval_tokens:
+        fixes.append("a larger `--max_eval_tokens`")
+    if split == "test" and count == args.final_eval_max_tokens:
+        fixes.append("a larger `--final_eval_max_tokens`")
+    fixes.append("more text")
+    how = f"{', '.join(fixes[:-1])} or {fixes[-1]}" if len(fixes) > 1 else fixes[0]
+    raise DataError(
+        f"the {split} split ({source}) has {count} {args.level} tokens, fewer than one window of `segment_length` "
+        f"{args.segment_length} + 1 = {need}: pass {how}"
+    )
+
+
 def final_evaluation(model, streams: dict, args, results: dict) -> None:
     """The validation / test losses (state carried across windows and/or per window) into ``results``; every
     process evaluates (the same numbers), so none waits alone at the final save's barrier."""
@@ -796,9 +824,16 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
         tokenizer, streams = data.tokenizer, data.streams  # memory-mapped token streams of the cached splits
         if args.max_train_tokens is not None:
             streams["train"] = streams["train"][: args.max_train_tokens]
-        train_set = LMWindowDataset(streams["train"], args.segment_length, args.stride)
         train_tokens = len(streams["train"])
     eval_tokens = streams["validation"][: args.max_eval_tokens] if args.max_eval_tokens else streams["validation"]
+    lengths = {"validation": len(eval_tokens)}
+    if train_tokens is not None:
+        lengths["train"] = train_tokens
+    if "test" in streams and (args.eval_windows or args.eval_carried):
+        lengths["test"] = len(streams["test"][: args.final_eval_max_tokens])
+    check_stream_lengths(lengths, args, data_args)  # one window in every split, before the model is built
+    if not args.streaming:
+        train_set = LMWindowDataset(streams["train"], args.segment_length, args.stride)
     eval_set = LMWindowDataset(eval_tokens, args.segment_length)
 
     model = load_or_build_model(
