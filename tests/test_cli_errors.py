@@ -539,6 +539,22 @@ RESUME_CASES = {
         "`resume_from_checkpoint` bad_ckpt/checkpoint-40: bad_ckpt/checkpoint-40/model.safetensors is not a valid "
         "safetensors weights file: it has ",
     ),
+    # the checkpoint's weights do not fit the model the run would build: a size-mismatch traceback after data and
+    # model were built (the issue's case), and the same through `model_config` (the neighbour)
+    "config_overrides that change a weight's shape": (
+        (*CLASSIFIER, "--model_config", "{}", "--resume_from_checkpoint", "cls_run/checkpoint-40")
+        + ("--config_overrides", "hidden_size=32", "--output_dir", "runs/out"),
+        "`resume_from_checkpoint` cls_run/checkpoint-40 was trained with hidden_size=4 where `config_overrides` sets "
+        "hidden_size=32: its weights do not fit the model this run builds (",
+    ),
+    "model_config that changes a weight's shape, last": (
+        (*CLASSIFIER, "--model_config", '{"embedding_size": 6, "dropout": 0.3}', "--resume_from_checkpoint", "last")
+        + ("--output_dir", "cls_run"),
+        "was trained with embedding_size=4 where `model_config` sets embedding_size=6: its weights do not fit the "
+        "model this run builds (rnn.embeddings.word_embeddings.weight: [10, 4] saved, [10, 6] here, and 1 more); "
+        "resume with the checkpoint's values (drop them from `model_config`), or start a new run in another "
+        "`output_dir`",
+    ),
     "a truncated weights file, last": (
         (*CLASSIFIER, "--resume_from_checkpoint", "last", "--output_dir", "bad_ckpt"),
         "bad_ckpt/checkpoint-40/model.safetensors is not a valid safetensors weights file",
@@ -567,6 +583,20 @@ def test_resuming_its_own_run_passes_the_check(run_folders):
     checks.check_resumed_folder(train_classifier.TASK, model_args, None, args, "command line")
     args.resume_from_checkpoint = str(run_folders / "cls_run" / "checkpoint-40")
     checks.check_resumed_folder(train_classifier.TASK, model_args, None, args, "command line")
+
+
+def test_a_resumed_run_may_change_what_does_not_change_the_weights(run_folders):
+    """``dropout`` (no weight shape depends on it) and the checkpoint's own sizes pass the check."""
+    from types import SimpleNamespace
+
+    from hf_seq.train_scripts import train_classifier
+
+    args = SimpleNamespace(resume_from_checkpoint=str(run_folders / "cls_run" / "checkpoint-40"), output_dir="x")
+    for model_config, overrides in (({}, "dropout=0.3"), ({"hidden_size": 4, "embedding_size": 4}, None)):
+        model_args = SimpleNamespace(
+            model_name_or_path=None, model_type="hf_seq_rnn", model_config=model_config, config_overrides=overrides
+        )
+        checks.check_resumed_folder(train_classifier.TASK, model_args, None, args, "command line")
 
 
 def test_a_resumed_run_says_which_checkpoint_and_step(run_folders, capsys):

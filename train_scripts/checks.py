@@ -406,6 +406,7 @@ def check_resumed_folder(task: Task, model_args, task_args, training_args, where
                         "resume from an earlier checkpoint-N of the run",
                     )
                 ) from None
+        check_resumed_shapes(auto, folder, named, model_args, config, where)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -713,3 +714,82 @@ def check_utf8_values(objects, origin) -> None:
                 raise RecipeError(
                     f"{origin(item.name)}: `{item.name}` {shown} is not UTF-8 (byte 0x{bad:02x}): {fix}"
                 ) from None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a checkpoint and the run resuming it
+# ---------------------------------------------------------------------------------------------------------------
+def _json_value(value):
+    return json.loads(json.dumps(value, default=str))
+
+
+def _set_by_the_run(model_args, saved: dict) -> dict[str, tuple[Any, str]]:
+    """The config fields this run sets itself: ``config_overrides`` (typed as the checkpoint's fields), and for a new
+    model ``model_config``: ``{field: (value, flag)}``."""
+    from hf_seq.train_scripts.arguments import model_config_dict, override_values
+    from transformers import CONFIG_MAPPING
+
+    values: dict[str, tuple[Any, str]] = {}
+    if not getattr(model_args, "model_name_or_path", None):
+        values |= {k: (v, "model_config") for k, v in model_config_dict(model_args).items()}
+    overrides = getattr(model_args, "config_overrides", None)
+    if overrides:
+        typed_by = CONFIG_MAPPING[saved["model_type"]].from_dict(saved)
+        values |= {k: (v, "config_overrides") for k, v in override_values(overrides, typed_by).items()}
+    return values
+
+
+def check_resumed_shapes(auto, folder: Path, named: str, model_args, saved: dict, where: str) -> None:
+    """The model this run builds takes the checkpoint's weights: the fields the run sets itself
+    (:func:`_set_by_the_run`) that differ from the checkpoint's config.json are applied to it, the model is built
+    on the meta device and its parameter shapes compared with the safetensors header's. A weight that does not fit
+    is a :class:`RecipeError` naming the checkpoint, the field, both values, the flag and the fix (before any data
+    is read: the resume would otherwise fail with a size-mismatch traceback once data and model are built)."""
+    import torch
+    from safetensors import safe_open
+    from transformers import CONFIG_MAPPING
+
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        return
+    try:
+        changed = {
+            key: (value, flag)
+            for key, (value, flag) in _set_by_the_run(model_args, saved).items()
+            if key in saved and _json_value(saved[key]) != _json_value(value)
+        }
+    except (RecipeError, ValueError, TypeError):
+        return  # the run's own checks name a malformed model_config / override
+    if not changed:
+        return
+    with safe_open(str(weights), framework="pt") as stored:
+        saved_shapes = {name: tuple(stored.get_slice(name).get_shape()) for name in stored.keys()}
+
+    def misfits(fields: dict) -> list | None:
+        """(weight, saved shape, shape here) of the model built with ``fields`` changed; None if it cannot be built."""
+        try:
+            config = CONFIG_MAPPING[saved["model_type"]].from_dict(saved | {k: v for k, (v, _) in fields.items()})
+            with torch.device("meta"):
+                shapes = {name: tuple(t.shape) for name, t in auto.from_config(config).state_dict().items()}
+        except Exception:  # noqa: BLE001 - a config the run cannot build: its own error comes later
+            return None
+        return [(n, had, shapes[n]) for n, had in saved_shapes.items() if n in shapes and had != shapes[n]]
+
+    misfit = misfits(changed)
+    if not misfit:
+        return
+    # the fields that change a shape on their own (dropout and the like do not), else all that differ
+    culprits = {key: item for key, item in changed.items() if misfits({key: item})} or changed
+    fields = ", ".join(
+        f"{key}={_json_value(saved[key])!r} where `{flag}` sets {key}={_json_value(value)!r}"
+        for key, (value, flag) in culprits.items()
+    )
+    name, had, wants = misfit[0]
+    flags = sorted({flag for _, flag in culprits.values()})
+    raise RecipeError(
+        f"{where}: `resume_from_checkpoint` {named} was trained with {fields}: its weights do not fit the model this "
+        f"run builds ({name}: {list(had)} saved, {list(wants)} here"
+        + (f", and {len(misfit) - 1} more" if len(misfit) > 1 else "")
+        + f"); resume with the checkpoint's values (drop them from {' and '.join(f'`{f}`' for f in flags)}), or "
+        "start a new run in another `output_dir`"
+    )
