@@ -371,6 +371,66 @@ def test_a_name_that_is_not_utf8_is_one_line_before_the_data(cli_main, folders):
     assert not (folders / "runs").exists()
 
 
+@pytest.fixture(scope="module")
+def tokenizer_folders(folders):
+    """``smalltok``: a word tokenizer smaller than the classifier's; ``cls_pad1``: the classifier without its tokenizer,
+    its config naming pad id 1 (the classifier's tokenizer has [PAD] at 0)."""
+    import shutil
+
+    from hf_seq.toolkit.tokenization import build_word_level_tokenizer
+
+    build_word_level_tokenizer(["a b"], pre_tokenizer="whitespace").save_pretrained(folders / "smalltok")
+    shutil.copytree(folders / "classifier", folders / "cls_pad1")
+    for name in os.listdir(folders / "cls_pad1"):
+        if name.startswith(("tokenizer", "special_tokens", "vocab")):
+            os.remove(folders / "cls_pad1" / name)
+    config = json.loads((folders / "cls_pad1" / "config.json").read_text())
+    (folders / "cls_pad1" / "config.json").write_text(json.dumps({**config, "pad_token_id": 1}))
+    return folders
+
+
+TOKENIZER_CASES = {
+    # the issue's case: another, smaller tokenizer beside a saved classifier
+    "a smaller tokenizer": (
+        (*CLASSIFIER, "--model_name_or_path", "classifier", "--tokenizer_name", "smalltok"),
+        "`tokenizer_name` smalltok has {small} tokens but the embedding of `model_name_or_path` classifier has {rows} "
+        "rows (vocab_size of its config.json): its ids would point at other tokens' vectors; pass the tokenizer the "
+        "model was trained with (leave `tokenizer_name` out to use the one saved with it)",
+    ),
+    # neighbours: the sizes agree but the padding token's id does not; another task (translation)
+    "a pad id the config does not name": (
+        (*CLASSIFIER, "--model_name_or_path", "cls_pad1", "--tokenizer_name", "classifier"),
+        "`tokenizer_name` classifier has its pad token '[PAD]' at id 0 but the config of `model_name_or_path` "
+        "cls_pad1 has pad_token_id 1: pass the tokenizer the model was trained with",
+    ),
+    "a smaller tokenizer for a translator": (
+        (*TRANSLATION, "--model_name_or_path", "translator", "--tokenizer_name", "smalltok"),
+        "`tokenizer_name` smalltok has {small} tokens but the embedding of `model_name_or_path` translator has "
+        "{rows} rows",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TOKENIZER_CASES))
+def test_a_tokenizer_that_does_not_fit_the_model_is_refused_before_the_data(cli_main, tokenizer_folders, case):
+    from transformers import AutoConfig, AutoTokenizer
+
+    folders = tokenizer_folders
+    small = len(AutoTokenizer.from_pretrained(folders / "smalltok"))
+    rows = AutoConfig.from_pretrained(folders / "classifier").vocab_size
+    argv, expected = TOKENIZER_CASES[case]
+    status, line = cli_main(*argv, "--output_dir", "runs/out")
+    assert status == 2
+    assert expected.format(small=small, rows=rows) in line, line
+    assert not (folders / "runs").exists()
+
+
+def test_the_tokenizer_saved_with_the_model_fits_it(tokenizer_folders):
+    folder = tokenizer_folders / "classifier"
+    config = json.loads((folder / "config.json").read_text())
+    checks.check_tokenizer_fits_model(folder, folder, config, "command line")
+
+
 def test_an_unwritable_output_dir_fails_before_anything(cli_main, folders, monkeypatch):
     """A read-only file system (EROFS from the probe file) is an error up front, not at the first checkpoint."""
     import errno

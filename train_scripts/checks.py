@@ -567,7 +567,7 @@ def check_model_paths(task: Task, model_args, task_args, sources: dict[str, str]
         tokenizer_folder = check_tokenizer_folder(model_args.tokenizer_name, "tokenizer_name", origin("tokenizer_name"))
     if model_args.model_name_or_path and task.model_head:
         head = task.model_head_of(task_args) if task.model_head_of is not None else task.model_head
-        check_model_folder(task, head, model_args, origin("model_name_or_path"), model_args.allow_other_head)
+        config = check_model_folder(task, head, model_args, origin("model_name_or_path"), model_args.allow_other_head)
         if tokenizer_folder is None:
             tokenizer_folder = check_tokenizer_folder(
                 model_args.model_name_or_path, "model_name_or_path", origin("model_name_or_path")
@@ -588,6 +588,9 @@ def check_model_paths(task: Task, model_args, task_args, sources: dict[str, str]
                 f"of `{flag}` {tokenizer_folder} has none; pass a tokenizer with an eos token, or leave `{flag}` out "
                 "to build one"
             )
+    if model_args.tokenizer_name and model_args.model_name_or_path and task.model_head:
+        model_folder = Path(model_args.model_name_or_path)
+        check_tokenizer_fits_model(tokenizer_folder, model_folder, config, origin("tokenizer_name"))
 
 
 def _tokenizer_config(folder: Path) -> dict:
@@ -793,3 +796,51 @@ def check_resumed_shapes(auto, folder: Path, named: str, model_args, saved: dict
         + f"); resume with the checkpoint's values (drop them from {' and '.join(f'`{f}`' for f in flags)}), or "
         "start a new run in another `output_dir`"
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a tokenizer and the model it feeds
+# ---------------------------------------------------------------------------------------------------------------
+SPECIAL_TOKENS = ("pad", "bos", "eos", "unk", "mask")
+
+
+def check_tokenizer_fits_model(tokenizer_folder: Path, model_folder: Path, config: dict, where: str) -> None:
+    """``tokenizer_name`` given beside ``model_name_or_path``: the tokenizer has as many tokens as the model's
+    embedding has rows (``vocab_size`` of its config.json; fewer only where the model's own saved tokenizer has
+    that many too: an embedding padded beyond its tokenizer), and its special tokens (pad / bos / eos / unk / mask)
+    have the ids the config names. Otherwise every id points at another token's vector and the run trains without
+    a word: a :class:`RecipeError` naming both flags, both folders and both numbers."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder))
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot be loaded gets its own error when the run loads it
+        return
+    size, rows = len(tokenizer), config.get("vocab_size")
+    own = any((model_folder / name).is_file() for name in TOKENIZER_FILES)
+    fix = (
+        "pass the tokenizer the model was trained with (leave `tokenizer_name` out to use the one saved with it)"
+        if own
+        else "pass the tokenizer the model was trained with"
+    )
+    named = f"`tokenizer_name` {tokenizer_folder}"
+    model = f"`model_name_or_path` {model_folder}"
+    if isinstance(rows, int) and size != rows:
+        padded = False
+        if own and size < rows:
+            try:
+                padded = len(AutoTokenizer.from_pretrained(str(model_folder))) == size
+            except Exception:  # noqa: BLE001
+                padded = False
+        if not padded:
+            raise RecipeError(
+                f"{where}: {named} has {size} tokens but the embedding of {model} has {rows} rows (vocab_size of its "
+                f"config.json): its ids would point at other tokens' vectors; {fix}"
+            )
+    for special in SPECIAL_TOKENS:
+        have, want = getattr(tokenizer, f"{special}_token_id", None), config.get(f"{special}_token_id")
+        if isinstance(have, int) and isinstance(want, int) and have != want:
+            raise RecipeError(
+                f"{where}: {named} has its {special} token {getattr(tokenizer, f'{special}_token')!r} at id {have} "
+                f"but the config of {model} has {special}_token_id {want}: {fix}"
+            )
