@@ -183,7 +183,8 @@ TASK = Task(
         "do_train": True,  # as every other script; `--do_train false` evaluates a saved model
     },
     unused=frozenset(
-        {"text_column_name", "label_column_name", "tokens_column_name", "tags_column_name", "max_seq_length"}
+        {"text_column_name", "label_column_name", "tokens_column_name", "tags_column_name", "normalize_labels"}
+        | {"max_seq_length"}
     ),
     tokenizer_kinds=("bpe", "word"),
     model_head="AutoModelForSeq2SeqLM",
