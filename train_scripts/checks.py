@@ -733,7 +733,7 @@ def _set_by_the_run(model_args, saved: dict) -> dict[str, tuple[Any, str]]:
     from transformers import CONFIG_MAPPING
 
     values: dict[str, tuple[Any, str]] = {}
-    if not getattr(model_args, "model_name_or_path", None):
+    if not getattr(model_args, "model_name_or_path", None) and getattr(model_args, "model_config", None):
         values |= {k: (v, "model_config") for k, v in model_config_dict(model_args).items()}
     overrides = getattr(model_args, "config_overrides", None)
     if overrides:
