@@ -12,6 +12,7 @@ mistakes run in-process through the same ``cli.main`` with the data loader repla
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -162,6 +163,22 @@ def test_a_data_error_names_the_line_of_the_users_file(folders, tmp_path):
         "hf-seq-train: error: pos.jsonl line 4: 4 words ('tokens') but 3 tags ('tags'); every word needs one tag"
     )
     assert not out.exists()
+    assert not (tmp_path / ".run.lock").exists()  # refused after it took the folder's lock: released
+
+
+def test_a_run_refused_after_it_took_the_lock_leaves_no_lock(folders, tmp_path, monkeypatch, capsys):
+    """A classifier whose training labels are all one (refused once the data is read, after the run took its
+    folder's lock): exit 2 and no lock file, so the next run into the folder says nothing of a lock left behind."""
+    (tmp_path / "one_label.csv").write_text("text,label\ngood,pos\nfine,pos\nnice,pos\nok,pos\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["hf-seq-train"])
+    argv = ["classifier", CONFIGS / "sentiment_bilstm.json", "--train_file", "one_label.csv"]
+    for _ in range(2):
+        status = cli.main([str(a) for a in [*argv, "--output_dir", "runs/out"]])
+        err = capsys.readouterr().err
+        assert status == 2 and "single label" in error_line(err, "hf-seq-train")
+        assert "taking over the lock" not in err
+        assert not (tmp_path / "runs" / ".out.lock").exists()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -335,6 +352,85 @@ def test_paths_and_runs_that_train_nothing(cli_main, folders, case):
     assert not (folders / "runs").exists()
 
 
+def test_a_name_that_is_not_utf8_is_one_line_before_the_data(cli_main, folders):
+    """``caf\\xe9.csv`` (a Latin-1 name: Python holds its byte as a surrogate) ended in a UnicodeEncodeError
+    traceback from the data cache's key: the flag, the name with its byte, and the fix; an output folder of such a
+    name (the neighbour) likewise."""
+    name = os.fsdecode(b"caf\xe9.csv")
+    (folders / name).write_text("text,label\ngood,pos\nbad,neg\n")
+    try:
+        status, line = cli_main(CLASSIFIER[0], CLASSIFIER[1], "--train_file", name, "--output_dir", "runs/out")
+        assert status == 2 and line == (
+            "hf-seq-train: error: command line: `train_file` caf\\xe9.csv is not UTF-8 (byte 0xe9): rename it to a "
+            "UTF-8 name and pass that (in bash: mv $'caf\\xe9.csv' <new name>)"
+        )
+    finally:
+        (folders / name).unlink()
+    status, line = cli_main(*CLASSIFIER, "--output_dir", os.fsdecode(b"runs/r\xe9sum\xe9"))
+    assert status == 2 and line.endswith("`output_dir` runs/r\\xe9sum\\xe9 is not UTF-8 (byte 0xe9): pass a UTF-8 name")
+    assert not (folders / "runs").exists()
+
+
+@pytest.fixture(scope="module")
+def tokenizer_folders(folders):
+    """``smalltok``: a word tokenizer smaller than the classifier's; ``cls_pad1``: the classifier without its tokenizer,
+    its config naming pad id 1 (the classifier's tokenizer has [PAD] at 0)."""
+    import shutil
+
+    from hf_seq.toolkit.tokenization import build_word_level_tokenizer
+
+    build_word_level_tokenizer(["a b"], pre_tokenizer="whitespace").save_pretrained(folders / "smalltok")
+    shutil.copytree(folders / "classifier", folders / "cls_pad1")
+    for name in os.listdir(folders / "cls_pad1"):
+        if name.startswith(("tokenizer", "special_tokens", "vocab")):
+            os.remove(folders / "cls_pad1" / name)
+    config = json.loads((folders / "cls_pad1" / "config.json").read_text())
+    (folders / "cls_pad1" / "config.json").write_text(json.dumps({**config, "pad_token_id": 1}))
+    return folders
+
+
+TOKENIZER_CASES = {
+    # the issue's case: another, smaller tokenizer beside a saved classifier
+    "a smaller tokenizer": (
+        (*CLASSIFIER, "--model_name_or_path", "classifier", "--tokenizer_name", "smalltok"),
+        "`tokenizer_name` smalltok has {small} tokens but the embedding of `model_name_or_path` classifier has {rows} "
+        "rows (vocab_size of its config.json): its ids would point at other tokens' vectors; pass the tokenizer the "
+        "model was trained with (leave `tokenizer_name` out to use the one saved with it)",
+    ),
+    # neighbours: the sizes agree but the padding token's id does not; another task (translation)
+    "a pad id the config does not name": (
+        (*CLASSIFIER, "--model_name_or_path", "cls_pad1", "--tokenizer_name", "classifier"),
+        "`tokenizer_name` classifier has its pad token '[PAD]' at id 0 but the config of `model_name_or_path` "
+        "cls_pad1 has pad_token_id 1: pass the tokenizer the model was trained with",
+    ),
+    "a smaller tokenizer for a translator": (
+        (*TRANSLATION, "--model_name_or_path", "translator", "--tokenizer_name", "smalltok"),
+        "`tokenizer_name` smalltok has {small} tokens but the embedding of `model_name_or_path` translator has "
+        "{rows} rows",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TOKENIZER_CASES))
+def test_a_tokenizer_that_does_not_fit_the_model_is_refused_before_the_data(cli_main, tokenizer_folders, case):
+    from transformers import AutoConfig, AutoTokenizer
+
+    folders = tokenizer_folders
+    small = len(AutoTokenizer.from_pretrained(folders / "smalltok"))
+    rows = AutoConfig.from_pretrained(folders / "classifier").vocab_size
+    argv, expected = TOKENIZER_CASES[case]
+    status, line = cli_main(*argv, "--output_dir", "runs/out")
+    assert status == 2
+    assert expected.format(small=small, rows=rows) in line, line
+    assert not (folders / "runs").exists()
+
+
+def test_the_tokenizer_saved_with_the_model_fits_it(tokenizer_folders):
+    folder = tokenizer_folders / "classifier"
+    config = json.loads((folder / "config.json").read_text())
+    checks.check_tokenizer_fits_model(folder, folder, config, "command line")
+
+
 def test_an_unwritable_output_dir_fails_before_anything(cli_main, folders, monkeypatch):
     """A read-only file system (EROFS from the probe file) is an error up front, not at the first checkpoint."""
     import errno
@@ -503,6 +599,22 @@ RESUME_CASES = {
         "`resume_from_checkpoint` bad_ckpt/checkpoint-40: bad_ckpt/checkpoint-40/model.safetensors is not a valid "
         "safetensors weights file: it has ",
     ),
+    # the checkpoint's weights do not fit the model the run would build: a size-mismatch traceback after data and
+    # model were built (the issue's case), and the same through `model_config` (the neighbour)
+    "config_overrides that change a weight's shape": (
+        (*CLASSIFIER, "--model_config", "{}", "--resume_from_checkpoint", "cls_run/checkpoint-40")
+        + ("--config_overrides", "hidden_size=32", "--output_dir", "runs/out"),
+        "`resume_from_checkpoint` cls_run/checkpoint-40 was trained with hidden_size=4 where `config_overrides` sets "
+        "hidden_size=32: its weights do not fit the model this run builds (",
+    ),
+    "model_config that changes a weight's shape, last": (
+        (*CLASSIFIER, "--model_config", '{"embedding_size": 6, "dropout": 0.3}', "--resume_from_checkpoint", "last")
+        + ("--output_dir", "cls_run"),
+        "was trained with embedding_size=4 where `model_config` sets embedding_size=6: its weights do not fit the "
+        "model this run builds (rnn.embeddings.word_embeddings.weight: [10, 4] saved, [10, 6] here, and 1 more); "
+        "resume with the checkpoint's values (drop them from `model_config`), or start a new run in another "
+        "`output_dir`",
+    ),
     "a truncated weights file, last": (
         (*CLASSIFIER, "--resume_from_checkpoint", "last", "--output_dir", "bad_ckpt"),
         "bad_ckpt/checkpoint-40/model.safetensors is not a valid safetensors weights file",
@@ -531,6 +643,20 @@ def test_resuming_its_own_run_passes_the_check(run_folders):
     checks.check_resumed_folder(train_classifier.TASK, model_args, None, args, "command line")
     args.resume_from_checkpoint = str(run_folders / "cls_run" / "checkpoint-40")
     checks.check_resumed_folder(train_classifier.TASK, model_args, None, args, "command line")
+
+
+def test_a_resumed_run_may_change_what_does_not_change_the_weights(run_folders):
+    """``dropout`` (no weight shape depends on it) and the checkpoint's own sizes pass the check."""
+    from types import SimpleNamespace
+
+    from hf_seq.train_scripts import train_classifier
+
+    args = SimpleNamespace(resume_from_checkpoint=str(run_folders / "cls_run" / "checkpoint-40"), output_dir="x")
+    for model_config, overrides in (({}, "dropout=0.3"), ({"hidden_size": 4, "embedding_size": 4}, None)):
+        model_args = SimpleNamespace(
+            model_name_or_path=None, model_type="hf_seq_rnn", model_config=model_config, config_overrides=overrides
+        )
+        checks.check_resumed_folder(train_classifier.TASK, model_args, None, args, "command line")
 
 
 def test_a_resumed_run_says_which_checkpoint_and_step(run_folders, capsys):
@@ -748,6 +874,28 @@ def test_a_bad_row_names_its_file_and_line(data_files, monkeypatch, capsys, case
     assert status == 2
     assert line.startswith(f"hf-seq-train: error: {expected}"), line
     assert not (data_files / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        # the issue's case: Arrow's JSON reader says "The document is empty" of the NUL line, and datasets logged it
+        ('{"text": "a", "label": "x"}\n\x00\n', "nul.jsonl line 2: not valid JSON (Expecting value at column 1)"),
+        ('{"text": "a", "label": "x"}\n{"text": "b"', "nul.jsonl line 2: not valid JSON (Expecting ',' delimiter"),
+    ],
+    ids=["the document is empty", "a cut-off last line"],
+)
+def test_the_data_loader_logs_nothing_before_the_one_line(tmp_path, monkeypatch, capfd, caplog, content, expected):
+    """datasets' JSON builder logged "Failed to load JSON ... The document is empty" (at the file descriptor: its
+    own handler) ahead of the one-line error: now the line is all there is."""
+    (tmp_path / "nul.jsonl").write_text(content)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["hf-seq-train"])
+    status = cli.main(["classifier", "--train_file", "nul.jsonl", "--cache_dir", "none", "--output_dir", "out"])
+    err = capfd.readouterr().err
+    assert status == 2 and error_line(err, "hf-seq-train").startswith(f"hf-seq-train: error: `train_file` {expected}")
+    assert "Failed to load JSON" not in err and "The document is empty" not in err, err
+    assert not [r for r in caplog.records if r.name.startswith("datasets") and r.levelno >= logging.ERROR]
 
 
 # ---------------------------------------------------------------------------------------------------------------

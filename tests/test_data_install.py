@@ -131,6 +131,33 @@ def test_unknown_names_and_the_folder_commands(tmp_path):
     assert [line.split() for line in listing.stdout.splitlines()[1:]] == [[name, "missing"] for name in I.GROUPS["all"]]
 
 
+def test_a_data_folder_that_is_a_file_is_one_line(tmp_path, monkeypatch):
+    """``HF_SEQ_DATA`` naming a file: `hf-seq-data fetch` raised FileExistsError; now one line naming the variable,
+    the path and the fix (exit 2), through the real command; `list --data_dir <a file>` likewise; and a run reading
+    a preset names the variable before any data (in-process)."""
+    import os
+
+    afile = tmp_path / "afile"
+    afile.write_text("x\n")
+    code = "import sys, hf_seq_cli; sys.exit(hf_seq_cli.data(sys.argv[1:]))"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": "/nonexistent", "HF_SEQ_DATA": str(afile)}
+    done = subprocess.run([sys.executable, "-c", code, "fetch", "sentiment"], env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.splitlines() == [
+        f"hf-seq-data: error: the data folder {afile} (HF_SEQ_DATA) is a file, not a folder: point HF_SEQ_DATA at a "
+        "folder (created if missing), or unset it to use the default"
+    ]
+    listing = run_data_command("list", "--data_dir", str(afile), path="/usr/bin:/bin")
+    assert listing.returncode == 2 and listing.stderr.splitlines() == [
+        f"hf-seq-data: error: the data folder {afile} (--data_dir) is a file, not a folder: pass a folder as --data_dir"
+    ]
+    from hf_seq.toolkit.data import DataError, check_preset_installed
+
+    monkeypatch.setitem(os.environ, "HF_SEQ_DATA", str(afile))
+    with pytest.raises(DataError, match=r"^`dataset_name` hf_seq/ptb: the data folder .* \(HF_SEQ_DATA\) is a file"):
+        check_preset_installed("hf_seq/ptb")
+
+
 def test_a_pretrained_folder_is_checked_against_the_pinned_manifest(tmp_path):
     """The pretrained files' SHA-256 ship with the package (hf_seq/toolkit/pretrained.sha256); a folder without its
     ``.complete`` mark or with a file that differs is reinstalled, and ``list`` calls it damaged."""

@@ -4,6 +4,8 @@ errors that name the file and its columns; the ``hf-seq-train`` entry point."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -275,3 +277,52 @@ def test_pretrain_bert_continues_a_transformers_checkpoint(tmp_path, transformer
     shared = [k for k in expected if k in saved]
     assert len(shared) > 10 and all(torch.equal(saved[k], expected[k]) for k in shared)
     assert results["model_name_or_path"] == str(folder) and results["pairs"]["validation"] > 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# labels that differ only in case or surrounding spaces: named in one warning; folded by --normalize_labels
+# ---------------------------------------------------------------------------------------------------------------
+VARIANTS = {"pos": ["pos", "Pos", " pos"], "neg": ["neg", "neg ", "NEG"]}
+
+
+def _variant_reviews(n: int, start: int = 0) -> list[dict]:
+    rows = reviews(n, start=start)
+    for i, row in enumerate(rows):
+        row["stars"] = VARIANTS[row["stars"]][i // 2 % 3]
+    return rows
+
+
+def test_labels_that_differ_in_case_or_spaces_are_named_and_folded_by_a_flag(tmp_path, capsys):
+    """The issue's case: `pos`, `Pos`, `" pos"`, `neg`, `"neg "`, `NEG` made a six-class model without a word. Now one
+    warning names the colliding values and the flag; with `--normalize_labels true` the model has two classes."""
+    splits = {"train": _variant_reviews(24), "validation": _variant_reviews(12, start=24)}
+    files = flags(write_splits(tmp_path / "data", ".jsonl", splits))
+    common = [*files, *REVIEW_COLUMNS, *TINY_RNN, *FAST, "--cache_dir", "none"]
+    results = train_classifier.main([*common, "--output_dir", str(tmp_path / "as_is")])
+    warned = [line for line in capsys.readouterr().err.splitlines() if "differ only in case" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: ") and "train.jsonl" in warned[0], warned
+    assert "(' pos' / 'Pos' / 'pos'; 'NEG' / 'neg' / 'neg ')" in warned[0], warned[0]
+    assert "`--normalize_labels true`" in warned[0] and len(results["labels"]) == 6
+    folded = train_classifier.main([*common, "--normalize_labels", "true", "--output_dir", str(tmp_path / "folded")])
+    assert folded["labels"] == ["neg", "pos"] and "differ only in case" not in capsys.readouterr().err
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "folded")
+    assert model.config.id2label == {0: "neg", 1: "pos"}
+
+
+def test_tags_that_differ_in_case_are_named_and_folded_too(tmp_path):
+    """The neighbour: a tagger's tags (`NOUN` / `noun`), checked by the same label reader; and the lookup of a
+    validation split whose tags are written another way."""
+    from datasets import DatasetDict
+    from hf_seq.train_scripts.common import label_lookup, label_names
+
+    train = Dataset.from_list([{"tags": ["DET", "NOUN"]}, {"tags": ["DET", "noun "]}])
+    validation = Dataset.from_list([{"tags": ["det", "Noun"]}])
+    splits = DatasetDict(train=train, validation=validation)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(DataError, match=r"\['Noun', 'det'\] that the training"):
+        label_names(splits, "tags", "tags_column_name", nested=True)
+    assert "('NOUN' / 'noun ')" in err.getvalue() and "`tags_column_name`" in err.getvalue()
+    names = label_names(splits, "tags", "tags_column_name", nested=True, normalize=True)
+    assert names == ["det", "noun"]
+    lookup = label_lookup(validation, "tags", names, nested=True, normalize=True)
+    assert lookup(validation[0]["tags"]) == [0, 1]

@@ -313,3 +313,52 @@ def test_streaming_needs_a_validation_file_max_steps_and_a_train_file(tmp_path):
         stream([*argv, "--stream_buffer_documents", "1"])
     with pytest.raises(RecipeError, match="preprocessing_num_workers"):
         stream([*argv, "--preprocessing_num_workers", "2"])
+
+
+def _documents_file(path: Path, documents: int, sentences: int) -> Path:
+    """A txt file in BERT's format: ``documents`` documents of ``sentences`` lines each, blank lines between."""
+    rng = random.Random(documents)
+    text = "\n\n".join(
+        "\n".join(" ".join(rng.choice(WORDS) for _ in range(6)) for _ in range(sentences)) for _ in range(documents)
+    )
+    path.write_text(text + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("documents", "sentences", "percentage", "expected"),
+    [
+        # the issue's case: six documents, 5% held out = one validation document
+        (
+            6,
+            3,
+            "5",
+            r"six\.txt holds 6 documents: the 5% held out for validation is 1 and 5 are left for training, but "
+            r"next-sentence pairs need at least two documents in each split: pass `--validation_split_percentage 34` "
+            r"or more, a `--validation_file`, or more documents$",
+        ),
+        # too few for any percentage
+        (3, 3, "20", r"six\.txt holds 3 documents: .* pass a `--validation_file` of two or more documents"),
+        # enough documents, but none of two sentences: no pair at all (a KeyError after 0 steps before)
+        (
+            6,
+            1,
+            "34",
+            r"^the train split \(.*six\.txt\) gives no sentence pair: no document of it has two or more sentences",
+        ),
+    ],
+    ids=["six documents", "three documents", "one-sentence documents"],
+)
+def test_too_few_documents_or_pairs_name_the_file_the_counts_and_the_fix(
+    tmp_path, monkeypatch, documents, sentences, percentage, expected
+):
+    from hf_seq.toolkit.data import DataError
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was built before the error")
+
+    monkeypatch.setattr(pretrain_bert, "build_bert_model", no_model)
+    path = _documents_file(tmp_path / "six.txt", documents, sentences)
+    argv = bert_args(tmp_path, "--train_file", str(path), "--validation_split_percentage", percentage)
+    with pytest.raises(DataError, match=expected):
+        pretrain_bert.main(argv)

@@ -540,3 +540,39 @@ def test_shipped_recipes_get_the_same_tokens_from_the_cache(recipe, tmp_path):
     assert cached.data_line == reference.data_line
     for name, stream in reference.streams.items():
         assert np.array_equal(np.asarray(cached.streams[name], dtype=np.int64), stream.numpy()), name
+
+
+@pytest.mark.parametrize(
+    ("level", "extra", "expected"),
+    [
+        # the case: 60 lines, 5% held out: a 21-word validation stream under 128+1-token windows
+        (
+            "word",
+            (),
+            r"^the validation split \(5% of `train_file` .*sixty\.txt held out\) has 21 word tokens, fewer than one "
+            r"window of `segment_length` 128 \+ 1 = 129: pass `--segment_length 20` or less, a larger "
+            r"`--validation_split_percentage` or more text$",
+        ),
+        # the neighbour: the training text itself is shorter than one window
+        (
+            "char",
+            ("--validation_file", "sixty.txt", "--max_train_tokens", "50"),
+            r"^the train split \(.*sixty\.txt\) has 50 char tokens, fewer than one window of `segment_length` 128 "
+            r"\+ 1 = 129: pass `--segment_length 49` or less or more text$",
+        ),
+    ],
+    ids=["validation", "train"],
+)
+def test_a_split_shorter_than_one_window_names_it_and_the_flag(tmp_path, monkeypatch, level, extra, expected):
+    from hf_seq.toolkit.data import DataError
+
+    (tmp_path / "sixty.txt").write_text("".join(f"line {i} of some words here\n" for i in range(60)))
+    monkeypatch.chdir(tmp_path)
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was built before the error")
+
+    monkeypatch.setattr(train_lm, "load_or_build_model", no_model)
+    argv = ["--level", level, "--train_file", str(tmp_path / "sixty.txt"), *extra, "--output_dir", "out"]
+    with pytest.raises(DataError, match=expected):
+        train_lm.main(argv + ["--cache_dir", "none"])

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hf_seq.train_scripts.checks import missing_modules
 
 from hf_seq.toolkit.visualization import plot_attention
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# matplotlib is the `plot` extra, not the `test` one: the figures are checked where it is installed
+needs_matplotlib = pytest.mark.skipif(
+    bool(missing_modules(["matplotlib"])), reason="matplotlib (pip install 'hf-seq[plot]') is not installed"
+)
 
 
+@needs_matplotlib
 def test_plot_attention_writes_png(tmp_path):
     weights = torch.softmax(torch.randn(3, 5), dim=-1)  # (target_len, source_len)
     path = plot_attention(
@@ -23,9 +29,13 @@ def test_plot_attention_writes_png(tmp_path):
     assert path.endswith("map.png") and data.startswith(PNG_MAGIC) and len(data) > 2000
 
 
-def test_plot_attention_accepts_lists_and_checks_shapes(tmp_path):
+@needs_matplotlib
+def test_plot_attention_accepts_lists(tmp_path):
     plot_attention([[0.5, 0.5], [1.0, 0.0]], ["a", "b"], ["x", "y"], tmp_path / "ok.png")
     assert (tmp_path / "ok.png").exists()
+
+
+def test_plot_attention_checks_shapes_before_it_needs_matplotlib(tmp_path):
     with pytest.raises(ValueError, match="target"):
         plot_attention([[0.5, 0.5]], ["a", "b"], ["x", "y"], tmp_path / "bad.png")
     with pytest.raises(ValueError, match="2-D"):
@@ -71,6 +81,7 @@ def _seq2seq(family: str, tok, **overrides):
     return RNNSeq2SeqForConditionalGeneration(config).eval()
 
 
+@needs_matplotlib
 @pytest.mark.parametrize("family", ["transformer", "rnn"])
 def test_plot_translation_attention_plots_the_cross_attention_of_the_translation(tmp_path, monkeypatch, family):
     import hf_seq.toolkit.visualization as visualization

@@ -197,6 +197,14 @@ class DataArguments(DeclaredFields):
             "help": "Tagger: column with one tag per word (default: tags; label_column_name is taken as in run_ner.py)."
         },
     )
+    normalize_labels: bool = field(
+        default=False,
+        metadata={
+            "help": "Strip the spaces around each label (or tag) and fold its case, so that `pos`, ` Pos` and `POS ` "
+            "are one class `pos`; without it, labels that differ only so are named in a warning and train as "
+            "classes of their own."
+        },
+    )
     source_lang: str | None = field(default=None, metadata={"help": "Translation: source key of `translation`."})
     target_lang: str | None = field(default=None, metadata={"help": "Translation: target key of `translation`."})
     max_seq_length: int | None = field(
@@ -373,7 +381,7 @@ class Task:
 
 
 # groups of shared fields for a Task's ``unused``: the label and tag columns, and the translation pairs' fields
-LABEL_FIELDS = frozenset({"label_column_name", "tokens_column_name", "tags_column_name"})
+LABEL_FIELDS = frozenset({"label_column_name", "tokens_column_name", "tags_column_name", "normalize_labels"})
 TRANSLATION_FIELDS = frozenset({"source_lang", "target_lang", "max_source_length", "max_target_length"})
 
 

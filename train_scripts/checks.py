@@ -28,6 +28,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -405,6 +406,7 @@ def check_resumed_folder(task: Task, model_args, task_args, training_args, where
                         "resume from an earlier checkpoint-N of the run",
                     )
                 ) from None
+        check_resumed_shapes(auto, folder, named, model_args, config, where)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -565,7 +567,7 @@ def check_model_paths(task: Task, model_args, task_args, sources: dict[str, str]
         tokenizer_folder = check_tokenizer_folder(model_args.tokenizer_name, "tokenizer_name", origin("tokenizer_name"))
     if model_args.model_name_or_path and task.model_head:
         head = task.model_head_of(task_args) if task.model_head_of is not None else task.model_head
-        check_model_folder(task, head, model_args, origin("model_name_or_path"), model_args.allow_other_head)
+        config = check_model_folder(task, head, model_args, origin("model_name_or_path"), model_args.allow_other_head)
         if tokenizer_folder is None:
             tokenizer_folder = check_tokenizer_folder(
                 model_args.model_name_or_path, "model_name_or_path", origin("model_name_or_path")
@@ -586,6 +588,9 @@ def check_model_paths(task: Task, model_args, task_args, sources: dict[str, str]
                 f"of `{flag}` {tokenizer_folder} has none; pass a tokenizer with an eos token, or leave `{flag}` out "
                 "to build one"
             )
+    if model_args.tokenizer_name and model_args.model_name_or_path and task.model_head:
+        model_folder = Path(model_args.model_name_or_path)
+        check_tokenizer_fits_model(tokenizer_folder, model_folder, config, origin("tokenizer_name"))
 
 
 def _tokenizer_config(folder: Path) -> dict:
@@ -613,6 +618,7 @@ def check_run(task: Task, model_args, data_args, task_args, training_args, sourc
             f"{task.name} needs {' and '.join(f'`{n}`' for n in task.required)}; "
             f"{', '.join(f'--{n}' for n in missing)} not given"
         )
+    check_utf8_values((model_args, data_args, task_args, training_args), origin)
     check_training_steps(training_args, origin)  # each field's range: check_allowed, as the dataclasses are built
     check_trains_something(task, model_args, task_args, training_args, origin, given)
     check_resume(training_args, origin("resume_from_checkpoint"))
@@ -624,3 +630,217 @@ def check_run(task: Task, model_args, data_args, task_args, training_args, sourc
         except DataError as error:
             raise RecipeError(f"{origin('dataset_name')}: {error}") from None
     check_output_dir(training_args.output_dir, origin("output_dir"))
+    check_optional_packages(task_args, origin)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# optional packages the end of a run needs
+# ---------------------------------------------------------------------------------------------------------------
+# (flag, value) -> (the modules that value needs, the command that installs them, whether a run without them is
+# refused): a test engine the user asked for is refused before the first step; the attention plot, on by default in
+# the attention recipes, is skipped with one warning line (the model trains and is saved without it)
+OPTIONAL_PACKAGES = {
+    ("test_engine", "ctranslate2"): (("ctranslate2",), "pip install 'hf-seq[ctranslate2]'", True),
+    ("test_engine", "onnxruntime"): (
+        ("onnx", "onnxscript", "onnxruntime"),
+        "pip install onnx onnxscript onnxruntime",
+        True,
+    ),
+    ("plot_attention", True): (("matplotlib",), "pip install 'hf-seq[plot]'", False),
+}
+
+
+def missing_modules(modules) -> list[str]:
+    """Those of ``modules`` that cannot be imported here (found by the import system without importing them)."""
+    import importlib.util
+
+    missing = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def check_optional_packages(task_args, origin) -> None:
+    """The packages the flags of :data:`OPTIONAL_PACKAGES` need, before the first step: a missing one is a
+    :class:`RecipeError` naming the flag, the value, the modules and the install command, or for the plot one
+    warning line on stderr, the flag turned off."""
+    for (flag, value), (modules, install, refuse) in OPTIONAL_PACKAGES.items():
+        if getattr(task_args, flag, None) != value:
+            continue
+        missing = missing_modules(modules)
+        if not missing:
+            continue
+        shown = "true" if value is True else value
+        if refuse:
+            raise RecipeError(
+                f"{origin(flag)}: `{flag}` {shown} needs {', '.join(missing)}, which is not installed: install it "
+                f"(`{install}`) or pass another `{flag}`"
+            )
+        print(
+            f"warning: `{flag}` {shown} needs {', '.join(missing)}, which is not installed: the run trains and saves "
+            f"the model without it (`{install}` to have it, or `--{flag} false` to silence this)",
+            file=sys.stderr,
+        )
+        setattr(task_args, flag, False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# values that are not UTF-8 (file names from the command line)
+# ---------------------------------------------------------------------------------------------------------------
+def check_utf8_values(objects, origin) -> None:
+    """Every string field of ``objects`` (the parsed arguments) is UTF-8 text. A file name that is not (``caf\\xe9.csv``
+    written in Latin-1: the shell passes its bytes, Python keeps them as surrogates) cannot be recorded in the data
+    cache's keys, results.json or the model card: a :class:`RecipeError` names the flag, the name with its bytes
+    shown, and the fix (rename it)."""
+    for args in objects:
+        if args is None or not dataclasses.is_dataclass(args):
+            continue
+        for item in dataclasses.fields(args):
+            value = getattr(args, item.name, None)
+            if not isinstance(value, str):
+                continue
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as error:
+                shown = os.fsencode(value).decode("utf-8", "backslashreplace")
+                bad = os.fsencode(value[error.start])[0]
+                fix = (
+                    f"rename it to a UTF-8 name and pass that (in bash: mv $'{shown}' <new name>)"
+                    if os.path.lexists(value)
+                    else "pass a UTF-8 name"
+                )
+                raise RecipeError(
+                    f"{origin(item.name)}: `{item.name}` {shown} is not UTF-8 (byte 0x{bad:02x}): {fix}"
+                ) from None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a checkpoint and the run resuming it
+# ---------------------------------------------------------------------------------------------------------------
+def _json_value(value):
+    return json.loads(json.dumps(value, default=str))
+
+
+def _set_by_the_run(model_args, saved: dict) -> dict[str, tuple[Any, str]]:
+    """The config fields this run sets itself: ``config_overrides`` (typed as the checkpoint's fields), and for a new
+    model ``model_config``: ``{field: (value, flag)}``."""
+    from hf_seq.train_scripts.arguments import model_config_dict, override_values
+    from transformers import CONFIG_MAPPING
+
+    values: dict[str, tuple[Any, str]] = {}
+    if not getattr(model_args, "model_name_or_path", None) and getattr(model_args, "model_config", None):
+        values |= {k: (v, "model_config") for k, v in model_config_dict(model_args).items()}
+    overrides = getattr(model_args, "config_overrides", None)
+    if overrides:
+        typed_by = CONFIG_MAPPING[saved["model_type"]].from_dict(saved)
+        values |= {k: (v, "config_overrides") for k, v in override_values(overrides, typed_by).items()}
+    return values
+
+
+def check_resumed_shapes(auto, folder: Path, named: str, model_args, saved: dict, where: str) -> None:
+    """The model this run builds takes the checkpoint's weights: the fields the run sets itself
+    (:func:`_set_by_the_run`) that differ from the checkpoint's config.json are applied to it, the model is built
+    on the meta device and its parameter shapes compared with the safetensors header's. A weight that does not fit
+    is a :class:`RecipeError` naming the checkpoint, the field, both values, the flag and the fix (before any data
+    is read: the resume would otherwise fail with a size-mismatch traceback once data and model are built)."""
+    import torch
+    from safetensors import safe_open
+    from transformers import CONFIG_MAPPING
+
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        return
+    try:
+        changed = {
+            key: (value, flag)
+            for key, (value, flag) in _set_by_the_run(model_args, saved).items()
+            if key in saved and _json_value(saved[key]) != _json_value(value)
+        }
+    except (RecipeError, ValueError, TypeError):
+        return  # the run's own checks name a malformed model_config / override
+    if not changed:
+        return
+    with safe_open(str(weights), framework="pt") as stored:
+        saved_shapes = {name: tuple(stored.get_slice(name).get_shape()) for name in stored.keys()}
+
+    def misfits(fields: dict) -> list | None:
+        """(weight, saved shape, shape here) of the model built with ``fields`` changed; None if it cannot be built."""
+        try:
+            config = CONFIG_MAPPING[saved["model_type"]].from_dict(saved | {k: v for k, (v, _) in fields.items()})
+            with torch.device("meta"):
+                shapes = {name: tuple(t.shape) for name, t in auto.from_config(config).state_dict().items()}
+        except Exception:  # noqa: BLE001 - a config the run cannot build: its own error comes later
+            return None
+        return [(n, had, shapes[n]) for n, had in saved_shapes.items() if n in shapes and had != shapes[n]]
+
+    misfit = misfits(changed)
+    if not misfit:
+        return
+    # the fields that change a shape on their own (dropout and the like do not), else all that differ
+    culprits = {key: item for key, item in changed.items() if misfits({key: item})} or changed
+    fields = ", ".join(
+        f"{key}={_json_value(saved[key])!r} where `{flag}` sets {key}={_json_value(value)!r}"
+        for key, (value, flag) in culprits.items()
+    )
+    name, had, wants = misfit[0]
+    flags = sorted({flag for _, flag in culprits.values()})
+    raise RecipeError(
+        f"{where}: `resume_from_checkpoint` {named} was trained with {fields}: its weights do not fit the model this "
+        f"run builds ({name}: {list(had)} saved, {list(wants)} here"
+        + (f", and {len(misfit) - 1} more" if len(misfit) > 1 else "")
+        + f"); resume with the checkpoint's values (drop them from {' and '.join(f'`{f}`' for f in flags)}), or "
+        "start a new run in another `output_dir`"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a tokenizer and the model it feeds
+# ---------------------------------------------------------------------------------------------------------------
+SPECIAL_TOKENS = ("pad", "bos", "eos", "unk", "mask")
+
+
+def check_tokenizer_fits_model(tokenizer_folder: Path, model_folder: Path, config: dict, where: str) -> None:
+    """``tokenizer_name`` given beside ``model_name_or_path``: the tokenizer has as many tokens as the model's
+    embedding has rows (``vocab_size`` of its config.json; fewer only where the model's own saved tokenizer has
+    that many too: an embedding padded beyond its tokenizer), and its special tokens (pad / bos / eos / unk / mask)
+    have the ids the config names. Otherwise every id points at another token's vector and the run trains without
+    a word: a :class:`RecipeError` naming both flags, both folders and both numbers."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder))
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot be loaded gets its own error when the run loads it
+        return
+    size, rows = len(tokenizer), config.get("vocab_size")
+    own = any((model_folder / name).is_file() for name in TOKENIZER_FILES)
+    fix = (
+        "pass the tokenizer the model was trained with (leave `tokenizer_name` out to use the one saved with it)"
+        if own
+        else "pass the tokenizer the model was trained with"
+    )
+    named = f"`tokenizer_name` {tokenizer_folder}"
+    model = f"`model_name_or_path` {model_folder}"
+    if isinstance(rows, int) and size != rows:
+        padded = False
+        if own and size < rows:
+            try:
+                padded = len(AutoTokenizer.from_pretrained(str(model_folder))) == size
+            except Exception:  # noqa: BLE001
+                padded = False
+        if not padded:
+            raise RecipeError(
+                f"{where}: {named} has {size} tokens but the embedding of {model} has {rows} rows (vocab_size of its "
+                f"config.json): its ids would point at other tokens' vectors; {fix}"
+            )
+    for special in SPECIAL_TOKENS:
+        have, want = getattr(tokenizer, f"{special}_token_id", None), config.get(f"{special}_token_id")
+        if isinstance(have, int) and isinstance(want, int) and have != want:
+            raise RecipeError(
+                f"{where}: {named} has its {special} token {getattr(tokenizer, f'{special}_token')!r} at id {have} "
+                f"but the config of {model} has {special}_token_id {want}: {fix}"
+            )

@@ -25,6 +25,7 @@ from hf_seq.train_scripts.common import (
     TimeBudgetCallback,
     cap_splits,
     describe_data,
+    fold_label,
     label_lookup,
     label_names,
     load_task_data,
@@ -465,7 +466,8 @@ class LabelledData:
             self.names, self.base, self.descriptions = record["names"], record["base"], record["descriptions"]
 
     def _column_key(self) -> dict:
-        return dict(zip(self.columns.key_names, (self.columns.inputs, self.columns.labels)))
+        key = dict(zip(self.columns.key_names, (self.columns.inputs, self.columns.labels)))
+        return key | ({"normalize_labels": True} if self.data_args.normalize_labels else {})
 
     def _check(self, raw) -> None:
         """The columns and their types, the label set and the script's checks of the loaded splits; then the caps."""
@@ -473,10 +475,12 @@ class LabelledData:
         require_columns(raw, dict(zip(c.flags, (c.inputs, c.labels))))
         require_text(raw, c.inputs, c.flags[0], words=c.nested)
         require_nonempty(raw, c.inputs, c.flags[0], words=c.nested)
+        normalize = self.data_args.normalize_labels
         if self.stream is not None:
             names = streamed_label_names(raw, c.labels, c.flags[1], self.args.streaming_label_names, nested=c.nested)
+            names = list(dict.fromkeys(fold_label(n) for n in names)) if normalize else names
         else:
-            names = label_names(raw, c.labels, c.flags[1], nested=c.nested)
+            names = label_names(raw, c.labels, c.flags[1], nested=c.nested, normalize=normalize)
         c.check_labels(raw, names)
         self._raw, self.names = cap_splits(raw, self.data_args), names
         labels = label_features(self._raw, c.labels)
@@ -534,7 +538,12 @@ class LabelledData:
             if encoded is None:
                 logger.info("tokenizing %s (cache: %s)", ", ".join(self.descriptions), cache.folder or "in memory")
                 functions = {
-                    split: partial(encode, lookup=label_lookup(dataset, c.labels, self.names, nested=c.nested))
+                    split: partial(
+                        encode,
+                        lookup=label_lookup(
+                            dataset, c.labels, self.names, nested=c.nested, normalize=self.data_args.normalize_labels
+                        ),
+                    )
                     for split, dataset in self.raw.items()
                 }
                 features = None if types is None else dict.fromkeys(self.raw, types)
@@ -546,7 +555,9 @@ class LabelledData:
             dataset.info.description = self.descriptions[split]
         first = encoded["train"]
         if self.stream is not None:
-            lookup = label_lookup(self._raw["train"], c.labels, self.names, nested=c.nested)
+            lookup = label_lookup(
+                self._raw["train"], c.labels, self.names, nested=c.nested, normalize=self.data_args.normalize_labels
+            )
             lookup = streamed_lookup(lookup, self.data_args.train_file, c.labels, self.names)
             encoded["train"] = streamed_train_features(
                 self.stream, partial(_checked_encode, check=c.check_stream, encode=encode, lookup=lookup),

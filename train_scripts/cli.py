@@ -42,6 +42,13 @@ def _is_user_error(error: BaseException) -> bool:
     return isinstance(error, kinds)
 
 
+def _release_run_folder() -> None:
+    """Release the output-folder lock a refused run took (:mod:`hf_seq.train_scripts.outputs`, if it was imported)."""
+    outputs = sys.modules.get("hf_seq.train_scripts.outputs")
+    if outputs is not None:
+        outputs.unlock_output_dirs()
+
+
 def _debug_wanted(argv: list[str]) -> bool:
     return "--debug" in argv or os.environ.get("HF_SEQ_DEBUG", "").lower() not in ("", "0", "false", "no")
 
@@ -73,6 +80,7 @@ def report_user_errors(prog: str) -> Callable:
             except ValueError as error:
                 if debug or not _is_user_error(error):
                     raise
+                _release_run_folder()  # a refused run leaves no lock behind
                 print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
                 return 2
 

@@ -411,7 +411,15 @@ def save_run(
                     else:
                         shutil.move(os.fspath(content), staging / name)
                 if card is not None:
-                    write_model_card(staging, trainer.model, command=command, **card)
+                    try:  # the card describes the model: writing it never costs the model
+                        write_model_card(staging, trainer.model, command=command, **card)
+                    except Exception as error:
+                        (staging / "README.md").unlink(missing_ok=True)
+                        print(
+                            f"warning: the model card README.md was not written ({type(error).__name__}: "
+                            f"{' '.join(str(error).split())[:300]}); the model and results are saved",
+                            file=sys.stderr,
+                        )
                 outputs.publish(staging, outputs.resolve(output_dir), replace_run=save_model)
     except BaseException:
         if main:
@@ -557,17 +565,53 @@ def _label_text(value: Any) -> str:
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
-def label_names(splits: DatasetDict, column: str, flag: str, nested: bool = False) -> list[str]:
+def fold_label(value: str) -> str:
+    """A label as ``--normalize_labels`` reads it: the spaces around it stripped, its case folded (``" Pos"`` ->
+    ``"pos"``)."""
+    return value.strip().casefold()
+
+
+def colliding_labels(names) -> list[list[str]]:
+    """The groups of ``names`` that differ only in case or surrounding spaces (each sorted), in order of first name."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(fold_label(name), []).append(name)
+    return [sorted(group) for group in groups.values() if len(group) > 1]
+
+
+def warn_colliding_labels(names, source: str, column: str, flag: str) -> None:
+    """One warning line on stderr naming the labels that differ only in case or surrounding spaces (each would
+    train as a class of its own) and the flag that folds them; nothing when there are none."""
+    groups = colliding_labels(sorted(names))
+    if groups:
+        shown = "; ".join(" / ".join(repr(name) for name in group) for group in groups)
+        print(
+            f"warning: {source}: column {column!r} (`{flag}`) has labels that differ only in case or surrounding "
+            f"spaces ({shown}): each trains as a class of its own; pass `--normalize_labels true` to strip and "
+            "lower-case them into one label each",
+            file=sys.stderr,
+        )
+
+
+def label_names(
+    splits: DatasetDict, column: str, flag: str, nested: bool = False, normalize: bool = False
+) -> list[str]:
     """The label set: a ``ClassLabel`` feature's names, else the training split's distinct values (numbers in
-    numeric order, strings sorted). ``DataError`` naming the file and the unseen labels if another split has labels the
-    training split does not."""
+    numeric order, strings sorted); ``normalize``: each folded by :func:`fold_label` (``--normalize_labels``), else
+    labels that differ only by it are named in one warning (:func:`warn_colliding_labels`). ``DataError`` naming the
+    file and the unseen labels if another split has labels the training split does not."""
     train = splits["train"]
     feature = train.features[column]
     inner = getattr(feature, "feature", None) if nested else feature
+    fold = fold_label if normalize else str
     if isinstance(inner, ClassLabel):
-        names = list(inner.names)
+        names = list(dict.fromkeys(fold(name) for name in inner.names))
     else:
         seen = _label_strings(train, column, nested)
+        if normalize:
+            seen = list(dict.fromkeys(fold_label(name) for name in seen))
+        else:
+            warn_colliding_labels(seen, split_source(train), column, flag)
         try:
             names = sorted(seen, key=float)  # numbers in numeric order
         except ValueError:
@@ -576,7 +620,7 @@ def label_names(splits: DatasetDict, column: str, flag: str, nested: bool = Fals
     for name, dataset in splits.items():
         if name == "train":
             continue
-        unseen = sorted(set(_label_strings(dataset, column, nested)) - known)
+        unseen = sorted({fold(label) for label in _label_strings(dataset, column, nested)} - known)
         if unseen:
             raise DataError(
                 f"{split_source(dataset)}: column {column!r} (`{flag}`) has label(s) {unseen[:10]} that the training "
@@ -585,20 +629,22 @@ def label_names(splits: DatasetDict, column: str, flag: str, nested: bool = Fals
     return names
 
 
-def label_lookup(dataset: Dataset, column: str, names: list[str], nested: bool = False):
-    """A function mapping one row's label (or list of tags) to ids of ``names``."""
+def label_lookup(dataset: Dataset, column: str, names: list[str], nested: bool = False, normalize: bool = False):
+    """A function mapping one row's label (or list of tags) to ids of ``names`` (``normalize``: each label folded by
+    :func:`fold_label` first, as :func:`label_names` folded ``names``)."""
     feature = dataset.features[column]
     inner = getattr(feature, "feature", None) if nested else feature
     index = {name: i for i, name in enumerate(names)}
+    fold = fold_label if normalize else str
     if isinstance(inner, ClassLabel):
-        to_id = [index[name] for name in inner.names]
+        to_id = [index[fold(name)] for name in inner.names]
 
         def convert(value):
             return to_id[value]
     else:
 
         def convert(value):
-            return index[_label_text(value)]
+            return index[fold(_label_text(value))]
 
     if nested:
         return lambda row: [convert(v) for v in row]

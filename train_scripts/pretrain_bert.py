@@ -38,6 +38,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import math
 import os
 import random
 import resource
@@ -298,7 +299,26 @@ def _held_out_documents(readers: dict, sources: dict, data_args) -> np.ndarray |
     if n < 2:
         raise _too_few(sources["train"], n)
     # the documents hold_out_validation moves
-    return held_out_rows(sources["train"], n, pct, data_args.split_seed, unit="documents")
+    held_out = held_out_rows(sources["train"], n, pct, data_args.split_seed, unit="documents")
+    _check_held_out(sources["train"], n, int(held_out.sum()), pct)  # before a tokenizer is built
+    return held_out
+
+
+def _check_held_out(source: str, n: int, held: int, percentage: float) -> None:
+    """``DataError`` unless the validation hold-out (``held`` of the ``n`` training documents of ``source``) and the
+    documents left to train on are two or more each (random next segments come from another document of the same
+    split): it names the file, the counts and what makes both splits large enough."""
+    if held >= 2 and n - held >= 2:
+        return
+    if n >= 4:
+        enough = math.ceil(200 / n)  # round(n * p / 100) >= 2
+        fix = f"`--validation_split_percentage {enough}` or more, a `--validation_file`, or more documents"
+    else:
+        fix = "a `--validation_file` of two or more documents, or more documents (a blank line separates them)"
+    raise DataError(
+        f"{source} holds {n} documents: the {percentage:g}% held out for validation is {held} and {n - held} are left "
+        f"for training, but next-sentence pairs need at least two documents in each split: pass {fix}"
+    )
 
 
 def _tokenize_documents(tmp: Path, readers: dict, sources: dict, held_out, tokenizer) -> dict:
@@ -758,6 +778,17 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
         if "test" in docs
         else None
     )
+    for split, pairs_of in (
+        ("train", None if args.streaming else train_ds),
+        ("validation", eval_ds),
+        ("test", test_ds),
+    ):
+        if pairs_of is not None and len(pairs_of) == 0:
+            source = getattr(data_args, f"{split}_file", None) or data_args.train_file or data_args.dataset_name
+            raise DataError(
+                f"the {split} split ({source}) gives no sentence pair: no document of it has two or more sentences "
+                "(BERT's format: one sentence per line, a blank line between documents)"
+            )
     logger.info(
         "pairs per epoch: train %s, validation %d, test %s",
         train_pairs if train_pairs is not None else "streamed",

@@ -76,10 +76,12 @@ from hf_seq.train_scripts.features import (
     text_file_keys,
 )
 from hf_seq.train_scripts.skeleton import (
+    after_training,
     budgeted_trainer,
     env_threads,
     finish_script_run,
     parse_script_args,
+    save_trained_model,
     start_script_run,
 )
 from hf_seq.train_scripts.trainer import HfSeqTrainer
@@ -139,7 +141,7 @@ class LMArguments(PreprocessingArguments, BudgetArguments):
         metadata={
             "help": '"pytorch" or "onnxruntime": the final evaluation and the samples by the model exported to ONNX '
             "Runtime (generate() over the exported graph; written into <output_dir>/onnxruntime; needs onnx, "
-            "onnxscript and onnxruntime).",
+            "onnxscript and onnxruntime: a run without them is refused before the first step).",
             ALLOWED: OneOf(TEST_ENGINES),
         },
     )
@@ -721,6 +723,34 @@ def onnxruntime_model(model, tokenizer, args, results: dict) -> tuple:
     return load_onnxruntime(export_dir, threads=threads), export_dir
 
 
+def check_stream_lengths(lengths: dict, args, data_args) -> None:
+    """Every split the run cuts into windows (``lengths``: split -> tokens it uses) holds one window of
+    ``segment_length`` + 1 tokens; else a ``DataError`` naming the split, where it comes from, its token count and
+    the flag that fixes it, before the model is built."""
+    need = args.segment_length + 1
+    short = {split: count for split, count in lengths.items() if count < need}
+    if not short:
+        return
+    split, count = min(short.items(), key=lambda item: item[1])
+    source = getattr(data_args, f"{split}_file", None)
+    if source is None and split == "validation" and data_args.train_file:
+        source = f"{data_args.validation_split_percentage:g}% of `train_file` {data_args.train_file} held out"
+    source = source or data_args.dataset_name or data_args.train_file
+    fixes = [f"`--segment_length {count - 1}` or less"] if count > 1 else []
+    if split == "validation" and "held out" in str(source):
+        fixes.append("a larger `--validation_split_percentage`")
+    if split == "validation" and count == args.max_eval_tokens:
+        fixes.append("a larger `--max_eval_tokens`")
+    if split == "test" and count == args.final_eval_max_tokens:
+        fixes.append("a larger `--final_eval_max_tokens`")
+    fixes.append("more text")
+    how = f"{', '.join(fixes[:-1])} or {fixes[-1]}" if len(fixes) > 1 else fixes[0]
+    raise DataError(
+        f"the {split} split ({source}) has {count} {args.level} tokens, fewer than one window of `segment_length` "
+        f"{args.segment_length} + 1 = {need}: pass {how}"
+    )
+
+
 def final_evaluation(model, streams: dict, args, results: dict) -> None:
     """The validation / test losses (state carried across windows and/or per window) into ``results``; every
     process evaluates (the same numbers), so none waits alone at the final save's barrier."""
@@ -794,9 +824,16 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
         tokenizer, streams = data.tokenizer, data.streams  # memory-mapped token streams of the cached splits
         if args.max_train_tokens is not None:
             streams["train"] = streams["train"][: args.max_train_tokens]
-        train_set = LMWindowDataset(streams["train"], args.segment_length, args.stride)
         train_tokens = len(streams["train"])
     eval_tokens = streams["validation"][: args.max_eval_tokens] if args.max_eval_tokens else streams["validation"]
+    lengths = {"validation": len(eval_tokens)}
+    if train_tokens is not None:
+        lengths["train"] = train_tokens
+    if "test" in streams and (args.eval_windows or args.eval_carried):
+        lengths["test"] = len(streams["test"][: args.final_eval_max_tokens])
+    check_stream_lengths(lengths, args, data_args)  # one window in every split, before the model is built
+    if not args.streaming:
+        train_set = LMWindowDataset(streams["train"], args.segment_length, args.stride)
     eval_set = LMWindowDataset(eval_tokens, args.segment_length)
 
     model = load_or_build_model(
@@ -829,13 +866,24 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
     data_line = data.data_line
     timing = (train_minutes, train_cpu_minutes, train_tokens, data_line)
     results = lm_results(args, model_args, training_args, config, num_params, budget, train_output, timing)
+    # the trained model first: nothing that runs after training (the export, evaluation, samples) can cost it
+    save_trained_model(trainer, training_args, results, command)
     files: dict = {}
+    guarded = {"results": results, "output_dir": training_args.output_dir}
     tested = model
     if args.test_engine == "onnxruntime":  # evaluate and sample with the exported model
-        tested, files["onnxruntime"] = onnxruntime_model(model, tokenizer, args, results)
-    final_evaluation(tested, streams, args, results)
-    samples_text, results["samples"] = sample_texts(tested, tokenizer, args)
-    files["samples.txt"] = samples_text
+        exported = after_training(
+            "the ONNX Runtime export", onnxruntime_model, model, tokenizer, args, results, **guarded
+        )
+        if exported is None:
+            tested = None
+        else:
+            tested, files["onnxruntime"] = exported
+    if tested is not None:
+        after_training("the final evaluation", final_evaluation, tested, streams, args, results, **guarded)
+        sampled = after_training("sampling", sample_texts, tested, tokenizer, args, **guarded)
+        if sampled is not None:
+            files["samples.txt"], results["samples"] = sampled
 
     def report(results: dict) -> None:
         print(f"results -> {os.path.join(training_args.output_dir, 'results.json')}")
@@ -843,8 +891,12 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
             if key.startswith(("validation", "test")) and not key.endswith("tokens"):
                 print(f"  {key}: {results[key]}")
 
-    card = lm_card(args, model_args, training_args, tokenizer, streams, results, data_line)
-    return finish_script_run(trainer, training_args, results, command, card=card, files=files, report=report)
+    card = after_training(
+        "the model card", lm_card, args, model_args, training_args, tokenizer, streams, results, data_line, **guarded
+    )
+    return finish_script_run(
+        trainer, training_args, results, command, card=card, files=files, report=report, save_model=False
+    )
 
 
 if __name__ == "__main__":

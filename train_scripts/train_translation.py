@@ -73,10 +73,12 @@ from hf_seq.train_scripts.features import (
     stream_file,
 )
 from hf_seq.train_scripts.skeleton import (
+    after_training,
     budgeted_trainer,
     env_threads,
     finish_script_run,
     parse_script_args,
+    save_trained_model,
     start_script_run,
 )
 from hf_seq.train_scripts.trainer import HfSeqSeq2SeqTrainer
@@ -102,7 +104,13 @@ class TranslationArguments(PreprocessingArguments, BudgetArguments):
         metadata={"help": "Drop pairs whose longer side has more words.", ALLOWED: POSITIVE_INT.or_null()},
     )
     test_num_beams: str = field(default="1,5", metadata={"help": "Comma-separated beam sizes for the final test."})
-    plot_attention: bool = field(default=False, metadata={"help": "Write a heat map PNG of one test translation."})
+    plot_attention: bool = field(
+        default=False,
+        metadata={
+            "help": "Write a heat map PNG of one test translation (needs matplotlib: `pip install 'hf-seq[plot]'`; "
+            "without it the run warns before the first step and trains and saves the model without the plot)."
+        },
+    )
     plot_attention_index: int = field(default=0, metadata={"help": "Index (in the capped test set) of that sentence."})
     plot_attention_path: str | None = field(default=None, metadata={"help": "PNG path (default <output_dir>/...)."})
     results_file: str = field(default="results.json", metadata={"help": "Results JSON (relative to output_dir)."})
@@ -119,8 +127,9 @@ class TranslationArguments(PreprocessingArguments, BudgetArguments):
         metadata={
             "help": '"pytorch" (generate()), "ctranslate2" or "onnxruntime": decode the test split with the model '
             "exported to CTranslate2 (a Transformer; written into <output_dir>/ctranslate2; needs `pip install "
-            "hf_seq[ctranslate2]`) or to ONNX Runtime (any translation model, generate() over the exported graphs; "
-            "written into <output_dir>/onnxruntime; needs onnx, onnxscript and onnxruntime).",
+            "hf-seq[ctranslate2]`) or to ONNX Runtime (any translation model, generate() over the exported graphs; "
+            "written into <output_dir>/onnxruntime; needs onnx, onnxscript and onnxruntime). A run whose engine is "
+            "not installed is refused before the first step.",
             ALLOWED: OneOf(TEST_ENGINES),
         },
     )
@@ -174,7 +183,8 @@ TASK = Task(
         "do_train": True,  # as every other script; `--do_train false` evaluates a saved model
     },
     unused=frozenset(
-        {"text_column_name", "label_column_name", "tokens_column_name", "tags_column_name", "max_seq_length"}
+        {"text_column_name", "label_column_name", "tokens_column_name", "tags_column_name", "normalize_labels"}
+        | {"max_seq_length"}
     ),
     tokenizer_kinds=("bpe", "word"),
     model_head="AutoModelForSeq2SeqLM",
@@ -673,6 +683,18 @@ def streamed_features(model_args, data_args, args, training_args, src: str, tgt:
     return tokenizer, tokenized, pairs, data_line
 
 
+def hypothesis_length(row: np.ndarray, tokenizer) -> int:
+    """The tokens of one generated row up to and including its first end token (after a leading start token),
+    padding not counted: beam search writes end tokens after a hypothesis that finished early (transformers fills
+    with ``pad_token_id or eos_token_id``, and a pad id of 0 reads as false), which are not part of it."""
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    start = 1 if len(row) and row[0] in (tokenizer.bos_token_id, pad) else 0
+    ends = np.flatnonzero(row[start:] == eos) if eos is not None else []
+    kept = row[: start + int(ends[0]) + 1] if len(ends) else row
+    length = int(np.count_nonzero(kept != pad))
+    return length + int(len(ends) > 0 and eos == pad)  # an end token that is also the pad token still counts
+
+
 def translation_metrics(tokenizer):
     """``compute_metrics``: sacreBLEU, chrF and the mean generated length of decoded predictions."""
     bleu = load_metric("sacrebleu")
@@ -686,7 +708,7 @@ def translation_metrics(tokenizer):
         labels = np.where(labels < 0, tokenizer.pad_token_id, labels)
         hyps = [t.strip() for t in tokenizer.batch_decode(preds, skip_special_tokens=True)]
         refs = [t.strip() for t in tokenizer.batch_decode(labels, skip_special_tokens=True)]
-        lengths = [int(np.count_nonzero(p != tokenizer.pad_token_id)) for p in preds]
+        lengths = [hypothesis_length(p, tokenizer) for p in preds]
         return {
             "bleu": bleu.compute(predictions=hyps, references=[[r] for r in refs])["score"],
             "chrf": chrf.compute(predictions=hyps, references=[[r] for r in refs])["score"],
@@ -966,13 +988,19 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
     if training_args.do_train:
         results["train"] = train_results(trainer, training_args, args, budget, tokenized)
         results["validation_history"] = [h for h in trainer.state.log_history if "eval_bleu" in h]
+        # the trained model first: nothing that runs after training (decoding, exports, the plot) can cost it
+        save_trained_model(trainer, training_args, results, command, results_name=args.results_file)
 
     extra_files = {}
-    average_and_test(run, results, extra_files)
+    guarded = {"results": results, "output_dir": training_args.output_dir}
+    after_training("test decoding", average_and_test, run, results, extra_files, **guarded)
+    averaged = "averaged_checkpoints" in results  # new weights: saved again with the rest
     if args.plot_attention:
-        plot_attention(run, results, extra_files)
+        after_training("the attention plot", plot_attention, run, results, extra_files, **guarded)
 
-    card = translation_card(run, results, data_line) if training_args.do_train else None  # trained models only
+    card = None
+    if training_args.do_train:  # trained models only
+        card = after_training("the model card", translation_card, run, results, data_line, **guarded)
     return finish_script_run(
         trainer,
         training_args,
@@ -981,7 +1009,7 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
         card=card,
         files=extra_files,
         results_name=args.results_file,
-        save_model=training_args.do_train,
+        save_model=training_args.do_train and averaged,
         report=log_test_scores,
     )
 

@@ -32,6 +32,7 @@ import bz2
 import contextlib
 import csv
 import functools
+import logging
 import os
 import random
 import re
@@ -819,6 +820,9 @@ def register_dataset_preset(preset: DatasetPreset) -> DatasetPreset:
 def check_preset_installed(name: str) -> None:
     """``DataError`` naming the corpus, the folder and the command that installs it unless every corpus folder the
     preset ``name`` reads exists (only their presence: the files are verified when the preset is loaded)."""
+    problem = data_install.data_folder_problem(data_dir())
+    if problem is not None:
+        raise DataError(f"`dataset_name` {name}: {problem}")
     for folder in DATASET_PRESETS[name].corpora:
         root = data_dir() / folder
         if not root.is_dir():
@@ -1058,6 +1062,27 @@ def _innermost(error: BaseException) -> BaseException:
     return error
 
 
+class _DropReadErrors(logging.Filter):
+    """Drops the ERROR records ``datasets``' file builders log before they raise on a file they cannot read."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno != logging.ERROR
+
+
+@contextlib.contextmanager
+def _builder_errors_unlogged(builder: str):
+    """Within: the ``datasets`` builder ``builder`` (json, csv, parquet, ...) logs no error (e.g. "JSON parse error:
+    The document is empty") ahead of the exception it raises, which :func:`_load_file` turns into one line naming the
+    file (and line); its warnings still show."""
+    logger = logging.getLogger(f"datasets.packaged_modules.{builder}.{builder}")
+    dropped = _DropReadErrors()
+    logger.addFilter(dropped)
+    try:
+        yield
+    finally:
+        logger.removeFilter(dropped)
+
+
 def _load_file(path: str, split: str, allow_text: bool, cache_dir: str | None) -> Dataset:
     import datasets
 
@@ -1069,9 +1094,10 @@ def _load_file(path: str, split: str, allow_text: bool, cache_dir: str | None) -
     if builder == "text":
         kwargs["keep_linebreaks"] = True  # one row per line, its "\n" kept: the char LM sees the file as it is
     try:
-        dataset = datasets.load_dataset(
-            builder, data_files={split: str(path)}, split=split, cache_dir=cache_dir, **kwargs
-        )
+        with _builder_errors_unlogged(builder):
+            dataset = datasets.load_dataset(
+                builder, data_files={split: str(path)}, split=split, cache_dir=cache_dir, **kwargs
+            )
     except Exception as error:  # noqa: BLE001 - re-raised with the file named
         if "corresponds to no data" in str(error):
             raise DataError(f"`{flag}` {path} has no data rows") from error

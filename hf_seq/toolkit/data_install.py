@@ -85,6 +85,20 @@ def data_dir() -> Path:
     return root / "data" if root is not None else user_data_dir()
 
 
+def data_folder_problem(root: Path, given: str | None = None) -> str | None:
+    """Why ``root`` cannot be the data folder (it exists and is not a folder), naming where it came from (``given``:
+    the flag that named it; else :func:`where_from`) and the fix; None where it can (it is created if missing)."""
+    if not root.exists() or root.is_dir():
+        return None
+    source = given or where_from()
+    fix = (
+        "point HF_SEQ_DATA at a folder (created if missing), or unset it to use the default"
+        if source == "HF_SEQ_DATA"
+        else f"pass a folder as {source}"
+    )
+    return f"the data folder {root} ({source}) is a file, not a folder: {fix}"
+
+
 def where_from() -> str:
     """Which rule chose :func:`data_dir` (for ``hf-seq-data path`` and the docs)."""
     if os.environ.get("HF_SEQ_DATA"):
@@ -440,6 +454,10 @@ def main(argv: list[str] | None = None) -> int:
         print(data_dir())
         return 0
     root = Path(args.data_dir).expanduser().resolve() if args.data_dir else data_dir()
+    problem = data_folder_problem(root, "--data_dir" if args.data_dir else None)
+    if problem is not None:
+        print(f"{PROG}: error: {problem}", file=sys.stderr)
+        return 2
     if args.command == "list":
         print(f"data folder: {root}" + ("" if args.data_dir else f" ({where_from()})"))
         for name in GROUPS["all"]:
