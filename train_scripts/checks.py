@@ -314,17 +314,6 @@ def check_resume(training_args, where: str) -> None:
         )
 
 
-def _newest_complete_checkpoint(root: Path) -> Path | None:
-    """The ``checkpoint-N`` of ``root`` that ``--resume_from_checkpoint last`` continues (the newest complete one)."""
-    if not root.is_dir():
-        return None
-    steps = [p for p in root.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
-    for candidate in sorted(steps, key=lambda p: int(p.name.split("-")[-1]), reverse=True):
-        if outputs.checkpoint_is_complete(candidate):
-            return candidate
-    return None
-
-
 def resumed_folders(training_args) -> list[Path]:
     """The saved folders a ``resume_from_checkpoint`` run continues from or stops at: the checkpoint it names, or
     with ``last`` the newest complete checkpoint of ``output_dir`` and the final model of a finished run there."""
@@ -336,7 +325,7 @@ def resumed_folders(training_args) -> list[Path]:
     if str(value).lower() not in ("last", "true"):
         return [Path(value)]
     root = Path(training_args.output_dir or ".").expanduser()
-    found = [p for p in (_newest_complete_checkpoint(root),) if p is not None]
+    found = outputs.checkpoints(root)[:1]  # the one `last` continues
     if (root / "config.json").is_file() and (root / "trainer_state.json").is_file():
         found.append(root)  # a finished run's final model (`last` then has nothing to resume)
     return found

@@ -37,7 +37,7 @@ from hf_seq.train_scripts.errors import RUN
 from hf_seq.train_scripts.outputs import checkpoint_is_complete
 from hf_seq.train_scripts.processes import broadcast_from_main
 from transformers import Trainer, TrainerCallback, TrainingArguments
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
+from transformers.trainer_utils import TrainOutput
 
 from hf_seq.toolkit.bert_conversion import from_transformers_bert
 from hf_seq.toolkit.data import (
@@ -193,17 +193,6 @@ def training_command(script_file: str, argv: list[str] | None, command_prefix: l
     return command
 
 
-def _checkpoints(root: Path) -> list[Path]:
-    """The ``checkpoint-N`` folders of ``root``, newest step first."""
-    if not root.is_dir():
-        return []
-    return sorted(
-        (p for p in root.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if p.is_dir() and p.name.split("-")[-1].isdigit()),
-        key=lambda p: int(p.name.split("-")[-1]),
-        reverse=True,
-    )
-
-
 def _wants_last(value) -> bool:
     return value is not None and str(value).lower() in ("last", "true")
 
@@ -220,9 +209,9 @@ def resolve_resume_checkpoint(training_args: TrainingArguments) -> str | None:
         return None
     if _wants_last(value):
         root = Path(training_args.output_dir)
-        for candidate in _checkpoints(root):
-            if checkpoint_is_complete(candidate):
-                return str(candidate)
+        newest = outputs.checkpoints(root)
+        if newest:
+            return str(newest[0])
         print(f"resume_from_checkpoint={value}: no complete checkpoint in {root}, starting from scratch")
         return None
     if not Path(value).is_dir():
@@ -248,7 +237,7 @@ def finished_run(output_dir: str | os.PathLike) -> int | None:
         written = final.stat().st_mtime_ns
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    newest = next((c for c in _checkpoints(root) if checkpoint_is_complete(c)), None)
+    newest = next(iter(outputs.checkpoints(root)), None)
     if newest is not None and (newest / "trainer_state.json").stat().st_mtime_ns > written:
         return None
     return step
@@ -270,7 +259,7 @@ def start_run(training_args: TrainingArguments, results_name: str = "results.jso
         if main:
             outputs.recover_output_dir(output_dir)
             if overwrite:
-                for checkpoint in _checkpoints(output_dir):
+                for checkpoint in outputs.checkpoints(output_dir, complete=False):
                     shutil.rmtree(checkpoint)
     if overwrite:
         training_args.resume_from_checkpoint = None
@@ -290,7 +279,7 @@ def start_run(training_args: TrainingArguments, results_name: str = "results.jso
             return json.loads((output_dir / results_name).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
-    stale = [c.name for c in _checkpoints(output_dir)]
+    stale = [c.name for c in outputs.checkpoints(output_dir, complete=False)]
     if stale and training_args.resume_from_checkpoint is None and main:
         print(
             f"warning: {output_dir} holds checkpoints of an earlier run ({', '.join(stale[:5])}); this run starts from "

@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 from datasets import Dataset, DatasetDict, Features, List, Value
+from hf_seq.train_scripts import outputs
 from hf_seq.train_scripts.arguments import (
     BudgetArguments,
     HfSeqSeq2SeqTrainingArguments,
@@ -275,17 +276,7 @@ def check_averaging(args: TranslationArguments, training_args) -> None:
 def last_checkpoints(output_dir: str, count: int, up_to_step: int) -> list[Path]:
     """The ``count`` newest complete ``checkpoint-N`` folders of ``output_dir`` with ``N <= up_to_step``, oldest
     first (checkpoints of a later, longer run left in the folder are not this model's)."""
-    from hf_seq.train_scripts.common import checkpoint_is_complete
-
-    found = sorted(
-        (
-            p
-            for p in Path(output_dir).glob("checkpoint-*")
-            if p.is_dir() and p.name.split("-")[-1].isdigit() and int(p.name.split("-")[-1]) <= up_to_step
-        ),
-        key=lambda p: int(p.name.split("-")[-1]),
-    )
-    return [p for p in found if checkpoint_is_complete(p)][-count:]
+    return outputs.checkpoints(output_dir, up_to_step=up_to_step)[:count][::-1]
 
 
 def load_averaged_weights(model, folders: list[Path]) -> None:
