@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
+from accelerate.utils import broadcast_object_list, reduce
 from datasets import ClassLabel, Dataset, DatasetDict
 from hf_seq.train_scripts import outputs
 from hf_seq.train_scripts.arguments import (
@@ -35,7 +36,6 @@ from hf_seq.train_scripts.arguments import (
 )
 from hf_seq.train_scripts.errors import RUN
 from hf_seq.train_scripts.outputs import checkpoint_is_complete
-from hf_seq.train_scripts.processes import broadcast_from_main
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import TrainOutput
 
@@ -87,24 +87,14 @@ class TimeBudgetCallback(TrainerCallback):
         over_cpu = self.max_cpu_seconds is not None and self.train_cpu_seconds >= self.max_cpu_seconds
         if self.max_seconds is not None or self.max_cpu_seconds is not None:
             # each process measures its own clock: they stop at the same step, when the first of them is over
-            over_wall, over_cpu = any_process((over_wall, over_cpu), args.device)
+            over = reduce(torch.tensor([over_wall, over_cpu], dtype=torch.float32, device=args.device), "max")
+            over_wall, over_cpu = (bool(v) for v in over.tolist())
         if over_wall or over_cpu:
             self.stopped_by_budget = True
             control.should_training_stop = True
             control.should_evaluate = True
             control.should_save = args.save_strategy != "no"  # a checkpoint only for runs that keep them
         return control
-
-
-def any_process(flags: tuple[bool, ...], device) -> tuple[bool, ...]:
-    """``flags`` or-ed over every process of the run (themselves in a single process): one all-reduce."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return flags
-    if torch.distributed.get_world_size() == 1:
-        return flags
-    tensor = torch.tensor([float(f) for f in flags], device=device)
-    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
-    return tuple(bool(v) for v in tensor.tolist())
 
 
 class StepTimesCallback(TrainerCallback):
@@ -312,7 +302,7 @@ def run_training(trainer: Trainer, training_args: TrainingArguments) -> TrainOut
     the returned ``training_loss`` (and ``metrics["train_loss"]``, and the final ``log_history`` record) is the mean
     over the WHOLE run (:func:`whole_run_loss`), with ``metrics["train_loss_steps"]`` the steps it covers."""
     # the first process's choice on every process: each reading the folder on its own could pick different ones
-    checkpoint = broadcast_from_main(resolve_resume_checkpoint(training_args))
+    checkpoint = broadcast_object_list([resolve_resume_checkpoint(training_args)])[0]
     start = 0
     if checkpoint is not None:
         start = int(json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"])
