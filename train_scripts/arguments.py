@@ -42,6 +42,7 @@ from hf_seq.train_scripts.checks import (
     ABOVE_0,
     ALLOWED,
     AT_LEAST_0,
+    HEADS,
     POSITIVE_INT,
     SEQ2SEQ_TRAINING_ALLOWED,
     TRAINING_ALLOWED,
@@ -807,16 +808,6 @@ def check_arguments(
     build_config(task, model_args, data_args, where=where, vocab_size=TRIAL_VOCAB_SIZE)
 
 
-# the words for each head the train scripts build (errors about a model type without it)
-_HEAD_NAMES = {
-    "AutoModelForSequenceClassification": "text classifier",
-    "AutoModelForTokenClassification": "tagger",
-    "AutoModelForCausalLM": "language model",
-    "AutoModelForSeq2SeqLM": "sequence-to-sequence",
-    "AutoModelForPreTraining": "BERT pretraining",
-    "AutoModelForMaskedLM": "masked language model",
-}
-
 TRIAL_VOCAB_SIZE = 1000  # the vocabulary size of the up-front check (the real one comes from the tokenizer)
 
 
@@ -890,7 +881,7 @@ def build_config(
         raise RecipeError(f"{where}: `model_type` is needed to build a new model (or pass `model_name_or_path`)")
     heads = hf_seq.auto_heads()  # hf_seq's own families; another registered model_type is left to transformers
     serving = sorted(t for t, family in heads.items() if task.model_head in family and t in (task.model_types or heads))
-    head_words = _HEAD_NAMES.get(task.model_head, task.model_head)
+    head_words = HEADS.get(task.model_head, (task.model_head,))[0]
     if task.model_head and model_type in heads and model_type not in serving:
         # before the fields: a recipe's fields of another family would otherwise hide the cause
         raise RecipeError(

@@ -34,6 +34,7 @@ from hf_seq.train_scripts.arguments import (
     build_config,
     override_values,
 )
+from hf_seq.train_scripts.checks import TOKENIZER_FILES
 from hf_seq.train_scripts.errors import RUN
 from hf_seq.train_scripts.outputs import checkpoint_is_complete
 from transformers import Trainer, TrainerCallback, TrainingArguments
@@ -611,9 +612,6 @@ def describe_data(data_args: DataArguments, splits: DatasetDict, unit: str = "ro
 # ---------------------------------------------------------------------------------------------------------------
 # tokenizer and model: loaded (tokenizer_name / model_name_or_path) or built
 # ---------------------------------------------------------------------------------------------------------------
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
-
-
 def load_tokenizer(model_args: ModelArguments):
     """The tokenizer of ``tokenizer_name`` or of ``model_name_or_path``; ``None`` when neither is given (the script
     then builds one on the training split). A model folder without tokenizer files is an error, not a new tokenizer:
@@ -630,15 +628,6 @@ def load_tokenizer(model_args: ModelArguments):
                 "tokenizer it was trained with as `tokenizer_name`"
             )
     return AutoTokenizer.from_pretrained(name)
-
-
-# hf_seq BERT class per Auto class, for transformers BERT checkpoints (converted on load)
-_HF_SEQ_BERT_HEADS = {
-    "AutoModelForSequenceClassification": "BertForSequenceClassification",
-    "AutoModelForTokenClassification": "BertForTokenClassification",
-    "AutoModelForPreTraining": "BertForPreTraining",
-    "AutoModelForMaskedLM": "BertForMaskedLM",
-}
 
 
 def load_or_build_model(
@@ -663,9 +652,10 @@ def load_or_build_model(
         typed_by = hf_seq.HfSeqBertConfig() if converting else config
         overrides = override_values(model_args.config_overrides, typed_by) | head_config
         if converting:  # transformers' BERT: into hf_seq's
-            if task.model_head not in _HF_SEQ_BERT_HEADS:
+            # hf_seq's BERT class of the Auto class: AutoModelForMaskedLM -> BertForMaskedLM
+            cls = getattr(hf_seq, "Bert" + task.model_head.removeprefix("AutoModel"), None)
+            if cls is None:
                 raise RecipeError(f"`model_name_or_path` {path} is a transformers BERT; {task.name} cannot use it")
-            cls = getattr(hf_seq, _HF_SEQ_BERT_HEADS[task.model_head])
             model = from_transformers_bert(cls, path, **overrides)
         else:
             for key, value in overrides.items():
