@@ -277,6 +277,9 @@ def test_command_line_is_checked_like_the_recipe(tmp_path):
         parse_args(train_classifier.TASK, ["--dataset_name", "hf_seq/sentiment", "--model_config", "{hidden: 8}"])
     with pytest.raises(RecipeError, match=r"`config_overrides`: hf_seq_rnn has no field `hiden`"):
         parse_args(train_classifier.TASK, ["--dataset_name", "hf_seq/sentiment", "--config_overrides", "hiden=8"])
+    for overrides, message in (("hidden_size=x", "`hidden_size=x`"), ("bidirectional=maybe", "`bidirectional=maybe`")):
+        with pytest.raises(RecipeError, match=rf"`config_overrides`: {message}"):  # the field and its value
+            parse_args(train_classifier.TASK, ["--dataset_name", "hf_seq/sentiment", "--config_overrides", overrides])
     with pytest.raises(RecipeError, match=r"`model_name_or_path` no_model does not exist; pass a local folder"):
         parse_args(train_classifier.TASK, ["--dataset_name", "hf_seq/sentiment", "--model_name_or_path", "no_model"])
     # the recipe gives defaults, the command line wins

@@ -25,6 +25,7 @@ command line prints them as one line (:func:`hf_seq.train_scripts.cli.report_use
 from __future__ import annotations
 
 import argparse
+import copy
 import difflib
 import enum
 import json
@@ -826,15 +827,14 @@ def config_fields(config) -> set[str]:
 
 
 def override_values(config_overrides: str | None, config) -> dict:
-    """``config_overrides`` (``"hidden_size=128,dropout=0.1"``) as typed values: each converted to the type of the
-    field in ``config`` (booleans from true/false; a field that is None now takes JSON or a string)."""
+    """``config_overrides`` (``"hidden_size=128,dropout=0.1"``) as typed values: ``PretrainedConfig.update_from_string``
+    on a copy of ``config`` converts each to the type of its field (booleans from true/false). A field that is None
+    now, or a list or object (which update_from_string refuses), takes JSON or a string."""
     if not config_overrides:
         return {}
-    values = {}
+    pairs = {}
     known = config_fields(config)
-    for item in config_overrides.split(","):
-        if not item.strip():
-            continue
+    for item in filter(str.strip, config_overrides.split(",")):
         if "=" not in item:
             raise RecipeError(f"`config_overrides` {config_overrides!r}: {item!r} is not field=value")
         key, text = (part.strip() for part in item.split("=", 1))
@@ -842,26 +842,23 @@ def override_values(config_overrides: str | None, config) -> dict:
             close = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f" (did you mean `{close[0]}`?)" if close else ""
             raise RecipeError(f"`config_overrides`: {config.model_type} has no field `{key}`{hint}")
-        current = getattr(config, key, None)
+        pairs[key] = text
+    typed = {key for key in pairs if isinstance(getattr(config, key, None), (bool, int, float, str))}
+    trial = copy.deepcopy(config)
+    for key in typed:
         try:
-            if isinstance(current, bool):
-                if text.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError("expected true or false")
-                value = text.lower() in ("true", "1")
-            elif isinstance(current, int):
-                value = int(text)
-            elif isinstance(current, float):
-                value = float(text)
-            elif isinstance(current, str):
-                value = text
-            else:
-                try:
-                    value = json.loads(text)
-                except json.JSONDecodeError:
-                    value = text
+            trial.update_from_string(f"{key}={pairs[key]}")
         except ValueError as error:
-            raise RecipeError(f"`config_overrides`: `{key}={text}` is not {type(current).__name__} ({error})") from None
-        values[key] = value
+            raise RecipeError(f"`config_overrides`: `{key}={pairs[key]}` ({error})") from None
+    values = {}
+    for key, text in pairs.items():
+        if key in typed:
+            values[key] = getattr(trial, key)
+        else:
+            try:
+                values[key] = json.loads(text)
+            except json.JSONDecodeError:
+                values[key] = text
     return values
 
 
