@@ -34,9 +34,8 @@ from hf_seq.train_scripts.arguments import (
     build_config,
     override_values,
 )
-from hf_seq.train_scripts.checks import TOKENIZER_FILES
+from hf_seq.train_scripts.checks import TOKENIZER_FILES, check_resume
 from hf_seq.train_scripts.errors import RUN
-from hf_seq.train_scripts.outputs import checkpoint_is_complete
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import TrainOutput
 
@@ -193,7 +192,7 @@ def resolve_resume_checkpoint(training_args: TrainingArguments) -> str | None:
 
     ``last`` / ``true`` = the newest COMPLETE ``checkpoint-N`` in ``output_dir`` (a checkpoint whose writing was cut
     off by a kill is skipped, unlike ``Trainer``'s own ``True``), or a fresh start if there is none yet — so the same
-    command can be re-run after a crash. A path must be a complete checkpoint (``ValueError`` naming what is missing).
+    command can be re-run after a crash. A path must be a complete checkpoint (:func:`~hf_seq.train_scripts.checks.check_resume`).
     """
     value = training_args.resume_from_checkpoint
     if value is None or str(value).lower() in ("", "false", "none"):
@@ -205,13 +204,7 @@ def resolve_resume_checkpoint(training_args: TrainingArguments) -> str | None:
             return str(newest[0])
         print(f"resume_from_checkpoint={value}: no complete checkpoint in {root}, starting from scratch")
         return None
-    if not Path(value).is_dir():
-        raise ValueError(f"`resume_from_checkpoint` {value!r} is not a directory")
-    if not checkpoint_is_complete(value):
-        raise ValueError(
-            f"`resume_from_checkpoint` {value!r} is not a complete Trainer checkpoint (needs config.json, "
-            "model.safetensors and a readable trainer_state.json; its writing was probably interrupted)"
-        )
+    check_resume(training_args, "the run")  # parse_args checked it already, naming where it was set
     return str(value)
 
 
@@ -338,12 +331,6 @@ def full_state_dict(trainer: Trainer):
         yield
     finally:
         plugin.set_state_dict_type(previous)
-
-
-def save_final_model(trainer: Trainer, output_dir: str | os.PathLike) -> None:
-    """Save only the model + tokenizer (+ modelling code, ``auto_map``) + ``trainer_state.json`` as the final folder
-    ``output_dir`` (:func:`save_run` without results or card)."""
-    save_run(trainer, output_dir, results=None, command="")
 
 
 def save_run(
