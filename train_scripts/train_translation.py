@@ -751,31 +751,14 @@ def test_decodes(run, store: dict, export_dir: Path | None = None) -> None:
     for beams in (int(b) for b in args.test_num_beams.split(",") if b.strip()):
         t0 = time.perf_counter()
         if args.test_engine in ("ctranslate2", "onnxruntime"):
-            if args.test_engine == "ctranslate2":
-                preds = ctranslate2_predictions(
-                    trainer.model,
-                    tokenizer,
-                    pairs["test"][0],
-                    export_dir,
-                    args.test_ctranslate2_quantization,
-                    beams,
-                    max_new,
-                    run.data_args.max_source_length,
-                )
-                quantization = args.test_ctranslate2_quantization
-            else:
-                preds = onnxruntime_predictions(
-                    trainer.model,
-                    tokenizer,
-                    pairs["test"][0],
-                    export_dir,
-                    args.test_onnxruntime_quantization,
-                    beams,
-                    max_new,
-                    run.data_args.max_source_length,
-                    run.training_args.per_device_eval_batch_size,
-                )
-                quantization = args.test_onnxruntime_quantization
+            quantization = getattr(args, f"test_{args.test_engine}_quantization")
+            batch_size = run.training_args.per_device_eval_batch_size
+            engine = {
+                "ctranslate2": ctranslate2_predictions,
+                "onnxruntime": partial(onnxruntime_predictions, batch_size=batch_size),
+            }[args.test_engine]
+            sources, max_source = pairs["test"][0], run.data_args.max_source_length
+            preds = engine(trainer.model, tokenizer, sources, export_dir, quantization, beams, max_new, max_source)
             labels = np.array(
                 [
                     row + [-100] * (max(map(len, tokenized["test"]["labels"])) - len(row))
