@@ -19,7 +19,7 @@ from hf_seq.train_scripts import (
     train_translation,
     train_word_vectors,
 )
-from hf_seq.train_scripts.arguments import RecipeError, describe_type, parse_args, value_matches
+from hf_seq.train_scripts.arguments import RecipeError, parse_args, recipe_type
 from own_data import write_table
 
 from hf_seq.toolkit import data as D
@@ -210,14 +210,18 @@ def test_invalid_json_and_a_list_name_the_file_and_position(tmp_path):
 @pytest.mark.parametrize(
     ("module", "recipe", "message"),
     [
-        (train_lm, {"sample_temperatures": 1.0}, r"`sample_temperatures` must be a list of numbers, got 1\.0"),
-        (train_lm, {"sample_temperatures": [0.5, "hot"]}, r"`sample_temperatures` must be a list of numbers"),
-        (train_lm, {"eval_windows": "yes"}, r'`eval_windows` must be true or false, got "yes"'),
-        (train_classifier, {"max_steps": "10"}, r'`max_steps` must be an integer, got "10" \(a string\)'),
-        (train_classifier, {"max_steps": 10.5}, r"`max_steps` must be an integer, got 10\.5"),
-        (train_classifier, {"learning_rate": True}, r"`learning_rate` must be a number, got true"),
+        (train_lm, {"sample_temperatures": 1.0}, r"`sample_temperatures` 1\.0 has the wrong type: .*expected a list"),
+        (train_lm, {"sample_temperatures": [0.5, "hot"]}, r"`sample_temperatures` .* wrong type: .*index 1"),
+        (train_lm, {"eval_windows": "yes"}, r'`eval_windows` "yes" has the wrong type: .*expected bool'),
+        (train_classifier, {"max_steps": "10"}, r'`max_steps` "10" has the wrong type: .*expected int, got str'),
+        (train_classifier, {"max_steps": 10.5}, r"`max_steps` 10\.5 has the wrong type: .*expected int, got float"),
+        (train_classifier, {"learning_rate": True}, r"`learning_rate` true has the wrong type"),
         (train_classifier, {"model_config": "lstm"}, r"`model_config` must be a JSON object, got \"lstm\""),
-        (train_classifier, {"eval_strategy": "epochs"}, r"`eval_strategy` must be one of \['no', 'steps', 'epoch'\]"),
+        (
+            train_classifier,
+            {"eval_strategy": "epochs"},
+            r"`eval_strategy` \"epochs\" has the wrong type: .*one of \('no', 'steps', 'epoch'\)",
+        ),
         (train_classifier, {"max_train_samples": -3}, r"`max_train_samples` must be a positive integer or null"),
     ],
 )
@@ -277,6 +281,9 @@ def test_command_line_is_checked_like_the_recipe(tmp_path):
         parse_args(train_classifier.TASK, ["--dataset_name", "hf_seq/sentiment", "--model_config", "{hidden: 8}"])
     with pytest.raises(RecipeError, match=r"`config_overrides`: hf_seq_rnn has no field `hiden`"):
         parse_args(train_classifier.TASK, ["--dataset_name", "hf_seq/sentiment", "--config_overrides", "hiden=8"])
+    for overrides, message in (("hidden_size=x", "`hidden_size=x`"), ("bidirectional=maybe", "`bidirectional=maybe`")):
+        with pytest.raises(RecipeError, match=rf"`config_overrides`: {message}"):  # the field and its value
+            parse_args(train_classifier.TASK, ["--dataset_name", "hf_seq/sentiment", "--config_overrides", overrides])
     with pytest.raises(RecipeError, match=r"`model_name_or_path` no_model does not exist; pass a local folder"):
         parse_args(train_classifier.TASK, ["--dataset_name", "hf_seq/sentiment", "--model_name_or_path", "no_model"])
     # the recipe gives defaults, the command line wins
@@ -324,13 +331,21 @@ def test_help_lists_the_script_fields_only(module, capsys):
     assert all(f"--{name} " not in text for name in module.TASK.unused)
 
 
-def test_type_descriptions():
+def test_recipe_types_are_the_field_types_as_json_holds_them():
+    from huggingface_hub.dataclasses import type_validator
+    from transformers import GenerationConfig
     from transformers.trainer_utils import IntervalStrategy
 
-    assert describe_type(list[float] | None) == "a list of numbers or null"
-    assert describe_type(IntervalStrategy | str) == "one of ['no', 'steps', 'epoch']"
-    assert value_matches(3, float) and not value_matches(True, int) and not value_matches(3.0, int)
-    assert value_matches(None, int | None) and not value_matches([1, "a"], list[int])
+    for value, annotation in (
+        (3, float),
+        (None, int | None),
+        ("epoch", IntervalStrategy | str),
+        ({}, GenerationConfig),
+    ):
+        type_validator("field", value, recipe_type(annotation))
+    for value, annotation in ((True, int), (3.0, int), ([1, "a"], list[int]), ("epochs", IntervalStrategy | str)):
+        with pytest.raises(TypeError):
+            type_validator("field", value, recipe_type(annotation))
 
 
 def test_export_dataset_writes_files_the_scripts_read_back(tmp_path):

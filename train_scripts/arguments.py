@@ -25,10 +25,10 @@ command line prints them as one line (:func:`hf_seq.train_scripts.cli.report_use
 from __future__ import annotations
 
 import argparse
+import copy
 import difflib
 import enum
 import json
-import os
 import sys
 import types
 import typing
@@ -42,6 +42,7 @@ from hf_seq.train_scripts.checks import (
     ABOVE_0,
     ALLOWED,
     AT_LEAST_0,
+    HEADS,
     POSITIVE_INT,
     SEQ2SEQ_TRAINING_ALLOWED,
     TRAINING_ALLOWED,
@@ -55,6 +56,7 @@ from hf_seq.train_scripts.errors import RecipeError
 from hf_seq.train_scripts.errors import json_kind as _json_kind
 from hf_seq.train_scripts.recipes import default_recipe, read_recipe, resolve_recipe, shipped_recipes
 from hf_seq.train_scripts.trainer import start_deepspeed_comm_on_cpu
+from huggingface_hub.dataclasses import type_validator
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments, TrainingArguments
 
 from hf_seq.toolkit.data import DATASET_PRESETS, DataError, check_data_file
@@ -388,91 +390,24 @@ TRANSLATION_FIELDS = frozenset({"source_lang", "target_lang", "max_source_length
 # ---------------------------------------------------------------------------------------------------------------
 # type checks of recipe values
 # ---------------------------------------------------------------------------------------------------------------
-def _enum_values(annotation) -> list | None:
+def recipe_type(annotation):
+    """The type a recipe's JSON value of a field annotated ``annotation`` is checked against (huggingface_hub's
+    ``type_validator``): a float field takes a JSON integer too; an enum, also transformers' ``Enum | str``, its
+    values; a class JSON cannot hold (``GenerationConfig``, a path) is checked by the field's own class."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (Union, types.UnionType):
+        if str in args and any(isinstance(a, type) and issubclass(a, enum.Enum) for a in args):
+            args = tuple(a for a in args if a is not str)
+        return Union[tuple(recipe_type(a) for a in args)]
+    if origin in (list, dict) and args:
+        return origin[tuple(recipe_type(a) for a in args)]
+    if annotation is float:
+        return int | float
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return [member.value for member in annotation]
-    return None
-
-
-def _union_args(annotation) -> tuple | None:
-    if typing.get_origin(annotation) in (Union, types.UnionType):
-        return typing.get_args(annotation)
-    return None
-
-
-def describe_type(annotation) -> str:
-    """``list[float] | None`` -> "a list of numbers or null"."""
-    args = _union_args(annotation)
-    if args is not None:
-        enums = [a for a in args if _enum_values(a)]
-        if enums and str in args:  # transformers' `IntervalStrategy | str`: the enum's values
-            rest = [a for a in args if a is not str and a not in enums]
-            return " or ".join([f"one of {_enum_values(enums[0])}", *(describe_type(a) for a in rest)])
-        return " or ".join(dict.fromkeys(describe_type(a) for a in args))
-    origin = typing.get_origin(annotation)
-    if origin is Literal:
-        return f"one of {list(typing.get_args(annotation))}"
-    if annotation is type(None):
-        return "null"
-    if annotation is bool:
-        return "true or false"
-    if annotation is int:
-        return "an integer"
-    if annotation is float:
-        return "a number"
-    if annotation is str:
-        return "a string"
-    if annotation is dict or origin is dict:
-        return "a JSON object"
-    if annotation is list or origin is list:
-        inner = typing.get_args(annotation)
-        return f"a list of {_plural(describe_type(inner[0]))}" if inner else "a list"
-    values = _enum_values(annotation)
-    if values is not None:
-        return f"one of {values}"
-    return getattr(annotation, "__name__", str(annotation))
-
-
-def _plural(text: str) -> str:
-    return {"an integer": "integers", "a number": "numbers", "a string": "strings", "true or false": "booleans"}.get(
-        text, text
-    )
-
-
-def value_matches(value: Any, annotation) -> bool:
-    """Whether a JSON value fits a dataclass field annotation (types JSON cannot express are not checked)."""
-    args = _union_args(annotation)
-    if args is not None:
-        enums = [a for a in args if _enum_values(a)]
-        if enums and str in args and isinstance(value, str):
-            return any(value in _enum_values(a) for a in enums)
-        return any(value_matches(value, a) for a in args)
-    origin = typing.get_origin(annotation)
-    if annotation is Any:
-        return True
-    if origin is Literal:
-        return value in typing.get_args(annotation)
-    if annotation is type(None):
-        return value is None
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is str:
-        return isinstance(value, str)
-    if annotation is dict or origin is dict:
-        return isinstance(value, dict)
-    if annotation is list or origin is list:
-        inner = typing.get_args(annotation)
-        return isinstance(value, list) and (not inner or all(value_matches(v, inner[0]) for v in value))
-    values = _enum_values(annotation)
-    if values is not None:
-        return value in values or isinstance(value, annotation)
-    if annotation in (Path, os.PathLike):
-        return isinstance(value, str)
-    return True  # a class JSON cannot hold (GenerationConfig, ParallelismConfig): its own checks apply
+        return Literal[tuple(member.value for member in annotation)]
+    if annotation in (bool, int, str, dict, list, type(None)) or origin in (Literal, list, dict):
+        return annotation
+    return Any
 
 
 # fields whose annotation is narrower than what TrainingArguments accepts (`fsdp: str | None`, but `--fsdp` / `true`
@@ -548,11 +483,10 @@ def check_recipe(recipe: dict, task: Task, dataclass_types: tuple, where: str) -
             raise RecipeError(f"{where}: unknown key `{key}` for {task.name}{hint}")
         if key == "model_config" and isinstance(value, str):  # a JSON string is for the command line only
             raise RecipeError(f"{where}: `model_config` must be a JSON object, got {json.dumps(value)}")
-        if not value_matches(value, types_by_key[key]):
-            raise RecipeError(
-                f"{where}: `{key}` must be {describe_type(types_by_key[key])}, got {json.dumps(value)} "
-                f"({_json_kind(value)})"
-            )
+        try:
+            type_validator(key, value, recipe_type(types_by_key[key]))
+        except TypeError as error:
+            raise RecipeError(f"{where}: `{key}` {json.dumps(value)} has the wrong type: {error}") from None
 
 
 def _flags_given(argv: list[str]) -> list[str]:
@@ -815,16 +749,6 @@ def check_arguments(
     build_config(task, model_args, data_args, where=where, vocab_size=TRIAL_VOCAB_SIZE)
 
 
-# the words for each head the train scripts build (errors about a model type without it)
-_HEAD_NAMES = {
-    "AutoModelForSequenceClassification": "text classifier",
-    "AutoModelForTokenClassification": "tagger",
-    "AutoModelForCausalLM": "language model",
-    "AutoModelForSeq2SeqLM": "sequence-to-sequence",
-    "AutoModelForPreTraining": "BERT pretraining",
-    "AutoModelForMaskedLM": "masked language model",
-}
-
 TRIAL_VOCAB_SIZE = 1000  # the vocabulary size of the up-front check (the real one comes from the tokenizer)
 
 
@@ -843,15 +767,14 @@ def config_fields(config) -> set[str]:
 
 
 def override_values(config_overrides: str | None, config) -> dict:
-    """``config_overrides`` (``"hidden_size=128,dropout=0.1"``) as typed values: each converted to the type of the
-    field in ``config`` (booleans from true/false; a field that is None now takes JSON or a string)."""
+    """``config_overrides`` (``"hidden_size=128,dropout=0.1"``) as typed values: ``PretrainedConfig.update_from_string``
+    on a copy of ``config`` converts each to the type of its field (booleans from true/false). A field that is None
+    now, or a list or object (which update_from_string refuses), takes JSON or a string."""
     if not config_overrides:
         return {}
-    values = {}
+    pairs = {}
     known = config_fields(config)
-    for item in config_overrides.split(","):
-        if not item.strip():
-            continue
+    for item in filter(str.strip, config_overrides.split(",")):
         if "=" not in item:
             raise RecipeError(f"`config_overrides` {config_overrides!r}: {item!r} is not field=value")
         key, text = (part.strip() for part in item.split("=", 1))
@@ -859,26 +782,23 @@ def override_values(config_overrides: str | None, config) -> dict:
             close = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f" (did you mean `{close[0]}`?)" if close else ""
             raise RecipeError(f"`config_overrides`: {config.model_type} has no field `{key}`{hint}")
-        current = getattr(config, key, None)
+        pairs[key] = text
+    typed = {key for key in pairs if isinstance(getattr(config, key, None), (bool, int, float, str))}
+    trial = copy.deepcopy(config)
+    for key in typed:
         try:
-            if isinstance(current, bool):
-                if text.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError("expected true or false")
-                value = text.lower() in ("true", "1")
-            elif isinstance(current, int):
-                value = int(text)
-            elif isinstance(current, float):
-                value = float(text)
-            elif isinstance(current, str):
-                value = text
-            else:
-                try:
-                    value = json.loads(text)
-                except json.JSONDecodeError:
-                    value = text
+            trial.update_from_string(f"{key}={pairs[key]}")
         except ValueError as error:
-            raise RecipeError(f"`config_overrides`: `{key}={text}` is not {type(current).__name__} ({error})") from None
-        values[key] = value
+            raise RecipeError(f"`config_overrides`: `{key}={pairs[key]}` ({error})") from None
+    values = {}
+    for key, text in pairs.items():
+        if key in typed:
+            values[key] = getattr(trial, key)
+        else:
+            try:
+                values[key] = json.loads(text)
+            except json.JSONDecodeError:
+                values[key] = text
     return values
 
 
@@ -898,7 +818,7 @@ def build_config(
         raise RecipeError(f"{where}: `model_type` is needed to build a new model (or pass `model_name_or_path`)")
     heads = hf_seq.auto_heads()  # hf_seq's own families; another registered model_type is left to transformers
     serving = sorted(t for t, family in heads.items() if task.model_head in family and t in (task.model_types or heads))
-    head_words = _HEAD_NAMES.get(task.model_head, task.model_head)
+    head_words = HEADS.get(task.model_head, (task.model_head,))[0]
     if task.model_head and model_type in heads and model_type not in serving:
         # before the fields: a recipe's fields of another family would otherwise hide the cause
         raise RecipeError(

@@ -315,17 +315,6 @@ def check_resume(training_args, where: str) -> None:
         )
 
 
-def _newest_complete_checkpoint(root: Path) -> Path | None:
-    """The ``checkpoint-N`` of ``root`` that ``--resume_from_checkpoint last`` continues (the newest complete one)."""
-    if not root.is_dir():
-        return None
-    steps = [p for p in root.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
-    for candidate in sorted(steps, key=lambda p: int(p.name.split("-")[-1]), reverse=True):
-        if outputs.checkpoint_is_complete(candidate):
-            return candidate
-    return None
-
-
 def resumed_folders(training_args) -> list[Path]:
     """The saved folders a ``resume_from_checkpoint`` run continues from or stops at: the checkpoint it names, or
     with ``last`` the newest complete checkpoint of ``output_dir`` and the final model of a finished run there."""
@@ -337,7 +326,7 @@ def resumed_folders(training_args) -> list[Path]:
     if str(value).lower() not in ("last", "true"):
         return [Path(value)]
     root = Path(training_args.output_dir or ".").expanduser()
-    found = [p for p in (_newest_complete_checkpoint(root),) if p is not None]
+    found = outputs.checkpoints(root)[:1]  # the one `last` continues
     if (root / "config.json").is_file() and (root / "trainer_state.json").is_file():
         found.append(root)  # a finished run's final model (`last` then has nothing to resume)
     return found
@@ -414,24 +403,32 @@ def check_resumed_folder(task: Task, model_args, task_args, training_args, where
 # ---------------------------------------------------------------------------------------------------------------
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
 
-# the saved heads (architecture name endings) each script's head can start from without `allow_other_head`: the
-# same head, or an encoder pretrained for it (BERT's pretraining heads, a bare encoder)
-_COMPATIBLE_HEADS = {
-    "AutoModelForSequenceClassification": ("ForSequenceClassification", "ForPreTraining", "ForMaskedLM", "Model"),
-    "AutoModelForTokenClassification": ("ForTokenClassification", "ForPreTraining", "ForMaskedLM", "Model"),
-    "AutoModelForPreTraining": ("ForPreTraining", "ForMaskedLM", "Model"),
-    "AutoModelForMaskedLM": ("ForMaskedLM", "ForPreTraining", "Model"),
-    "AutoModelForCausalLM": ("ForCausalLM", "LMHeadModel"),
-    "AutoModelForSeq2SeqLM": ("ForConditionalGeneration",),
-}
-_HEAD_WORDS = {
-    "ForSequenceClassification": "a text classifier",
-    "ForTokenClassification": "a tagger",
-    "ForCausalLM": "a language model",
-    "LMHeadModel": "a language model",
-    "ForConditionalGeneration": "a sequence-to-sequence model",
-    "ForPreTraining": "a pretrained BERT (MLM + NSP)",
-    "ForMaskedLM": "a masked language model",
+# each head a train script builds (its Auto class): its name in errors ("has no <name> head", "trains <phrase>") and
+# the saved heads (architecture name endings) it starts from without `allow_other_head`: its own first, then an
+# encoder pretrained for it (BERT's pretraining heads, a bare encoder)
+HEADS = {
+    "AutoModelForSequenceClassification": (
+        "text classifier",
+        "a text classifier",
+        ("ForSequenceClassification", "ForPreTraining", "ForMaskedLM", "Model"),
+    ),
+    "AutoModelForTokenClassification": (
+        "tagger",
+        "a tagger",
+        ("ForTokenClassification", "ForPreTraining", "ForMaskedLM", "Model"),
+    ),
+    "AutoModelForPreTraining": (
+        "BERT pretraining",
+        "a pretrained BERT (MLM + NSP)",
+        ("ForPreTraining", "ForMaskedLM", "Model"),
+    ),
+    "AutoModelForMaskedLM": (
+        "masked language model",
+        "a masked language model",
+        ("ForMaskedLM", "ForPreTraining", "Model"),
+    ),
+    "AutoModelForCausalLM": ("language model", "a language model", ("ForCausalLM", "LMHeadModel")),
+    "AutoModelForSeq2SeqLM": ("sequence-to-sequence", "a sequence-to-sequence model", ("ForConditionalGeneration",)),
 }
 
 
@@ -492,15 +489,15 @@ def _read_config(path: Path, flag: str, where: str) -> dict:
 
 
 def _head_words(architecture: str) -> str:
-    for ending, words in _HEAD_WORDS.items():
-        if architecture.endswith(ending):
+    for _, words, (own, *_) in HEADS.values():
+        if architecture.endswith(own) or own == "ForCausalLM" and architecture.endswith("LMHeadModel"):
             return f"{words} ({architecture})"
     return architecture
 
 
 def check_model_folder(task: Task, head: str, model_args, where: str, allow_other_head: bool) -> dict:
     """``model_name_or_path`` is a local model folder of a family with ``head`` (``AutoModelFor...``) that the task
-    may start from; its saved head (``architectures``) is one the task's head continues (:data:`_COMPATIBLE_HEADS`)
+    may start from; its saved head (``architectures``) is one the task's head continues (:data:`HEADS`)
     unless ``allow_other_head``. Returns its config.json."""
     import transformers
     from transformers import CONFIG_MAPPING
@@ -537,16 +534,8 @@ def check_model_folder(task: Task, head: str, model_args, where: str, allow_othe
             )
         )
     saved = (config.get("architectures") or [None])[0]
-    allowed = _COMPATIBLE_HEADS.get(head, ())
+    wanted, allowed = HEADS.get(head, (None, head, ()))[1:]
     if saved and allowed and not saved.endswith(allowed) and not allow_other_head:
-        wanted = {
-            "AutoModelForSequenceClassification": "a text classifier",
-            "AutoModelForTokenClassification": "a tagger",
-            "AutoModelForCausalLM": "a language model",
-            "AutoModelForSeq2SeqLM": "a sequence-to-sequence model",
-            "AutoModelForPreTraining": "a pretrained BERT",
-            "AutoModelForMaskedLM": "a masked language model",
-        }.get(head, head)
         raise RecipeError(
             f"{where}: `model_name_or_path` {value} holds {_head_words(saved)}, but {task.name} trains {wanted}: "
             "pass a folder saved by the same kind of run, or `--allow_other_head true` to reuse its weights under a "

@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
+from accelerate.utils import broadcast_object_list, reduce
 from datasets import ClassLabel, Dataset, DatasetDict
 from hf_seq.train_scripts import outputs
 from hf_seq.train_scripts.arguments import (
@@ -33,11 +34,10 @@ from hf_seq.train_scripts.arguments import (
     build_config,
     override_values,
 )
+from hf_seq.train_scripts.checks import TOKENIZER_FILES, check_resume
 from hf_seq.train_scripts.errors import RUN
-from hf_seq.train_scripts.outputs import checkpoint_is_complete
-from hf_seq.train_scripts.processes import broadcast_from_main
 from transformers import Trainer, TrainerCallback, TrainingArguments
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
+from transformers.trainer_utils import TrainOutput
 
 from hf_seq.toolkit.bert_conversion import from_transformers_bert
 from hf_seq.toolkit.data import (
@@ -87,24 +87,14 @@ class TimeBudgetCallback(TrainerCallback):
         over_cpu = self.max_cpu_seconds is not None and self.train_cpu_seconds >= self.max_cpu_seconds
         if self.max_seconds is not None or self.max_cpu_seconds is not None:
             # each process measures its own clock: they stop at the same step, when the first of them is over
-            over_wall, over_cpu = any_process((over_wall, over_cpu), args.device)
+            over = reduce(torch.tensor([over_wall, over_cpu], dtype=torch.float32, device=args.device), "max")
+            over_wall, over_cpu = (bool(v) for v in over.tolist())
         if over_wall or over_cpu:
             self.stopped_by_budget = True
             control.should_training_stop = True
             control.should_evaluate = True
             control.should_save = args.save_strategy != "no"  # a checkpoint only for runs that keep them
         return control
-
-
-def any_process(flags: tuple[bool, ...], device) -> tuple[bool, ...]:
-    """``flags`` or-ed over every process of the run (themselves in a single process): one all-reduce."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return flags
-    if torch.distributed.get_world_size() == 1:
-        return flags
-    tensor = torch.tensor([float(f) for f in flags], device=device)
-    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
-    return tuple(bool(v) for v in tensor.tolist())
 
 
 class StepTimesCallback(TrainerCallback):
@@ -193,17 +183,6 @@ def training_command(script_file: str, argv: list[str] | None, command_prefix: l
     return command
 
 
-def _checkpoints(root: Path) -> list[Path]:
-    """The ``checkpoint-N`` folders of ``root``, newest step first."""
-    if not root.is_dir():
-        return []
-    return sorted(
-        (p for p in root.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if p.is_dir() and p.name.split("-")[-1].isdigit()),
-        key=lambda p: int(p.name.split("-")[-1]),
-        reverse=True,
-    )
-
-
 def _wants_last(value) -> bool:
     return value is not None and str(value).lower() in ("last", "true")
 
@@ -213,25 +192,19 @@ def resolve_resume_checkpoint(training_args: TrainingArguments) -> str | None:
 
     ``last`` / ``true`` = the newest COMPLETE ``checkpoint-N`` in ``output_dir`` (a checkpoint whose writing was cut
     off by a kill is skipped, unlike ``Trainer``'s own ``True``), or a fresh start if there is none yet — so the same
-    command can be re-run after a crash. A path must be a complete checkpoint (``ValueError`` naming what is missing).
+    command can be re-run after a crash. A path must be a complete checkpoint (:func:`~hf_seq.train_scripts.checks.check_resume`).
     """
     value = training_args.resume_from_checkpoint
     if value is None or str(value).lower() in ("", "false", "none"):
         return None
     if _wants_last(value):
         root = Path(training_args.output_dir)
-        for candidate in _checkpoints(root):
-            if checkpoint_is_complete(candidate):
-                return str(candidate)
+        newest = outputs.checkpoints(root)
+        if newest:
+            return str(newest[0])
         print(f"resume_from_checkpoint={value}: no complete checkpoint in {root}, starting from scratch")
         return None
-    if not Path(value).is_dir():
-        raise ValueError(f"`resume_from_checkpoint` {value!r} is not a directory")
-    if not checkpoint_is_complete(value):
-        raise ValueError(
-            f"`resume_from_checkpoint` {value!r} is not a complete Trainer checkpoint (needs config.json, "
-            "model.safetensors and a readable trainer_state.json; its writing was probably interrupted)"
-        )
+    check_resume(training_args, "the run")  # parse_args checked it already, naming where it was set
     return str(value)
 
 
@@ -248,7 +221,7 @@ def finished_run(output_dir: str | os.PathLike) -> int | None:
         written = final.stat().st_mtime_ns
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    newest = next((c for c in _checkpoints(root) if checkpoint_is_complete(c)), None)
+    newest = next(iter(outputs.checkpoints(root)), None)
     if newest is not None and (newest / "trainer_state.json").stat().st_mtime_ns > written:
         return None
     return step
@@ -270,7 +243,7 @@ def start_run(training_args: TrainingArguments, results_name: str = "results.jso
         if main:
             outputs.recover_output_dir(output_dir)
             if overwrite:
-                for checkpoint in _checkpoints(output_dir):
+                for checkpoint in outputs.checkpoints(output_dir, complete=False):
                     shutil.rmtree(checkpoint)
     if overwrite:
         training_args.resume_from_checkpoint = None
@@ -290,7 +263,7 @@ def start_run(training_args: TrainingArguments, results_name: str = "results.jso
             return json.loads((output_dir / results_name).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
-    stale = [c.name for c in _checkpoints(output_dir)]
+    stale = [c.name for c in outputs.checkpoints(output_dir, complete=False)]
     if stale and training_args.resume_from_checkpoint is None and main:
         print(
             f"warning: {output_dir} holds checkpoints of an earlier run ({', '.join(stale[:5])}); this run starts from "
@@ -323,7 +296,7 @@ def run_training(trainer: Trainer, training_args: TrainingArguments) -> TrainOut
     the returned ``training_loss`` (and ``metrics["train_loss"]``, and the final ``log_history`` record) is the mean
     over the WHOLE run (:func:`whole_run_loss`), with ``metrics["train_loss_steps"]`` the steps it covers."""
     # the first process's choice on every process: each reading the folder on its own could pick different ones
-    checkpoint = broadcast_from_main(resolve_resume_checkpoint(training_args))
+    checkpoint = broadcast_object_list([resolve_resume_checkpoint(training_args)])[0]
     start = 0
     if checkpoint is not None:
         start = int(json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"])
@@ -358,12 +331,6 @@ def full_state_dict(trainer: Trainer):
         yield
     finally:
         plugin.set_state_dict_type(previous)
-
-
-def save_final_model(trainer: Trainer, output_dir: str | os.PathLike) -> None:
-    """Save only the model + tokenizer (+ modelling code, ``auto_map``) + ``trainer_state.json`` as the final folder
-    ``output_dir`` (:func:`save_run` without results or card)."""
-    save_run(trainer, output_dir, results=None, command="")
 
 
 def save_run(
@@ -678,9 +645,6 @@ def describe_data(data_args: DataArguments, splits: DatasetDict, unit: str = "ro
 # ---------------------------------------------------------------------------------------------------------------
 # tokenizer and model: loaded (tokenizer_name / model_name_or_path) or built
 # ---------------------------------------------------------------------------------------------------------------
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
-
-
 def load_tokenizer(model_args: ModelArguments):
     """The tokenizer of ``tokenizer_name`` or of ``model_name_or_path``; ``None`` when neither is given (the script
     then builds one on the training split). A model folder without tokenizer files is an error, not a new tokenizer:
@@ -697,15 +661,6 @@ def load_tokenizer(model_args: ModelArguments):
                 "tokenizer it was trained with as `tokenizer_name`"
             )
     return AutoTokenizer.from_pretrained(name)
-
-
-# hf_seq BERT class per Auto class, for transformers BERT checkpoints (converted on load)
-_HF_SEQ_BERT_HEADS = {
-    "AutoModelForSequenceClassification": "BertForSequenceClassification",
-    "AutoModelForTokenClassification": "BertForTokenClassification",
-    "AutoModelForPreTraining": "BertForPreTraining",
-    "AutoModelForMaskedLM": "BertForMaskedLM",
-}
 
 
 def load_or_build_model(
@@ -730,9 +685,10 @@ def load_or_build_model(
         typed_by = hf_seq.HfSeqBertConfig() if converting else config
         overrides = override_values(model_args.config_overrides, typed_by) | head_config
         if converting:  # transformers' BERT: into hf_seq's
-            if task.model_head not in _HF_SEQ_BERT_HEADS:
+            # hf_seq's BERT class of the Auto class: AutoModelForMaskedLM -> BertForMaskedLM
+            cls = getattr(hf_seq, "Bert" + task.model_head.removeprefix("AutoModel"), None)
+            if cls is None:
                 raise RecipeError(f"`model_name_or_path` {path} is a transformers BERT; {task.name} cannot use it")
-            cls = getattr(hf_seq, _HF_SEQ_BERT_HEADS[task.model_head])
             model = from_transformers_bert(cls, path, **overrides)
         else:
             for key, value in overrides.items():

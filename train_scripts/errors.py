@@ -1,13 +1,12 @@
 """The user's mistakes that the train scripts report as one line (:func:`hf_seq.train_scripts.cli.report_user_errors`).
 
-Every train_scripts module may import this one: it imports none of them.
+Every train_scripts module may import this one: it imports none of them (one function, at an interrupt only).
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
 from typing import Any
 
 # the run in progress, for the line an interrupt (Ctrl-C) ends with: ``command`` (the recorded command line) and
@@ -53,16 +52,10 @@ def interrupted_line() -> str:
     output_dir, command = RUN.get("output_dir"), RUN.get("command")
     if not output_dir:
         return "interrupted before the run started; nothing was written"
-    newest = None
-    root = Path(output_dir)
-    steps = [p for p in root.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
-    for candidate in sorted(steps, key=lambda p: int(p.name.split("-")[-1]), reverse=True):
-        try:
-            step = int(json.loads((candidate / "trainer_state.json").read_text())["global_step"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # incomplete: `last` skips it too
-        newest = (candidate, step)
-        break
+    from hf_seq.train_scripts.outputs import checkpoints  # imports this module: not at the top
+
+    found = checkpoints(output_dir)[:1]  # the one `last` resumes
+    newest = (found[0], json.loads((found[0] / "trainer_state.json").read_text())["global_step"]) if found else None
     resume = shlex.join([*_without_resume(command), "--resume_from_checkpoint", "last"]) if command else None
     if newest is None:
         again = f"; run `{shlex.join(_without_resume(command))}` to start again" if command else ""

@@ -401,6 +401,16 @@ def disk_space_errors(folder: str | os.PathLike, what: str) -> Iterator[None]:
         ) from error
 
 
+def checkpoints(output_dir: str | os.PathLike, complete: bool = True, up_to_step: int | None = None) -> list[Path]:
+    """The ``checkpoint-N`` folders of ``output_dir``, newest step first: the complete ones
+    (:func:`checkpoint_is_complete`; ``complete`` false: all), of steps up to ``up_to_step`` when given. Unlike
+    transformers' ``get_last_checkpoint``, a checkpoint whose writing a kill cut off is skipped, not returned."""
+    root = Path(output_dir)
+    steps = {int(p.name.split("-")[-1]): p for p in root.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()}
+    found = [steps[step] for step in sorted(steps, reverse=True) if up_to_step is None or step <= up_to_step]
+    return [p for p in found if p.is_dir() and (not complete or checkpoint_is_complete(p))]
+
+
 def checkpoint_is_complete(path: str | os.PathLike) -> bool:
     """True if ``path`` is a Trainer checkpoint whose writing finished: weights (with their config; or FSDP's /
     DeepSpeed's own files) and a readable ``trainer_state.json`` (Trainer writes that file last, after model,

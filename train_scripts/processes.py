@@ -134,17 +134,6 @@ def is_collective_failure(error: BaseException) -> bool:
     )
 
 
-def broadcast_from_main(value):
-    """``value`` as the world's first process holds it, on every process (itself in a single process)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return value
-    holder = [value]
-    dist.broadcast_object_list(holder, src=0)
-    return holder[0]
-
-
 class CollectiveTimeoutError(RuntimeError):
     """A collective of a multi-process run did not complete within ``ddp_timeout``: another process stopped
     answering (it crashed, hangs, or was stopped)."""

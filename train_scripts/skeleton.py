@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+from accelerate.utils import broadcast_object_list
 from hf_seq.train_scripts import outputs
 from hf_seq.train_scripts.arguments import Task, parse_args
 from hf_seq.train_scripts.common import (
@@ -36,7 +37,6 @@ from hf_seq.train_scripts.common import (
     use_cpu_processes_without_gpu,
 )
 from hf_seq.train_scripts.processes import (
-    broadcast_from_main,
     check_cpu_launch,
     end_with_launcher,
     set_collective_timeout,
@@ -89,7 +89,7 @@ def start_script_run(
             outputs.lock_output_dir(training_args.output_dir)
         except outputs.OutputDirInUse as error:
             refused = error
-    if broadcast_from_main(refused is not None):
+    if broadcast_object_list([refused is not None])[0]:
         if refused is not None:
             raise refused
         raise SystemExit(2)

@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 from datasets import Dataset, DatasetDict, Features, List, Value
+from hf_seq.train_scripts import outputs
 from hf_seq.train_scripts.arguments import (
     BudgetArguments,
     HfSeqSeq2SeqTrainingArguments,
@@ -285,17 +286,7 @@ def check_averaging(args: TranslationArguments, training_args) -> None:
 def last_checkpoints(output_dir: str, count: int, up_to_step: int) -> list[Path]:
     """The ``count`` newest complete ``checkpoint-N`` folders of ``output_dir`` with ``N <= up_to_step``, oldest
     first (checkpoints of a later, longer run left in the folder are not this model's)."""
-    from hf_seq.train_scripts.common import checkpoint_is_complete
-
-    found = sorted(
-        (
-            p
-            for p in Path(output_dir).glob("checkpoint-*")
-            if p.is_dir() and p.name.split("-")[-1].isdigit() and int(p.name.split("-")[-1]) <= up_to_step
-        ),
-        key=lambda p: int(p.name.split("-")[-1]),
-    )
-    return [p for p in found if checkpoint_is_complete(p)][-count:]
+    return outputs.checkpoints(output_dir, up_to_step=up_to_step)[:count][::-1]
 
 
 def load_averaged_weights(model, folders: list[Path]) -> None:
@@ -782,31 +773,14 @@ def test_decodes(run, store: dict, export_dir: Path | None = None) -> None:
     for beams in (int(b) for b in args.test_num_beams.split(",") if b.strip()):
         t0 = time.perf_counter()
         if args.test_engine in ("ctranslate2", "onnxruntime"):
-            if args.test_engine == "ctranslate2":
-                preds = ctranslate2_predictions(
-                    trainer.model,
-                    tokenizer,
-                    pairs["test"][0],
-                    export_dir,
-                    args.test_ctranslate2_quantization,
-                    beams,
-                    max_new,
-                    run.data_args.max_source_length,
-                )
-                quantization = args.test_ctranslate2_quantization
-            else:
-                preds = onnxruntime_predictions(
-                    trainer.model,
-                    tokenizer,
-                    pairs["test"][0],
-                    export_dir,
-                    args.test_onnxruntime_quantization,
-                    beams,
-                    max_new,
-                    run.data_args.max_source_length,
-                    run.training_args.per_device_eval_batch_size,
-                )
-                quantization = args.test_onnxruntime_quantization
+            quantization = getattr(args, f"test_{args.test_engine}_quantization")
+            batch_size = run.training_args.per_device_eval_batch_size
+            engine = {
+                "ctranslate2": ctranslate2_predictions,
+                "onnxruntime": partial(onnxruntime_predictions, batch_size=batch_size),
+            }[args.test_engine]
+            sources, max_source = pairs["test"][0], run.data_args.max_source_length
+            preds = engine(trainer.model, tokenizer, sources, export_dir, quantization, beams, max_new, max_source)
             labels = np.array(
                 [
                     row + [-100] * (max(map(len, tokenized["test"]["labels"])) - len(row))

@@ -45,7 +45,7 @@ from hf_seq.toolkit.data import DataError, split_source
 
 
 @dataclass
-class WordVectorArguments(BudgetArguments):
+class SkipGramArguments(BudgetArguments):
     """Skip-gram sizes and sampling."""
 
     dim: int = field(default=64, metadata={"help": "vector size", ALLOWED: POSITIVE_INT})
@@ -61,7 +61,7 @@ class WordVectorArguments(BudgetArguments):
 
 TASK = Task(
     name="train_word_vectors",
-    arguments=WordVectorArguments,
+    arguments=SkipGramArguments,
     defaults={
         "text_column_name": "text",
         "output_dir": "runs/word_vectors",

@@ -31,10 +31,11 @@ import sys
 from pathlib import Path
 
 import torch
+from accelerate.utils import broadcast_object_list
 from datasets import Dataset
 from hf_seq.train_scripts.curves import write_training_curves
 from hf_seq.train_scripts.outputs import CHECKPOINT_STAGING, disk_space_errors, replace_folder
-from hf_seq.train_scripts.processes import broadcast_from_main, collective_timeouts
+from hf_seq.train_scripts.processes import collective_timeouts
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -152,7 +153,7 @@ class HfSeqTrainerMixin:
         # every process holds the main process's answer: Trainer's own check (is the best step's folder there?) runs
         # on each process against the staging folder, and under FSDP's sharded checkpoints (written after the check)
         # its answer depends on which process got there first
-        self.state.best_model_checkpoint = broadcast_from_main(best)
+        self.state.best_model_checkpoint = broadcast_object_list([best])[0]
         self.accelerator.wait_for_everyone()
 
     def _final_best_checkpoint(self, run_dir: Path, previous: str | None) -> str | None:
