@@ -107,6 +107,19 @@ def test_translator_nbest_is_beam_search_and_its_heat_map_is_the_cross_attention
         assert demo.attention_layers() == 2
 
 
+def test_heat_map_stops_at_the_end_token(demos):
+    """A shorter beam of the n-best is padded to the longest one: the heat map has no rows for that padding."""
+    demo = demos["rnn_translator"]
+    ids = demo.translate(SOURCE, 1)[0][2]
+    eos = demo.config.eos_token_id
+    ended = [*ids, eos] if ids[-1] != eos else ids
+    padded = [*ended, eos, eos, demo.config.pad_token_id]
+    weights, _, target = demo.attention(SOURCE, padded)
+    expected, _, expected_target = demo.attention(SOURCE, ended)
+    assert target == expected_target and len(target) == len(ended) - 1
+    torch.testing.assert_close(weights, expected)
+
+
 def test_fill_mask_answers_as_the_fill_mask_pipeline(demos, folders):
     found = demos["bert_mlm"].fill_mask("the [MASK] sat on the mat", 3)
     fill = pipeline("fill-mask", model=str(folders["bert_mlm"]), top_k=3)

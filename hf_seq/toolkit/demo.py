@@ -302,10 +302,15 @@ class Demo:
 
     def attention(self, source: str, target_ids: list[int], layer: int = -1, head: int | str = AVERAGE):
         """``(weights (T, S), source tokens, target tokens)``: the cross-attention over ``source`` of the decoder
-        producing ``target_ids`` (decoder start first); ``None`` for a model without attention. A Transformer's
-        ``head`` is one head's index or ``"average"``."""
+        producing ``target_ids`` (decoder start first), up to its end token: the padding a shorter beam gets in the
+        n-best has no row; ``None`` for a model without attention. A Transformer's ``head`` is one head's index or
+        ``"average"``."""
         enc = self.encode(source)
-        ids = torch.tensor([target_ids])
+        ends = self.config.eos_token_id
+        ends = {ends} if isinstance(ends, int) else set(ends or ())
+        target_ids = [int(i) for i in target_ids]
+        end = next((i for i, token in enumerate(target_ids[1:], 1) if token in ends), len(target_ids) - 1)
+        ids = torch.tensor([target_ids[: end + 1]])
         with torch.no_grad():
             out = self.model(**enc, decoder_input_ids=ids[:, :-1], output_attentions=True)
         maps = getattr(out, "cross_attentions", None)
@@ -448,6 +453,8 @@ def _translator_page(gr, demo: Demo, engine) -> None:
         headers=["rank", "hypothesis", "score"],
         label="n-best (score: log-prob / length)",
         interactive=False,
+        wrap=True,  # a long hypothesis wraps instead of pushing the score column out of sight
+        column_widths=["8%", "77%", "15%"],
         elem_id="nbest",
     )
     state = gr.State([])
