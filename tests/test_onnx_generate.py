@@ -23,7 +23,7 @@ import torch
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-from test_onnxruntime import left_padded, right_padded, rnn_seq2seq, transformer  # noqa: E402
+from test_onnxruntime import left_padded, lm, right_padded, rnn_seq2seq, transformer  # noqa: E402
 from tiny_models import TEXTS, build_tokenizer  # noqa: E402
 
 from hf_seq.toolkit.export import load_onnxruntime, to_onnx  # noqa: E402
@@ -36,6 +36,11 @@ SEARCHES = {
     "beam3-no-length-penalty": dict(num_beams=3, length_penalty=0.0, repetition_penalty=1.3),
     "beam3-min-length": dict(num_beams=3, length_penalty=0.5, min_length=4),
 }
+LM_SEARCHES = {  # the language model's beams: the operator's length penalty would count the prompt
+    "greedy": dict(num_beams=1),
+    "greedy-min-new-tokens": dict(num_beams=1, min_new_tokens=3),
+    "beam4-return2": dict(num_beams=4, num_return_sequences=2, length_penalty=0.0),
+}
 NEW_TOKENS = (4, 12)  # one that cuts sequences at max_length, one where most end with their end token
 
 
@@ -44,7 +49,9 @@ def tokenizer():
     return build_tokenizer()
 
 
-def batches(tokenizer):
+def batches(tokenizer, decoder_only: bool = False):
+    if decoder_only:  # a prompt is continued at its end: padded on the left
+        return {"left": left_padded(tokenizer)}
     return {"right": right_padded(tokenizer), "left": left_padded(tokenizer)}
 
 
@@ -52,10 +59,12 @@ def check_graph_matches_pytorch(model, folder, tokenizer) -> int:
     """The graph's sequences equal ``generate()``'s for every search, padding side and length (scores close where the
     operator's and generate()'s length penalties agree); returns how many calls compared equal scores."""
     graph = GeneratingGraph(folder, threads=1)
+    decoder_only = not model.config.is_encoder_decoder
     compared = 0
-    for side, inputs in batches(tokenizer).items():
+    for side, inputs in batches(tokenizer, decoder_only).items():
         assert inputs["attention_mask"].min() == 0  # rows of different lengths
-        for name, search in SEARCHES.items():
+        start = inputs["input_ids"].shape[1] if decoder_only else 1  # the prompt, or the decoder start token
+        for name, search in (LM_SEARCHES if decoder_only else SEARCHES).items():
             for new in NEW_TOKENS:
                 with torch.no_grad():
                     expected = model.generate(
@@ -70,8 +79,8 @@ def check_graph_matches_pytorch(model, folder, tokenizer) -> int:
                 sequences, scores, cut = graph.run(
                     inputs["input_ids"].numpy(),
                     inputs["attention_mask"].numpy(),
-                    max_length=new + 1,
-                    min_length=search.get("min_length", 0),
+                    max_length=start + new,
+                    min_length=max(search.get("min_length", 0), start + search.get("min_new_tokens", 0)),
                     num_beams=beams,
                     num_return_sequences=search.get("num_return_sequences", 1),
                     length_penalty=search.get("length_penalty", 1.0),
@@ -156,6 +165,7 @@ def test_unhonoured_arguments_are_named(seq2seq_export):
     assert "length_penalty" in why(num_beams=3, length_penalty=-1.0)
     assert "eos_token_id" in why(eos_token_id=5)
     assert "decoder_input_ids" in unhonoured(config, entry, {"decoder_input_ids": torch.ones(1, 1)})
+    assert "length_penalty" not in (why(num_beams=3, length_penalty=2.0) or "")  # a seq2seq graph honours it
 
 
 SEQ2SEQ_GRID = {
@@ -181,6 +191,41 @@ def test_transformer_graph_and_front_door(tokenizer, tmp_path, caplog):
     folder = to_onnx(model, tmp_path / "onnx", tokenizer=tokenizer)
     check_graph_matches_pytorch(model, folder, tokenizer)
     check_front_door(model, folder, tokenizer, caplog)
+
+
+@pytest.fixture(scope="module")
+def lm_export(tokenizer, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("generate_lm") / "onnx"
+    model = lm(len(tokenizer))
+    to_onnx(model, folder, tokenizer=tokenizer)
+    return model, folder
+
+
+def test_language_model_graph_matches_pytorch(lm_export, tokenizer):
+    model, folder = lm_export
+    assert check_graph_matches_pytorch(model, folder, tokenizer) > 0
+
+
+def test_language_model_front_door(lm_export, tokenizer, caplog):
+    model, folder = lm_export
+    exported = load_onnxruntime(folder, threads=1)
+    inputs = left_padded(tokenizer)
+    with caplog.at_level(logging.INFO, logger="hf_seq.toolkit.onnx_generate"):
+        for run, graph in ((dict(), True), (dict(num_beams=3, length_penalty=0.0), True), (dict(num_beams=3), False)):
+            caplog.clear()
+            with torch.no_grad():
+                expected = model.generate(**inputs, max_new_tokens=8, do_sample=False, **run)
+            assert torch.equal(exported.generate(**inputs, max_new_tokens=8, do_sample=False, **run), expected)
+            said = " ".join(r.getMessage() for r in caplog.records)
+            assert (GENERATE_FILE in said) == graph, said
+            assert ("length_penalty" in said) == (not graph), said  # beam search with a length penalty: the steps
+
+
+@pytest.mark.slow(reason="an export, ~10 s")
+def test_language_model_gru(tokenizer, tmp_path):
+    model = lm(len(tokenizer), cell="gru", layers=1)
+    folder = to_onnx(model, tmp_path / "onnx", tokenizer=tokenizer)
+    check_graph_matches_pytorch(model, folder, tokenizer)
 
 
 @pytest.mark.slow(reason="an int8 export, ~15 s")

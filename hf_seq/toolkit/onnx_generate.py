@@ -333,6 +333,57 @@ def _transformer_subgraphs(folder: Path, info: dict, weights: list):
     return enc_graph, dec_graph, [encoder, decoder]
 
 
+def _causal_lm_subgraphs(folder: Path, info: dict):
+    """The prompt and step subgraphs of an RNN LM folder in the operator's decoder-only contract (``model_type=0``):
+    ``(input_ids, position_ids, attention_mask, past_0)`` → ``(logits, present_0)``, the recurrent state as the one
+    "past" tensor ``(2, N, L, P, H)`` (``h`` and ``c``, or ``h`` twice): the operator starts it empty (``P`` = 0), whose
+    sum over ``P`` is the zero state, and then feeds back each step's ``(2, N, L, 1, H)``. The prompt subgraph is the
+    folder's ``decoder_model.onnx`` (the prompt's own columns of the mask: left padding as in PyTorch), the step
+    subgraph its ``step_model.onnx``."""
+    import onnx
+    from onnx import TensorProto
+
+    graphs = info["graphs"]
+    prompt = onnx.load(str(folder / graphs["decoder"]["file"]))
+    stepper = onnx.load(str(folder / graphs["step"]["file"]))
+    states = list(graphs["state"])
+    shapes = {v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim] for v in prompt.graph.input}
+    layers, hidden = shapes["h"][0], shapes["h"][2]
+    vocab = [d.dim_value for d in prompt.graph.output[0].type.tensor_type.shape.dim][2]
+
+    def subgraph(model, prefix: str, with_mask: bool):
+        b = _GraphBuilder(prefix)
+        feeds = {"input_ids": b.op("Cast", ["input_ids"], to=TensorProto.INT64)}
+        summed = b.op("ReduceSum", ["past_0", b.const([3])], keepdims=0)  # (2, N, L, H); zeros when P = 0
+        for i, name in enumerate(states):
+            feeds[name] = b.op("Transpose", [b.op("Gather", [summed, b.const(i)], axis=0)], perm=[1, 0, 2])
+        if with_mask:  # the columns of the tokens read now: the last T of (N, P + T)
+            length = b.op("Slice", [b.op("Shape", ["input_ids"]), b.const([1]), b.const([2])])
+            columns = b.op("Slice", ["attention_mask", b.op("Neg", [length]), b.const([2**62]), b.const([1])])
+            feeds["attention_mask"] = b.op("Cast", [columns], to=TensorProto.INT64)
+        out = b.inline(model, f"{prefix}/model/", feeds)
+        new = [b.op("Transpose", [out[f"{name}_out"]], perm=[1, 0, 2]) for name in states]  # (N, L, H)
+        new = new if len(new) == 2 else new * 2
+        stacked = b.op("Concat", [b.op("Unsqueeze", [t, b.const([0])]) for t in new], axis=0)  # (2, N, L, H)
+        b.output(out["logits"], "logits")
+        b.output(b.op("Unsqueeze", [stacked, b.const([3])]), "present_0")
+        return b.graph(
+            f"{prefix} step",
+            [
+                _info("input_ids", TensorProto.INT32, ["N", "T"]),
+                _info("position_ids", TensorProto.INT32, ["N", "T"]),
+                _info("attention_mask", TensorProto.INT32, ["N", "A"]),
+                _info("past_0", TensorProto.FLOAT, [2, "N", layers, "P", hidden]),
+            ],
+            [
+                _info("logits", TensorProto.FLOAT, ["N", "T", vocab]),
+                _info("present_0", TensorProto.FLOAT, [2, "N", layers, 1, hidden]),
+            ],
+        )
+
+    return subgraph(prompt, "prompt", True), subgraph(stepper, "step", False), [prompt, stepper]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The generating graph
 # ---------------------------------------------------------------------------------------------------------------
@@ -358,30 +409,32 @@ def with_defaults(generation_config):
     return generation_config
 
 
-def search_attributes(generation_config, config) -> dict:
+def search_attributes(generation_config, config, decoder_only: bool = False) -> dict:
     """The operator's fixed attributes from the folder's ``generation_config`` (transformers' global defaults where it
     sets nothing; the model config's ``decoder_start_token_id`` as the fallback). The operator pads with the end
     token (``pad_token_id`` = ``eos_token_id``), so that a sequence's end is told from a generated padding token;
     :meth:`GeneratingGraph.run` pads as ``generate()`` does."""
     generation_config = with_defaults(generation_config)
     eos = _single_token(generation_config.eos_token_id, "eos_token_id")
-    start = generation_config.decoder_start_token_id
-    if start is None:
-        start = getattr(config, "decoder_start_token_id", None)
     early = generation_config.early_stopping
     if early not in (True, False):
         raise GeneratingGraphError(f"`early_stopping` {early!r}: the search operator takes True or False")
-    return {
+    attributes = {
         "eos_token_id": eos,
         "pad_token_id": eos,
-        "decoder_start_token_id": _single_token(start, "decoder_start_token_id"),
         "no_repeat_ngram_size": int(generation_config.no_repeat_ngram_size or 0),
         "early_stopping": int(bool(early)),
     }
+    if not decoder_only:
+        start = generation_config.decoder_start_token_id
+        if start is None:
+            start = getattr(config, "decoder_start_token_id", None)
+        attributes["decoder_start_token_id"] = _single_token(start, "decoder_start_token_id")
+    return attributes
 
 
 def build_generating_graph(folder: str | os.PathLike) -> dict:
-    """Write ``model_generate.onnx`` (and ``generate.py``) into an exported seq2seq folder; returns what
+    """Write ``model_generate.onnx`` (and ``generate.py``) into an exported seq2seq or RNN LM folder; returns what
     ``hf_seq_onnx.json`` records of it (file, operator, inputs, fixed attributes). :class:`GeneratingGraphError`
     names what the folder has that the operator cannot take."""
     import onnx
@@ -392,25 +445,29 @@ def build_generating_graph(folder: str | os.PathLike) -> dict:
 
     folder = Path(folder)
     info = json.loads((folder / ONNX_INFO).read_text(encoding="utf-8"))
-    if info["kind"] != "seq2seq_lm":
-        raise GeneratingGraphError(f"kind {info['kind']!r}: the generating graph is written for seq2seq folders")
+    kind = info["kind"]
+    if kind not in ("seq2seq_lm", "causal_lm"):
+        raise GeneratingGraphError(f"kind {kind!r}: the generating graph is written for generative folders")
     config = AutoConfig.from_pretrained(folder)
     generation_config = GenerationConfig.from_pretrained(folder)
-    attributes = search_attributes(generation_config, config)
+    attributes = search_attributes(generation_config, config, decoder_only=kind == "causal_lm")
     weights: list = []
-    if config.model_type == TRANSFORMER_TYPE:
-        enc_graph, dec_graph, sources = _transformer_subgraphs(folder, info, weights)
+    if kind == "causal_lm":
+        init_graph, dec_graph, sources = _causal_lm_subgraphs(folder, info)
+        subgraphs = {"model_type": 0, "init_decoder": init_graph, "decoder": dec_graph}
     else:
-        enc_graph, dec_graph, sources = _rnn_seq2seq_subgraphs(folder, info, weights)
+        if config.model_type == TRANSFORMER_TYPE:
+            enc_graph, dec_graph, sources = _transformer_subgraphs(folder, info, weights)
+        else:
+            enc_graph, dec_graph, sources = _rnn_seq2seq_subgraphs(folder, info, weights)
+        subgraphs = {"model_type": 1, "encoder": enc_graph, "decoder": dec_graph}
     node = helper.make_node(
         "BeamSearch",
         list(BEAM_INPUTS),
         ["sequences", "sequences_scores"],
         name="BeamSearch",
         domain=MS_DOMAIN,
-        model_type=1,
-        encoder=enc_graph,
-        decoder=dec_graph,
+        **subgraphs,
         **attributes,
     )
     scalar = {"length_penalty": TensorProto.FLOAT, "repetition_penalty": TensorProto.FLOAT}
@@ -441,10 +498,12 @@ def build_generating_graph(folder: str | os.PathLike) -> dict:
             functions.setdefault((function.domain, function.name), function)
     model.functions.extend(functions.values())
     onnx.save(model, str(folder / GENERATE_FILE))
-    (folder / GENERATE_SCRIPT).write_text(GENERATE_PY, encoding="utf-8")
+    script = GENERATE_PY.format(decoder_only=kind == "causal_lm")
+    (folder / GENERATE_SCRIPT).write_text(script, encoding="utf-8")
     return {
         "file": GENERATE_FILE,
         "operator": f"{MS_DOMAIN}.BeamSearch",
+        "kind": kind,
         "inputs": [n for n in BEAM_INPUTS if n],
         "outputs": ["sequences", "sequences_scores"],
         "attributes": attributes,
@@ -461,7 +520,7 @@ def write_generating_graph(folder: str | os.PathLike) -> bool:
     folder = Path(folder)
     path = folder / ONNX_INFO
     info = json.loads(path.read_text(encoding="utf-8"))
-    if info["kind"] != "seq2seq_lm":
+    if info["kind"] not in ("seq2seq_lm", "causal_lm"):
         return False
     try:
         entry = build_generating_graph(folder)
@@ -541,13 +600,14 @@ def unhonoured(generation_config, entry: dict, kwargs: dict) -> str | None:
         return f"`early_stopping`={early!r}: the search operator takes True or False"
     eos = generation_config.eos_token_id
     eos = eos[0] if isinstance(eos, (list, tuple)) and len(eos) == 1 else eos
-    start = generation_config.decoder_start_token_id
     given = {
         "eos_token_id": eos,
-        "decoder_start_token_id": attributes["decoder_start_token_id"] if start is None else start,
         "no_repeat_ngram_size": generation_config.no_repeat_ngram_size or 0,
         "early_stopping": int(bool(early)),
     }
+    if "decoder_start_token_id" in attributes:
+        start = generation_config.decoder_start_token_id
+        given["decoder_start_token_id"] = attributes["decoder_start_token_id"] if start is None else start
     for name, value in given.items():
         if value != attributes[name]:
             return (
@@ -561,6 +621,17 @@ def unhonoured(generation_config, entry: dict, kwargs: dict) -> str | None:
         return (
             "`repetition_penalty` with greedy search: PyTorch divides the logits, the search operator the "
             "log-probabilities"
+        )
+    if entry.get("kind") == "causal_lm" and (generation_config.repetition_penalty or 1.0) != 1.0:
+        return (
+            "`repetition_penalty` for a language model: on a left-padded prompt the search operator leaves the "
+            "padding out of the penalty, generate() does not"
+        )
+    if beams > 1 and entry.get("kind") == "causal_lm" and generation_config.length_penalty != 0:
+        return (
+            f"`length_penalty`={generation_config.length_penalty} with beam search: the search operator divides a "
+            "language model's sequence by its whole length, the prompt included, generate() by the generated length "
+            "(length_penalty=0.0 is the same search)"
         )
     if beams > 1 and generation_config.length_penalty < 0:
         return (
@@ -600,7 +671,12 @@ class GeneratingGraph:
         config, model_kwargs = model._prepare_generation_config(generation_config, **settings)
         ids = inputs if inputs is not None else model_kwargs.pop("input_ids", None)
         mask = model_kwargs.pop("attention_mask", None)
-        reason = "`input_ids` missing" if ids is None else unhonoured(config, self.entry, {**extra, **model_kwargs})
+        if ids is None or ids.dim() != 2 or ids.shape[1] == 0:
+            reason = "no `input_ids` (the graph starts from a prompt or a source)"
+        elif mask is None and bool((ids == self.entry["pad_token_id"]).any()):
+            reason = "no `attention_mask` for inputs that hold the padding token"
+        else:
+            reason = unhonoured(config, self.entry, {**extra, **model_kwargs})
         config = with_defaults(config)
         beams, returned = config.num_beams or 1, config.num_return_sequences or 1
         if reason is None and returned > beams:
@@ -608,8 +684,9 @@ class GeneratingGraph:
         if reason is not None:
             logger.info("generate(): the step graphs (%s)", reason)
             return None
-        max_length = 1 + config.max_new_tokens if config.max_new_tokens is not None else config.max_length
-        min_length = max(config.min_length or 0, 1 + config.min_new_tokens if config.min_new_tokens else 0)
+        prompt = ids.shape[1] if self.entry.get("kind") == "causal_lm" else 1  # what the sequences start with
+        max_length = prompt + config.max_new_tokens if config.max_new_tokens is not None else config.max_length
+        min_length = max(config.min_length or 0, prompt + config.min_new_tokens if config.min_new_tokens else 0)
         sequences, _, cut = self.run(
             ids.cpu().numpy(),
             None if mask is None else mask.cpu().numpy(),
@@ -659,7 +736,8 @@ class GeneratingGraph:
         repetition_penalty: float = 1.0,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(sequences (B, R, T) int64, sequences_scores (B, R), cut (B, R) bool)`` as ``generate()`` returns them:
-        every sequence starts with the decoder start token and ends with its end token, padded to the longest of
+        every sequence starts with the decoder start token (a language model's: with its prompt, left-padded) and
+        ends with its end token, padded to the longest of
         the batch (with ``pad_token_id`` after greedy search, with ``pad_token_id or eos_token_id`` after beam
         search); ``cut`` marks the sequences that reached ``max_length`` without an end token. With one beam the
         search is greedy: ``length_penalty`` is not used."""
@@ -679,43 +757,51 @@ class GeneratingGraph:
         sequences, scores = self.session.run(None, feeds)
         eos, pad = self.attributes["eos_token_id"], self.entry["pad_token_id"]
         fill = pad if num_beams == 1 else (pad or eos)  # as generate() pads (a pad id 0 gives way to eos in beams)
-        sequences, cut = finish(sequences.astype(np.int64), eos, fill)
+        start = ids.shape[1] if self.entry.get("kind") == "causal_lm" else 1
+        sequences, cut = finish(sequences.astype(np.int64), eos, fill, start)
         return sequences, scores, cut
 
 
-def finish(sequences: np.ndarray, eos: int, fill: int) -> tuple[np.ndarray, np.ndarray]:
+def finish(sequences: np.ndarray, eos: int, fill: int, start: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """The operator's ``sequences`` (..., T), padded with the end token, as ``generate()`` returns them: cut to the
-    longest (each ends at its first end token after the start token, or runs to the full width), ``fill`` after the
-    end token; and which ran to the full width."""
-    ends = sequences[..., 1:] == eos
+    longest (each ends at its first end token from position ``start`` on, after the start token or the prompt, or
+    runs to the full width), ``fill`` after the end token; and which ran to the full width."""
+    ends = sequences[..., start:] == eos
     finished = ends.any(-1)
-    lengths = np.where(finished, ends.argmax(-1) + 2, sequences.shape[-1])
+    lengths = np.where(finished, ends.argmax(-1) + start + 1, sequences.shape[-1])
     width = int(lengths.max())
     out = sequences[..., :width].copy()
     out[np.arange(width) >= lengths[..., None]] = fill
     return out, ~finished
 
 
-GENERATE_PY = '''"""Translate with this folder: onnxruntime, tokenizers and numpy only.
-python generate.py "a sentence" ["another" ...] [--num_beams 5] [--max_new_tokens 50]"""
+GENERATE_PY = '''"""Generate with this folder, with onnxruntime, tokenizers and numpy only (no torch, no transformers):
+python generate.py "a text" ["another" ...] [--num_beams 5] [--max_new_tokens 50]"""
 import argparse, json, pathlib
 import numpy as np, onnxruntime, tokenizers
 
+DECODER_ONLY = {decoder_only}  # a language model continues its prompt; a translator starts from a source
 here = pathlib.Path(__file__).parent
-p = argparse.ArgumentParser(); p.add_argument("texts", nargs="+")
-p.add_argument("--num_beams", type=int, default=1); p.add_argument("--max_new_tokens", type=int, default=50)
-args = p.parse_args()
-tok = tokenizers.Tokenizer.from_file(str(here / "tokenizer.json"))
-tok.enable_padding(pad_id=json.loads((here / "generation_config.json").read_text()).get("pad_token_id") or 0)
-batch = tok.encode_batch(args.texts)
-ids = np.array([e.ids for e in batch], np.int32); mask = np.array([e.attention_mask for e in batch], np.int32)
+parser = argparse.ArgumentParser()
+parser.add_argument("texts", nargs="+")
+parser.add_argument("--num_beams", type=int, default=1)
+parser.add_argument("--max_new_tokens", type=int, default=50)
+args = parser.parse_args()
+tokenizer = tokenizers.Tokenizer.from_file(str(here / "tokenizer.json"))
+pad = json.loads((here / "generation_config.json").read_text()).get("pad_token_id") or 0
+tokenizer.enable_padding(pad_id=pad, pad_token=tokenizer.id_to_token(pad), direction="left" if DECODER_ONLY else "right")
+batch = tokenizer.encode_batch(args.texts)
+ids = np.array([e.ids for e in batch], np.int32)
+start = ids.shape[1] if DECODER_ONLY else 1  # what the sequences start with: the prompt, or the decoder start token
 session = onnxruntime.InferenceSession(str(here / "model_generate.onnx"))
-one = lambda v, t=np.int32: np.array([v], t)
-sequences, scores = session.run(None, {"input_ids": ids, "attention_mask": mask, "max_length": one(args.max_new_tokens + 1),
-    "min_length": one(0), "num_beams": one(args.num_beams), "num_return_sequences": one(1),
-    "length_penalty": one(1.0, np.float32), "repetition_penalty": one(1.0, np.float32)})
+one = lambda value, dtype=np.int32: np.array([value], dtype)
+sequences, scores = session.run(None, {{
+    "input_ids": ids, "attention_mask": np.array([e.attention_mask for e in batch], np.int32),
+    "max_length": one(start + args.max_new_tokens), "min_length": one(0), "num_beams": one(args.num_beams),
+    "num_return_sequences": one(1), "length_penalty": one(1.0 if args.num_beams > 1 and not DECODER_ONLY else 0.0, np.float32),
+    "repetition_penalty": one(1.0, np.float32)}})
 for row in sequences[:, 0]:
-    print(tok.decode(row.tolist(), skip_special_tokens=True))
+    print(tokenizer.decode(row.tolist(), skip_special_tokens=True))
 '''
 
 
