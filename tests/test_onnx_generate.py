@@ -274,3 +274,16 @@ def test_folder_translates_with_onnxruntime_tokenizers_and_numpy_only(seq2seq_ex
         expected = model.generate(**inputs, max_new_tokens=12, do_sample=False)
     assert out.stdout.splitlines() == tokenizer.batch_decode(expected, skip_special_tokens=True)
     assert sys.executable != str(python)
+
+
+@pytest.mark.slow
+@pytest.mark.data
+def test_translation_script_reports_the_generating_graph(tmp_path):
+    from hf_seq.train_scripts import train_translation
+    from test_export import TINY_RUN
+
+    argv = [*TINY_RUN, "--max_steps", "4", "--save_strategy", "no", "--output_dir", str(tmp_path / "onnx")]
+    exported = train_translation.main([*argv, "--test_engine", "onnxruntime"])
+    for key in ("test_greedy", "test_beam2"):
+        assert exported[key]["test_onnxruntime_graph"].startswith(f"{GENERATE_FILE}: "), exported[key]
+    assert (tmp_path / "onnx" / "onnxruntime" / GENERATE_FILE).is_file()

@@ -652,6 +652,14 @@ class GeneratingGraph:
         self.entry = info["graphs"]["generate"]
         self.attributes = self.entry["attributes"]
         self.session = session or _session(self.folder / self.entry["file"], threads, providers)
+        # generate() calls run by this graph, calls left to the step graphs, source rows searched again by them
+        self.counts = {"graph": 0, "steps": 0, "rows_by_steps": 0}
+
+    def report(self) -> str:
+        """Which graphs ran the ``generate()`` calls so far, in words (for a run's results)."""
+        counts = self.counts
+        words = f"{self.entry['file']}: {counts['graph']} calls; step graphs: {counts['steps']} calls"
+        return words + (f", {counts['rows_by_steps']} source rows searched again" if counts["rows_by_steps"] else "")
 
     def generate(self, model, args: tuple, kwargs: dict):
         """``model.generate(*args, **kwargs)`` (an ``ORTModelForSeq2SeqLM`` of this folder) by this graph: the
@@ -683,6 +691,7 @@ class GeneratingGraph:
             reason = f"`num_return_sequences`={returned} > `num_beams`={beams}"
         if reason is not None:
             logger.info("generate(): the step graphs (%s)", reason)
+            self.counts["steps"] += 1
             return None
         prompt = ids.shape[1] if self.entry.get("kind") == "causal_lm" else 1  # what the sequences start with
         max_length = prompt + config.max_new_tokens if config.max_new_tokens is not None else config.max_length
@@ -698,6 +707,8 @@ class GeneratingGraph:
             repetition_penalty=config.repetition_penalty,
         )
         rows = np.flatnonzero(cut.any(-1)) if beams > 1 and config.length_penalty != 0 else np.array([], int)
+        self.counts["graph"] += 1
+        self.counts["rows_by_steps"] += len(rows)
         if len(rows) == 0:
             logger.info("generate(): %s (the search in ONNX Runtime)", self.entry["file"])
             return torch.from_numpy(sequences.reshape(-1, sequences.shape[-1]))
