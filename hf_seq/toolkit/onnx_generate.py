@@ -144,6 +144,41 @@ def _slot_names(pairs: int) -> tuple[list[str], list[str]]:
     return self_names, cross_names
 
 
+def _encoder_start(encoder) -> tuple[_GraphBuilder, str, str, dict[str, str]]:
+    """The encoder subgraph's beginning: its int32 inputs cast and ``encoder`` (the folder's encoder graph) inlined;
+    returns the builder, the ids and mask (int64) and the encoder's outputs."""
+    from onnx import TensorProto
+
+    b = _GraphBuilder("enc")
+    ids = b.op("Cast", ["encoder_input_ids"], to=TensorProto.INT64)
+    mask = b.op("Cast", ["encoder_attention_mask"], to=TensorProto.INT64)
+    return b, ids, mask, b.inline(encoder, "enc/encoder/", {"input_ids": ids, "attention_mask": mask})
+
+
+def _encoder_graph(b: _GraphBuilder, vocab: int, logits: str, states: str, presents: list[tuple[str, str, list]]):
+    """The encoder subgraph's outputs in the operator's order: the first step's logits, the encoder states, then
+    ``presents`` (``(slot name, value, shape)``: the self slots, then the cross slots)."""
+    from onnx import TensorProto
+
+    b.output(logits, "logits")
+    b.output(states, "encoder_hidden_states")
+    for name, value, _ in presents:
+        b.output(value, f"present_{name}")
+    return b.graph(
+        "encoder and first decoder step",
+        [
+            _info("encoder_input_ids", TensorProto.INT32, ["B", "S"]),
+            _info("encoder_attention_mask", TensorProto.INT32, ["B", "S"]),
+            _info("decoder_input_ids", TensorProto.INT32, ["B", 1]),
+        ],
+        [
+            _info("logits", TensorProto.FLOAT, ["B", 1, vocab]),
+            _info("encoder_hidden_states", TensorProto.FLOAT, ["B", "S", None]),
+            *(_info(f"present_{name}", TensorProto.FLOAT, shape) for name, _, shape in presents),
+        ],
+    )
+
+
 def _rnn_seq2seq_subgraphs(folder: Path, info: dict, weights: list):
     """The encoder and decoder subgraphs of an RNN seq2seq folder (module docstring)."""
     import onnx
@@ -193,10 +228,7 @@ def _rnn_seq2seq_subgraphs(folder: Path, info: dict, weights: list):
         return logits, new
 
     # encoder subgraph: the encoder, the bridge and the first decoder step
-    b = _GraphBuilder("enc")
-    ids = b.op("Cast", ["encoder_input_ids"], to=TensorProto.INT64)
-    mask = b.op("Cast", ["encoder_attention_mask"], to=TensorProto.INT64)
-    enc = b.inline(encoder, "enc/encoder/", {"input_ids": ids, "attention_mask": mask})
+    b, ids, mask, enc = _encoder_start(encoder)
     self_in = {s: b.op("Unsqueeze", [enc[f"init_{s}"], b.const([2])]) for s in states}  # (B, L, H) -> (B, L, 1, H)
     cross_in = {}
     if attention:
@@ -205,26 +237,9 @@ def _rnn_seq2seq_subgraphs(folder: Path, info: dict, weights: list):
         cross_in["keys"] = b.op("Unsqueeze", [enc["keys"], b.const([1])])
     unused = b.zeros_like_batch("encoder_input_ids")
     logits, new = step(b, "decoder_input_ids", mask, self_in, cross_in)
-    b.output(logits, "logits")
-    b.output(enc["encoder_hidden_states"], "encoder_hidden_states")
-    for name, kind in zip(self_names, self_kinds):
-        b.output(new.get(kind, unused), f"present_{name}")
-    for name, kind in zip(cross_names, cross_kinds):
-        b.output(cross_in.get(kind, unused), f"present_{name}")
-    enc_graph = b.graph(
-        "encoder and first decoder step",
-        [
-            _info("encoder_input_ids", TensorProto.INT32, ["B", "S"]),
-            _info("encoder_attention_mask", TensorProto.INT32, ["B", "S"]),
-            _info("decoder_input_ids", TensorProto.INT32, ["B", 1]),
-        ],
-        [
-            _info("logits", TensorProto.FLOAT, ["B", 1, vocab]),
-            _info("encoder_hidden_states", TensorProto.FLOAT, ["B", "S", None]),
-            *(_info(f"present_{n}", TensorProto.FLOAT, shape_of[k]) for n, k in zip(self_names, self_kinds)),
-            *(_info(f"present_{n}", TensorProto.FLOAT, shape_of[k]) for n, k in zip(cross_names, cross_kinds)),
-        ],
-    )
+    presents = [(n, new.get(k, unused), shape_of[k]) for n, k in zip(self_names, self_kinds)]
+    presents += [(n, cross_in.get(k, unused), shape_of[k]) for n, k in zip(cross_names, cross_kinds)]
+    enc_graph = _encoder_graph(b, vocab, logits, enc["encoder_hidden_states"], presents)
 
     # decoder subgraph: one step from the slots
     b = _GraphBuilder("dec")
@@ -275,10 +290,7 @@ def _transformer_subgraphs(folder: Path, info: dict, weights: list):
         logits = b.op("Unsqueeze", [out["logits"], b.const([1])])
         return logits, [out[f"present_{s}"] for s in ours]
 
-    b = _GraphBuilder("enc")
-    ids = b.op("Cast", ["encoder_input_ids"], to=TensorProto.INT64)
-    mask = b.op("Cast", ["encoder_attention_mask"], to=TensorProto.INT64)
-    enc = b.inline(encoder, "enc/encoder/", {"input_ids": ids, "attention_mask": mask})
+    b, ids, mask, enc = _encoder_start(encoder)
     cross = []  # cross_key_values (B, L, 2, nh, S, hs) -> per layer and kind (B, nh, S, hs)
     for i in range(layers):
         for j in range(2):
@@ -290,27 +302,9 @@ def _transformer_subgraphs(folder: Path, info: dict, weights: list):
 
     empty = b.op("ConstantOfShape", [empty_shape], value=helper.make_tensor("zero", TensorProto.FLOAT, [1], [0.0]))
     logits, present = step(b, "decoder_input_ids", mask, [empty] * (2 * layers), cross)
-    b.output(logits, "logits")
-    b.output(enc["encoder_hidden_states"], "encoder_hidden_states")
-    for name, value in zip(self_names, present):
-        b.output(value, f"present_{name}")
-    for name, value in zip(cross_names, cross):
-        b.output(value, f"present_{name}")
     kv = ["B", heads, None, head_size]
-    enc_graph = b.graph(
-        "encoder and first decoder step",
-        [
-            _info("encoder_input_ids", TensorProto.INT32, ["B", "S"]),
-            _info("encoder_attention_mask", TensorProto.INT32, ["B", "S"]),
-            _info("decoder_input_ids", TensorProto.INT32, ["B", 1]),
-        ],
-        [
-            _info("logits", TensorProto.FLOAT, ["B", 1, vocab]),
-            _info("encoder_hidden_states", TensorProto.FLOAT, ["B", "S", None]),
-            *(_info(f"present_{n}", TensorProto.FLOAT, kv) for n in self_names),
-            *(_info(f"present_{n}", TensorProto.FLOAT, kv) for n in cross_names),
-        ],
-    )
+    presents = [(n, v, kv) for n, v in zip([*self_names, *cross_names], [*present, *cross])]
+    enc_graph = _encoder_graph(b, vocab, logits, enc["encoder_hidden_states"], presents)
     b = _GraphBuilder("dec")
     mask = b.op("Cast", ["encoder_attention_mask"], to=TensorProto.INT64)
     logits, present = step(b, "input_ids", mask, [f"past_{n}" for n in self_names], [f"past_{n}" for n in cross_names])
