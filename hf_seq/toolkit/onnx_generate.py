@@ -17,6 +17,9 @@ Both are built here around the folder's own graphs (``encoder_model.onnx`` and `
 * the operator counts "layers" as pairs of self tensors and pairs of cross tensors and wants as many of each:
   an unused slot holds a ``(N, 1, 1, 1)`` zero tensor.
 
+The RNN language model uses the operator's decoder-only contract (``model_type=0``): the folder's prompt graph as
+``init_decoder``, its step graph as ``decoder``, the state as one "past" tensor (:func:`_causal_lm_subgraphs`).
+
 The decoder's weights are initializers of the outer graph, read by both subgraphs. ``decoder_start_token_id``,
 ``eos_token_id``, ``pad_token_id``, ``no_repeat_ngram_size`` and ``early_stopping`` are attributes of the operator
 (fixed at export, from the folder's ``generation_config``); the lengths, ``num_beams``, ``num_return_sequences``,
