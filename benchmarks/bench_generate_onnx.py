@@ -124,6 +124,29 @@ def median_seconds(repeats: int, fn, *fn_args, **fn_kwargs) -> tuple[float, obje
     return statistics.median(times), out
 
 
+def profile(folder: Path, threads: int, feeds_of: dict) -> dict:
+    """ONNX Runtime's profiler over two calls of the generating graph: the share of the search operator's time spent
+    in the subgraphs' nodes, by op type (the rest is the operator's own search work: scores, top-k, bookkeeping)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.enable_profiling = True
+    options.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "profile")
+    session = onnxruntime.InferenceSession(str(folder / "model_generate.onnx"), options)
+    for _ in range(2):  # the first call's allocations are in the profile too: two calls, shares of both
+        session.run(None, feeds_of)
+    events = json.loads(Path(session.end_profiling()).read_text())
+    by_op: dict[str, float] = {}
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            op = event["args"].get("op_name")
+            by_op[op] = by_op.get(op, 0.0) + event["dur"]
+    operator = by_op.pop("BeamSearch", 0.0) or 1.0
+    shares = {op: round(100 * d / operator, 1) for op, d in sorted(by_op.items(), key=lambda kv: -kv[1])[:6]}
+    return {"subgraph_nodes_pct": round(100 * sum(by_op.values()) / operator, 1), "top_ops_pct": shares}
+
+
 def agreement(got: torch.Tensor, expected: torch.Tensor) -> float:
     """The fraction of rows of ``got`` token-identical to ``expected`` (0 where the shapes differ)."""
     if got.shape != expected.shape:
@@ -144,6 +167,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--new_tokens", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--int8", action="store_true", help="also time the int8 generating graph")
+    parser.add_argument("--profile", action="store_true", help="profile the float32 generating graph")
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "bench_generate_onnx.json"))
     args = parser.parse_args(argv)
     logging.disable(logging.INFO)
@@ -202,6 +226,18 @@ def main(argv=None) -> dict:
                         row[f"graph_{name}_vs_eager"] = round(eager_s / graph_s, 2)
                         row[f"graph_{name}_agree"] = agreement(got, eager)
                     row["step_graphs_vs_eager"] = round(eager_s / steps_s, 2)
+                    if args.profile:
+                        feeds = {
+                            "input_ids": inputs["input_ids"].numpy().astype("int32"),
+                            "attention_mask": inputs["attention_mask"].numpy().astype("int32"),
+                        }
+                        scalars = dict(max_length=start + args.new_tokens, min_length=start + args.new_tokens)
+                        scalars.update(num_beams=beams, num_return_sequences=1)
+                        feeds.update({k: torch.tensor([v], dtype=torch.int32).numpy() for k, v in scalars.items()})
+                        penalty = 1.0 if beams > 1 and not decoder_only else 0.0
+                        feeds["length_penalty"] = torch.tensor([penalty]).numpy()
+                        feeds["repetition_penalty"] = torch.tensor([1.0]).numpy()
+                        row["profile_float32"] = profile(folders["float32"], threads, feeds)
                     results["rows"].append(row)
                     print(json.dumps(row), flush=True)
     results["load_after"] = load()

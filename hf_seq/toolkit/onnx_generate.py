@@ -682,7 +682,7 @@ class GeneratingGraph:
             reason = "no `attention_mask` for inputs that hold the padding token"
         else:
             reason = unhonoured(config, self.entry, {**extra, **model_kwargs})
-        config = with_defaults(config)
+        prepared, config = config, with_defaults(config)  # prepared: the lengths as generate() reads them
         beams, returned = config.num_beams or 1, config.num_return_sequences or 1
         if reason is None and returned > beams:
             reason = f"`num_return_sequences`={returned} > `num_beams`={beams}"
@@ -721,7 +721,7 @@ class GeneratingGraph:
         again = GenerationMixin.generate(
             model,
             ids[index],
-            generation_config=config,
+            generation_config=prepared,
             attention_mask=None if mask is None else mask[index],
         ).view(len(rows), returned, -1)
         width = max(sequences.shape[-1], again.shape[-1])
