@@ -23,7 +23,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 from test_onnxruntime import left_padded, lm, right_padded, rnn_seq2seq, transformer  # noqa: E402
-from tiny_models import TEXTS, build_tokenizer  # noqa: E402
+from tiny_models import EOS, TEXTS, build_tokenizer  # noqa: E402
 
 from hf_seq.toolkit.export import load_onnxruntime, to_onnx  # noqa: E402
 from hf_seq.toolkit.onnx_generate import GENERATE_FILE, GeneratingGraph, unhonoured  # noqa: E402
@@ -218,6 +218,32 @@ def test_language_model_front_door(lm_export, tokenizer, caplog):
             said = " ".join(r.getMessage() for r in caplog.records)
             assert (GENERATE_FILE in said) == graph, said
             assert ("length_penalty" in said) == (not graph), said  # beam search with a length penalty: the steps
+
+
+def test_language_model_without_end_token(lm_export, tokenizer, tmp_path):
+    """A model without ``eos_token_id`` (a char LM trained on a stream) generates to the full length."""
+    import json
+    import shutil
+
+    from hf_seq.toolkit.onnx_generate import write_generating_graph
+
+    model, folder = lm_export
+    copy = shutil.copytree(folder, tmp_path / "no_eos")
+    config = json.loads((copy / "generation_config.json").read_text())
+    config.pop("eos_token_id", None)
+    (copy / "generation_config.json").write_text(json.dumps(config))
+    assert write_generating_graph(copy)
+    inputs = left_padded(tokenizer)
+    sequences, _, cut = GeneratingGraph(copy, threads=1).run(
+        inputs["input_ids"].numpy(), inputs["attention_mask"].numpy(), max_length=inputs["input_ids"].shape[1] + 8
+    )
+    model.generation_config.eos_token_id = None
+    try:
+        with torch.no_grad():
+            expected = model.generate(**inputs, max_new_tokens=8, do_sample=False)
+    finally:
+        model.generation_config.eos_token_id = EOS
+    assert cut.all() and torch.equal(torch.from_numpy(sequences[:, 0]), expected)
 
 
 @pytest.mark.slow(reason="an export, ~10 s")

@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 GENERATE_FILE = "model_generate.onnx"
 GENERATE_SCRIPT = "generate.py"
 MS_DOMAIN = "com.microsoft"
+NO_EOS = -1  # the operator's eos_token_id for a model without an end token
 # the operator's input slots, in order (``""`` for an omitted optional input)
 BEAM_INPUTS = (
     "input_ids",
@@ -412,7 +413,12 @@ def search_attributes(generation_config, config, decoder_only: bool = False) -> 
     token (``pad_token_id`` = ``eos_token_id``), so that a sequence's end is told from a generated padding token;
     :meth:`GeneratingGraph.run` pads as ``generate()`` does."""
     generation_config = with_defaults(generation_config)
-    eos = _single_token(generation_config.eos_token_id, "eos_token_id")
+    # no end token (a char LM trained on a stream): -1, an id the search never draws, so no sequence ends early
+    eos = (
+        NO_EOS
+        if generation_config.eos_token_id is None
+        else _single_token(generation_config.eos_token_id, "eos_token_id")
+    )
     early = generation_config.early_stopping
     if early not in (True, False):
         raise GeneratingGraphError(f"`early_stopping` {early!r}: the search operator takes True or False")
@@ -597,6 +603,7 @@ def unhonoured(generation_config, entry: dict, kwargs: dict) -> str | None:
         return f"`early_stopping`={early!r}: the search operator takes True or False"
     eos = generation_config.eos_token_id
     eos = eos[0] if isinstance(eos, (list, tuple)) and len(eos) == 1 else eos
+    eos = NO_EOS if eos is None else eos
     given = {
         "eos_token_id": eos,
         "no_repeat_ngram_size": generation_config.no_repeat_ngram_size or 0,
