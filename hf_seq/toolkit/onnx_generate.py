@@ -183,6 +183,28 @@ def _encoder_graph(b: _GraphBuilder, vocab: int, logits: str, states: str, prese
     )
 
 
+def _decoder_graph(b: _GraphBuilder, vocab: int, logits: str, presents: list[tuple[str, str, list]], pasts: list):
+    """The decoder subgraph: one step's logits and ``presents`` (``(slot name, value, shape)``, the self slots) from
+    ``input_ids``, the encoder mask and ``pasts`` (``(slot name, shape)``: the self slots, then the cross slots)."""
+    from onnx import TensorProto
+
+    b.output(logits, "logits")
+    for name, value, _ in presents:
+        b.output(value, f"present_{name}")
+    return b.graph(
+        "decoder step",
+        [
+            _info("input_ids", TensorProto.INT32, ["N", 1]),
+            _info("encoder_attention_mask", TensorProto.INT32, ["N", "S"]),
+            *(_info(f"past_{name}", TensorProto.FLOAT, shape) for name, shape in pasts),
+        ],
+        [
+            _info("logits", TensorProto.FLOAT, ["N", 1, vocab]),
+            *(_info(f"present_{name}", TensorProto.FLOAT, shape) for name, _, shape in presents),
+        ],
+    )
+
+
 def _rnn_seq2seq_subgraphs(folder: Path, info: dict, weights: list):
     """The encoder and decoder subgraphs of an RNN seq2seq folder (module docstring)."""
     import onnx
@@ -251,22 +273,9 @@ def _rnn_seq2seq_subgraphs(folder: Path, info: dict, weights: list):
     self_in = {k: f"past_{n}" for n, k in zip(self_names, self_kinds) if k != "unused"}
     cross_in = {k: f"past_{n}" for n, k in zip(cross_names, cross_kinds) if k != "unused"}
     logits, new = step(b, "input_ids", mask, self_in, cross_in)
-    b.output(logits, "logits")
-    for name, kind in zip(self_names, self_kinds):
-        b.output(new[kind] if kind in new else f"past_{name}", f"present_{name}")
-    dec_graph = b.graph(
-        "decoder step",
-        [
-            _info("input_ids", TensorProto.INT32, ["N", 1]),
-            _info("encoder_attention_mask", TensorProto.INT32, ["N", "S"]),
-            *(_info(f"past_{n}", TensorProto.FLOAT, shape_of[k]) for n, k in zip(self_names, self_kinds)),
-            *(_info(f"past_{n}", TensorProto.FLOAT, shape_of[k]) for n, k in zip(cross_names, cross_kinds)),
-        ],
-        [
-            _info("logits", TensorProto.FLOAT, ["N", 1, vocab]),
-            *(_info(f"present_{n}", TensorProto.FLOAT, shape_of[k]) for n, k in zip(self_names, self_kinds)),
-        ],
-    )
+    presents = [(n, new.get(k, f"past_{n}"), shape_of[k]) for n, k in zip(self_names, self_kinds)]
+    pasts = [(n, shape_of[k]) for n, k in zip([*self_names, *cross_names], [*self_kinds, *cross_kinds])]
+    dec_graph = _decoder_graph(b, vocab, logits, presents, pasts)
     return enc_graph, dec_graph, [encoder, decoder]
 
 
@@ -312,22 +321,9 @@ def _transformer_subgraphs(folder: Path, info: dict, weights: list):
     b = _GraphBuilder("dec")
     mask = b.op("Cast", ["encoder_attention_mask"], to=TensorProto.INT64)
     logits, present = step(b, "input_ids", mask, [f"past_{n}" for n in self_names], [f"past_{n}" for n in cross_names])
-    b.output(logits, "logits")
-    for name, value in zip(self_names, present):
-        b.output(value, f"present_{name}")
     kv = ["N", heads, None, head_size]
-    dec_graph = b.graph(
-        "decoder step",
-        [
-            _info("input_ids", TensorProto.INT32, ["N", 1]),
-            _info("encoder_attention_mask", TensorProto.INT32, ["N", "S"]),
-            *(_info(f"past_{n}", TensorProto.FLOAT, kv) for n in (*self_names, *cross_names)),
-        ],
-        [
-            _info("logits", TensorProto.FLOAT, ["N", 1, vocab]),
-            *(_info(f"present_{n}", TensorProto.FLOAT, kv) for n in self_names),
-        ],
-    )
+    presents = [(n, v, kv) for n, v in zip(self_names, present)]
+    dec_graph = _decoder_graph(b, vocab, logits, presents, [(n, kv) for n in (*self_names, *cross_names)])
     return enc_graph, dec_graph, [encoder, decoder]
 
 
