@@ -134,6 +134,9 @@ def test_export_writes_the_generating_graph_and_its_script(seq2seq_export):
     graph = onnx.load(str(folder / GENERATE_FILE)).graph
     assert [node.op_type for node in graph.node] == ["BeamSearch"]
     assert [i.name for i in graph.input][-1] == "attention_mask"  # the encoder mask is given, any padding side
+    from hf_seq.toolkit import onnx_generate, onnx_runtime
+
+    assert onnx_generate.ONNX_INFO == onnx_runtime.ONNX_INFO  # one file name, written twice to avoid an import cycle
 
 
 def test_rnn_seq2seq_graph_matches_pytorch(seq2seq_export, tokenizer):

@@ -45,6 +45,8 @@ GENERATE_FILE = "model_generate.onnx"
 GENERATE_SCRIPT = "generate.py"
 MS_DOMAIN = "com.microsoft"
 NO_EOS = -1  # the operator's eos_token_id for a model without an end token
+# what an exported folder holds (onnx_runtime.ONNX_INFO; not imported: onnx_runtime imports this module)
+ONNX_INFO = "hf_seq_onnx.json"
 # the operator's input slots, in order (``""`` for an omitted optional input)
 BEAM_INPUTS = (
     "input_ids",
@@ -440,8 +442,6 @@ def build_generating_graph(folder: str | os.PathLike) -> dict:
     from onnx import TensorProto, helper
     from transformers import AutoConfig, GenerationConfig
 
-    from .onnx_runtime import ONNX_INFO, TRANSFORMER_TYPE
-
     folder = Path(folder)
     info = json.loads((folder / ONNX_INFO).read_text(encoding="utf-8"))
     kind = info["kind"]
@@ -455,7 +455,7 @@ def build_generating_graph(folder: str | os.PathLike) -> dict:
         init_graph, dec_graph, sources = _causal_lm_subgraphs(folder, info)
         subgraphs = {"model_type": 0, "init_decoder": init_graph, "decoder": dec_graph}
     else:
-        if config.model_type == TRANSFORMER_TYPE:
+        if "decoder_layers" in info["graphs"]:  # the Transformer's key/value cache (the RNN's: "state")
             enc_graph, dec_graph, sources = _transformer_subgraphs(folder, info, weights)
         else:
             enc_graph, dec_graph, sources = _rnn_seq2seq_subgraphs(folder, info, weights)
@@ -514,8 +514,6 @@ def build_generating_graph(folder: str | os.PathLike) -> dict:
 def write_generating_graph(folder: str | os.PathLike) -> bool:
     """:func:`build_generating_graph` for an exported generative folder, recorded in its ``hf_seq_onnx.json``
     under ``graphs.generate``; a folder it cannot serve keeps its step graphs only (logged, naming why)."""
-    from .onnx_runtime import ONNX_INFO
-
     folder = Path(folder)
     path = folder / ONNX_INFO
     info = json.loads(path.read_text(encoding="utf-8"))
@@ -645,13 +643,19 @@ class GeneratingGraph:
     """``model_generate.onnx`` of a folder in one ONNX Runtime session (numpy in and out)."""
 
     def __init__(self, folder: str | os.PathLike, threads: int | None = None, providers=None, session=None) -> None:
-        from .onnx_runtime import ONNX_INFO, _session
-
         self.folder = Path(folder)
         info = json.loads((self.folder / ONNX_INFO).read_text(encoding="utf-8"))
         self.entry = info["graphs"]["generate"]
         self.attributes = self.entry["attributes"]
-        self.session = session or _session(self.folder / self.entry["file"], threads, providers)
+        if session is None:
+            import onnxruntime
+
+            options = onnxruntime.SessionOptions()
+            if threads is not None:
+                options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+            path = str(self.folder / self.entry["file"])
+            session = onnxruntime.InferenceSession(path, options, providers=providers or ["CPUExecutionProvider"])
+        self.session = session
         # generate() calls run by this graph, calls left to the step graphs, source rows searched again by them
         self.counts = {"graph": 0, "steps": 0, "rows_by_steps": 0}
 
