@@ -720,7 +720,10 @@ def onnxruntime_model(model, tokenizer, args, results: dict) -> tuple:
     threads = int(os.environ.get("OMP_NUM_THREADS") or torch.get_num_threads())
     results["test_engine"] = "onnxruntime"
     results["test_quantization"] = args.test_onnxruntime_quantization or "float32"
-    return load_onnxruntime(export_dir, threads=threads), export_dir
+    tested = load_onnxruntime(export_dir, threads=threads)
+    graph = getattr(tested, "generating_graph", None)  # greedy and length-penalty-free beams search in ONNX Runtime
+    results["test_onnxruntime_graph"] = graph.entry["file"] if graph is not None else "step graphs"
+    return tested, export_dir
 
 
 def check_stream_lengths(lengths: dict, args, data_args) -> None:

@@ -338,11 +338,21 @@ def ctranslate2_predictions(
 
 
 def onnxruntime_predictions(
-    model, tokenizer, sources: list[str], export_dir: Path, quantization, beams, max_new, max_source_length, batch_size
+    model,
+    tokenizer,
+    sources: list[str],
+    export_dir: Path,
+    quantization,
+    beams,
+    max_new,
+    max_source_length,
+    batch_size,
+    report: dict | None = None,
 ) -> np.ndarray:
     """Test translations of ``sources`` by ``generate()`` over the model exported to ONNX Runtime in ``export_dir``
     (exported on the first call), with the model's generation config, as a right-padded ``(N, T)`` array of token
-    ids without the decoder start token."""
+    ids without the decoder start token. ``report`` gets ``test_onnxruntime_graph``: which graphs decoded (the
+    generating graph ``model_generate.onnx``, whose search runs in ONNX Runtime, or the step graphs)."""
     from hf_seq.toolkit.export import load_onnxruntime, to_onnx
 
     if not (export_dir / "hf_seq_onnx.json").is_file():
@@ -360,6 +370,9 @@ def onnxruntime_predictions(
         )
         out = ort_model.generate(**enc, num_beams=beams, max_new_tokens=max_new)
         rows.extend(out[:, 1:].tolist())
+    if report is not None:
+        graph = getattr(ort_model, "generating_graph", None)
+        report["test_onnxruntime_graph"] = graph.report() if graph is not None else "step graphs (no generating graph)"
     width = max([len(row) for row in rows] + [1])
     out = np.full((len(rows), width), tokenizer.pad_token_id, dtype=np.int64)
     for i, row in enumerate(rows):
@@ -772,12 +785,13 @@ def test_decodes(run, store: dict, export_dir: Path | None = None) -> None:
     max_new = run.data_args.max_target_length + 16
     for beams in (int(b) for b in args.test_num_beams.split(",") if b.strip()):
         t0 = time.perf_counter()
+        engine_report: dict = {}
         if args.test_engine in ("ctranslate2", "onnxruntime"):
             quantization = getattr(args, f"test_{args.test_engine}_quantization")
             batch_size = run.training_args.per_device_eval_batch_size
             engine = {
                 "ctranslate2": ctranslate2_predictions,
-                "onnxruntime": partial(onnxruntime_predictions, batch_size=batch_size),
+                "onnxruntime": partial(onnxruntime_predictions, batch_size=batch_size, report=engine_report),
             }[args.test_engine]
             sources, max_source = pairs["test"][0], run.data_args.max_source_length
             preds = engine(trainer.model, tokenizer, sources, export_dir, quantization, beams, max_new, max_source)
@@ -790,6 +804,7 @@ def test_decodes(run, store: dict, export_dir: Path | None = None) -> None:
             metrics = {f"test_{k}": v for k, v in run.compute_metrics((preds, labels)).items()}
             metrics["test_engine"] = args.test_engine
             metrics["test_quantization"] = quantization or "float32"
+            metrics.update(engine_report)
             label_ids = labels
         else:
             pred = trainer.predict(tokenized["test"], metric_key_prefix="test", num_beams=beams, max_new_tokens=max_new)

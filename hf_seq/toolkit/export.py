@@ -663,9 +663,12 @@ def average_checkpoints(
 
 def to_onnx(model_or_folder, output_dir, quantization: str | None = None, tokenizer=None, force: bool = False) -> Path:
     """Export a model for ONNX Runtime generation (or inference); see :func:`hf_seq.toolkit.onnx_runtime.to_onnx`."""
+    from .onnx_generate import write_generating_graph
     from .onnx_runtime import to_onnx as export
 
-    return export(model_or_folder, output_dir, quantization=quantization, tokenizer=tokenizer, force=force)
+    out = export(model_or_folder, output_dir, quantization=quantization, tokenizer=tokenizer, force=force)
+    write_generating_graph(out)  # model_generate.onnx: the whole search in ONNX Runtime (seq2seq folders)
+    return out
 
 
 def load_onnxruntime(folder, threads: int | None = None, providers: list | None = None):

@@ -959,6 +959,16 @@ class ORTModel(PreTrainedModel):
         graph = self.info["graphs"][name]
         return self.sessions[name], graph["inputs"]
 
+    def generate(self, *args, **kwargs):
+        """``GenerationMixin.generate`` over the step graphs, or the folder's generating graph
+        (:mod:`.onnx_generate`) when it does what the call asks (one log line says which ran)."""
+        graph = getattr(self, "generating_graph", None)
+        if graph is not None:
+            sequences = graph.generate(self, args, kwargs)
+            if sequences is not None:
+                return sequences
+        return super().generate(*args, **kwargs)
+
     def save_pretrained(self, *args, **kwargs):
         raise NotImplementedError(
             f"{type(self).__name__} runs exported graphs: copy its folder ({self.folder}) or export the PyTorch model"
@@ -1390,6 +1400,10 @@ def load_onnxruntime(folder: str | os.PathLike, threads: int | None = None, prov
             folder_tokenizer(folder, OnnxExportError), config, OnnxExportError, f"the tokenizer of {folder}"
         )
     model = ORT_CLASSES[info["kind"]](config, sessions, info, folder)
+    if "generate" in sessions:
+        from .onnx_generate import GeneratingGraph
+
+        model.generating_graph = GeneratingGraph(folder, session=sessions["generate"])
     if (folder / "generation_config.json").is_file():
         model.generation_config = GenerationConfig.from_pretrained(folder)
     model.name_or_path = str(folder)

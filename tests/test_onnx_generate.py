@@ -1,0 +1,323 @@
+"""The generating graph (hf_seq.toolkit.onnx_generate, ``model_generate.onnx``): the whole search inside ONNX
+Runtime's BeamSearch operator gives PyTorch ``generate()``'s tokens (greedy, beam search, ``num_return_sequences``)
+and sequence scores, on left- and right-padded batches with rows of different lengths, for the RNN seq2seq (cells,
+attention types, input feeding, bidirectional encoder) and the Transformer; ``load_onnxruntime(...).generate()``
+runs it when it does what the call asks and the step graphs otherwise; the folder translates with onnxruntime,
+tokenizers and numpy only.
+
+One RNN seq2seq export (~10 s) serves the fast tests; the grid of cells and attention types, the Transformer and the
+clean virtual environment are slow."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import venv
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+from test_onnxruntime import left_padded, lm, right_padded, rnn_seq2seq, transformer  # noqa: E402
+from tiny_models import EOS, TEXTS, build_tokenizer  # noqa: E402
+
+from hf_seq.toolkit.export import load_onnxruntime, to_onnx  # noqa: E402
+from hf_seq.toolkit.onnx_generate import GENERATE_FILE, GeneratingGraph, unhonoured  # noqa: E402
+
+SEARCHES = {
+    "greedy": dict(num_beams=1),
+    "beam4": dict(num_beams=4),
+    "beam4-return2": dict(num_beams=4, num_return_sequences=2),
+    "beam3-no-length-penalty": dict(num_beams=3, length_penalty=0.0, repetition_penalty=1.3),
+    "beam3-min-length": dict(num_beams=3, length_penalty=0.5, min_length=4),
+}
+LM_SEARCHES = {  # the language model's beams: the operator's length penalty would count the prompt
+    "greedy": dict(num_beams=1),
+    "greedy-min-new-tokens": dict(num_beams=1, min_new_tokens=3),
+    "beam4-return2": dict(num_beams=4, num_return_sequences=2, length_penalty=0.0),
+}
+NEW_TOKENS = (4, 12)  # one that cuts sequences at max_length, one where most end with their end token
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+def batches(tokenizer, decoder_only: bool = False):
+    if decoder_only:  # a prompt is continued at its end: padded on the left
+        return {"left": left_padded(tokenizer)}
+    return {"right": right_padded(tokenizer), "left": left_padded(tokenizer)}
+
+
+def check_graph_matches_pytorch(model, folder, tokenizer) -> int:
+    """The graph's sequences equal ``generate()``'s for every search, padding side and length (scores close where the
+    operator's and generate()'s length penalties agree); returns how many calls compared equal scores."""
+    graph = GeneratingGraph(folder, threads=1)
+    decoder_only = not model.config.is_encoder_decoder
+    compared = 0
+    for side, inputs in batches(tokenizer, decoder_only).items():
+        assert inputs["attention_mask"].min() == 0  # rows of different lengths
+        start = inputs["input_ids"].shape[1] if decoder_only else 1  # the prompt, or the decoder start token
+        for name, search in (LM_SEARCHES if decoder_only else SEARCHES).items():
+            for new in NEW_TOKENS:
+                with torch.no_grad():
+                    expected = model.generate(
+                        **inputs,
+                        max_new_tokens=new,
+                        do_sample=False,
+                        output_scores=True,
+                        return_dict_in_generate=True,
+                        **search,
+                    )
+                beams = search["num_beams"]
+                sequences, scores, cut = graph.run(
+                    inputs["input_ids"].numpy(),
+                    inputs["attention_mask"].numpy(),
+                    max_length=start + new,
+                    min_length=max(search.get("min_length", 0), start + search.get("min_new_tokens", 0)),
+                    num_beams=beams,
+                    num_return_sequences=search.get("num_return_sequences", 1),
+                    length_penalty=search.get("length_penalty", 1.0),
+                    repetition_penalty=search.get("repetition_penalty", 1.0),
+                )
+                got = torch.from_numpy(sequences.reshape(-1, sequences.shape[-1]))
+                label = f"{side} {name} max_new_tokens={new}"
+                if beams > 1 and search.get("length_penalty", 1.0) != 0 and cut.any():
+                    continue  # the operator divides a cut sequence by one position more: generate() decides
+                assert torch.equal(got, expected.sequences), label
+                if beams > 1:
+                    torch.testing.assert_close(torch.from_numpy(scores.reshape(-1)), expected.sequences_scores)
+                    compared += 1
+    return compared
+
+
+def check_front_door(model, folder, tokenizer, caplog) -> None:
+    """``load_onnxruntime(...).generate()`` equals PyTorch's whichever graphs run, and says which ran."""
+    exported = load_onnxruntime(folder, threads=1)
+    inputs = right_padded(tokenizer)
+    runs = {
+        "greedy": dict(max_new_tokens=12),
+        "beam": dict(max_new_tokens=12, num_beams=4, num_return_sequences=2),
+        "sample": dict(max_new_tokens=6, do_sample=True, top_k=0),  # the step graphs
+    }
+    with caplog.at_level(logging.INFO, logger="hf_seq.toolkit.onnx_generate"):
+        for name, run in runs.items():
+            caplog.clear()
+            torch.manual_seed(3)
+            with torch.no_grad():
+                expected = model.generate(**inputs, **run)
+            torch.manual_seed(3)
+            assert torch.equal(exported.generate(**inputs, **run), expected), name
+            said = " ".join(r.getMessage() for r in caplog.records)
+            assert ("step graphs" in said) == (name != "greedy"), said  # beams cut at max_length: step graphs too
+            assert (GENERATE_FILE in said) == (name != "sample"), said
+
+
+@pytest.fixture(scope="module")
+def seq2seq_export(tokenizer, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("generate") / "onnx"
+    model = rnn_seq2seq(len(tokenizer), input_feeding=True)
+    to_onnx(model, folder, tokenizer=tokenizer)
+    return model, folder
+
+
+def test_export_writes_the_generating_graph_and_its_script(seq2seq_export):
+    _, folder = seq2seq_export
+    assert (folder / GENERATE_FILE).is_file() and (folder / "generate.py").is_file()
+    import onnx
+
+    graph = onnx.load(str(folder / GENERATE_FILE)).graph
+    assert [node.op_type for node in graph.node] == ["BeamSearch"]
+    assert [i.name for i in graph.input][-1] == "attention_mask"  # the encoder mask is given, any padding side
+    from hf_seq.toolkit import onnx_generate, onnx_runtime
+
+    assert onnx_generate.ONNX_INFO == onnx_runtime.ONNX_INFO  # one file name, written twice to avoid an import cycle
+
+
+def test_rnn_seq2seq_graph_matches_pytorch(seq2seq_export, tokenizer):
+    model, folder = seq2seq_export
+    assert check_graph_matches_pytorch(model, folder, tokenizer) > 0
+
+
+def test_front_door_runs_the_graph_when_it_can(seq2seq_export, tokenizer, caplog):
+    model, folder = seq2seq_export
+    check_front_door(model, folder, tokenizer, caplog)
+
+
+def test_unhonoured_arguments_are_named(seq2seq_export):
+    model, folder = seq2seq_export
+    entry = GeneratingGraph(folder).entry
+    config = model.generation_config
+
+    def why(**fields):
+        copy = config.__class__(**{**config.to_dict(), **fields})
+        return unhonoured(copy, entry, {})
+
+    assert why() is None
+    assert why(num_beams=4, num_return_sequences=2) is None
+    assert "do_sample" in why(do_sample=True)
+    assert "no_repeat_ngram_size" in why(no_repeat_ngram_size=2)
+    assert "early_stopping" in why(num_beams=3, early_stopping="never")
+    assert "repetition_penalty" in why(repetition_penalty=1.2)  # greedy: logits in PyTorch, log-probs in the op
+    assert "length_penalty" in why(num_beams=3, length_penalty=-1.0)
+    assert "eos_token_id" in why(eos_token_id=5)
+    assert "decoder_input_ids" in unhonoured(config, entry, {"decoder_input_ids": torch.ones(1, 1)})
+    assert "length_penalty" not in (why(num_beams=3, length_penalty=2.0) or "")  # a seq2seq graph honours it
+
+
+SEQ2SEQ_GRID = {
+    "lstm-additive-bidirectional": dict(),
+    "gru-dot-feeding": dict(cell="gru", attention="dot", input_feeding=True),
+    "rnn-general-unidirectional": dict(cell="rnn", attention="general", bidirectional=False),
+    "gru-none": dict(cell="gru", attention="none"),
+    "lstm-none-one-layer": dict(attention="none", encoder_layers=1, decoder_layers=1),
+}
+
+
+@pytest.mark.slow(reason="one export per case, ~10 s each")
+@pytest.mark.parametrize("overrides", list(SEQ2SEQ_GRID.values()), ids=list(SEQ2SEQ_GRID))
+def test_rnn_seq2seq_cells_and_attention_types(overrides, tokenizer, tmp_path):
+    model = rnn_seq2seq(len(tokenizer), **overrides)
+    folder = to_onnx(model, tmp_path / "onnx", tokenizer=tokenizer)
+    check_graph_matches_pytorch(model, folder, tokenizer)
+
+
+@pytest.mark.slow(reason="a Transformer export, ~20 s")
+def test_transformer_graph_and_front_door(tokenizer, tmp_path, caplog):
+    model = transformer(len(tokenizer), tie_word_embeddings=False)
+    folder = to_onnx(model, tmp_path / "onnx", tokenizer=tokenizer)
+    check_graph_matches_pytorch(model, folder, tokenizer)
+    check_front_door(model, folder, tokenizer, caplog)
+
+
+@pytest.fixture(scope="module")
+def lm_export(tokenizer, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("generate_lm") / "onnx"
+    model = lm(len(tokenizer))
+    to_onnx(model, folder, tokenizer=tokenizer)
+    return model, folder
+
+
+def test_language_model_graph_matches_pytorch(lm_export, tokenizer):
+    model, folder = lm_export
+    assert check_graph_matches_pytorch(model, folder, tokenizer) > 0
+
+
+def test_language_model_front_door(lm_export, tokenizer, caplog):
+    model, folder = lm_export
+    exported = load_onnxruntime(folder, threads=1)
+    inputs = left_padded(tokenizer)
+    with caplog.at_level(logging.INFO, logger="hf_seq.toolkit.onnx_generate"):
+        for run, graph in ((dict(), True), (dict(num_beams=3, length_penalty=0.0), True), (dict(num_beams=3), False)):
+            caplog.clear()
+            with torch.no_grad():
+                expected = model.generate(**inputs, max_new_tokens=8, do_sample=False, **run)
+            assert torch.equal(exported.generate(**inputs, max_new_tokens=8, do_sample=False, **run), expected)
+            said = " ".join(r.getMessage() for r in caplog.records)
+            assert (GENERATE_FILE in said) == graph, said
+            assert ("length_penalty" in said) == (not graph), said  # beam search with a length penalty: the steps
+
+
+def test_language_model_without_end_token(lm_export, tokenizer, tmp_path):
+    """A model without ``eos_token_id`` (a char LM trained on a stream) generates to the full length."""
+    import json
+    import shutil
+
+    from hf_seq.toolkit.onnx_generate import write_generating_graph
+
+    model, folder = lm_export
+    copy = shutil.copytree(folder, tmp_path / "no_eos")
+    config = json.loads((copy / "generation_config.json").read_text())
+    config.pop("eos_token_id", None)
+    (copy / "generation_config.json").write_text(json.dumps(config))
+    assert write_generating_graph(copy)
+    inputs = left_padded(tokenizer)
+    sequences, _, cut = GeneratingGraph(copy, threads=1).run(
+        inputs["input_ids"].numpy(), inputs["attention_mask"].numpy(), max_length=inputs["input_ids"].shape[1] + 8
+    )
+    model.generation_config.eos_token_id = None
+    try:
+        with torch.no_grad():
+            expected = model.generate(**inputs, max_new_tokens=8, do_sample=False)
+    finally:
+        model.generation_config.eos_token_id = EOS
+    assert cut.all() and torch.equal(torch.from_numpy(sequences[:, 0]), expected)
+
+
+@pytest.mark.slow(reason="an export, ~10 s")
+def test_language_model_gru(tokenizer, tmp_path):
+    model = lm(len(tokenizer), cell="gru", layers=1)
+    folder = to_onnx(model, tmp_path / "onnx", tokenizer=tokenizer)
+    check_graph_matches_pytorch(model, folder, tokenizer)
+
+
+@pytest.mark.slow(reason="an int8 export, ~15 s")
+def test_int8_generating_graph_runs_and_stays_close(seq2seq_export, tokenizer, tmp_path):
+    model, _ = seq2seq_export
+    folder = to_onnx(model, tmp_path / "int8", quantization="int8", tokenizer=tokenizer)
+    inputs = right_padded(tokenizer)
+    sequences, scores, _ = GeneratingGraph(folder, threads=1).run(
+        inputs["input_ids"].numpy(), inputs["attention_mask"].numpy(), max_length=13, num_beams=4
+    )
+    assert sequences.shape[:2] == (len(TEXTS), 1) and np.isfinite(scores).all()
+
+
+@pytest.mark.slow(reason="a fresh virtual environment with onnxruntime, tokenizers and numpy from the registry")
+def test_folder_translates_with_onnxruntime_tokenizers_and_numpy_only(seq2seq_export, tokenizer, tmp_path):
+    model, folder = seq2seq_export
+    env = tmp_path / "venv"
+    venv.create(env, with_pip=True)
+    python = env / "bin" / "python"
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "onnxruntime", "tokenizers", "numpy"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if installed.returncode != 0:
+        pytest.skip(
+            f"pip could not install onnxruntime, tokenizers, numpy from the registry: {installed.stderr[-300:]}"
+        )
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    out = subprocess.run(
+        [str(python), str(folder / "generate.py"), *TEXTS, "--num_beams", "1", "--max_new_tokens", "12"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=clean,
+        timeout=300,
+    )
+    probe = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import importlib.util as u; print([u.find_spec(m) is None for m in ('torch', 'transformers', 'hf_seq')])",
+        ],
+        capture_output=True,
+        text=True,
+        env=clean,
+        cwd=tmp_path,
+    )
+    assert probe.stdout.strip() == "[True, True, True]"
+    inputs = right_padded(tokenizer)
+    with torch.no_grad():
+        expected = model.generate(**inputs, max_new_tokens=12, do_sample=False)
+    assert out.stdout.splitlines() == tokenizer.batch_decode(expected, skip_special_tokens=True)
+
+
+@pytest.mark.slow
+@pytest.mark.data
+def test_translation_script_reports_the_generating_graph(tmp_path):
+    from hf_seq.train_scripts import train_translation
+    from test_export import TINY_RUN
+
+    argv = [*TINY_RUN, "--max_steps", "4", "--save_strategy", "no", "--output_dir", str(tmp_path / "onnx")]
+    exported = train_translation.main([*argv, "--test_engine", "onnxruntime"])
+    for key in ("test_greedy", "test_beam2"):
+        assert exported[key]["test_onnxruntime_graph"].startswith(f"{GENERATE_FILE}: "), exported[key]
+    assert (tmp_path / "onnx" / "onnxruntime" / GENERATE_FILE).is_file()
