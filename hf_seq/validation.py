@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .fast_paths import host_reads_free, is_tracing, reads_values
+from .fast_paths import host_reads_free, is_tracing
 
 IGNORE_INDEX = -100  # label value skipped by the losses (``F.cross_entropy(..., ignore_index=-100)``)
 PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")  # classifier losses
@@ -245,9 +245,6 @@ def checks_values(tensor: torch.Tensor) -> bool:
     """True where a check may read ``tensor``'s values: value checks on, and a CPU tensor outside tracing
     (:func:`~.fast_paths.host_reads_free`), whether or not the fast paths are on."""
     return _VALUE_CHECKS[0] and host_reads_free(tensor)
-
-
-eager_cpu = reads_values  # the fast paths' rule, kept importable from here (speed, not checks)
 
 
 def check_batch_shape(name: str, shape: tuple[int, ...]) -> None:
@@ -486,7 +483,6 @@ __all__ = [
     "check_token_id_fields",
     "checks_values",
     "disable_value_checks",
-    "eager_cpu",
     "enable_value_checks",
     "is_tracing",
     "value_checks_disabled",
