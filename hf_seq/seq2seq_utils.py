@@ -110,7 +110,8 @@ class Seq2SeqLMHeadMixin:
             return_dict=True,
             **model_inputs,
         )
-        logits, loss = lm_head_and_loss(self.lm_head, outputs.last_hidden_state, labels)  # (B, T, V), loss or None
+        # labels were checked by decoder_input_ids_for_labels: (B, T) like the decoder input, ids in the vocabulary
+        logits, loss = lm_head_and_loss(self.lm_head, outputs.last_hidden_state, labels, checked=True)  # (B, T, V)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
