@@ -25,7 +25,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_outputs import ModelOutput, Seq2SeqModelOutput
 from transformers.utils import can_return_tuple
 
 from .attention import AttentionScore, attend, get_score_type, make_attention_mask
@@ -654,42 +654,6 @@ class RNNSeq2SeqForConditionalGeneration(
 
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
-
-    @refuse_unknown_keywords
-    @cache_argument
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.Tensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: RNNSeq2SeqEncoderOutput | tuple | None = None,
-        cache: RNNDecoderCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
-    ) -> Seq2SeqLMOutput | tuple:
-        """Translate with teacher forcing; ``labels`` ``(B, T)`` (-100 = ignored) give the cross-entropy ``loss``.
-        The old name ``past_key_values=`` of ``cache`` is accepted with transformers' deprecation warning."""
-        return self._lm_forward(
-            labels,
-            decoder_input_ids,
-            decoder_inputs_embeds,
-            use_cache,
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            decoder_attention_mask=decoder_attention_mask,
-            encoder_outputs=encoder_outputs,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
 
 
 __all__ = [

@@ -24,7 +24,6 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
-    Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
 from transformers.processing_utils import Unpack
@@ -526,41 +525,6 @@ class TransformerForConditionalGeneration(
                 decoder.embed_tokens, embeddings.num_embeddings, mean_resizing=mean_resizing
             )
         return embeddings
-
-    @refuse_unknown_keywords
-    @can_return_tuple
-    @cache_argument
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        cache: EncoderDecoderCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> Seq2SeqLMOutput | tuple:
-        """Logits ``(B, T, vocab_size)`` for every target position (+ ``loss`` with ``labels``).
-
-        ``return_dict=False`` (call or config) returns the tuple; ``past_key_values=`` is the deprecated name of
-        ``cache=`` (accepted with a warning)."""
-        return self._lm_forward(
-            labels,
-            decoder_input_ids,
-            decoder_inputs_embeds,
-            use_cache,
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            decoder_attention_mask=decoder_attention_mask,
-            encoder_outputs=encoder_outputs,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
 
 
 __all__ = [
