@@ -28,7 +28,7 @@ What differs, and what this module gives instead:
 * **Continuing from a recurrent state**: up to 5.24 ``generate()``'s ``_prefill`` cuts the part of the input a cache
   has read only for key/value caches (``not all(cache.is_linear)``); from 5.25 on it cuts it for every cache, the
   ``inputs_embeds`` of a decoder-only prompt included (:data:`PREFILL_CUTS_EVERY_CACHE`, read by
-  ``modeling_utils.RecurrentStateGenerationMixin``, which cuts what the release leaves uncut).
+  ``modeling_utils.RecurrentStatePrefillMixin``, which cuts what the release leaves uncut).
 * **Assisted and prompt-lookup decoding of a recurrent model**: up to 5.24 ``generate()`` refuses them for a model
   with ``_is_stateful = True`` ("assisted generation is not supported with stateful models"); 5.25 has no
   ``_is_stateful`` and fails with "Assisted decoding requires a cache" (a ``RuntimeError``) for a model whose cache

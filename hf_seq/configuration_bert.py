@@ -127,9 +127,7 @@ class HfSeqBertConfig(PretrainedConfig):
         check_fields(self, bool="sparse_prediction tie_word_embeddings")
 
 
-# The former name, kept as an alias: imports of it and old folders whose auto_map names
-# "configuration_bert.BertConfig" keep working. transformers looks config classes up by __name__ and would
-# take a class called "BertConfig" for one of its own, hence the new name.
+# the former name, for folders saved before the rename: their auto_map says "configuration_bert.BertConfig"
 BertConfig = HfSeqBertConfig
 
 __all__ = ["HfSeqBertConfig", "BertConfig"]

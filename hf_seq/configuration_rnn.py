@@ -248,9 +248,7 @@ class HfSeqRNNConfig(PretrainedConfig):
             )
 
 
-# The former name, kept as an alias: imports of it and old folders whose auto_map names
-# "configuration_rnn.RNNConfig" keep working. transformers looks config classes up by __name__ and would
-# take a class called "RNNConfig" for one of its own, hence the new name.
+# the former name, for folders saved before the rename: their auto_map says "configuration_rnn.RNNConfig"
 RNNConfig = HfSeqRNNConfig
 
 __all__ = ["HfSeqRNNConfig", "RNNConfig", "POOLINGS", "INPUT_ENCODINGS", "PROJECTION_ACTIVATIONS"]

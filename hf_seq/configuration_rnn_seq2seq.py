@@ -178,7 +178,5 @@ class HfSeqRNNSeq2SeqConfig(DeclaredPipelinesMixin, PretrainedConfig):
             )
 
 
-# The former name, kept as an alias: imports of it and old folders whose auto_map names
-# "configuration_rnn_seq2seq.RNNSeq2SeqConfig" keep working. transformers looks config classes up by __name__ and would
-# take a class called "RNNSeq2SeqConfig" for one of its own, hence the new name.
+# the former name, for folders saved before the rename: their auto_map says "configuration_rnn_seq2seq.RNNSeq2SeqConfig"
 RNNSeq2SeqConfig = HfSeqRNNSeq2SeqConfig

@@ -153,9 +153,7 @@ class HfSeqTransformerConfig(DeclaredPipelinesMixin, PretrainedConfig):
         )
 
 
-# The former name, kept as an alias: imports of it and old folders whose auto_map names
-# "configuration_transformer.TransformerConfig" keep working. transformers looks config classes up by __name__ and would
-# take a class called "TransformerConfig" for one of its own, hence the new name.
+# the former name, for folders saved before the rename: their auto_map says "configuration_transformer.TransformerConfig"
 TransformerConfig = HfSeqTransformerConfig
 
 __all__ = ["HfSeqTransformerConfig", "TransformerConfig"]

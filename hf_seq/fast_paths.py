@@ -237,14 +237,14 @@ class AppendBufferLayer(DynamicLayer):
 class GenerationSteps:
     """What one ``generate()`` call of one model knows across its decoding steps, so that a step reads on the host
     only what transformers' own decoding loop reads (its stopping check). Set by ``modeling_utils.
-    GenerationStepsMixin.generate`` (:func:`generation_steps`); consulted only where :func:`reads_values`.
+    GenerativeHeadMixin.generate`` (:func:`generation_steps`); consulted only where :func:`reads_values`.
 
     * ``decoder``: the module whose forward checks the ids of each step (ids in ``[0, vocab)``: two values read on
       the host). Once ``generate()`` has appended its first token (``tokens_appended``, set when transformers calls
       ``_update_model_kwargs_for_generation``) every id that module gets is either the caller's prompt, checked by
       the prompt's forward, or a token ``generate()`` chose itself: an index into the output vocabulary, which is no
       larger than the embedding the ids index (``trusts_ids``), or its pad / eos id, checked against that vocabulary
-      before decoding starts (``validation.GenerationArgumentsMixin``). :func:`decodes_generated_ids`.
+      before decoding starts (``validation.check_generate_call``). :func:`decodes_generated_ids`.
     * :meth:`remember`: a value derived from a tensor that stays the same object through the loop (the source
       ``attention_mask`` of an encoder-decoder, the cross-attention mask built from it) is computed once per call,
       keyed on the tensor object and its version counter (an in-place edit computes it again).

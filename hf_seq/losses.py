@@ -114,30 +114,36 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return grad_hidden, grad_weight, grad_bias, None
 
 
-def _check_lm_labels(labels: torch.Tensor, positions: torch.Size, vocab_size: int) -> None:
-    """ValueError unless ``labels`` are integer ids of shape ``positions`` in ``[0, vocab_size)`` or -100."""
+def check_lm_labels(labels: torch.Tensor, positions: tuple[int, ...], vocab_size: int, name: str = "labels") -> None:
+    """ValueError unless ``labels`` (named ``name``) are integer ids of shape ``positions`` in ``[0, vocab_size)`` or
+    -100: the one check of a language model's labels, by the head that takes them or else by the loss."""
     if tuple(labels.shape) != tuple(positions):
-        raise ValueError(f"`labels` must have shape {tuple(positions)}, got {tuple(labels.shape)}")
+        raise ValueError(f"`{name}` must have shape {tuple(positions)}, got {tuple(labels.shape)}")
     if labels.is_floating_point() or labels.dtype == torch.bool:
-        raise ValueError(f"`labels` must be integer token ids (or -100), got dtype {labels.dtype}")
-    check_label_range("labels", labels, vocab_size, "vocab_size")
+        raise ValueError(f"`{name}` must be integer token ids (or -100), got dtype {labels.dtype}")
+    check_label_range(name, labels, vocab_size, "vocab_size")
 
 
 def linear_cross_entropy(
-    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor | None, bias: torch.Tensor | None = None
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor | None,
+    bias: torch.Tensor | None = None,
+    checked: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A language-model head: ``(logits (..., V), loss)`` for ``hidden`` ``(..., D)`` and ``weight`` ``(V, D)``.
 
     ``loss`` is the mean cross-entropy over the ``labels`` ``(...)`` that are not -100 (None without labels; 0, still
     attached to the graph, when every label is -100). Labels must already be aligned with the positions (shifted
-    for a causal LM). Labels out of ``[0, V)`` raise ``ValueError``. When a gradient is needed in eager
+    for a causal LM). Labels out of ``[0, V)`` raise ``ValueError`` (``checked``: the caller checked them). When a gradient is needed in eager
     mode on CPU this runs :class:`_LinearCrossEntropy`, whose backward skips the unlabelled rows (its row selection has
     a data-dependent shape); compiled, exported or on an accelerator it is ``F.linear`` + :func:`masked_cross_entropy`,
     the same values.
     """
     if labels is None:
         return F.linear(hidden, weight, bias), None
-    _check_lm_labels(labels, hidden.shape[:-1], weight.shape[0])
+    if not checked:
+        check_lm_labels(labels, hidden.shape[:-1], weight.shape[0])
     logits_shape = (*hidden.shape[:-1], weight.shape[0])
     flat_hidden, flat_labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1).long()  # (N, D), (N,)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
@@ -149,18 +155,20 @@ def linear_cross_entropy(
 
 
 def lm_head_and_loss(
-    head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor | None
+    head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor | None, checked: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(head(hidden), loss)`` for a language-model head: without ``labels`` the module itself; with them the fused
     :func:`linear_cross_entropy` when ``head`` is a plain linear layer without hooks, else the module (a wrapped or
-    adapted head) and :func:`masked_cross_entropy`."""
+    adapted head) and :func:`masked_cross_entropy`. The labels are checked (:func:`check_lm_labels`) unless
+    ``checked`` (the head checked them under their own name)."""
     if labels is None:
         return head(hidden), None  # (..., V)
     plain = type(head) is nn.Linear and not (head._forward_hooks or head._forward_pre_hooks)
     if plain:
-        return linear_cross_entropy(hidden, head.weight, labels, head.bias)
+        return linear_cross_entropy(hidden, head.weight, labels, head.bias, checked)
     logits = head(hidden)  # (..., V)
-    _check_lm_labels(labels, logits.shape[:-1], logits.shape[-1])
+    if not checked:
+        check_lm_labels(labels, logits.shape[:-1], logits.shape[-1])
     return logits, masked_cross_entropy(logits, labels)
 
 

@@ -38,7 +38,15 @@ from .configuration_bert import HfSeqBertConfig
 from .fast_paths import drop_all_ones_mask
 from .losses import lm_head_and_loss, masked_cross_entropy, sequence_classification_loss, token_classification_loss
 from .modeling_utils import CheckedLoadingMixin, refuse_unknown_keywords
-from .validation import IGNORE_INDEX, check_batch_shape, check_label_range, check_token_ids, checks_values
+from .validation import (
+    IGNORE_INDEX,
+    check_batch_shape,
+    check_label_range,
+    check_mask_shape,
+    check_one_input,
+    check_token_ids,
+    checks_values,
+)
 
 logger = logging.get_logger(__name__)
 
@@ -245,8 +253,7 @@ class BertPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     ) -> tuple[int, int]:
         """Raise ValueError naming the argument for bad ids, shapes or lengths; return ``(B, T)``."""
         config = self.config
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`.")
+        check_one_input(input_ids, inputs_embeds)
         if input_ids is not None:
             check_token_ids("input_ids", input_ids, config.vocab_size, "vocab_size", batched=True)
             shape = tuple(input_ids.shape)
@@ -264,9 +271,8 @@ class BertPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
                 f"{config.max_position_embeddings}; truncate the input (tokenizer(..., truncation=True, "
                 f"max_length={config.max_position_embeddings}))."
             )
-        for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
-            if tensor is not None and tuple(tensor.shape) != shape:
-                raise ValueError(f"`{name}` must have the shape of `input_ids` {shape}, got {tuple(tensor.shape)}.")
+        check_mask_shape("attention_mask", attention_mask, shape, of="`input_ids`")
+        check_mask_shape("token_type_ids", token_type_ids, shape, of="`input_ids`")
         if token_type_ids is not None:
             check_token_ids("token_type_ids", token_type_ids, config.type_vocab_size, "type_vocab_size")
         if position_ids is not None:
@@ -289,6 +295,14 @@ class BertPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
             return_dict=True,
             **kwargs,
         )
+
+    # --- the masked-LM decoder of the heads that have one (``self.cls``), tied to the word embeddings -------------
+    def get_output_embeddings(self) -> nn.Linear | None:
+        head = getattr(self, "cls", None)
+        return None if head is None else head.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.cls.predictions.decoder = new_embeddings
 
     # --- position table -------------------------------------------------------------------------------------
     def get_position_embeddings(self) -> nn.Embedding:
@@ -364,6 +378,9 @@ class BertModel(BertPreTrainedModel):
         return BaseModelOutputWithPooling(last_hidden_state=last, pooler_output=pooled)
 
 
+MASKED_LM_TIED_WEIGHTS = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
+
+
 def _head_output(output_cls: type[ModelOutput], outputs: BaseModelOutputWithPooling, **head_fields) -> ModelOutput:
     """A head's output: its own fields (loss, logits...) and the encoder's ``hidden_states`` / ``attentions``."""
     return output_cls(**head_fields, hidden_states=outputs.hidden_states, attentions=outputs.attentions)
@@ -395,19 +412,13 @@ def _masked_lm_logits(
 class BertForPreTraining(BertPreTrainedModel):
     """BERT with the two pretraining heads: masked-LM on every token and next-sentence prediction on ``[CLS]``."""
 
-    _tied_weights_keys = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
+    _tied_weights_keys = MASKED_LM_TIED_WEIGHTS
 
     def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__(config)
         self.bert = BertModel(config)
         self.cls = BertPreTrainingHeads(config)
         self.post_init()
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.cls.predictions.decoder
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.cls.predictions.decoder = new_embeddings
 
     @refuse_unknown_keywords
     @can_return_tuple
@@ -424,8 +435,6 @@ class BertForPreTraining(BertPreTrainedModel):
     ) -> BertForPreTrainingOutput | tuple:
         """``labels`` ``(B, T)``: original ids at masked positions, -100 elsewhere; ``next_sentence_label`` ``(B,)``:
         0 = B is the true continuation of A, 1 = B is random. ``loss`` = masked-LM CE + next-sentence CE."""
-        if labels is not None:
-            check_label_range("labels", labels, self.config.vocab_size, "vocab_size")
         if next_sentence_label is not None:
             check_label_range("next_sentence_label", next_sentence_label, 2, "number of next-sentence classes")
         outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
@@ -449,19 +458,13 @@ class BertForPreTraining(BertPreTrainedModel):
 class BertForMaskedLM(BertPreTrainedModel):
     """BERT with the masked-LM head only (what ``pipeline("fill-mask")`` uses)."""
 
-    _tied_weights_keys = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
+    _tied_weights_keys = MASKED_LM_TIED_WEIGHTS
 
     def __init__(self, config: HfSeqBertConfig) -> None:
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False)
         self.cls = BertOnlyMLMHead(config)
         self.post_init()
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.cls.predictions.decoder
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.cls.predictions.decoder = new_embeddings
 
     @refuse_unknown_keywords
     @can_return_tuple
@@ -475,9 +478,8 @@ class BertForMaskedLM(BertPreTrainedModel):
         labels: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput | tuple:
-        """``labels`` ``(B, T)``: original ids at masked positions, -100 elsewhere → masked-LM cross-entropy."""
-        if labels is not None:
-            check_label_range("labels", labels, self.config.vocab_size, "vocab_size")
+        """``labels`` ``(B, T)``: original ids at masked positions, -100 elsewhere → masked-LM cross-entropy (labels
+        checked by the loss)."""
         outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **kwargs)
         logits, loss = _masked_lm_logits(
             self.cls.predictions, outputs.last_hidden_state, labels, self.config.sparse_prediction

@@ -37,7 +37,7 @@ from .compat import (
 )
 from .configuration_rnn import HfSeqRNNConfig
 from .fast_paths import decodes_generated_ids, drop_all_ones_mask
-from .losses import lm_head_and_loss, sequence_classification_loss, token_classification_loss
+from .losses import check_lm_labels, lm_head_and_loss, sequence_classification_loss, token_classification_loss
 from .modeling_utils import CheckedLoadingMixin, RecurrentGenerativeHeadMixin, columns_read_now, refuse_unknown_keywords
 from .recurrent import (
     GateProjection,
@@ -50,7 +50,7 @@ from .recurrent import (
 )
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
-from .validation import IGNORE_INDEX, check_label_range, check_token_ids
+from .validation import IGNORE_INDEX, check_mask_shape, check_one_input, check_token_ids
 
 
 @dataclass
@@ -158,6 +158,17 @@ class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
             if isinstance(module, RNNModel) and module.encoder is not None:  # device_map / FSDP units: the new layers
                 module._no_split_modules = sorted({type(layer).__name__ for layer in module.encoder.layers})
         return self
+
+    def _encode(self, input_ids, attention_mask, inputs_embeds, output_hidden_states, state=None) -> RNNModelOutput:
+        """A head's pass through its :class:`RNNModel` (``self.rnn``), from ``state`` (None: zeros)."""
+        return self.rnn(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            state=state,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.base_model.embeddings.word_embeddings
@@ -350,8 +361,7 @@ class RNNModel(RNNPreTrainedModel):
         self.post_init()
 
     def _check_inputs(self, input_ids, attention_mask, inputs_embeds) -> tuple[int, int]:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`")
+        check_one_input(input_ids, inputs_embeds)
         if input_ids is not None:
             if not decodes_generated_ids(self, input_ids):  # a generate() step past the prompt: checked already
                 check_token_ids("input_ids", input_ids, self.config.vocab_size, batched=True)
@@ -365,10 +375,7 @@ class RNNModel(RNNPreTrainedModel):
                     f"got {tuple(inputs_embeds.shape)}"
                 )
             batch_size, seq_len = inputs_embeds.shape[:2]
-        if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, seq_len):
-            raise ValueError(
-                f"`attention_mask` must have shape {(batch_size, seq_len)} like the input, got {tuple(attention_mask.shape)}"
-            )
+        check_mask_shape("attention_mask", attention_mask, (batch_size, seq_len))
         max_len = self.config.max_seq_length
         if self.config.pooling == "flatten" and self.pooler is not None and seq_len != max_len:
             raise ValueError(
@@ -454,13 +461,7 @@ class RNNForSequenceClassification(RNNPreTrainedModel):
         **kwargs,
     ) -> SequenceClassifierOutput | tuple:
         """input_ids: (B, T); labels: (B,) class ids (or floats, see class doc); returns logits (B, num_labels)."""
-        outputs = self.rnn(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
+        outputs = self._encode(input_ids, attention_mask, inputs_embeds, output_hidden_states)
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
         loss = self.compute_loss(logits, labels) if labels is not None else None
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
@@ -492,13 +493,7 @@ class RNNForTokenClassification(RNNPreTrainedModel):
         **kwargs,
     ) -> TokenClassifierOutput | tuple:
         """input_ids: (B, T); labels: (B, T) with -100 = ignore; returns logits (B, T, num_labels)."""
-        outputs = self.rnn(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
+        outputs = self._encode(input_ids, attention_mask, inputs_embeds, output_hidden_states)
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
         loss = token_classification_loss(logits, labels, self.num_labels) if labels is not None else None
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
@@ -561,18 +556,11 @@ class RNNForCausalLM(RecurrentGenerativeHeadMixin, RNNPreTrainedModel, Generatio
         return self.lm_head
 
     def _decoding_module(self) -> tuple[RNNModel, int]:
-        """The recurrent model, which checks each step's ids against ``vocab_size`` (``GenerationStepsMixin``)."""
+        """The recurrent model, which checks each step's ids against ``vocab_size`` (``GenerativeHeadMixin``)."""
         return self.rnn, self.config.vocab_size
 
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
-
-    def _check_labels(self, labels: torch.Tensor, input_shape: tuple[int, int], name: str = "labels") -> None:
-        if tuple(labels.shape) != tuple(input_shape):
-            raise ValueError(f"`{name}` must have the input's shape {tuple(input_shape)}, got {tuple(labels.shape)}")
-        if labels.is_floating_point() or labels.dtype == torch.bool:
-            raise ValueError(f"`{name}` must be integer token ids (or -100), got dtype {labels.dtype}")
-        check_label_range(name, labels, self.config.vocab_size, "vocab_size")
 
     def _cache_state(self, cache, batch_size: int) -> RNNCache:
         """The :class:`RNNCache` to continue from (a fresh one for None or an empty transformers ``Cache``)."""
@@ -615,9 +603,8 @@ class RNNForCausalLM(RecurrentGenerativeHeadMixin, RNNPreTrainedModel, Generatio
         warning."""
         shift_labels = kwargs.get("shift_labels")
         use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
+        check_one_input(input_ids, inputs_embeds)
         reference = input_ids if input_ids is not None else inputs_embeds
-        if reference is None:
-            raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`")
         batch_size, seq_len = reference.shape[:2]
         mask_now = columns_read_now(attention_mask, seq_len)  # (B, T): the one reading of a generate() mask
         if mask_now is not attention_mask and cache is not None and seq_len == 1:
@@ -625,14 +612,8 @@ class RNNForCausalLM(RecurrentGenerativeHeadMixin, RNNPreTrainedModel, Generatio
                 mask_now = None  # the column generate() appended for its own token: all ones, nothing to read
         attention_mask = mask_now
         state_cache = self._cache_state(cache, batch_size) if (use_cache or cache is not None) else None
-        outputs = self.rnn(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-            state=None if state_cache is None else state_cache.state,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
+        state = None if state_cache is None else state_cache.state
+        outputs = self._encode(input_ids, attention_mask, inputs_embeds, output_hidden_states, state)
         features = outputs.last_hidden_state  # (B, T, H)
         if logits_to_keep:
             features = features[:, -logits_to_keep:]  # generate() needs only the last position's logits
@@ -644,13 +625,13 @@ class RNNForCausalLM(RecurrentGenerativeHeadMixin, RNNPreTrainedModel, Generatio
             if logits_to_keep:
                 raise ValueError("`labels` cannot be combined with `logits_to_keep` (the loss needs every position)")
             if labels is not None:
-                self._check_labels(labels, (batch_size, seq_len))
+                check_lm_labels(labels, (batch_size, seq_len), self.config.vocab_size)
             if shift_labels is not None:  # already aligned: the target of position t is shift_labels[:, t]
-                self._check_labels(shift_labels, (batch_size, seq_len), name="shift_labels")
+                check_lm_labels(shift_labels, (batch_size, seq_len), self.config.vocab_size, name="shift_labels")
                 next_labels = shift_labels
             else:  # position t predicts token t+1; the last position has nothing to predict (-100)
                 next_labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T)
-        logits, loss = lm_head_and_loss(self.lm_head, features, next_labels)  # (B, T, V), loss or None
+        logits, loss = lm_head_and_loss(self.lm_head, features, next_labels, checked=True)  # (B, T, V), loss or None
         if state_cache is not None:
             state_cache.update(outputs.final_state, seq_len)
         if not use_cache:
@@ -658,23 +639,6 @@ class RNNForCausalLM(RecurrentGenerativeHeadMixin, RNNPreTrainedModel, Generatio
         return CausalLMOutputWithPast(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, **cache_output(state_cache)
         )
-
-    def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
-        """``GenerationMixin.generate`` plus one check: an empty prompt starts from ``bos_token_id`` or is an error."""
-        prompt = inputs if inputs is not None else kwargs.get("input_ids")
-        if isinstance(prompt, torch.Tensor) and prompt.dim() == 2 and prompt.shape[1] == 0:
-            config = generation_config if generation_config is not None else self.generation_config
-            bos = kwargs.get("bos_token_id", getattr(config, "bos_token_id", None))
-            if bos is None:
-                raise ValueError(
-                    "The prompt (`input_ids`) is empty and no `bos_token_id` is set: give at least one token of "
-                    "seed text, or set `bos_token_id` (config or generate argument) to start from it"
-                )
-            prompt = torch.full((prompt.shape[0], 1), int(bos), dtype=prompt.dtype, device=prompt.device)
-            kwargs.pop("input_ids", None)
-            kwargs.pop("attention_mask", None)
-            inputs = prompt
-        return super().generate(inputs, generation_config, **kwargs)
 
 
 # Trainer(label_smoothing_factor=...) shifts this LM's labels as a causal LM's (in this file, so that remote-code

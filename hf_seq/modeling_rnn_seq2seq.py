@@ -25,7 +25,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_outputs import ModelOutput, Seq2SeqModelOutput
 from transformers.utils import can_return_tuple
 
 from .attention import AttentionScore, attend, get_score_type, make_attention_mask
@@ -40,7 +40,7 @@ from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the 
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES  # noqa: F401  (seq2seq_utils.py imports it, as above)
 from .seq2seq_utils import Seq2SeqLMHeadMixin, shift_tokens_right
-from .validation import check_token_ids
+from .validation import check_mask_shape, check_one_input, check_token_ids
 
 State = tuple[torch.Tensor, ...]
 
@@ -89,16 +89,6 @@ class RNNDecoderCache(RecurrentCache):
         super().__init__(None, state, seen_tokens, feed=feed, keys=keys)
 
 
-def check_source_mask(attention_mask: torch.Tensor | None, source_shape: tuple[int, int]) -> None:
-    """``ValueError`` unless the source ``attention_mask`` is None or has the source's shape ``(B, S)``: checked once
-    per forward, by the encoder when the forward encodes, else by the model (given ``encoder_outputs``)."""
-    if attention_mask is not None and tuple(attention_mask.shape) != tuple(source_shape):
-        raise ValueError(
-            f"`attention_mask` must have the shape of the source (batch, src_len) = {tuple(source_shape)}, got "
-            f"{tuple(attention_mask.shape)}"
-        )
-
-
 def cross_attention_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
     """The decoder's mask over the source, built once per forward by the one mask builder: ``(B, 1, S)``, True = a
     real source token (one query per decoder step), or None when nothing is masked."""
@@ -145,6 +135,7 @@ class RNNSeq2SeqEncoder(nn.Module):
         """Width of the encoder states: ``num_directions * hidden_size``."""
         return self.rnn.output_size
 
+    @refuse_unknown_keywords
     @can_return_tuple
     def forward(
         self,
@@ -155,12 +146,11 @@ class RNNSeq2SeqEncoder(nn.Module):
         **kwargs,
     ) -> RNNSeq2SeqEncoderOutput | tuple:
         """Encode ``input_ids`` ``(B, S)`` (or ``inputs_embeds`` ``(B, S, E)``); padding never changes a result."""
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds` to the encoder.")
+        check_one_input(input_ids, inputs_embeds)
         if inputs_embeds is None:
             check_token_ids("input_ids", input_ids, self.config.vocab_size, batched=True)
             inputs_embeds = self.embed_tokens(input_ids)  # (B, S, E)
-        check_source_mask(attention_mask, inputs_embeds.shape[:2])
+        check_mask_shape("attention_mask", attention_mask, inputs_embeds.shape[:2], of="the source (batch, src_len)")
         x = self.dropout(inputs_embeds)
         if output_hidden_states:
             outputs, state, layer_outputs = self.rnn(x, attention_mask, output_hidden_states=True)
@@ -527,11 +517,8 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
             target_len = decoder_inputs_embeds.shape[1]
             if continues:  # generate() passes the mask of the whole decoder sequence: the new tokens' columns
                 decoder_attention_mask = columns_read_now(decoder_attention_mask, target_len)
-            if tuple(decoder_attention_mask.shape) != tuple(decoder_inputs_embeds.shape[:2]):
-                raise ValueError(
-                    f"`decoder_attention_mask` must have shape {tuple(decoder_inputs_embeds.shape[:2])}, "
-                    f"got {tuple(decoder_attention_mask.shape)}"
-                )
+            target_shape = decoder_inputs_embeds.shape[:2]
+            check_mask_shape("decoder_attention_mask", decoder_attention_mask, target_shape, of="the target")
             decoder_attention_mask = drop_all_ones_mask(decoder_attention_mask)  # eager CPU: None if nothing padded
         return decoder_inputs_embeds, decoder_attention_mask
 
@@ -598,7 +585,8 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
             )
         else:  # encoded before (generate() encodes once): the source mask is checked here, else by the encoder
             encoder_outputs = self._coerce_encoder_outputs(encoder_outputs)
-            check_source_mask(attention_mask, encoder_outputs.last_hidden_state.shape[:2])
+            source_shape = encoder_outputs.last_hidden_state.shape[:2]
+            check_mask_shape("attention_mask", attention_mask, source_shape, of="the source (batch, src_len)")
         encoder_states = encoder_outputs.last_hidden_state  # (B, S, D)
         batch_size = encoder_states.shape[0]
 
@@ -661,47 +649,11 @@ class RNNSeq2SeqForConditionalGeneration(
         return self.lm_head
 
     def _decoding_module(self) -> tuple[RNNSeq2SeqModel, int]:
-        """The encoder-decoder, which checks each step's ids against ``vocab_size`` (``GenerationStepsMixin``)."""
+        """The encoder-decoder, which checks each step's ids against ``vocab_size`` (``GenerativeHeadMixin``)."""
         return self.model, self.config.vocab_size
 
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
-
-    @refuse_unknown_keywords
-    @cache_argument
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.Tensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: RNNSeq2SeqEncoderOutput | tuple | None = None,
-        cache: RNNDecoderCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
-    ) -> Seq2SeqLMOutput | tuple:
-        """Translate with teacher forcing; ``labels`` ``(B, T)`` (-100 = ignored) give the cross-entropy ``loss``.
-        The old name ``past_key_values=`` of ``cache`` is accepted with transformers' deprecation warning."""
-        return self._lm_forward(
-            labels,
-            decoder_input_ids,
-            decoder_inputs_embeds,
-            use_cache,
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            decoder_attention_mask=decoder_attention_mask,
-            encoder_outputs=encoder_outputs,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
 
 
 __all__ = [

@@ -24,7 +24,6 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
-    Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
 from transformers.processing_utils import Unpack
@@ -33,7 +32,7 @@ from transformers.utils.generic import can_return_tuple
 
 from .attention import MultiHeadAttention, make_attention_mask, remember_rows_see_a_key
 from .blocks import Dropout, TransformerDecoderBlock, TransformerEncoderBlock, sinusoidal_position_table
-from .compat import CACHE_NAME, OutputRecorder, cache_argument, cache_output, capture_outputs, init, output_cache
+from .compat import OutputRecorder, cache_argument, cache_output, capture_outputs, init, output_cache
 from .configuration_transformer import HfSeqTransformerConfig
 from .fast_paths import AppendBufferLayer, decodes_generated_ids, drop_all_ones_mask, padding_free_rows, remembered
 from .losses import lm_head_and_loss  # noqa: F401  (seq2seq_utils.py imports it; 5.0–5.6 copy only these siblings)
@@ -41,12 +40,7 @@ from .modeling_utils import CheckedLoadingMixin, GenerativeHeadMixin, refuse_unk
 from .pipeline_tasks import DeclaredPipelinesMixin  # noqa: F401  (the config imports it; 5.0–5.6 copy only these siblings)
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES  # noqa: F401  (seq2seq_utils.py imports it, as above)
 from .seq2seq_utils import Seq2SeqLMHeadMixin, shift_tokens_right
-from .validation import check_batch_shape, check_token_ids
-
-
-def _check_mask_shape(mask: torch.Tensor, name: str, shape: tuple[int, int]) -> None:
-    if tuple(mask.shape) != tuple(shape):
-        raise ValueError(f"`{name}` must have shape {tuple(shape)} (batch, length), got {tuple(mask.shape)}")
+from .validation import check_batch_shape, check_mask_shape, check_one_input, check_token_ids
 
 
 def _padding_only(mask: torch.Tensor | None, name: str, shape: tuple[int, int]) -> torch.Tensor | None:
@@ -54,7 +48,7 @@ def _padding_only(mask: torch.Tensor | None, name: str, shape: tuple[int, int]) 
     where the check reads no device value) None when nothing is masked, so attention runs without a mask."""
     if mask is None:
         return None
-    _check_mask_shape(mask, name, shape)
+    check_mask_shape(name, mask, shape)
     return drop_all_ones_mask(mask)
 
 
@@ -64,7 +58,7 @@ def _cross_attention_mask(mask: torch.Tensor | None, shape: tuple[int, int]) -> 
     on the host to build this mask (is anything padded, does every row see a key) is read once per call."""
     if mask is None:
         return None
-    _check_mask_shape(mask, "attention_mask", shape)
+    check_mask_shape("attention_mask", mask, shape)
 
     def build() -> torch.Tensor | None:
         pad = drop_all_ones_mask(mask)
@@ -128,8 +122,7 @@ class TransformerEmbeddings(nn.Module):
         """``input_ids`` ``(B, T)`` (or ``inputs_embeds`` ``(B, T, d)``) at positions ``past_length..`` → ``(B, T, d)``.
 
         ``check_ids=False``: the ids are tokens ``generate()`` chose itself (their range is not checked again)."""
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError(f"Pass exactly one of `{name}` and the matching `inputs_embeds`.")
+        check_one_input(input_ids, inputs_embeds, name)
         if inputs_embeds is None:
             if check_ids:
                 check_token_ids(name, input_ids, self.embed_tokens.num_embeddings, batched=True)
@@ -498,6 +491,9 @@ class TransformerForConditionalGeneration(
         "lm_head.weight": "model.encoder.embeddings.embed_tokens.weight",
         "model.decoder.embeddings.embed_tokens.weight": "model.encoder.embeddings.embed_tokens.weight",
     }
+    # generate() starts with a decoder cache whose self-attention layers append in place, given to it as the caller's
+    # cache would be (a call that passes its own cache, a cache_implementation or use_cache=False is left as it is)
+    _generation_cache = staticmethod(new_decoder_cache)
 
     def __init__(self, config: HfSeqTransformerConfig) -> None:
         super().__init__(config)
@@ -514,26 +510,9 @@ class TransformerForConditionalGeneration(
         return self.model.decoder
 
     def _decoding_module(self) -> tuple[TransformerDecoder, int]:
-        """The decoder, which checks each step's ids against its embedding's rows (``GenerationStepsMixin``)."""
+        """The decoder, which checks each step's ids against its embedding's rows (``GenerativeHeadMixin``)."""
         decoder = self.model.decoder
         return decoder, decoder.embed_tokens.num_embeddings
-
-    def generate(self, inputs: torch.Tensor | None = None, generation_config=None, **kwargs):
-        """``GenerationMixin.generate`` with a decoder cache whose self-attention layers append in place
-        (:func:`new_decoder_cache`), given to it as the caller's cache would be. A call that passes its own cache, a
-        ``cache_implementation`` or ``use_cache=False`` is left as it is.
-
-        ``labels`` (which ``Seq2SeqTrainer(predict_with_generate=True)`` passes with each batch) are not a generation
-        input: they are dropped here, as transformers' encoder-decoders ignore them, instead of reaching the encoder,
-        whose forward refuses keywords it does not take."""
-        kwargs.pop("labels", None)
-        config = generation_config if generation_config is not None else self.generation_config
-        use_cache = kwargs.get("use_cache", getattr(config, "use_cache", True))
-        implementation = kwargs.get("cache_implementation", getattr(config, "cache_implementation", None))
-        given = any(kwargs.get(name) is not None for name in ("cache", "past_key_values"))
-        if use_cache is not False and implementation is None and not given:
-            kwargs[CACHE_NAME] = new_decoder_cache()
-        return super().generate(inputs, generation_config, **kwargs)
 
     def resize_token_embeddings(
         self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
@@ -546,41 +525,6 @@ class TransformerForConditionalGeneration(
                 decoder.embed_tokens, embeddings.num_embeddings, mean_resizing=mean_resizing
             )
         return embeddings
-
-    @refuse_unknown_keywords
-    @can_return_tuple
-    @cache_argument
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        cache: EncoderDecoderCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ) -> Seq2SeqLMOutput | tuple:
-        """Logits ``(B, T, vocab_size)`` for every target position (+ ``loss`` with ``labels``).
-
-        ``return_dict=False`` (call or config) returns the tuple; ``past_key_values=`` is the deprecated name of
-        ``cache=`` (accepted with a warning)."""
-        return self._lm_forward(
-            labels,
-            decoder_input_ids,
-            decoder_inputs_embeds,
-            use_cache,
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            decoder_attention_mask=decoder_attention_mask,
-            encoder_outputs=encoder_outputs,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
 
 
 __all__ = [

@@ -11,8 +11,8 @@ the class that saved), so a folder pretrained with one head loads with any other
 Generation: ``generation_config.max_length`` is a model's default length; a ``max_new_tokens`` given to ``generate()``
 replaces it without transformers' "Both `max_new_tokens` and `max_length` seem to have been set" warning. A recurrent
 model continuing from a returned cache reads only the tokens its state has not read, and assisted decoding, which
-rolls the cache back, is refused (:class:`RecurrentStateGenerationMixin`). A decoding step re-reads nothing on the
-host that its ``generate()`` call already knows (:class:`GenerationStepsMixin`): the ids of the caller's prompt are
+rolls the cache back, is refused (:class:`RecurrentStatePrefillMixin`, :class:`GenerativeHeadMixin`). A decoding step
+re-reads nothing on the host that its ``generate()`` call already knows (:class:`GenerativeHeadMixin`): the ids of the caller's prompt are
 checked in the first forward, the tokens ``generate()`` chose itself are not checked again at every step.
 
 Keyword arguments: every forward of every head is decorated with :func:`refuse_unknown_keywords`, so that a keyword
@@ -21,9 +21,8 @@ under ``torch.compile``, instead of being taken silently by ``**kwargs``.
 
 Wiring (one line per family): ``class RNNPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):`` with
 ``from .modeling_utils import CheckedLoadingMixin`` and the family's heads in ``_auto_heads``; generative heads add
-:class:`GenerativeHeadMixin` (argument checks, :class:`GenerationStepsMixin` and :class:`GenerationLengthMixin`), or,
-those whose cache is a recurrent state, :class:`RecurrentGenerativeHeadMixin` (the same and
-:class:`RecurrentStateGenerationMixin`). The file is a flat sibling imported relatively, so ``save_pretrained`` copies it next
+:class:`GenerativeHeadMixin` (the one ``generate()`` override of a head), or, those whose cache is a recurrent state,
+:class:`RecurrentGenerativeHeadMixin` (the same and :class:`RecurrentStatePrefillMixin`). The file is a flat sibling imported relatively, so ``save_pretrained`` copies it next
 to the modelling file and ``trust_remote_code`` loading keeps all of this.
 """
 
@@ -48,7 +47,7 @@ from transformers.utils import TransformersKwargs
 
 from .compat import CACHE_NAME, PREFILL_CUTS_EVERY_CACHE, registered_for_auto_class
 from .fast_paths import GenerationSteps, current_generation_steps, generation_steps
-from .validation import GenerationArgumentsMixin
+from .validation import check_generate_call
 
 CONFIG_NAME = "config.json"
 SAFE_WEIGHTS_NAME = "model.safetensors"
@@ -551,7 +550,7 @@ def refuse_assisted_generation(model: Any, args: tuple, kwargs: dict) -> None:
 def columns_read_now(mask: Any, num_tokens: int) -> Any:
     """The one reading of the padding mask that a recurrent model gets with the ``num_tokens`` tokens it reads now
     (``T``): a mask ``(B, T)`` is theirs; a wider one ``(B, past + T)`` is the mask of the whole sequence, as
-    ``generate()`` passes it at every step (and as :class:`RecurrentStateGenerationMixin` leaves it when it cuts a
+    ``generate()`` passes it at every step (and as :class:`RecurrentStatePrefillMixin` leaves it when it cuts a
     prompt to what the state has not read), whose first ``past`` columns the state has read: its last ``T`` columns
     are returned. Anything else is returned as it is, for the model's shape check."""
     if mask is not None and mask.dim() == 2 and mask.shape[1] > num_tokens:
@@ -559,7 +558,7 @@ def columns_read_now(mask: Any, num_tokens: int) -> Any:
     return mask
 
 
-class RecurrentStateGenerationMixin:
+class RecurrentStatePrefillMixin:
     """For generative heads whose cache is a recurrent state (``cache.is_linear`` all True, ``get_seq_length()`` = the
     tokens read so far): ``generate(..., cache=<a cache returned by an earlier call>)`` reads only the tokens the
     state has not read.
@@ -573,10 +572,6 @@ class RecurrentStateGenerationMixin:
     ``cache.get_seq_length()`` tokens; an input shorter than its mask by exactly that count is the new tokens;
     anything else is a ``ValueError`` that says what to pass.
     """
-
-    def generate(self, *args: Any, **kwargs: Any):
-        refuse_assisted_generation(self, args, kwargs)
-        return super().generate(*args, **kwargs)
 
     def _prefill(self, input_ids: Any, generation_config: Any, model_kwargs: dict, *args: Any, **kwargs: Any):
         cache = model_kwargs.get(CACHE_NAME)
@@ -625,6 +620,15 @@ class RecurrentStateGenerationMixin:
         )
 
 
+class RecurrentStateGenerationMixin(RecurrentStatePrefillMixin):
+    """:class:`RecurrentStatePrefillMixin` for a class without :class:`GenerativeHeadMixin` (the exported graphs'
+    models): its ``generate()`` also refuses assisted decoding (:func:`refuse_assisted_generation`)."""
+
+    def generate(self, *args: Any, **kwargs: Any):
+        refuse_assisted_generation(self, args, kwargs)
+        return super().generate(*args, **kwargs)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # What one generate() call knows across its decoding steps
 # ---------------------------------------------------------------------------------------------------------------
@@ -644,22 +648,55 @@ UNCHOSEN_TOKEN_SOURCES = (
 )
 
 
-class GenerationStepsMixin:
-    """For generative heads (put before ``GenerationMixin``): ``generate()`` runs with a :class:`GenerationSteps`,
-    so that a decoding step reads on the host only what ``GenerationMixin``'s own loop reads (its stopping check).
-    ``_decoding_module()`` names the module whose forward checks the ids of a step and the bound it checks them
-    against (``(module, upper)``). The end of the prompt is marked by transformers' private
-    ``_update_model_kwargs_for_generation`` (called after each step on every release of the range; a release that did
-    not call it would keep every step's checks, as before: safe, only slower)."""
+# ---------------------------------------------------------------------------------------------------------------
+# What a generative head adds to GenerationMixin: one generate() override
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class GenerativeHeadMixin(GenerationLengthMixin):
+    """What every generative head adds to ``GenerationMixin`` (``class XForConditionalGeneration(GenerativeHeadMixin,
+    XPreTrainedModel, GenerationMixin)``), in its one ``generate()`` override, in this order:
+
+    * an empty prompt of a decoder-only model starts from ``bos_token_id`` (or is an error naming it);
+    * ``labels`` are dropped (``Seq2SeqTrainer(predict_with_generate=True)`` passes them with each batch; they are not
+      a generation input, and the encoder's forward refuses keywords it does not take);
+    * the arguments and inputs are checked (:func:`~.validation.check_generate_call`);
+    * a head whose cache is a running state (``_is_stateful``) refuses assisted decoding
+      (:func:`refuse_assisted_generation`);
+    * a head with a ``_generation_cache`` factory gets a fresh cache of it unless the call passes a cache, a
+      ``cache_implementation`` or ``use_cache=False``;
+    * a decoding step reads on the host only what ``GenerationMixin``'s own loop reads (:class:`GenerationSteps`):
+      ``_decoding_module()`` names the module whose forward checks the ids of a step and the bound it checks them
+      against (``(module, upper)``). The end of the prompt is marked by transformers' private
+      ``_update_model_kwargs_for_generation`` (called after each step on every release of the range; a release that
+      did not call it would keep every step's checks, as before: safe, only slower).
+
+    A saved length is the default a caller's length replaces (:class:`GenerationLengthMixin`)."""
+
+    _generation_cache: ClassVar[Any] = None  # a factory of the cache generate() starts with (None: transformers')
 
     def _decoding_module(self) -> tuple[Any, int]:
         raise NotImplementedError
 
-    def generate(self, *args: Any, **kwargs: Any):
+    def generate(self, inputs: Any = None, generation_config: Any = None, **kwargs: Any):
+        config = generation_config if generation_config is not None else self.generation_config
+        if self.config.is_encoder_decoder:
+            kwargs.pop("labels", None)
+        else:
+            inputs = self._prompt_or_bos(inputs, config, kwargs)
+        check_generate_call(self, inputs, generation_config, kwargs)
+        if getattr(self, "_is_stateful", False):
+            refuse_assisted_generation(self, (inputs, generation_config), kwargs)
+        use_cache = kwargs.get("use_cache", getattr(config, "use_cache", True))
+        implementation = kwargs.get("cache_implementation", getattr(config, "cache_implementation", None))
+        cache_given = any(kwargs.get(name) is not None for name in ("cache", "past_key_values"))
+        if self._generation_cache is not None and use_cache is not False and not (implementation or cache_given):
+            kwargs[CACHE_NAME] = self._generation_cache()
+
         decoder, upper = self._decoding_module()
         vocab = getattr(self.get_output_embeddings(), "out_features", None)
-        call = inspect.signature(GenerationMixin.generate).bind_partial(self, *args, **kwargs).arguments
-        settings = {**call.pop("kwargs", {}), **call}
+        call = inspect.signature(GenerationMixin.generate).bind_partial(self, inputs, generation_config, **kwargs)
+        settings = {**call.arguments.pop("kwargs", {}), **call.arguments}
         config = settings.get("generation_config") or self.generation_config
 
         def given(name: str) -> bool:
@@ -668,7 +705,24 @@ class GenerationStepsMixin:
 
         chosen_only = not any(given(name) for name in UNCHOSEN_TOKEN_SOURCES)
         with generation_steps(GenerationSteps(self, decoder, chosen_only and vocab is not None and vocab <= upper)):
-            return super().generate(*args, **kwargs)
+            return super().generate(inputs, generation_config, **kwargs)
+
+    @staticmethod
+    def _prompt_or_bos(inputs: Any, config: Any, kwargs: dict) -> Any:
+        """The prompt of a decoder-only model: an empty one ``(B, 0)`` becomes ``bos_token_id`` (``input_ids`` and
+        ``attention_mask`` dropped from ``kwargs``), or a ``ValueError`` when none is set."""
+        prompt = inputs if inputs is not None else kwargs.get("input_ids")
+        if not (isinstance(prompt, torch.Tensor) and prompt.dim() == 2 and prompt.shape[1] == 0):
+            return inputs
+        bos = kwargs.get("bos_token_id", getattr(config, "bos_token_id", None))
+        if bos is None:
+            raise ValueError(
+                "The prompt (`input_ids`) is empty and no `bos_token_id` is set: give at least one token of "
+                "seed text, or set `bos_token_id` (config or generate argument) to start from it"
+            )
+        kwargs.pop("input_ids", None)
+        kwargs.pop("attention_mask", None)
+        return torch.full((prompt.shape[0], 1), int(bos), dtype=prompt.dtype, device=prompt.device)
 
     def _update_model_kwargs_for_generation(self, *args: Any, **kwargs: Any) -> dict:
         steps = current_generation_steps()
@@ -677,21 +731,6 @@ class GenerationStepsMixin:
         return super()._update_model_kwargs_for_generation(*args, **kwargs)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# What a generative head adds to GenerationMixin, as one base class
-# ---------------------------------------------------------------------------------------------------------------
-
-
-class GenerativeHeadMixin(GenerationArgumentsMixin, GenerationStepsMixin, GenerationLengthMixin):
-    """What every generative head adds to ``GenerationMixin``, in this order: ``generate()`` checks its arguments
-    first (:class:`~.validation.GenerationArgumentsMixin`), a decoding step re-reads nothing the call knows
-    (:class:`GenerationStepsMixin`), a saved length is the default a caller's length replaces
-    (:class:`GenerationLengthMixin`). ``class XForConditionalGeneration(GenerativeHeadMixin, XPreTrainedModel,
-    GenerationMixin)``."""
-
-
-class RecurrentGenerativeHeadMixin(
-    GenerationArgumentsMixin, RecurrentStateGenerationMixin, GenerationStepsMixin, GenerationLengthMixin
-):
-    """:class:`GenerativeHeadMixin` for a head whose cache is a recurrent state: also continues from a returned state
-    and refuses assisted decoding (:class:`RecurrentStateGenerationMixin`), after the argument checks."""
+class RecurrentGenerativeHeadMixin(RecurrentStatePrefillMixin, GenerativeHeadMixin):
+    """:class:`GenerativeHeadMixin` for a head whose cache is a recurrent state (``_is_stateful = True``): also
+    continues from a returned state (:class:`RecurrentStatePrefillMixin`)."""

@@ -271,19 +271,6 @@ class RecurrentStack(nn.Module):
             return outputs, final_state, tuple(layer_outputs)
         return outputs, final_state
 
-    def zero_state(self, batch_size: int, device=None, dtype=None) -> State:
-        """The all-zero initial state, tuple of ``(num_layers * num_directions, B, H)``."""
-        shape = (self.num_layers * self.num_directions, batch_size, self.hidden_size)
-        return tuple(torch.zeros(shape, device=device, dtype=dtype) for _ in range(self.cell_type.num_states))
-
-    def layer_parameters(self, layer: int, reverse: bool = False) -> tuple[torch.Tensor, ...]:
-        """``(weight_ih, weight_hh, bias_ih, bias_hh)`` of one layer and direction (PyTorch's tensors)."""
-        suffix = "_reverse" if reverse else ""
-        module = self.layers[layer]
-        return tuple(
-            getattr(module, f"{name}_l0{suffix}", None) for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-        )
-
     def to_torch_modules_(self) -> RecurrentStack:
         """In place: every layer becomes the ``torch.nn.RNN/LSTM/GRU`` holding its parameter tensors (same names, same
         state dict), run as ``torch.nn`` runs it (a padded batch as a ``PackedSequence``). Eager only: TorchDynamo does

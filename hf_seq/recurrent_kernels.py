@@ -20,7 +20,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 
 from .fast_paths import drop_all_ones_mask, packs_padding
 from .recurrent_cells import KERNEL_MODES, CellType, State, get_cell_type, lstm_step, step_scan
-from .validation import checks_values
+from .validation import check_mask_shape, checks_values
 
 # whether this CPU's oneDNN has a bfloat16 LSTM (AVX-512 BF16 / AMX); read once, on the first bfloat16 LSTM call
 _CPU_BF16_LSTM: list[bool] = []
@@ -137,11 +137,7 @@ def make_padding_plan(
     """
     if attention_mask is None:
         return None
-    if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (batch_size, seq_len):
-        raise ValueError(
-            f"`attention_mask` must have shape (batch, seq_len) = {(batch_size, seq_len)}, "
-            f"got {tuple(attention_mask.shape)}"
-        )
+    check_mask_shape("attention_mask", attention_mask, (batch_size, seq_len), of="the input (batch, seq_len)")
     mask = attention_mask if attention_mask.dtype == torch.bool else attention_mask != 0  # (B, T)
     if drop_all_ones_mask(mask) is None:
         return None  # nothing padded, nothing to pack

@@ -7,17 +7,20 @@ vocabulary projection, the loss and the ``Seq2SeqLMOutput``. The modelling files
 ``save_pretrained`` copies it next to the weights for ``trust_remote_code`` loading.
 """
 
-from __future__ import annotations
-
 import copy
+from typing import Any
 
 import torch
 from torch import nn
 from transformers import PretrainedConfig
 from transformers.modeling_outputs import Seq2SeqLMOutput
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
+from transformers.utils.generic import can_return_tuple
 
-from .compat import cache_output, output_cache
+from .compat import cache_argument, cache_output, output_cache
 from .losses import lm_head_and_loss
+from .modeling_utils import refuse_unknown_keywords
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
 from .validation import IGNORE_INDEX, check_label_range, checks_values
 
@@ -68,9 +71,9 @@ class Seq2SeqLMHeadMixin:
     """The ``...ForConditionalGeneration`` part of an encoder-decoder: ``self.model`` (its ``...Model``, with an
     ``encoder``) under ``self.lm_head`` (hidden size → vocabulary).
 
-    ``forward`` of each head checks its own arguments and hands them to :meth:`_lm_forward`, which runs the model
-    with teacher forcing from ``labels`` and returns the logits, the loss and the model's outputs as
-    ``Seq2SeqLMOutput`` (fields the model does not return stay ``None``).
+    Its ``forward`` is both heads' forward: it runs the model with teacher forcing from ``labels`` and returns the
+    logits, the loss and the model's outputs as ``Seq2SeqLMOutput`` (fields the model does not return stay
+    ``None``); the model checks the other arguments.
     """
 
     def _add_translation_pipelines(self) -> None:
@@ -87,30 +90,50 @@ class Seq2SeqLMHeadMixin:
         ``DataCollatorForSeq2Seq``)."""
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-    def _lm_forward(
+    @refuse_unknown_keywords
+    @can_return_tuple
+    @cache_argument
+    def forward(
         self,
-        labels: torch.Tensor | None,
-        decoder_input_ids: torch.Tensor | None,
-        decoder_inputs_embeds: torch.Tensor | None,
-        use_cache: bool | None,
-        **model_inputs,
-    ) -> Seq2SeqLMOutput:
-        """Run ``self.model`` (``model_inputs``: the head's other ``forward`` arguments) and the head: logits
-        ``(B, T, V)`` and, with ``labels`` ``(B, T)`` (which also give the decoder inputs when none are passed, and
-        turn the cache off), the cross-entropy ``loss``."""
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: Any = None,
+        cache: Any = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqLMOutput | tuple:
+        """Logits ``(B, T, vocab_size)`` for every target position (teacher forcing) from ``self.model``'s outputs.
+
+        ``labels`` ``(B, T)`` (``-100`` = ignored) give the cross-entropy ``loss`` and, when neither
+        ``decoder_input_ids`` nor ``decoder_inputs_embeds`` is passed, the decoder inputs
+        ``[decoder_start_token_id, y_1, ..., y_{T-1}]`` (and turn the cache off). ``kwargs``: the output switches
+        (``output_attentions``, ``output_hidden_states``). ``return_dict=False`` (call or config) returns the tuple;
+        ``past_key_values=`` is the deprecated name of ``cache=`` (accepted with transformers' warning)."""
         if labels is not None:
             decoder_input_ids = decoder_input_ids_for_labels(
                 self.config, labels, decoder_input_ids, decoder_inputs_embeds
             )
             use_cache = False
         outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
             decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             return_dict=True,
-            **model_inputs,
+            **kwargs,
         )
-        logits, loss = lm_head_and_loss(self.lm_head, outputs.last_hidden_state, labels)  # (B, T, V), loss or None
+        # labels were checked by decoder_input_ids_for_labels: (B, T) like the decoder input, ids in the vocabulary
+        logits, loss = lm_head_and_loss(self.lm_head, outputs.last_hidden_state, labels, checked=True)  # (B, T, V)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .fast_paths import host_reads_free, is_tracing, reads_values
+from .fast_paths import host_reads_free, is_tracing
 
 IGNORE_INDEX = -100  # label value skipped by the losses (``F.cross_entropy(..., ignore_index=-100)``)
 PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")  # classifier losses
@@ -247,9 +247,6 @@ def checks_values(tensor: torch.Tensor) -> bool:
     return _VALUE_CHECKS[0] and host_reads_free(tensor)
 
 
-eager_cpu = reads_values  # the fast paths' rule, kept importable from here (speed, not checks)
-
-
 def check_batch_shape(name: str, shape: tuple[int, ...]) -> None:
     """ValueError naming ``name`` unless ``shape`` is a non-empty ``(batch, length)``: at least one sequence of at
     least one position. A shape check, so it runs everywhere (compiled and exported too)."""
@@ -259,6 +256,21 @@ def check_batch_shape(name: str, shape: tuple[int, ...]) -> None:
         raise ValueError(
             f"`{name}` must hold at least one sequence of at least one token, got shape {shape} (an empty batch)"
         )
+
+
+def check_one_input(ids: torch.Tensor | None, embeds: torch.Tensor | None, name: str = "input_ids") -> None:
+    """ValueError unless exactly one of ``name`` (token ids) and its embeddings (``inputs_embeds``, or
+    ``decoder_inputs_embeds`` for ``decoder_input_ids``) is given: every family's inputs check."""
+    if (ids is None) == (embeds is None):
+        embeds_name = name.replace("input_ids", "inputs_embeds")
+        raise ValueError(f"Pass exactly one of `{name}` and `{embeds_name}`.")
+
+
+def check_mask_shape(name: str, mask: torch.Tensor | None, shape: tuple[int, ...], of: str = "the input") -> None:
+    """ValueError unless ``mask`` (a padding mask or segment ids, named ``name``) is None or has ``shape``, the
+    ``(batch, length)`` of what it belongs to (``of``): every family's mask check."""
+    if mask is not None and tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"`{name}` must have the shape of {of} {tuple(shape)}, got {tuple(mask.shape)}")
 
 
 def check_token_ids(
@@ -449,18 +461,24 @@ def check_generation_inputs(
             )
 
 
+def check_generate_call(model: Any, inputs: Any, generation_config: Any, kwargs: dict) -> None:
+    """The checks of one ``model.generate(inputs, generation_config, **kwargs)`` call: its arguments
+    (:func:`check_generation_arguments`) against the size of the model's output vocabulary and its inputs
+    (:func:`check_generation_inputs`: masks, padding, the number of distinct sequences)."""
+    head = model.get_output_embeddings()
+    vocab_size = getattr(head, "out_features", None) or model.config.vocab_size
+    config = generation_config if generation_config is not None else model.generation_config
+    check_generation_arguments(config, kwargs, vocab_size)
+    decoder_only = not getattr(model.config, "is_encoder_decoder", False)
+    check_generation_inputs(config, kwargs, inputs, vocab_size, decoder_only)
+
+
 class GenerationArgumentsMixin:
-    """For generative heads: ``generate()`` first checks its arguments (:func:`check_generation_arguments`) against
-    the size of the model's output vocabulary and its inputs (:func:`check_generation_inputs`: masks, padding, the
-    number of distinct sequences), then runs ``GenerationMixin.generate`` unchanged."""
+    """For a generative class without :class:`~.modeling_utils.GenerativeHeadMixin` (the exported graphs' models):
+    ``generate()`` first runs :func:`check_generate_call`, then ``GenerationMixin.generate`` unchanged."""
 
     def generate(self, inputs: Any = None, generation_config: Any = None, **kwargs: Any):
-        head = self.get_output_embeddings()
-        vocab_size = getattr(head, "out_features", None) or self.config.vocab_size
-        config = generation_config if generation_config is not None else self.generation_config
-        check_generation_arguments(config, kwargs, vocab_size)
-        decoder_only = not getattr(self.config, "is_encoder_decoder", False)
-        check_generation_inputs(config, kwargs, inputs, vocab_size, decoder_only)
+        check_generate_call(self, inputs, generation_config, kwargs)
         return super().generate(inputs, generation_config, **kwargs)
 
 
@@ -474,10 +492,13 @@ __all__ = [
     "check_config_keywords",
     "check_divisible",
     "check_fields",
+    "check_generate_call",
     "check_generation_arguments",
     "check_generation_inputs",
     "check_integer_labels",
     "check_label_range",
+    "check_mask_shape",
+    "check_one_input",
     "check_positive_float",
     "check_positive_int",
     "check_probability",
@@ -486,7 +507,6 @@ __all__ = [
     "check_token_id_fields",
     "checks_values",
     "disable_value_checks",
-    "eager_cpu",
     "enable_value_checks",
     "is_tracing",
     "value_checks_disabled",

@@ -11,12 +11,12 @@ from transformers_common.test_configuration_common import ConfigTester
 from transformers_common.test_modeling_common import ModelTesterMixin, ids_tensor, random_attention_mask
 
 from hf_seq import (
-    BertConfig,
     BertForMaskedLM,
     BertForPreTraining,
     BertForSequenceClassification,
     BertForTokenClassification,
     BertModel,
+    HfSeqBertConfig,
 )
 
 
@@ -78,7 +78,7 @@ class BertModelTester:
         return self.get_config(), input_ids, token_type_ids, input_mask, sequence_labels, token_labels
 
     def get_config(self):
-        return BertConfig(
+        return HfSeqBertConfig(
             vocab_size=self.vocab_size,
             hidden_size=self.hidden_size,
             num_hidden_layers=self.num_hidden_layers,
@@ -163,7 +163,7 @@ class BertModelTest(HfSeqTesterMixin, ModelTesterMixin, unittest.TestCase):
         super().setUp()
         self.model_tester = BertModelTester(self)
         # hidden_size=36, not transformers' 37: hf_seq's strict config rejects a width the 12 default heads do not divide
-        self.config_tester = ConfigTester(self, config_class=BertConfig, hidden_size=36)
+        self.config_tester = ConfigTester(self, config_class=HfSeqBertConfig, hidden_size=36)
 
     def test_config(self):
         self.config_tester.run_common_tests()

@@ -12,7 +12,7 @@ from transformers_common.generation.test_utils import GenerationTesterMixin
 from transformers_common.test_configuration_common import ConfigTester
 from transformers_common.test_modeling_common import ModelTesterMixin, ids_tensor
 
-from hf_seq import RNNConfig, RNNForCausalLM, RNNForSequenceClassification, RNNForTokenClassification, RNNModel
+from hf_seq import HfSeqRNNConfig, RNNForCausalLM, RNNForSequenceClassification, RNNForTokenClassification, RNNModel
 
 
 class RNNModelTester:
@@ -66,7 +66,7 @@ class RNNModelTester:
         return self.get_config(), input_ids, attention_mask, sequence_labels, token_labels
 
     def get_config(self):
-        return RNNConfig(
+        return HfSeqRNNConfig(
             vocab_size=self.vocab_size,
             embedding_size=self.embedding_size,  # = hidden_size: the mixin expects hidden_states[0] hidden_size wide
             hidden_size=self.hidden_size,
@@ -127,7 +127,7 @@ class RNNModelTest(HfSeqTesterMixin, ModelTesterMixin, GenerationTesterMixin, un
         self.model_tester = RNNModelTester(self)
         # override: no attention heads in a recurrent model (as transformers' Mamba tests); the other common properties stay
         self.config_tester = ConfigTester(
-            self, config_class=RNNConfig, common_properties=["hidden_size", "num_hidden_layers"]
+            self, config_class=HfSeqRNNConfig, common_properties=["hidden_size", "num_hidden_layers"]
         )
 
     def test_config(self):

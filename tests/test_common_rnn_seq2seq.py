@@ -12,7 +12,7 @@ from transformers_common.generation.test_utils import GenerationTesterMixin
 from transformers_common.test_configuration_common import ConfigTester
 from transformers_common.test_modeling_common import ModelTesterMixin, ids_tensor
 
-from hf_seq import RNNSeq2SeqConfig, RNNSeq2SeqForConditionalGeneration, RNNSeq2SeqModel
+from hf_seq import HfSeqRNNSeq2SeqConfig, RNNSeq2SeqForConditionalGeneration, RNNSeq2SeqModel
 
 
 class RNNSeq2SeqModelTester:
@@ -70,7 +70,7 @@ class RNNSeq2SeqModelTester:
         return self.get_config(), inputs
 
     def get_config(self):
-        return RNNSeq2SeqConfig(
+        return HfSeqRNNSeq2SeqConfig(
             vocab_size=self.vocab_size,
             embedding_size=self.embedding_size,
             hidden_size=self.hidden_size,
@@ -119,7 +119,7 @@ class RNNSeq2SeqModelTest(HfSeqTesterMixin, ModelTesterMixin, GenerationTesterMi
         self.model_tester = RNNSeq2SeqModelTester(self)
         # override: no attention heads in a recurrent model (as transformers' Mamba tests); the other common properties stay
         self.config_tester = ConfigTester(
-            self, config_class=RNNSeq2SeqConfig, common_properties=["hidden_size", "num_hidden_layers"]
+            self, config_class=HfSeqRNNSeq2SeqConfig, common_properties=["hidden_size", "num_hidden_layers"]
         )
 
     def test_config(self):

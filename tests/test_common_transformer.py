@@ -12,7 +12,7 @@ from transformers_common.generation.test_utils import GenerationTesterMixin
 from transformers_common.test_configuration_common import ConfigTester
 from transformers_common.test_modeling_common import ModelTesterMixin, ids_tensor
 
-from hf_seq import TransformerConfig, TransformerForConditionalGeneration, TransformerModel
+from hf_seq import HfSeqTransformerConfig, TransformerForConditionalGeneration, TransformerModel
 
 
 def prepare_transformer_inputs_dict(
@@ -80,7 +80,7 @@ class TransformerModelTester:
         return config, prepare_transformer_inputs_dict(config, input_ids, decoder_input_ids)
 
     def get_config(self):
-        return TransformerConfig(
+        return HfSeqTransformerConfig(
             vocab_size=self.vocab_size,
             hidden_size=self.hidden_size,
             encoder_layers=self.num_hidden_layers,
@@ -125,7 +125,7 @@ class TransformerModelTest(HfSeqTesterMixin, ModelTesterMixin, GenerationTesterM
     def setUp(self):
         super().setUp()
         self.model_tester = TransformerModelTester(self)
-        self.config_tester = ConfigTester(self, config_class=TransformerConfig)
+        self.config_tester = ConfigTester(self, config_class=HfSeqTransformerConfig)
 
     def test_config(self):
         self.config_tester.run_common_tests()

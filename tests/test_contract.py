@@ -467,10 +467,10 @@ def test_recurrent_models_are_stateful(head, assist, tokenizer):
 @pytest.mark.parametrize(
     ("config", "expected"),
     [
-        (hf_seq.RNNConfig(num_hidden_layers=3), 3),
-        (hf_seq.RNNSeq2SeqConfig(encoder_layers=2, decoder_layers=3), 3),  # the decoder's, as TransformerConfig's
-        (hf_seq.TransformerConfig(encoder_layers=2, decoder_layers=3), 3),
-        (hf_seq.BertConfig(num_hidden_layers=3), 3),
+        (hf_seq.HfSeqRNNConfig(num_hidden_layers=3), 3),
+        (hf_seq.HfSeqRNNSeq2SeqConfig(encoder_layers=2, decoder_layers=3), 3),  # the decoder's, as TransformerConfig's
+        (hf_seq.HfSeqTransformerConfig(encoder_layers=2, decoder_layers=3), 3),
+        (hf_seq.HfSeqBertConfig(num_hidden_layers=3), 3),
     ],
     ids=lambda v: type(v).__name__ if not isinstance(v, int) else str(v),
 )

@@ -44,6 +44,26 @@ def test_a_misspelled_keyword_is_a_type_error_naming_it_and_the_head(family, hea
         model(**batch, output_hiden_states=True)
 
 
+@pytest.mark.parametrize(
+    "head", [hf_seq.RNNSeq2SeqForConditionalGeneration, hf_seq.TransformerForConditionalGeneration]
+)
+def test_the_encoders_refuse_a_misspelled_keyword_too(head, tokenizer):
+    """The encoder of an encoder-decoder (what ``generate()`` runs once per source) is under the same contract: a
+    misspelled keyword is a TypeError naming it and the encoder, the keywords transformers passes are taken."""
+    model = tiny_model(head, len(tokenizer))
+    encoder = model.get_encoder()
+    batch = tokenizer(["a cat sat"], return_tensors="pt")
+    name = type(encoder).__name__
+    with pytest.raises(
+        TypeError, match=rf"^{name}\.forward\(\) got an unexpected keyword argument 'output_hiden_states'"
+    ):
+        encoder(**batch, output_hiden_states=True)
+    with torch.no_grad():
+        expected = encoder(**batch).last_hidden_state
+        got = encoder(**batch, output_attentions=False, return_dict=True, output_hidden_states=True)
+    torch.testing.assert_close(got.last_hidden_state, expected, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize(("family", "head", "overrides"), CASES, ids=CASE_IDS)
 def test_every_keyword_transformers_passes_is_taken_and_changes_nothing(family, head, overrides, tokenizer):
     model = tiny_model(head, len(tokenizer), **overrides)

@@ -196,17 +196,8 @@ def test_from_transformers_bert_reports_new_and_unused_heads(tmp_path, caplog):
         from_transformers_bert(BertModel, torch.nn.Linear(2, 2))
 
 
-def test_the_former_classmethod_forwards_to_the_toolkit_with_a_warning():
-    """``BertModel.from_transformers_bert(ref)`` (the converter's former place, in the model file) still loads the
-    same weights, with a FutureWarning naming the new entry point; a class that is not an hf_seq BERT is refused."""
-    torch.manual_seed(0)
+def test_the_converter_refuses_a_class_that_is_not_an_hf_seq_bert():
     ref = transformers.BertModel(hf_config()).eval()
-    with pytest.warns(FutureWarning, match=r"from_transformers_bert\(BertModel, model_or_path"):
-        former = BertModel.from_transformers_bert(ref)
-    current = from_transformers_bert(BertModel, ref)
-    assert former.state_dict().keys() == current.state_dict().keys()
-    for name, tensor in current.state_dict().items():
-        assert torch.equal(former.state_dict()[name], tensor), name
     with pytest.raises(TypeError, match="`cls` must be an hf_seq BERT class"):
         from_transformers_bert(transformers.BertModel, ref)
 

@@ -24,7 +24,7 @@ from hf_seq.train_scripts.trainer import HfSeqSeq2SeqTrainer
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
-from hf_seq import TransformerConfig, TransformerForConditionalGeneration
+from hf_seq import HfSeqTransformerConfig, TransformerForConditionalGeneration
 from hf_seq.toolkit.samplers import LengthBucketSampler, example_lengths
 
 LENGTHS = [(7 * i) % 61 + 1 for i in range(103)]  # 103 examples, lengths 1..61 in scrambled order
@@ -230,7 +230,7 @@ class _RecordingTrainer(HfSeqSeq2SeqTrainer):
 
 
 def _train(out, resume=None, stop_at=None) -> _RecordingTrainer:
-    config = TransformerConfig(
+    config = HfSeqTransformerConfig(
         vocab_size=32,
         hidden_size=8,
         encoder_layers=1,
@@ -293,7 +293,9 @@ def test_trainer_trains_on_length_buckets_in_a_new_order_each_epoch(uninterrupte
 def test_other_strategies_are_transformers_own(tmp_path):
     trainer = _RecordingTrainer(
         model=TransformerForConditionalGeneration(
-            TransformerConfig(vocab_size=32, hidden_size=8, encoder_layers=1, decoder_layers=1, num_attention_heads=2)
+            HfSeqTransformerConfig(
+                vocab_size=32, hidden_size=8, encoder_layers=1, decoder_layers=1, num_attention_heads=2
+            )
         ),
         args=HfSeqSeq2SeqTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none"),
         train_dataset=_pairs(),

@@ -275,47 +275,13 @@ def test_a_saved_folder_holds_no_toolkit_file(family, tmp_path):
             assert not found, (head.__name__, path.name, found)
 
 
-FORMER_PATHS = r"""
-import importlib, sys, warnings
-import hf_seq
+@pytest.mark.parametrize("former", ["hf_seq.data", "hf_seq.export", "hf_seq.metrics.accuracy", "hf_seq.tokenization"])
+def test_the_toolkit_is_imported_by_its_own_path_only(former):
+    """The toolkit's modules import as ``hf_seq.toolkit.<name>``; the package's top holds no second name for them."""
+    import importlib
 
-def check(statement, old, new):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        exec(statement, {})
-    messages = [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
-    assert messages == [f"{old} moved to {new}: import {new} instead"], (statement, messages)
-    assert caught[0].filename == "<string>", caught[0].filename  # the importing line, not the import machinery
-    assert sys.modules[old] is sys.modules[new], old
+    import hf_seq
 
-check("import hf_seq.data", "hf_seq.data", "hf_seq.toolkit.data")
-check("from hf_seq import tokenization", "hf_seq.tokenization", "hf_seq.toolkit.tokenization")
-check("from hf_seq.export import to_ctranslate2", "hf_seq.export", "hf_seq.toolkit.export")
-check("import hf_seq.metrics", "hf_seq.metrics", "hf_seq.toolkit.metrics")
-check("from hf_seq.metrics.accuracy import Accuracy", "hf_seq.metrics.accuracy", "hf_seq.toolkit.metrics.accuracy")
-import hf_seq.toolkit.data_install
-check("import hf_seq; hf_seq.data_install", "hf_seq.data_install", "hf_seq.toolkit.data_install")
-assert hf_seq.data.load_data is hf_seq.toolkit.data.load_data
-with warnings.catch_warnings():
-    warnings.simplefilter("error")
-    import hf_seq.toolkit.samplers  # the new path: no warning
-try:
-    import hf_seq.not_a_module
-except ModuleNotFoundError:
-    pass
-else:
-    raise AssertionError("an unknown name imported")
-print("ok")
-"""
-
-
-def test_the_toolkit_s_former_paths_import_the_same_modules_with_a_warning():
-    """``hf_seq.data``, ``from hf_seq import tokenization``, ``hf_seq.metrics.accuracy``, ... (the paths before the
-    toolkit moved) import the toolkit's module objects themselves, each with one FutureWarning naming the new path
-    and pointing at the importing line; the new paths import silently; an unknown name still fails (a fresh process:
-    nothing imported before)."""
-    import subprocess
-    import sys
-
-    ran = subprocess.run([sys.executable, "-c", FORMER_PATHS], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert ran.returncode == 0 and ran.stdout.strip() == "ok", ran.stderr[-3000:]
+    with pytest.raises(ModuleNotFoundError, match=former.split(".")[1]):
+        importlib.import_module(former)
+    assert not hasattr(hf_seq, former.split(".")[1])

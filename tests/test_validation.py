@@ -103,9 +103,9 @@ def test_integer_labels_check_runs_everywhere():
 
 
 def test_token_id_fields_check_every_special_token():
-    from hf_seq import BertConfig
+    from hf_seq import HfSeqBertConfig
 
-    config = BertConfig(vocab_size=10, hidden_size=8, num_attention_heads=2, intermediate_size=8)
+    config = HfSeqBertConfig(vocab_size=10, hidden_size=8, num_attention_heads=2, intermediate_size=8)
     config.sep_token_id, config.eos_token_id = 3, [4, 9]
     check_token_id_fields(config, 10)
     config.cls_token_id = 10

@@ -97,10 +97,10 @@ def test_hf_seq_train_from_a_non_editable_install_outside_the_clone(installed, t
 
     exporter = run_installed(installed, [str(installed / "bin" / "hf-seq-export"), "--help"], empty)
     assert exporter.returncode == 0 and "ctranslate2" in exporter.stdout, exporter.stderr[-2000:]
-    # a former module path imports from the installed copy, the toolkit's own module, with the warning naming it
-    former = "import warnings; warnings.simplefilter('error'); import hf_seq.export"
-    moved = run_installed(installed, ["python", "-c", former], empty)
-    assert moved.returncode == 1 and "FutureWarning: hf_seq.export moved to hf_seq.toolkit.export" in moved.stderr
+    # the toolkit imports from the installed copy
+    toolkit = "import hf_seq.toolkit.export as e; print(e.__file__)"
+    imported = run_installed(installed, ["python", "-c", toolkit], empty)
+    assert imported.returncode == 0 and str(ROOT) not in imported.stdout, imported.stderr[-2000:]
 
 
 @pytest.mark.slow
@@ -141,13 +141,13 @@ def test_data_command_and_a_preset_run_from_the_wheel(installed, tmp_path):
 
 
 def readme_first_example() -> tuple[str, str]:
-    """The README's first ```bash block (its ``pip install`` line left out: the wheel is installed) and its first
-    ```python block."""
+    """The README's first ```bash block that trains (``hf-seq-data fetch`` + ``hf-seq-train``) and the ```python block
+    after it, which loads what it trained."""
     text = (ROOT / "README.md").read_text()
-    shell = re.search(r"```bash\n(.*?)```", text, flags=re.S).group(1)
-    python = re.search(r"```python\n(.*?)```", text, flags=re.S).group(1)
-    assert text.index(shell) < text.index(python) < text.index("\n## Install\n")
-    return "\n".join(line for line in shell.splitlines() if not line.startswith("pip install")), python
+    shell = next(b for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S) if "\nhf-seq-train " in b)
+    python = re.search(r"```python\n(.*?)```", text[text.index(shell) :], flags=re.S).group(1)
+    assert text.index(shell) < text.index(python) < text.index("\n## The model families\n")
+    return shell, python
 
 
 @pytest.mark.slow
