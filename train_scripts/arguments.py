@@ -25,7 +25,6 @@ command line prints them as one line (:func:`hf_seq.train_scripts.cli.report_use
 from __future__ import annotations
 
 import argparse
-import copy
 import difflib
 import enum
 import json
@@ -50,10 +49,12 @@ from hf_seq.train_scripts.checks import (
     OneOf,
     Range,
     check_run,
+    config_fields,
+    model_config_dict,
     naming_origins,
+    override_values,
 )
 from hf_seq.train_scripts.errors import RecipeError
-from hf_seq.train_scripts.errors import json_kind as _json_kind
 from hf_seq.train_scripts.recipes import default_recipe, read_recipe, resolve_recipe, shipped_recipes
 from hf_seq.train_scripts.trainer import start_deepspeed_comm_on_cpu
 from huggingface_hub.dataclasses import type_validator
@@ -610,21 +611,6 @@ def _labels_from_the_data(recipe: dict, flags: set[str]) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 # checks across fields (still before any data is read)
 # ---------------------------------------------------------------------------------------------------------------
-def model_config_dict(model_args: ModelArguments) -> dict:
-    """``model_config`` as a dict (a JSON string from the command line is parsed)."""
-    value = model_args.model_config
-    if value is None:
-        return {}
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as error:
-            raise RecipeError(f"--model_config is not valid JSON: {error.msg} at column {error.colno}") from None
-    if not isinstance(value, dict):
-        raise RecipeError(f"`model_config` must be a JSON object, got {_json_kind(value)}")
-    return dict(value)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # lengths against the position table
 # ---------------------------------------------------------------------------------------------------------------
@@ -750,56 +736,6 @@ def check_arguments(
 
 
 TRIAL_VOCAB_SIZE = 1000  # the vocabulary size of the up-front check (the real one comes from the tokenizer)
-
-
-def config_fields(config) -> set[str]:
-    """The fields a config class takes: its attributes, its (and ``PretrainedConfig``'s) ``__init__`` arguments and the
-    former names of renamed fields (hf_seq configs' ``renamed_fields``, which the config class maps to the current
-    ones)."""
-    import inspect
-
-    from transformers import PretrainedConfig
-
-    names = set(config.to_dict()) | {"num_labels"} | set(getattr(type(config), "renamed_fields", {}))
-    for cls in (type(config), PretrainedConfig):
-        names |= set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
-    return names
-
-
-def override_values(config_overrides: str | None, config) -> dict:
-    """``config_overrides`` (``"hidden_size=128,dropout=0.1"``) as typed values: ``PretrainedConfig.update_from_string``
-    on a copy of ``config`` converts each to the type of its field (booleans from true/false). A field that is None
-    now, or a list or object (which update_from_string refuses), takes JSON or a string."""
-    if not config_overrides:
-        return {}
-    pairs = {}
-    known = config_fields(config)
-    for item in filter(str.strip, config_overrides.split(",")):
-        if "=" not in item:
-            raise RecipeError(f"`config_overrides` {config_overrides!r}: {item!r} is not field=value")
-        key, text = (part.strip() for part in item.split("=", 1))
-        if key not in known:
-            close = difflib.get_close_matches(key, sorted(known), n=1)
-            hint = f" (did you mean `{close[0]}`?)" if close else ""
-            raise RecipeError(f"`config_overrides`: {config.model_type} has no field `{key}`{hint}")
-        pairs[key] = text
-    typed = {key for key in pairs if isinstance(getattr(config, key, None), (bool, int, float, str))}
-    trial = copy.deepcopy(config)
-    for key in typed:
-        try:
-            trial.update_from_string(f"{key}={pairs[key]}")
-        except ValueError as error:
-            raise RecipeError(f"`config_overrides`: `{key}={pairs[key]}` ({error})") from None
-    values = {}
-    for key, text in pairs.items():
-        if key in typed:
-            values[key] = getattr(trial, key)
-        else:
-            try:
-                values[key] = json.loads(text)
-            except json.JSONDecodeError:
-                values[key] = text
-    return values
 
 
 def build_config(

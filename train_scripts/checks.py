@@ -24,7 +24,9 @@ what is allowed; :mod:`hf_seq.train_scripts.cli` prints it as one line.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -37,9 +39,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hf_seq.train_scripts import outputs
 from hf_seq.train_scripts.errors import RecipeError
+from hf_seq.train_scripts.errors import json_kind as _json_kind
 
 if TYPE_CHECKING:  # annotations only
-    from hf_seq.train_scripts.arguments import Task
+    from hf_seq.train_scripts.arguments import ModelArguments, Task
 
 _INF = math.inf
 
@@ -715,10 +718,77 @@ def _json_value(value):
     return json.loads(json.dumps(value, default=str))
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# the config values the flags set (`model_config`, `config_overrides`)
+# ---------------------------------------------------------------------------------------------------------------
+def model_config_dict(model_args: ModelArguments) -> dict:
+    """``model_config`` as a dict (a JSON string from the command line is parsed)."""
+    value = model_args.model_config
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise RecipeError(f"--model_config is not valid JSON: {error.msg} at column {error.colno}") from None
+    if not isinstance(value, dict):
+        raise RecipeError(f"`model_config` must be a JSON object, got {_json_kind(value)}")
+    return dict(value)
+
+
+def config_fields(config) -> set[str]:
+    """The fields a config class takes: its attributes, its (and ``PretrainedConfig``'s) ``__init__`` arguments and the
+    former names of renamed fields (hf_seq configs' ``renamed_fields``, which the config class maps to the current
+    ones)."""
+    import inspect
+
+    from transformers import PretrainedConfig
+
+    names = set(config.to_dict()) | {"num_labels"} | set(getattr(type(config), "renamed_fields", {}))
+    for cls in (type(config), PretrainedConfig):
+        names |= set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
+    return names
+
+
+def override_values(config_overrides: str | None, config) -> dict:
+    """``config_overrides`` (``"hidden_size=128,dropout=0.1"``) as typed values: ``PretrainedConfig.update_from_string``
+    on a copy of ``config`` converts each to the type of its field (booleans from true/false). A field that is None
+    now, or a list or object (which update_from_string refuses), takes JSON or a string."""
+    if not config_overrides:
+        return {}
+    pairs = {}
+    known = config_fields(config)
+    for item in filter(str.strip, config_overrides.split(",")):
+        if "=" not in item:
+            raise RecipeError(f"`config_overrides` {config_overrides!r}: {item!r} is not field=value")
+        key, text = (part.strip() for part in item.split("=", 1))
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f" (did you mean `{close[0]}`?)" if close else ""
+            raise RecipeError(f"`config_overrides`: {config.model_type} has no field `{key}`{hint}")
+        pairs[key] = text
+    typed = {key for key in pairs if isinstance(getattr(config, key, None), (bool, int, float, str))}
+    trial = copy.deepcopy(config)
+    for key in typed:
+        try:
+            trial.update_from_string(f"{key}={pairs[key]}")
+        except ValueError as error:
+            raise RecipeError(f"`config_overrides`: `{key}={pairs[key]}` ({error})") from None
+    values = {}
+    for key, text in pairs.items():
+        if key in typed:
+            values[key] = getattr(trial, key)
+        else:
+            try:
+                values[key] = json.loads(text)
+            except json.JSONDecodeError:
+                values[key] = text
+    return values
+
+
 def _set_by_the_run(model_args, saved: dict) -> dict[str, tuple[Any, str]]:
     """The config fields this run sets itself: ``config_overrides`` (typed as the checkpoint's fields), and for a new
     model ``model_config``: ``{field: (value, flag)}``."""
-    from hf_seq.train_scripts.arguments import model_config_dict, override_values
     from transformers import CONFIG_MAPPING
 
     values: dict[str, tuple[Any, str]] = {}

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from hf_seq.train_scripts.errors import RUN, RecipeError, interrupted_line
+from hf_seq.train_scripts.errors import RUN, RecipeError
 from hf_seq.train_scripts.tasks import ALIASES, DEFAULT_RECIPES, TASKS, script
 
 USAGE = f"""usage: hf-seq-train <task> [recipe] [--field value ...]
@@ -75,6 +75,8 @@ def report_user_errors(prog: str) -> Callable:
             except KeyboardInterrupt:
                 if debug:
                     raise
+                from hf_seq.train_scripts.outputs import interrupted_line  # torch-free until a run has started
+
                 print(f"{prog}: {interrupted_line()}", file=sys.stderr)
                 return 130  # a shell's status for a command ended by SIGINT
             except ValueError as error:

@@ -26,6 +26,7 @@ import ctypes
 import errno
 import json
 import os
+import shlex
 import shutil
 import socket
 import sys
@@ -41,7 +42,7 @@ try:
     import fcntl
 except ImportError:  # Windows: no flock; runs are not locked there
     fcntl = None
-from hf_seq.train_scripts.errors import RecipeError
+from hf_seq.train_scripts.errors import RUN, RecipeError
 
 RUN_FILES = ".run_files.json"  # the entries of the final folder written by the run (the rest is carried over)
 CHECKPOINT_STAGING = ".checkpoint-staging"
@@ -430,3 +431,32 @@ def checkpoint_is_complete(path: str | os.PathLike) -> bool:
         or (path / f"{FSDP_MODEL_NAME}.bin").is_file()
         or (path / "latest").is_file()
     )
+
+
+def _without_resume(command: str) -> list[str]:
+    words = shlex.split(command)
+    kept, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == "--resume_from_checkpoint":
+            skip = True
+        elif not word.startswith("--resume_from_checkpoint="):
+            kept.append(word)
+    return kept
+
+
+def interrupted_line() -> str:
+    """What an interrupted run says (one line): where its newest complete checkpoint is (step) and the command that
+    resumes from it, or that none was written yet and the same command starts again."""
+    output_dir, command = RUN.get("output_dir"), RUN.get("command")
+    if not output_dir:
+        return "interrupted before the run started; nothing was written"
+    found = checkpoints(output_dir)[:1]  # the one `last` resumes
+    newest = (found[0], json.loads((found[0] / "trainer_state.json").read_text())["global_step"]) if found else None
+    resume = shlex.join([*_without_resume(command), "--resume_from_checkpoint", "last"]) if command else None
+    if newest is None:
+        again = f"; run `{shlex.join(_without_resume(command))}` to start again" if command else ""
+        return f"interrupted: no checkpoint of this run in {output_dir} yet{again}"
+    how = f"; resume with `{resume}`" if resume else "; resume with --resume_from_checkpoint last"
+    return f"interrupted: the last checkpoint is {newest[0]} (step {newest[1]}){how}"

@@ -725,6 +725,18 @@ def pretrain_card(args, model_args, training_args, trainer, tokenizer, results: 
     }
 
 
+def _check_pairs(data_args, splits: dict) -> None:
+    """A split that gives no sentence pair is a :class:`DataError` naming it and its source, before the model is built
+    (it would train no step, then fail on an empty evaluation)."""
+    for split, pairs_of in splits.items():
+        if pairs_of is not None and len(pairs_of) == 0:
+            source = getattr(data_args, f"{split}_file", None) or data_args.train_file or data_args.dataset_name
+            raise DataError(
+                f"the {split} split ({source}) gives no sentence pair: no document of it has two or more sentences "
+                "(BERT's format: one sentence per line, a blank line between documents)"
+            )
+
+
 def main(argv: list[str] | None = None, command_prefix: list[str] | None = None) -> dict:
     model_args, data_args, args, training_args, command = parse_script_args(TASK, argv, __file__, command_prefix)
     threads = args.num_threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
@@ -778,17 +790,7 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
         if "test" in docs
         else None
     )
-    for split, pairs_of in (
-        ("train", None if args.streaming else train_ds),
-        ("validation", eval_ds),
-        ("test", test_ds),
-    ):
-        if pairs_of is not None and len(pairs_of) == 0:
-            source = getattr(data_args, f"{split}_file", None) or data_args.train_file or data_args.dataset_name
-            raise DataError(
-                f"the {split} split ({source}) gives no sentence pair: no document of it has two or more sentences "
-                "(BERT's format: one sentence per line, a blank line between documents)"
-            )
+    _check_pairs(data_args, {"train": None if args.streaming else train_ds, "validation": eval_ds, "test": test_ds})
     logger.info(
         "pairs per epoch: train %s, validation %d, test %s",
         train_pairs if train_pairs is not None else "streamed",
