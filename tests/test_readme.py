@@ -72,7 +72,9 @@ def readme_commands() -> list[list[str]]:
 def test_the_readme_is_a_front_door_that_fits_on_a_screen():
     text = README.read_text()
     assert len(text.splitlines()) <= 200
-    assert "<!-- demo -->" in text.splitlines()  # where the demo page's picture and command go
+    pictures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert pictures and all((REPO_ROOT / p).is_file() for p in pictures), pictures  # the demo page's screenshot
+    assert "`hf-seq-demo RUN_DIR`" in text  # and the one command that opens it
     assert not [c for c in readme_commands() if c[:2] == ["pip", "install"] and "-e" not in c], "no index serves hf-seq"
 
 
