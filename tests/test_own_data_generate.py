@@ -8,6 +8,7 @@ import json
 import pytest
 from datasets import Dataset, DatasetDict, Features, Translation, Value
 from hf_seq.train_scripts import pretrain_bert, train_lm, train_translation, train_word_vectors
+from hf_seq.train_scripts.errors import RecipeError
 from own_data import FAST, POEM, documents, flags, number_pairs, write_splits, write_table
 from transformers import AutoModelForPreTraining, AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -225,3 +226,13 @@ def test_word_vectors_on_own_text(tmp_path, suffix):
     header, *rows = (out / "vectors.txt").read_text().splitlines()
     assert header == f"{info['vocab']} 4" and len(rows) == info["vocab"] and rows[0].split()[0] in ("the", "a", ".")
     assert json.loads((out / "vectors.json").read_text())["command"].startswith("python ")
+
+
+def test_word_vectors_refuse_a_tracker_they_cannot_feed(tmp_path):
+    """The skip-gram loop has no Trainer: `--report_to tensorboard` is refused, naming the flag, before any data is read."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat\n")
+    out = tmp_path / "vectors"
+    with pytest.raises(RecipeError, match="`report_to`.*drop --report_to"):
+        train_word_vectors.main(["--train_file", str(corpus), "--report_to", "tensorboard", "--output_dir", str(out)])
+    assert not out.exists()

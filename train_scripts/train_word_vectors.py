@@ -32,6 +32,7 @@ from hf_seq.train_scripts.arguments import (
     LABEL_FIELDS,
     TRANSLATION_FIELDS,
     BudgetArguments,
+    RecipeError,
     Task,
     parse_args,
 )
@@ -149,6 +150,11 @@ def make_pairs(ids: list[np.ndarray], keep_prob: np.ndarray, window: int, rng: n
 
 def main(argv: list[str] | None = None, command_prefix: list[str] | None = None) -> dict:
     model_args, data_args, args, training_args = parse_args(TASK, argv)
+    if training_args.report_to:  # "none" parses to []: a tracker asked for would otherwise see nothing
+        raise RecipeError(
+            f"`report_to` {training_args.report_to}: train_word_vectors.py trains without a Trainer and reports to no "
+            "tracker (its losses go to vectors.json); drop --report_to"
+        )
     torch.manual_seed(training_args.seed)
     rng = np.random.default_rng(training_args.seed)
     start = time.monotonic()
