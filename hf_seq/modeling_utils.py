@@ -294,9 +294,7 @@ def check_config_fits_weights(model: Any, loading_info: dict, source: str | os.P
     with the weights, never ``ignore_mismatched_sizes`` (which would initialise those weights anew)."""
     entries = loading_info.get("mismatched_keys") or ()
     mismatched = sorted((entry for entry in entries if isinstance(entry, (tuple, list))), key=lambda e: e[0])
-    names = sorted(
-        entry[0] if isinstance(entry, (tuple, list)) else entry for entry in loading_info.get("mismatched_keys") or ()
-    )
+    names = sorted(entry[0] if isinstance(entry, (tuple, list)) else entry for entry in entries)
     if not names:
         return
     folder = Path(source)
@@ -452,7 +450,12 @@ class CheckedLoadingMixin:
         folder = Path(pretrained_model_name_or_path) / (kwargs.get("subfolder") or "")
         check_pretrained_folder(cls, folder, config_given=kwargs.get("config") is not None)
         want_info = kwargs.pop("output_loading_info", False)
-        if kwargs.pop("ignore_mismatched_sizes", False):  # the caller's choice: new weights for the tensors that differ
+        # the caller's ignore_mismatched_sizes: new weights for the tensors that differ. Otherwise transformers
+        # reports a size mismatch with advice to set it, which would initialise the weights anew: load with it, hold
+        # the report back, and raise one error naming the config fields instead
+        caller_ignores = kwargs.pop("ignore_mismatched_sizes", False)
+        report = logging.getLogger("transformers.modeling_utils")
+        with contextlib.nullcontext() if caller_ignores else _held_back_records(report) as held:
             model, info = super().from_pretrained(
                 pretrained_model_name_or_path,
                 *model_args,
@@ -461,20 +464,9 @@ class CheckedLoadingMixin:
                 **kwargs,
             )
             check_weights_were_loaded(model, info, folder)
-            return (model, info) if want_info else model
-        # transformers reports a size mismatch with advice to set ignore_mismatched_sizes, which would initialise the
-        # weights anew: load with it, hold the report back, and raise one error naming the config fields instead
-        with _held_back_records(logging.getLogger("transformers.modeling_utils")) as held:
-            model, info = super().from_pretrained(
-                pretrained_model_name_or_path,
-                *model_args,
-                output_loading_info=True,
-                ignore_mismatched_sizes=True,
-                **kwargs,
-            )
-            check_weights_were_loaded(model, info, folder)
-            check_config_fits_weights(model, info, folder, kwargs)
-            held.release()
+            if held is not None:
+                check_config_fits_weights(model, info, folder, kwargs)
+                held.release()
         return (model, info) if want_info else model
 
     @classmethod

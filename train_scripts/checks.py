@@ -41,6 +41,8 @@ from hf_seq.train_scripts import outputs
 from hf_seq.train_scripts.errors import RecipeError
 from hf_seq.train_scripts.errors import json_kind as _json_kind
 
+from hf_seq.toolkit.export_folders import TOKENIZER_FILES  # the files of a saved tokenizer, one list
+
 if TYPE_CHECKING:  # annotations only
     from hf_seq.train_scripts.arguments import ModelArguments, Task
 
@@ -404,7 +406,6 @@ def check_resumed_folder(task: Task, model_args, task_args, training_args, where
 # ---------------------------------------------------------------------------------------------------------------
 # tokenizer and model folders
 # ---------------------------------------------------------------------------------------------------------------
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
 
 # each head a train script builds (its Auto class): its name in errors ("has no <name> head", "trains <phrase>") and
 # the saved heads (architecture name endings) it starts from without `allow_other_head`: its own first, then an

@@ -10,9 +10,9 @@ metrics -> card:
   torch's threads, the seed;
 * :func:`budgeted_trainer` — the script's ``Trainer`` with the time budget (``max_train_minutes`` /
   ``max_train_cpu_minutes``) as its first callback;
-* :func:`save_trained_model` / :func:`after_training` — what can fail after training (test decoding with an
-  exported engine, plots, a model card) runs after the trained model is saved, and a failure there is one logged line
-  that leaves the model and the results gathered so far in ``output_dir``;
+* :func:`after_training` — what can fail after training (test decoding with an exported engine, plots, a model
+  card) runs after the trained model is saved (:func:`~hf_seq.train_scripts.common.save_run`), and a failure there is
+  one logged line that leaves the model and the results gathered so far in ``output_dir``;
 * :func:`finish_script_run` — the epilogue: the final folder written whole (model, results, card, files:
   :func:`~hf_seq.train_scripts.common.save_run`, on every process), then the script's summary on the first process;
   the folder's lock is released.
@@ -112,14 +112,6 @@ def budgeted_trainer(trainer_class, model, training_args, args, *, callbacks=(),
     the results)."""
     budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
     return trainer_class(model=model, args=training_args, callbacks=[budget, *callbacks], **kwargs), budget
-
-
-def save_trained_model(trainer, training_args, results: dict, command: str, *, results_name: str = "results.json"):
-    """Write the trained model, its tokenizer, ``trainer_state.json`` and ``results`` as gathered so far into
-    ``output_dir`` (:func:`~hf_seq.train_scripts.common.save_run`, every process) before the steps that follow
-    training run (:func:`after_training`); :func:`finish_script_run` then adds the rest beside it
-    (``save_model=False``)."""
-    save_run(trainer, training_args.output_dir, results, command, results_name=results_name)
 
 
 def after_training(what: str, step: Callable, *args, results: dict, output_dir, **kwargs):

@@ -61,6 +61,7 @@ from hf_seq.train_scripts.common import (
     load_text_splits,
     load_tokenizer,
     run_training,
+    save_run,
 )
 from hf_seq.train_scripts.features import (
     check_holdout_percentage,
@@ -81,7 +82,6 @@ from hf_seq.train_scripts.skeleton import (
     env_threads,
     finish_script_run,
     parse_script_args,
-    save_trained_model,
     start_script_run,
 )
 from hf_seq.train_scripts.trainer import HfSeqTrainer
@@ -870,7 +870,7 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
     timing = (train_minutes, train_cpu_minutes, train_tokens, data_line)
     results = lm_results(args, model_args, training_args, config, num_params, budget, train_output, timing)
     # the trained model first: nothing that runs after training (the export, evaluation, samples) can cost it
-    save_trained_model(trainer, training_args, results, command)
+    save_run(trainer, training_args.output_dir, results, command)  # the model first: what follows cannot cost it
     files: dict = {}
     guarded = {"results": results, "output_dir": training_args.output_dir}
     tested = model

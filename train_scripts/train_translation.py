@@ -55,6 +55,7 @@ from hf_seq.train_scripts.common import (
     load_task_data,
     load_tokenizer,
     run_training,
+    save_run,
     stream_row_error,
 )
 from hf_seq.train_scripts.features import (
@@ -79,7 +80,6 @@ from hf_seq.train_scripts.skeleton import (
     env_threads,
     finish_script_run,
     parse_script_args,
-    save_trained_model,
     start_script_run,
 )
 from hf_seq.train_scripts.trainer import HfSeqSeq2SeqTrainer
@@ -978,7 +978,8 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
         results["train"] = train_results(trainer, training_args, args, budget, tokenized)
         results["validation_history"] = [h for h in trainer.state.log_history if "eval_bleu" in h]
         # the trained model first: nothing that runs after training (decoding, exports, the plot) can cost it
-        save_trained_model(trainer, training_args, results, command, results_name=args.results_file)
+        # the model first: what follows cannot cost it
+        save_run(trainer, training_args.output_dir, results, command, results_name=args.results_file)
 
     extra_files = {}
     guarded = {"results": results, "output_dir": training_args.output_dir}

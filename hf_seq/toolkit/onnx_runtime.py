@@ -959,16 +959,6 @@ class ORTModel(PreTrainedModel):
         graph = self.info["graphs"][name]
         return self.sessions[name], graph["inputs"]
 
-    def generate(self, *args, **kwargs):
-        """``GenerationMixin.generate`` over the step graphs, or the folder's generating graph
-        (:mod:`.onnx_generate`) when it does what the call asks (one log line says which ran)."""
-        graph = getattr(self, "generating_graph", None)
-        if graph is not None:
-            sequences = graph.generate(self, args, kwargs)
-            if sequences is not None:
-                return sequences
-        return super().generate(*args, **kwargs)
-
     def save_pretrained(self, *args, **kwargs):
         raise NotImplementedError(
             f"{type(self).__name__} runs exported graphs: copy its folder ({self.folder}) or export the PyTorch model"
@@ -993,12 +983,16 @@ class ORTModel(PreTrainedModel):
 
 
 class ORTGenerationMixin:
-    """For the generative ``ORTModelFor...`` classes (before :class:`ORTModel`): ``generate()`` refuses, before
-    decoding, an argument the exported graphs cannot honour."""
+    """For the generative ``ORTModelFor...`` classes (before :class:`ORTModel`): their one ``generate()`` override."""
+
+    # the folder's model_generate.onnx (:class:`~.onnx_generate.GeneratingGraph`), set by load_onnxruntime
+    generating_graph = None
 
     def generate(self, *args, **kwargs):
-        """``GenerationMixin.generate``; an argument the exported graphs cannot honour (``output_attentions``,
-        ``output_hidden_states``, ``inputs_embeds``, ...) is a ``ValueError`` naming it before decoding starts."""
+        """``GenerationMixin.generate`` over the step graphs, or the folder's generating graph (:mod:`.onnx_generate`)
+        when it does what the call asks (one log line says which ran). An argument the exported graphs cannot honour
+        (``output_attentions``, ``output_hidden_states``, ``inputs_embeds``, ...) is a ``ValueError`` naming it
+        before decoding starts."""
         call = inspect.signature(GenerationMixin.generate).bind_partial(self, *args, **kwargs).arguments
         settings = {**call.pop("kwargs", {}), **call}
         config = settings.get("generation_config") or self.generation_config
@@ -1006,6 +1000,10 @@ class ORTGenerationMixin:
             if settings.get(name, getattr(config, name, None)):
                 self.refuse_arguments({name: True})
         self.refuse_arguments({name: settings.get(name) for name in UNSUPPORTED_ARGUMENTS if name in settings})
+        if self.generating_graph is not None:
+            sequences = self.generating_graph.generate(self, args, kwargs)
+            if sequences is not None:
+                return sequences
         return super().generate(*args, **kwargs)
 
 
