@@ -18,6 +18,7 @@ trained model's logits on a probe batch (computed by the sharded model on every 
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import signal
@@ -162,6 +163,8 @@ def main() -> None:
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")  # as the train scripts do without CUDA
     torch.set_num_threads(1)
     report_dir = Path(cli.report_dir)
+    if world > 1:  # runs last at exit (after the handlers the trainers register): is the process group gone by then?
+        atexit.register(report_exit, report_dir)
     for family in cli.families.split(","):
         sharded = {
             "fsdp": True,
@@ -213,6 +216,15 @@ def write_report(trainer, report_dir: Path, family: str, info: dict, logits: tor
         report_dir.mkdir(parents=True, exist_ok=True)
         (report_dir / f"{family}.json").write_text(json.dumps(gathered))
         torch.save(logits, report_dir / f"{family}_logits.pt")
+
+
+def report_exit(report_dir: Path) -> None:
+    """``exit_rank<R>.json``: whether the default process group was destroyed before this process's teardown (left
+    to the interpreter, gloo's threads can abort it: ``terminate called without an active exception``)."""
+    rank = int(os.environ["RANK"])
+    report_dir.mkdir(parents=True, exist_ok=True)
+    destroyed = not torch.distributed.is_initialized()
+    (report_dir / f"exit_rank{rank}.json").write_text(json.dumps({"process_group_destroyed": destroyed}))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,19 @@ def torchrun(*args: str) -> list[str]:
     ]
 
 
+ERROR_MARKERS = ("Traceback", "Error", "terminate called", "Fatal Python error", "Aborted", "what():")
+
+
+def launch_failure(log: str, tail: int = 3000) -> str:
+    """What a failed multi-process launch printed, for an assertion message: the lines that name an error (a
+    worker's traceback or abort comes long before the launcher's summary at the end), then the last ``tail``
+    characters."""
+    lines = log.splitlines()
+    first = next((i for i, line in enumerate(lines) if any(m in line for m in ERROR_MARKERS)), None)
+    head = "" if first is None else "\n".join(lines[max(first - 5, 0) : first + 40])
+    return f"{head}\n[...]\n{log[-tail:]}"
+
+
 def losses(folder: Path) -> list[tuple[int, float]]:
     """``(step, loss)`` of every logged training step in ``folder/trainer_state.json``."""
     history = json.loads((Path(folder) / "trainer_state.json").read_text())["log_history"]

@@ -26,6 +26,7 @@ from launchers import (
     BEST_MODEL_RECIPE,
     assert_every_process_ends_on_the_best_checkpoint,
     free_port,
+    launch_failure,
     losses,
     torchrun,
 )
@@ -79,7 +80,7 @@ def single(root, request) -> Path:
         text=True,
         timeout=600,
     )
-    assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
+    assert run.returncode == 0, launch_failure(run.stdout + run.stderr)
     return out
 
 
@@ -91,7 +92,7 @@ def zero(root, single):
         if stage not in _RUNS:
             launch(root, stage)
             log, _ = _LAUNCHES[stage].communicate(timeout=600)
-            assert _LAUNCHES[stage].returncode == 0, log[-5000:]
+            assert _LAUNCHES[stage].returncode == 0, launch_failure(log)
             _RUNS[stage] = root / f"zero{stage}"
         return _RUNS[stage]
 
@@ -174,7 +175,7 @@ def test_accelerate_launch_with_the_zero2_config_trains_a_script(tmp_path):
         *("--eval_streams", "2", "--disable_tqdm", "true"),
     ]
     run = subprocess.run(command, env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
+    assert run.returncode == 0, launch_failure(run.stdout + run.stderr)
     partitions = sorted(p.name for p in (out / "checkpoint-2" / "global_step2").glob("*optim_states.pt"))
     assert partitions == ["zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
     assert "Reducer" not in run.stdout + run.stderr  # no DDP
@@ -205,7 +206,7 @@ def train_lm(tmp_path: Path, out: Path, *extra: str) -> subprocess.CompletedProc
         *extra,
     )
     run = subprocess.run(command, env=ENV, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
+    assert run.returncode == 0, launch_failure(run.stdout + run.stderr)
     return run
 
 
@@ -248,7 +249,7 @@ def test_torchrun_zero3_load_best_model_at_end_every_process_ends_on_the_best_ch
     )
     env = {**ENV, "HF_SEQ_TEST_REPORT": str(report)}
     run = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
+    assert run.returncode == 0, launch_failure(run.stdout + run.stderr)
     best = assert_every_process_ends_on_the_best_checkpoint(report, out)
     assert len(list((out / best).glob("global_step*/zero_pp_rank_*_model_states.pt"))) == 2  # ZeRO-3 partitions
 

@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from launchers import BEST_MODEL_RECIPE, assert_every_process_ends_on_the_best_checkpoint, losses, torchrun
+from launchers import (
+    BEST_MODEL_RECIPE,
+    assert_every_process_ends_on_the_best_checkpoint,
+    launch_failure,
+    losses,
+    torchrun,
+)
 from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +76,7 @@ def test_two_processes_log_the_same_losses_as_one_process_on_the_same_global_bat
 
     train_classifier.main([*COMMON, "--output_dir", str(single_dir), "--per_device_train_batch_size", "8"])
     log, _ = ddp.communicate(timeout=600)
-    assert ddp.returncode == 0, log[-5000:]
+    assert ddp.returncode == 0, launch_failure(log)
 
     single, parallel = losses(single_dir), losses(ddp_dir)
     assert [s for s, _ in single] == [s for s, _ in parallel] == list(range(1, STEPS + 1))
@@ -155,7 +161,7 @@ def test_torchrun_two_processes_of_train_lm_share_the_work_and_write_one_card(tm
         "true",
     )
     run = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
+    assert run.returncode == 0, launch_failure(run.stdout + run.stderr)
     results = json.loads((out / "results.json").read_text())
     assert results["train_steps"] == 2
     assert results["train_tokens_seen"] == 2 * 4 * 2 * 16  # steps x per-device batch x 2 processes x segment
@@ -175,7 +181,7 @@ def test_torchrun_load_best_model_at_end_every_process_ends_on_the_best_checkpoi
     env = {**ENV_RUN, "HF_SEQ_TEST_REPORT": str(report)}
     command = torchrun(str(DRIVER), "classifier", *BEST_MODEL_RECIPE, "--output_dir", str(out))
     run = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
+    assert run.returncode == 0, launch_failure(run.stdout + run.stderr)
     best = assert_every_process_ends_on_the_best_checkpoint(report, out)
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["best_model_checkpoint"] == str(out / best)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from launchers import free_port, torchrun
+from launchers import free_port, launch_failure, torchrun
 from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,7 +160,7 @@ def test_task_recipe_runs_to_the_end_and_resumes_under_the_launcher(task, launch
     if task == "finetune_bert":
         args += ["--model_name_or_path", str(request.getfixturevalue("pretrained"))]
     first = launch(launcher, [*args, *STEPS, "--output_dir", str(out)], tmp_path / "report1")
-    assert first.returncode == 0, (first.stdout + first.stderr)[-5000:]
+    assert first.returncode == 0, launch_failure(first.stdout + first.stderr)
     assert_processes_agree(tmp_path / "report1", out, 4)
     recipe = json.loads((ROOT / TASKS[task][0]).read_text())
     if recipe.get("load_best_model_at_end"):
@@ -180,7 +180,7 @@ def test_task_recipe_runs_to_the_end_and_resumes_under_the_launcher(task, launch
         ],
         tmp_path / "report2",
     )
-    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-5000:]
+    assert resumed.returncode == 0, launch_failure(resumed.stdout + resumed.stderr)
     assert_processes_agree(tmp_path / "report2", out, 6)
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 6 and [r["step"] for r in state["log_history"] if "loss" in r][:2] == [1, 2]

@@ -101,6 +101,7 @@ def set_collective_timeout(seconds: float) -> bool:
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return False
+    atexit.unregister(destroy_process_group)  # registered once, however many trainers the process makes
     atexit.register(destroy_process_group)
     set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)  # torch >= 2.2
     if set_timeout is None:

@@ -35,7 +35,7 @@ from accelerate.utils import broadcast_object_list
 from datasets import Dataset
 from hf_seq.train_scripts.curves import write_training_curves
 from hf_seq.train_scripts.outputs import CHECKPOINT_STAGING, disk_space_errors, replace_folder
-from hf_seq.train_scripts.processes import collective_timeouts
+from hf_seq.train_scripts.processes import collective_timeouts, set_collective_timeout
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -169,6 +169,9 @@ class HfSeqTrainerMixin:
 
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()
+        # the process group exists from here on: ddp_timeout bounds its collectives on CPU too, and it is destroyed at
+        # exit whoever made this trainer (a script, a driver of the user's own), so no gloo thread aborts the teardown
+        set_collective_timeout(self.args.ddp_timeout)
         enable_fsdp_on_cpu(self)
         enable_deepspeed_on_cpu(self)
 
