@@ -28,6 +28,7 @@ the checks of a streamed text file (:func:`check_text_stream`) and the seeded sh
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -379,6 +380,17 @@ def check_streaming(args, training_args, data_args, splits_by_node: bool = False
             "`streaming` true needs `validation_file`: a `validation_split_percentage` hold-out cannot be drawn "
             "from a stream"
         )
+
+
+@contextlib.contextmanager
+def text_read_errors(path: str, flag: str) -> Iterator[None]:
+    """A ``UnicodeDecodeError`` while the text file ``path`` is read as a ``DataError`` naming the file and ``flag``."""
+    from hf_seq.toolkit.data import DataError
+
+    try:
+        yield
+    except UnicodeDecodeError as error:
+        raise DataError(f"`{flag}` {path} could not be read as text (UnicodeDecodeError: {error})") from error
 
 
 def check_text_stream(data_args, training_args, caps: dict) -> None:

@@ -78,6 +78,7 @@ from hf_seq.train_scripts.features import (
     held_out_rows,
     shuffle_buffered,
     text_file_keys,
+    text_read_errors,
 )
 from hf_seq.train_scripts.skeleton import budgeted_trainer, finish_script_run, parse_script_args, start_script_run
 from hf_seq.train_scripts.trainer import HfSeqTrainer
@@ -200,10 +201,8 @@ def _file_documents(path: str, flag: str, column: str) -> Iterator[list]:
     """The documents of a data file: a ``.txt`` file read in buffered chunks (the rows of ``datasets``' text loader),
     any other format through ``datasets`` (memory-mapped Arrow)."""
     if Path(path).suffix.lower() == ".txt":
-        try:
+        with text_read_errors(path, flag):
             yield from _grouped_by_blank_rows(iter_text_file_lines(path))
-        except UnicodeDecodeError as error:
-            raise DataError(f"`{flag}` {path} could not be read as text (UnicodeDecodeError: {error})") from error
         return
     split = load_data(train_file=path, allow_text_files=True, require_validation=False)
     require_columns(split, {"text_column_name": column})

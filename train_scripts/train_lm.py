@@ -75,6 +75,7 @@ from hf_seq.train_scripts.features import (
     split_by_node_setup,
     split_stream_by_node,
     text_file_keys,
+    text_read_errors,
 )
 from hf_seq.train_scripts.skeleton import (
     after_training,
@@ -248,21 +249,6 @@ def _rows_of_file(path: str, keep: np.ndarray | None, limit: int | None):
             row += 1
 
 
-def _read_text_errors(path: str, flag: str):
-    """A ``UnicodeDecodeError`` of a text file as a ``DataError`` naming the file and the flag."""
-
-    class _Guard:
-        def __enter__(self):
-            return self
-
-        def __exit__(self, kind, error, tb):
-            if kind is not None and issubclass(kind, UnicodeDecodeError):
-                raise DataError(f"`{flag}` {path} could not be read as text (UnicodeDecodeError: {error})") from error
-            return False
-
-    return _Guard()
-
-
 def check_eos(args: LMArguments, model_args, tokenizer) -> None:
     """``RecipeError`` for a word-level run whose tokenizer has no eos token (it closes every text)."""
     if args.level == "word" and tokenizer.eos_token_id is None:
@@ -316,7 +302,7 @@ def _text_file_selections(files: dict, data_args) -> tuple[dict, np.ndarray | No
     then the ``max_*_samples`` caps."""
     rows = {}
     for split, path in files.items():
-        with _read_text_errors(path, f"{split}_file"):
+        with text_read_errors(path, f"{split}_file"):
             rows[split] = count_text_file_lines(path)
     keep = {split: np.ones(n, dtype=bool) for split, n in rows.items()}
     held_out = None
@@ -342,14 +328,14 @@ def _tokenize_text_files(tmp: Path, files: dict, args: LMArguments, model_args, 
     selections, held_out = _text_file_selections(files, data_args)
     tokenizer = given
     if tokenizer is None:
-        with _read_text_errors(files["train"], "train_file"):
+        with text_read_errors(files["train"], "train_file"):
             lines = _rows_of_file(files["train"], selections["train"][1], args.tokenizer_max_train_lines)
             tokenizer = build_tokenizer(args, lines, model_args)
     check_eos(args, model_args, tokenizer)
     append = tokenizer.eos_token_id if args.level == "word" else None  # <eos> after every row (word level)
     whole = {}
     for source in sorted({source for source, _ in selections.values()}):
-        with _read_text_errors(files[source], f"{source}_file"):
+        with text_read_errors(files[source], f"{source}_file"):
             whole[source] = tokenize_text_file(
                 files[source],
                 tokenizer,
