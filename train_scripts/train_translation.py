@@ -89,6 +89,7 @@ import hf_seq  # noqa: F401  (registers the hf_seq configs/models with the Auto 
 from hf_seq.toolkit.data import DataError, batch_pairs, check_pairs, is_blank, pair_problem, split_source
 from hf_seq.toolkit.metrics import load_metric
 from hf_seq.toolkit.preprocessing import id_type, release_arrow_memory, tokenizer_fingerprint
+from hf_seq.toolkit.samplers import total_list_length
 from hf_seq.toolkit.tokenization import PairEncoder, build_translation_tokenizer
 from hf_seq.toolkit.visualization import plot_translation_attention
 
@@ -283,12 +284,6 @@ def check_averaging(args: TranslationArguments, training_args) -> None:
         )
 
 
-def last_checkpoints(output_dir: str, count: int, up_to_step: int) -> list[Path]:
-    """The ``count`` newest complete ``checkpoint-N`` folders of ``output_dir`` with ``N <= up_to_step``, oldest
-    first (checkpoints of a later, longer run left in the folder are not this model's)."""
-    return outputs.checkpoints(output_dir, up_to_step=up_to_step)[:count][::-1]
-
-
 def load_averaged_weights(model, folders: list[Path]) -> None:
     """Replace the weights of ``model`` by the mean of those saved in ``folders``
     (:func:`hf_seq.toolkit.export.average_state_dicts`); tied weights, stored once, stay tied."""
@@ -378,14 +373,6 @@ def onnxruntime_predictions(
     for i, row in enumerate(rows):
         out[i, : len(row)] = row
     return out
-
-
-def total_length(dataset, column: str) -> int:
-    """The number of tokens in a list column, summed from the Arrow offsets (no Python lists), the pages of the
-    mapped cache released as it goes (:func:`hf_seq.toolkit.samplers.total_list_length`)."""
-    from hf_seq.toolkit.samplers import total_list_length
-
-    return total_list_length(dataset, column)
 
 
 def _tokenizer_options(model_args) -> dict:
@@ -746,7 +733,7 @@ def train_results(trainer, training_args, args, budget, tokenized) -> dict:
     """Train; ``results.json``'s ``train``: Trainer's metrics, the budget's minutes, steps, epochs and throughput."""
     train_result = run_training(trainer, training_args)
     epochs = trainer.state.epoch or 0.0
-    target_tokens = None if args.streaming else total_length(tokenized["train"], "labels")
+    target_tokens = None if args.streaming else total_list_length(tokenized["train"], "labels")
     return {
         **train_result.metrics,
         "train_minutes": budget.train_seconds / 60.0,
@@ -827,7 +814,9 @@ def average_and_test(run, results: dict, extra_files: dict) -> None:
         logger.warning("no test split: nothing to predict")
     export_root = Path(tempfile.mkdtemp()) if args.test_engine != "pytorch" else None
     if args.average_last_checkpoints:
-        folders = last_checkpoints(training_args.output_dir, args.average_last_checkpoints, trainer.state.global_step)
+        # the newest complete ones, oldest first; a later, longer run's checkpoints left in the folder are not this model's
+        found = outputs.checkpoints(training_args.output_dir, up_to_step=trainer.state.global_step)
+        folders = found[: args.average_last_checkpoints][::-1]
         if len(folders) < args.average_last_checkpoints:
             logger.warning(
                 "average_last_checkpoints=%d: only %d complete checkpoints saved; averaging those",
