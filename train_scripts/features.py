@@ -161,7 +161,11 @@ def _open_split(folder: Path, entry: dict) -> Dataset:
 
 class FeatureCache:
     """The cache folder of one key (:func:`hf_seq.toolkit.preprocessing.preprocessing_cache_dir` of ``task`` +
-    ``key_parts``) under ``root``; ``root=None``: nothing on disk (``map`` in memory)."""
+    ``key_parts``) under ``root``; ``root=None``: nothing on disk (``map`` in memory).
+
+    The splits are ``Dataset.map``'s own Arrow files; what this adds to ``datasets``' fingerprinted cache is a key
+    made of the data files and the tokenizer, not of a loaded ``Dataset``: a run that finds its features reads no
+    data file."""
 
     def __init__(self, root: str | os.PathLike | None, task: str, key_parts: dict, overwrite: bool = False) -> None:
         self.root = root

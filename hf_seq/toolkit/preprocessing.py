@@ -1,6 +1,10 @@
 """Tokenize once, on disk: a preprocessing cache keyed by the data files, the tokenizer and the settings, and a
 memory-mapped token store (the layout of nanoGPT's ``train.bin`` and fairseq's indexed datasets).
 
+Why not ``datasets``' own cache (``Dataset.map(cache_file_name=..., load_from_cache_file=True)``): its fingerprint is
+a loaded ``Dataset``'s, so every run reads the data first, and it stores Arrow list columns, not the flat token
+arrays that language-model windows and BERT pairs slice.
+
 =================================  =================================================================================
 function / class                   use
 =================================  =================================================================================
