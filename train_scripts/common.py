@@ -708,6 +708,12 @@ def load_or_build_model(
     return model
 
 
+def tokenizer_options(model_args: ModelArguments) -> dict:
+    """``lowercase`` and ``min_frequency`` of a tokenizer to build, those given (the builders' defaults otherwise)."""
+    given = (("lowercase", model_args.lowercase), ("min_frequency", model_args.tokenizer_min_frequency))
+    return {name: value for name, value in given if value is not None}
+
+
 def tokenizer_for(
     model_args: ModelArguments,
     train_texts,
@@ -735,10 +741,7 @@ def tokenizer_for(
         "padding_side": model_args.padding_side,
         "truncation_side": model_args.truncation_side,
         "model_max_length": max_length or DEFAULT_MODEL_MAX_LENGTH,
-    }
-    for name, value in (("lowercase", model_args.lowercase), ("min_frequency", model_args.tokenizer_min_frequency)):
-        if value is not None:
-            shared[name] = value
+    } | tokenizer_options(model_args)
     if model_args.tokenizer_kind == "word":
         return build_word_level_tokenizer(
             train_texts(),

@@ -531,15 +531,18 @@ def repeated_stream(stream, source: str, parts: int = 1):
     )
 
 
-def cached_tokenizer(root, task: str, key_parts: dict, overwrite: bool, build: Callable[[], Any]):
+def cached_tokenizer(root, task: str, key_parts: dict, overwrite: bool, build: Callable[[], Any] | None):
     """A tokenizer built by ``build()`` on the training split, cached in ``<root>/<task>-tokenizer-<hash>`` (keyed
     by the data and the tokenizer settings in ``key_parts``): the next run loads it instead of training it again.
-    Every run (the first too) uses the saved copy, so that the features' key (its fingerprint) is the same."""
+    Every run (the first too) uses the saved copy, so that the features' key (its fingerprint) is the same.
+    ``build`` None: the cached tokenizer, or None when there is none."""
     from transformers import AutoTokenizer
 
     cache = FeatureCache(root, f"{task}_tokenizer", key_parts, overwrite=overwrite)
     saved = cache.load_extra("tokenizer")
     if saved is None:
+        if build is None:
+            return None
         tokenizer = build()
         if not cache.on_disk:
             return tokenizer

@@ -57,12 +57,14 @@ from hf_seq.train_scripts.common import (
     run_training,
     save_run,
     stream_row_error,
+    tokenizer_options,
 )
 from hf_seq.train_scripts.features import (
     STREAMING_TOKENIZER_SAMPLES,
     ColumnTexts,
     FeatureCache,
     cache_root,
+    cached_tokenizer,
     check_streaming,
     data_key,
     data_record,
@@ -375,14 +377,6 @@ def onnxruntime_predictions(
     return out
 
 
-def _tokenizer_options(model_args) -> dict:
-    return {
-        key: value
-        for key, value in (("lowercase", model_args.lowercase), ("min_frequency", model_args.tokenizer_min_frequency))
-        if value is not None
-    }
-
-
 def _recorded_features(model_args, data_args, args, root, src: str, tgt: str):
     """``(features, record cache, record, overwrite)``: :func:`cached_features`' answer read without the data files
     (``features`` None when the record, the tokenizer or the features are not in the cache: ``overwrite`` says
@@ -513,7 +507,7 @@ def _features_from_files(model_args, data_args, args, root, src: str, tgt: str, 
             ColumnTexts(train, columns["train"], fields=[src, tgt], max_rows=args.tokenizer_max_train_lines),
             kind=model_args.tokenizer_kind,
             vocab_size=model_args.tokenizer_vocab_size,
-            **_tokenizer_options(model_args),
+            **tokenizer_options(model_args),
         )
 
     tokenizer, cache = feature_cache(model_args, data_args, args, root, base, tokenizer=build_tokenizer)
@@ -534,27 +528,17 @@ def feature_cache(model_args, data_args, args, root, base: dict, tokenizer):
     """``(tokenizer, FeatureCache of the features)`` for the data key ``base``: the tokenizer given
     (``tokenizer_name`` / the model's), else the one cached for this data and these tokenizer settings, else
     ``tokenizer()`` (built, then cached); with ``tokenizer`` ``None`` a tokenizer not cached yet gives ``None``."""
-    from transformers import AutoTokenizer
-
     loaded = load_tokenizer(model_args)
     if loaded is None:  # one tokenizer for both languages, trained on the training split only
         settings = {
             "kind": model_args.tokenizer_kind,
             "vocab_size": model_args.tokenizer_vocab_size,
-            "options": _tokenizer_options(model_args),
+            "options": tokenizer_options(model_args),
             "samples": args.tokenizer_max_train_lines,
         }
-        tokenizer_cache = FeatureCache(root, "translation_tokenizer", base | settings, overwrite=args.overwrite_cache)
-        saved = tokenizer_cache.load_extra("tokenizer")
-        if saved is None:
-            if tokenizer is None:
-                return None
-            loaded = tokenizer()
-            if tokenizer_cache.on_disk:
-                tokenizer_cache.save_extras_only({"tokenizer": loaded.save_pretrained})
-                saved = tokenizer_cache.load_extra("tokenizer")
-        if saved is not None:  # the same object on the first and the next runs (and every process)
-            loaded = AutoTokenizer.from_pretrained(saved)
+        loaded = cached_tokenizer(root, "translation", base | settings, args.overwrite_cache, tokenizer)
+        if loaded is None:
+            return None
     key = base | {
         "tokenizer": tokenizer_fingerprint(loaded),
         "max_source_length": data_args.max_source_length,
@@ -636,7 +620,7 @@ def streamed_features(model_args, data_args, args, training_args, src: str, tgt:
             ColumnTexts(head, columns, fields=[src, tgt]),
             kind=model_args.tokenizer_kind,
             vocab_size=model_args.tokenizer_vocab_size,
-            **_tokenizer_options(model_args),
+            **tokenizer_options(model_args),
         )
         del head
     if data_args.max_train_samples is not None:
