@@ -22,7 +22,6 @@ from datasets import Dataset, DatasetDict
 from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments
 from hf_seq.train_scripts.checks import ALLOWED, AT_LEAST_0, DeclaredFields, OneOf, Range
 from hf_seq.train_scripts.common import (
-    TimeBudgetCallback,
     cap_splits,
     describe_data,
     fold_label,
@@ -52,6 +51,7 @@ from hf_seq.train_scripts.features import (
     token_counts,
     tokenizer_settings,
 )
+from hf_seq.train_scripts.skeleton import budgeted_trainer
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 from transformers import TrainerCallback
 
@@ -317,17 +317,17 @@ def train_and_validate(model, training_args, args, tokenizer, encoded: dict, col
     ``max_train_cpu_minutes``), then evaluate it on the validation split: ``(trainer, train_minutes, validation
     metrics, results.json's training keys)`` (:func:`training_results`)."""
     train_collator = word_dropout_collator(collator, tokenizer, train_rows, args.word_dropout, seed=training_args.seed)
-    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
-    trainer = TrainCollatorTrainer(
-        model=model,
-        args=training_args,
+    trainer, budget = budgeted_trainer(
+        TrainCollatorTrainer,
+        model,
+        training_args,
+        args,
         train_dataset=encoded["train"],
         eval_dataset=encoded["validation"],
         processing_class=tokenizer,
         data_collator=collator,
         train_collator=train_collator,
         compute_metrics=metrics,
-        callbacks=[budget],
     )
     start = time.monotonic()
     train_output = run_training(trainer, training_args)
