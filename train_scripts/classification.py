@@ -570,13 +570,9 @@ class LabelledData:
         if self.record_cache is not None and self.record_cache.on_disk and self.record_cache.load_record() != record:
             self.record_cache.save_record(record)
 
-    def split_sizes(self) -> dict:
-        """``results.json``'s ``splits``: the rows of each split (``None`` for a streamed training file)."""
-        return {k: None if k == "train" and self.stream is not None else n for k, n in self.base["splits"].items()}
-
     def model_results(self, model, tokenizer, coverage, encoded: dict, vocab_coverage: bool = False) -> dict:
-        """:func:`model_results` of this run (its split sizes)."""
-        splits = self.split_sizes()
+        """:func:`model_results` of this run (its split sizes: ``None`` rows for a streamed training file)."""
+        splits = {k: None if k == "train" and self.stream is not None else n for k, n in self.base["splits"].items()}
         return model_results(self.model_args, self.args, model, tokenizer, coverage, splits, encoded, vocab_coverage)
 
     def data_line(self, encoded: dict) -> str:

@@ -538,18 +538,13 @@ def fold_label(value: str) -> str:
     return value.strip().casefold()
 
 
-def colliding_labels(names) -> list[list[str]]:
-    """The groups of ``names`` that differ only in case or surrounding spaces (each sorted), in order of first name."""
-    groups: dict[str, list[str]] = {}
-    for name in names:
-        groups.setdefault(fold_label(name), []).append(name)
-    return [sorted(group) for group in groups.values() if len(group) > 1]
-
-
 def warn_colliding_labels(names, source: str, column: str, flag: str) -> None:
     """One warning line on stderr naming the labels that differ only in case or surrounding spaces (each would
     train as a class of its own) and the flag that folds them; nothing when there are none."""
-    groups = colliding_labels(sorted(names))
+    folded: dict[str, list[str]] = {}
+    for name in sorted(names):
+        folded.setdefault(fold_label(name), []).append(name)
+    groups = [sorted(group) for group in folded.values() if len(group) > 1]
     if groups:
         shown = "; ".join(" / ".join(repr(name) for name in group) for group in groups)
         print(

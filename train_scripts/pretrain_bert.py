@@ -39,7 +39,6 @@ import collections
 import itertools
 import logging
 import math
-import os
 import random
 import resource
 import shutil
@@ -80,7 +79,13 @@ from hf_seq.train_scripts.features import (
     text_file_keys,
     text_read_errors,
 )
-from hf_seq.train_scripts.skeleton import budgeted_trainer, finish_script_run, parse_script_args, start_script_run
+from hf_seq.train_scripts.skeleton import (
+    budgeted_trainer,
+    env_threads,
+    finish_script_run,
+    parse_script_args,
+    start_script_run,
+)
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 
 from hf_seq.toolkit.collators import (
@@ -738,8 +743,7 @@ def _check_pairs(data_args, splits: dict) -> None:
 
 def main(argv: list[str] | None = None, command_prefix: list[str] | None = None) -> dict:
     model_args, data_args, args, training_args, command = parse_script_args(TASK, argv, __file__, command_prefix)
-    threads = args.num_threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
-    previous = start_script_run(training_args, configure_logging=True, threads=threads)
+    previous = start_script_run(training_args, configure_logging=True, threads=args.num_threads or env_threads())
     if previous is not None:  # a finished run asked to resume: nothing to do
         return previous
     training_args.remove_unused_columns = False  # the collator needs the anchor columns
