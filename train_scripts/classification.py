@@ -33,6 +33,7 @@ from hf_seq.train_scripts.common import (
     require_text,
     run_training,
     tokenizer_for,
+    tokenizer_source,
 )
 from hf_seq.train_scripts.errors import RecipeError
 from hf_seq.train_scripts.features import (
@@ -401,11 +402,7 @@ def training_results(trainer, train_output, train_minutes: float, budget) -> dic
 
 def card_origins(model_args) -> tuple[str, str]:
     """The model card's words on where the tokenizer and the weights come from."""
-    source = (
-        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
-        if (model_args.tokenizer_name or model_args.model_name_or_path)
-        else f"built on the training split ({model_args.tokenizer_kind})"
-    )
+    source = tokenizer_source(model_args, f"built on the training split ({model_args.tokenizer_kind})")
     origin = (
         f" Fine-tuned from `{model_args.model_name_or_path}`."
         if model_args.model_name_or_path

@@ -703,6 +703,13 @@ def load_or_build_model(
     return model
 
 
+def tokenizer_source(model_args: ModelArguments, built: str, loaded: str = "from") -> str:
+    """The model card's words on where the tokenizer comes from: ``<loaded> `<tokenizer_name or model_name_or_path>```
+    for a loaded one, else ``built``."""
+    name = model_args.tokenizer_name or model_args.model_name_or_path
+    return f"{loaded} `{name}`" if name else built
+
+
 def tokenizer_options(model_args: ModelArguments) -> dict:
     """``lowercase`` and ``min_frequency`` of a tokenizer to build, those given (the builders' defaults otherwise)."""
     given = (("lowercase", model_args.lowercase), ("min_frequency", model_args.tokenizer_min_frequency))

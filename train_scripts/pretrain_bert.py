@@ -68,6 +68,7 @@ from hf_seq.train_scripts.common import (
     require_columns,
     run_training,
     tokenizer_for,
+    tokenizer_source,
 )
 from hf_seq.train_scripts.features import (
     check_holdout_percentage,
@@ -702,11 +703,7 @@ def pretrain_card(args, model_args, training_args, trainer, tokenizer, results: 
             "test_nsp_accuracy": round(test["test_nsp_accuracy"], 4),
             "test_loss": round(test["test_loss"], 4),
         }
-    source = (
-        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
-        if (model_args.tokenizer_name or model_args.model_name_or_path)
-        else "trained on the training documents"
-    )
+    source = tokenizer_source(model_args, "trained on the training documents")
     return {
         "dataset": f"{results['data']}. Masked-LM + next-sentence pairs of at most {max_length} tokens: "
         + (

@@ -62,6 +62,7 @@ from hf_seq.train_scripts.common import (
     load_tokenizer,
     run_training,
     save_run,
+    tokenizer_source,
 )
 from hf_seq.train_scripts.features import (
     check_holdout_percentage,
@@ -769,11 +770,7 @@ def lm_card(args, model_args, training_args, tokenizer, streams: dict, results: 
         if args.final_eval_max_tokens is None
         else f" (final evaluation on the first {args.final_eval_max_tokens:,} tokens)"
     )
-    source = (
-        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
-        if (model_args.tokenizer_name or model_args.model_name_or_path)
-        else "built on the training split"
-    )
+    source = tokenizer_source(model_args, "built on the training split")
     return {
         "dataset": f"{data_line}; {' / '.join(f'{n:,}' for n in tokens.values())} {' / '.join(tokens)} "
         f"{args.level} tokens{evaluated}; {args.level}-level tokenizer {source}, {len(tokenizer)} tokens; training "
@@ -856,7 +853,7 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
     timing = (train_minutes, train_cpu_minutes, train_tokens, data_line)
     results = lm_results(args, model_args, training_args, config, num_params, budget, train_output, timing)
     # the trained model first: nothing that runs after training (the export, evaluation, samples) can cost it
-    save_run(trainer, training_args.output_dir, results, command)  # the model first: what follows cannot cost it
+    save_run(trainer, training_args.output_dir, results, command)
     files: dict = {}
     guarded = {"results": results, "output_dir": training_args.output_dir}
     tested = model

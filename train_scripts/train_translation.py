@@ -58,6 +58,7 @@ from hf_seq.train_scripts.common import (
     save_run,
     stream_row_error,
     tokenizer_options,
+    tokenizer_source,
 )
 from hf_seq.train_scripts.features import (
     STREAMING_TOKENIZER_SAMPLES,
@@ -842,11 +843,7 @@ def translation_card(run, results: dict, data_line: str) -> dict:
     model_args, data_args, args, tokenizer = run.model_args, run.data_args, run.args, run.tokenizer
     src, tgt = data_args.source_lang, data_args.target_lang
     sizes = results["data"]
-    source = (
-        f"loaded from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
-        if (model_args.tokenizer_name or model_args.model_name_or_path)
-        else f"{model_args.tokenizer_kind}, built on the training pairs"
-    )
+    source = tokenizer_source(model_args, f"{model_args.tokenizer_kind}, built on the training pairs", "loaded from")
     filtered = f"pairs of at most {args.max_words} words per side; " if args.max_words else ""
     return {
         "dataset": f"{data_line}; {filtered}{sizes['train_pairs']} training / {sizes['validation_pairs']} validation / "
@@ -951,7 +948,6 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
         results["train"] = train_results(trainer, training_args, args, budget, tokenized)
         results["validation_history"] = [h for h in trainer.state.log_history if "eval_bleu" in h]
         # the trained model first: nothing that runs after training (decoding, exports, the plot) can cost it
-        # the model first: what follows cannot cost it
         save_run(trainer, training_args.output_dir, results, command, results_name=args.results_file)
 
     extra_files = {}
