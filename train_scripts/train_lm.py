@@ -203,22 +203,6 @@ def build_tokenizer(args: LMArguments, train_texts: list[str], model_args=None):
     )
 
 
-def token_stream(texts: list[str], tokenizer, level: str) -> torch.Tensor:
-    """One long (N,) stream: characters of the texts in order, or words with ``<eos>`` closing every text.
-
-    Characters are looked up in the char tokenizer's vocabulary directly (the same ids as ``tokenizer(text)`` for a
-    tokenizer without normaliser, and ~50x faster on megabytes of text).
-    """
-    if level == "char" and tokenizer.backend_tokenizer.normalizer is None:
-        vocab, unk = tokenizer.get_vocab(), tokenizer.unk_token_id
-        return torch.tensor([vocab.get(ch, unk) for text in texts for ch in text], dtype=torch.long)
-    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    if level == "word":
-        eos = tokenizer.eos_token_id
-        encoded = [ids + [eos] for ids in encoded]
-    return torch.tensor([i for ids in encoded for i in ids], dtype=torch.long)
-
-
 def _text_files_only(data_args) -> bool:
     """Data given as .txt files only: read by :mod:`hf_seq.toolkit.preprocessing` itself (no Arrow copy of the text)."""
     files = [data_args.train_file, data_args.validation_file, data_args.test_file]
@@ -372,8 +356,7 @@ def _tokenize_splits(tmp: Path, raw: dict, args: LMArguments, model_args, data_a
 
 def prepare_lm_data(args: LMArguments, model_args, data_args, training_args=None) -> LMData:
     """Tokenize every split once into :class:`hf_seq.toolkit.preprocessing.TokenStore` s in the preprocessing cache (or reuse
-    it): the same token ids as :func:`token_stream` on the in-memory splits, the tokenizer built (or given) as
-    before. Keyed by the data files (or data set fingerprints), the split settings and the tokenizer."""
+    it): the same token ids as tokenizing the in-memory splits, the tokenizer built (or given) as before. Keyed by the data files (or data set fingerprints), the split settings and the tokenizer."""
     given = load_tokenizer(model_args)
     files = {
         s: getattr(data_args, f"{s}_file") for s in ("train", "validation", "test") if getattr(data_args, f"{s}_file")
