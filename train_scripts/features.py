@@ -675,16 +675,19 @@ def streamed_lookup(lookup: Callable, path: str, column: str, names: list[str]) 
     return convert
 
 
-def streamed_train_features(stream, encode: Callable, keys, data_args, args, seed: int):
-    """The training stream's features: its first ``max_train_samples`` rows, through the seeded shuffle buffer
-    (``shuffle_buffer_size``; seed + epoch), tokenized batch by batch by ``encode`` (``IterableDataset.map``), keeping
-    ``keys``; read again and again until ``max_steps`` (:func:`repeated_stream`: pass ``k`` shuffled as epoch ``k``)."""
+def streamed_train_features(stream, encode: Callable, keys, data_args, args, seed: int, parts: int | None = None):
+    """The training stream's features: its first ``max_train_samples`` rows (split into ``parts``, one per process:
+    :func:`split_stream_by_node`), through the seeded shuffle buffer (``shuffle_buffer_size``; seed + epoch),
+    tokenized batch by batch by ``encode`` (``IterableDataset.map``), keeping ``keys``; read again and again until
+    ``max_steps`` (:func:`repeated_stream`: pass ``k`` shuffled as epoch ``k``)."""
     if data_args.max_train_samples is not None:
         stream = stream.take(data_args.max_train_samples)
+    if parts is not None:
+        stream = split_stream_by_node(stream, parts)
     if args.shuffle_buffer_size > 0:
         stream = stream.shuffle(seed=seed, buffer_size=args.shuffle_buffer_size)
     stream = stream.map(encode, batched=True).select_columns(list(keys))
-    return repeated_stream(stream, f"`train_file` {data_args.train_file}")
+    return repeated_stream(stream, f"`train_file` {data_args.train_file}", parts=parts or 1)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -72,10 +72,9 @@ from hf_seq.train_scripts.features import (
     head_dataset,
     release_mapped_pages,
     releasing_pages,
-    repeated_stream,
     split_by_node_setup,
-    split_stream_by_node,
     stream_file,
+    streamed_train_features,
 )
 from hf_seq.train_scripts.skeleton import (
     after_training,
@@ -624,20 +623,16 @@ def streamed_features(model_args, data_args, args, training_args, src: str, tgt:
             **tokenizer_options(model_args),
         )
         del head
-    if data_args.max_train_samples is not None:
-        train_stream = train_stream.take(data_args.max_train_samples)
-    parts = 1
+    parts = None
     if args.streaming_split_by_node:  # the first max_train_samples rows of the file, split between the processes
         world = split_by_node_setup(args, training_args)  # dispatch_batches off; the number of processes
         parts = world_size or world
-        train_stream = split_stream_by_node(train_stream, parts)
-    if args.shuffle_buffer_size > 0:
-        train_stream = train_stream.shuffle(seed=training_args.seed, buffer_size=args.shuffle_buffer_size)
-    features = ["input_ids", "attention_mask", "labels"]
     tokenize = make_tokenize(tokenizer, src, tgt, data_args.max_source_length, data_args.max_target_length, False)
-    train_stream = train_stream.map(tokenize, batched=True).select_columns(features)
+    keys = ["input_ids", "attention_mask", "labels"]
     # read until max_steps (pass k shuffled as epoch k): Trainer's epochs of an IterableDataset are max_steps long
-    tokenized = {"train": repeated_stream(train_stream, f"`train_file` {data_args.train_file}", parts=parts)}
+    tokenized = {
+        "train": streamed_train_features(train_stream, tokenize, keys, data_args, args, training_args.seed, parts)
+    }
     pairs = {}
     for split, dataset in evaluation.items():
         mapped = dataset.map(
