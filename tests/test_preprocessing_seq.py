@@ -25,7 +25,7 @@ from own_data import count_builds
 
 from hf_seq.toolkit.data import pairs_of
 from hf_seq.toolkit.preprocessing import release_arrow_memory
-from hf_seq.toolkit.samplers import LengthBucketSampler, example_lengths
+from hf_seq.toolkit.samplers import LengthBucketSampler, example_lengths, total_list_length
 from hf_seq.toolkit.tokenization import build_translation_tokenizer
 
 EN = "the light god said let there be and was good earth water day night , .".split()
@@ -181,7 +181,7 @@ def test_a_cached_split_is_opened_and_counted_without_staying_resident(tmp_path)
     assert _resident_bytes(path) < size * 0.1
     assert opened.data.column("labels").num_chunks >= 400
     assert opened[123]["labels"] == [5] * int(sizes[123, 1])
-    assert train_translation.total_length(opened, "labels") == int(sizes[:, 1].sum())
+    assert total_list_length(opened, "labels") == int(sizes[:, 1].sum())
     assert _resident_bytes(path) < size * 0.1
     opened_plainly = Dataset.from_file(str(path))  # the pages opening and counting leave without a release
     assert _resident_bytes(path) > size * 0.5

@@ -27,6 +27,23 @@ TEXT = (
 ) * 6
 
 
+def token_stream(texts: list[str], tokenizer, level: str) -> torch.Tensor:
+    """The in-memory tokenization the cached token stores must equal: one long (N,) stream, the characters of the
+    texts in order, or their words with ``<eos>`` closing every text.
+
+    Characters are looked up in the char tokenizer's vocabulary directly (the same ids as ``tokenizer(text)`` for a
+    tokenizer without normaliser, and ~50x faster on megabytes of text).
+    """
+    if level == "char" and tokenizer.backend_tokenizer.normalizer is None:
+        vocab, unk = tokenizer.get_vocab(), tokenizer.unk_token_id
+        return torch.tensor([vocab.get(ch, unk) for text in texts for ch in text], dtype=torch.long)
+    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    if level == "word":
+        eos = tokenizer.eos_token_id
+        encoded = [ids + [eos] for ids in encoded]
+    return torch.tensor([i for ids in encoded for i in ids], dtype=torch.long)
+
+
 def test_windows_follow_segment_and_stride():
     stream = torch.arange(20)
     windows = LMWindowDataset(stream, segment_length=6, stride=3)  # the notes: segments every `stride` tokens
@@ -48,13 +65,13 @@ def test_windows_follow_segment_and_stride():
 def test_token_streams_char_and_word():
     char_args = train_lm.LMArguments(level="char")
     tokenizer = train_lm.build_tokenizer(char_args, [TEXT])
-    stream = train_lm.token_stream([TEXT[:50], "Zebra"], tokenizer, "char")
+    stream = token_stream([TEXT[:50], "Zebra"], tokenizer, "char")
     expected = tokenizer(TEXT[:50] + "Zebra", add_special_tokens=False)["input_ids"]
     assert stream.tolist() == expected  # fast path == the tokenizer itself ('Z' is unknown: [UNK])
     assert tokenizer.decode(stream[:50]) == TEXT[:50]
     word_args = train_lm.LMArguments(level="word")
     words = train_lm.build_tokenizer(word_args, ["a b c a <unk> a b", "d e f"], ModelArguments(tokenizer_vocab_size=10))
-    stream = train_lm.token_stream(["a <unk> zzz", "b"], words, "word")
+    stream = token_stream(["a <unk> zzz", "b"], words, "word")
     eos, unk = words.eos_token_id, words.unk_token_id
     assert stream.tolist() == [words.convert_tokens_to_ids("a"), unk, unk, eos, words.convert_tokens_to_ids("b"), eos]
     with pytest.raises(ValueError, match="level"):
@@ -178,7 +195,7 @@ def test_ptb_vocabulary_keeps_unk():
     lines = list(load_ptb()["train"]["text"])
     tokenizer = train_lm.build_tokenizer(train_lm.LMArguments(level="word"), lines)
     assert len(tokenizer) == 10001  # Mikolov's 10k vocabulary (9,999 words with <unk>, + <eos>) + <pad>
-    stream = train_lm.token_stream(lines[:200], tokenizer, "word")
+    stream = token_stream(lines[:200], tokenizer, "word")
     assert int((stream == tokenizer.unk_token_id).sum()) == sum(line.split().count("<unk>") for line in lines[:200])
 
 
@@ -238,7 +255,7 @@ def in_memory_lm_data(args, model_args, data_args, training_args=None):
     raw = cap_splits(load_task_data(train_lm.TASK, data_args), data_args)
     texts = {name: list(split[data_args.text_column_name]) for name, split in raw.items()}
     tokenizer = train_lm.build_tokenizer(args, texts["train"], model_args)
-    streams = {name: train_lm.token_stream(split, tokenizer, args.level) for name, split in texts.items()}
+    streams = {name: token_stream(split, tokenizer, args.level) for name, split in texts.items()}
     return SimpleNamespace(tokenizer=tokenizer, streams=streams, data_line=describe_data(data_args, raw, unit="texts"))
 
 

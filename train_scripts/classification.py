@@ -22,7 +22,6 @@ from datasets import Dataset, DatasetDict
 from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments
 from hf_seq.train_scripts.checks import ALLOWED, AT_LEAST_0, DeclaredFields, OneOf, Range
 from hf_seq.train_scripts.common import (
-    TimeBudgetCallback,
     cap_splits,
     describe_data,
     fold_label,
@@ -34,6 +33,7 @@ from hf_seq.train_scripts.common import (
     require_text,
     run_training,
     tokenizer_for,
+    tokenizer_source,
 )
 from hf_seq.train_scripts.errors import RecipeError
 from hf_seq.train_scripts.features import (
@@ -52,6 +52,7 @@ from hf_seq.train_scripts.features import (
     token_counts,
     tokenizer_settings,
 )
+from hf_seq.train_scripts.skeleton import budgeted_trainer
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 from transformers import TrainerCallback
 
@@ -317,17 +318,17 @@ def train_and_validate(model, training_args, args, tokenizer, encoded: dict, col
     ``max_train_cpu_minutes``), then evaluate it on the validation split: ``(trainer, train_minutes, validation
     metrics, results.json's training keys)`` (:func:`training_results`)."""
     train_collator = word_dropout_collator(collator, tokenizer, train_rows, args.word_dropout, seed=training_args.seed)
-    budget = TimeBudgetCallback(args.max_train_minutes, args.max_train_cpu_minutes)
-    trainer = TrainCollatorTrainer(
-        model=model,
-        args=training_args,
+    trainer, budget = budgeted_trainer(
+        TrainCollatorTrainer,
+        model,
+        training_args,
+        args,
         train_dataset=encoded["train"],
         eval_dataset=encoded["validation"],
         processing_class=tokenizer,
         data_collator=collator,
         train_collator=train_collator,
         compute_metrics=metrics,
-        callbacks=[budget],
     )
     start = time.monotonic()
     train_output = run_training(trainer, training_args)
@@ -401,11 +402,7 @@ def training_results(trainer, train_output, train_minutes: float, budget) -> dic
 
 def card_origins(model_args) -> tuple[str, str]:
     """The model card's words on where the tokenizer and the weights come from."""
-    source = (
-        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
-        if (model_args.tokenizer_name or model_args.model_name_or_path)
-        else f"built on the training split ({model_args.tokenizer_kind})"
-    )
+    source = tokenizer_source(model_args, f"built on the training split ({model_args.tokenizer_kind})")
     origin = (
         f" Fine-tuned from `{model_args.model_name_or_path}`."
         if model_args.model_name_or_path
@@ -570,13 +567,9 @@ class LabelledData:
         if self.record_cache is not None and self.record_cache.on_disk and self.record_cache.load_record() != record:
             self.record_cache.save_record(record)
 
-    def split_sizes(self) -> dict:
-        """``results.json``'s ``splits``: the rows of each split (``None`` for a streamed training file)."""
-        return {k: None if k == "train" and self.stream is not None else n for k, n in self.base["splits"].items()}
-
     def model_results(self, model, tokenizer, coverage, encoded: dict, vocab_coverage: bool = False) -> dict:
-        """:func:`model_results` of this run (its split sizes)."""
-        splits = self.split_sizes()
+        """:func:`model_results` of this run (its split sizes: ``None`` rows for a streamed training file)."""
+        splits = {k: None if k == "train" and self.stream is not None else n for k, n in self.base["splits"].items()}
         return model_results(self.model_args, self.args, model, tokenizer, coverage, splits, encoded, vocab_coverage)
 
     def data_line(self, encoded: dict) -> str:

@@ -538,18 +538,13 @@ def fold_label(value: str) -> str:
     return value.strip().casefold()
 
 
-def colliding_labels(names) -> list[list[str]]:
-    """The groups of ``names`` that differ only in case or surrounding spaces (each sorted), in order of first name."""
-    groups: dict[str, list[str]] = {}
-    for name in names:
-        groups.setdefault(fold_label(name), []).append(name)
-    return [sorted(group) for group in groups.values() if len(group) > 1]
-
-
 def warn_colliding_labels(names, source: str, column: str, flag: str) -> None:
     """One warning line on stderr naming the labels that differ only in case or surrounding spaces (each would
     train as a class of its own) and the flag that folds them; nothing when there are none."""
-    groups = colliding_labels(sorted(names))
+    folded: dict[str, list[str]] = {}
+    for name in sorted(names):
+        folded.setdefault(fold_label(name), []).append(name)
+    groups = [sorted(group) for group in folded.values() if len(group) > 1]
     if groups:
         shown = "; ".join(" / ".join(repr(name) for name in group) for group in groups)
         print(
@@ -708,6 +703,19 @@ def load_or_build_model(
     return model
 
 
+def tokenizer_source(model_args: ModelArguments, built: str, loaded: str = "from") -> str:
+    """The model card's words on where the tokenizer comes from: ``<loaded> `<tokenizer_name or model_name_or_path>```
+    for a loaded one, else ``built``."""
+    name = model_args.tokenizer_name or model_args.model_name_or_path
+    return f"{loaded} `{name}`" if name else built
+
+
+def tokenizer_options(model_args: ModelArguments) -> dict:
+    """``lowercase`` and ``min_frequency`` of a tokenizer to build, those given (the builders' defaults otherwise)."""
+    given = (("lowercase", model_args.lowercase), ("min_frequency", model_args.tokenizer_min_frequency))
+    return {name: value for name, value in given if value is not None}
+
+
 def tokenizer_for(
     model_args: ModelArguments,
     train_texts,
@@ -735,10 +743,7 @@ def tokenizer_for(
         "padding_side": model_args.padding_side,
         "truncation_side": model_args.truncation_side,
         "model_max_length": max_length or DEFAULT_MODEL_MAX_LENGTH,
-    }
-    for name, value in (("lowercase", model_args.lowercase), ("min_frequency", model_args.tokenizer_min_frequency)):
-        if value is not None:
-            shared[name] = value
+    } | tokenizer_options(model_args)
     if model_args.tokenizer_kind == "word":
         return build_word_level_tokenizer(
             train_texts(),

@@ -28,6 +28,7 @@ the checks of a streamed text file (:func:`check_text_stream`) and the seeded sh
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -160,7 +161,11 @@ def _open_split(folder: Path, entry: dict) -> Dataset:
 
 class FeatureCache:
     """The cache folder of one key (:func:`hf_seq.toolkit.preprocessing.preprocessing_cache_dir` of ``task`` +
-    ``key_parts``) under ``root``; ``root=None``: nothing on disk (``map`` in memory)."""
+    ``key_parts``) under ``root``; ``root=None``: nothing on disk (``map`` in memory).
+
+    The splits are ``Dataset.map``'s own Arrow files; what this adds to ``datasets``' fingerprinted cache is a key
+    made of the data files and the tokenizer, not of a loaded ``Dataset``: a run that finds its features reads no
+    data file."""
 
     def __init__(self, root: str | os.PathLike | None, task: str, key_parts: dict, overwrite: bool = False) -> None:
         self.root = root
@@ -381,6 +386,17 @@ def check_streaming(args, training_args, data_args, splits_by_node: bool = False
         )
 
 
+@contextlib.contextmanager
+def text_read_errors(path: str, flag: str) -> Iterator[None]:
+    """A ``UnicodeDecodeError`` while the text file ``path`` is read as a ``DataError`` naming the file and ``flag``."""
+    from hf_seq.toolkit.data import DataError
+
+    try:
+        yield
+    except UnicodeDecodeError as error:
+        raise DataError(f"`{flag}` {path} could not be read as text (UnicodeDecodeError: {error})") from error
+
+
 def check_text_stream(data_args, training_args, caps: dict) -> None:
     """``--streaming`` of the token-store scripts (train_lm, pretrain_bert): ``RecipeError`` naming the flag unless
     the stream is a ``train_file`` with a ``validation_file``, none of ``caps`` (``{flag: value}``, e.g.
@@ -515,15 +531,18 @@ def repeated_stream(stream, source: str, parts: int = 1):
     )
 
 
-def cached_tokenizer(root, task: str, key_parts: dict, overwrite: bool, build: Callable[[], Any]):
+def cached_tokenizer(root, task: str, key_parts: dict, overwrite: bool, build: Callable[[], Any] | None):
     """A tokenizer built by ``build()`` on the training split, cached in ``<root>/<task>-tokenizer-<hash>`` (keyed
     by the data and the tokenizer settings in ``key_parts``): the next run loads it instead of training it again.
-    Every run (the first too) uses the saved copy, so that the features' key (its fingerprint) is the same."""
+    Every run (the first too) uses the saved copy, so that the features' key (its fingerprint) is the same.
+    ``build`` None: the cached tokenizer, or None when there is none."""
     from transformers import AutoTokenizer
 
     cache = FeatureCache(root, f"{task}_tokenizer", key_parts, overwrite=overwrite)
     saved = cache.load_extra("tokenizer")
     if saved is None:
+        if build is None:
+            return None
         tokenizer = build()
         if not cache.on_disk:
             return tokenizer
@@ -656,16 +675,19 @@ def streamed_lookup(lookup: Callable, path: str, column: str, names: list[str]) 
     return convert
 
 
-def streamed_train_features(stream, encode: Callable, keys, data_args, args, seed: int):
-    """The training stream's features: its first ``max_train_samples`` rows, through the seeded shuffle buffer
-    (``shuffle_buffer_size``; seed + epoch), tokenized batch by batch by ``encode`` (``IterableDataset.map``), keeping
-    ``keys``; read again and again until ``max_steps`` (:func:`repeated_stream`: pass ``k`` shuffled as epoch ``k``)."""
+def streamed_train_features(stream, encode: Callable, keys, data_args, args, seed: int, parts: int | None = None):
+    """The training stream's features: its first ``max_train_samples`` rows (split into ``parts``, one per process:
+    :func:`split_stream_by_node`), through the seeded shuffle buffer (``shuffle_buffer_size``; seed + epoch),
+    tokenized batch by batch by ``encode`` (``IterableDataset.map``), keeping ``keys``; read again and again until
+    ``max_steps`` (:func:`repeated_stream`: pass ``k`` shuffled as epoch ``k``)."""
     if data_args.max_train_samples is not None:
         stream = stream.take(data_args.max_train_samples)
+    if parts is not None:
+        stream = split_stream_by_node(stream, parts)
     if args.shuffle_buffer_size > 0:
         stream = stream.shuffle(seed=seed, buffer_size=args.shuffle_buffer_size)
     stream = stream.map(encode, batched=True).select_columns(list(keys))
-    return repeated_stream(stream, f"`train_file` {data_args.train_file}")
+    return repeated_stream(stream, f"`train_file` {data_args.train_file}", parts=parts or 1)
 
 
 # ---------------------------------------------------------------------------------------------------------------

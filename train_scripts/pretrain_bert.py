@@ -39,7 +39,6 @@ import collections
 import itertools
 import logging
 import math
-import os
 import random
 import resource
 import shutil
@@ -69,6 +68,7 @@ from hf_seq.train_scripts.common import (
     require_columns,
     run_training,
     tokenizer_for,
+    tokenizer_source,
 )
 from hf_seq.train_scripts.features import (
     check_holdout_percentage,
@@ -78,8 +78,15 @@ from hf_seq.train_scripts.features import (
     held_out_rows,
     shuffle_buffered,
     text_file_keys,
+    text_read_errors,
 )
-from hf_seq.train_scripts.skeleton import budgeted_trainer, finish_script_run, parse_script_args, start_script_run
+from hf_seq.train_scripts.skeleton import (
+    budgeted_trainer,
+    env_threads,
+    finish_script_run,
+    parse_script_args,
+    start_script_run,
+)
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 
 from hf_seq.toolkit.collators import (
@@ -200,10 +207,8 @@ def _file_documents(path: str, flag: str, column: str) -> Iterator[list]:
     """The documents of a data file: a ``.txt`` file read in buffered chunks (the rows of ``datasets``' text loader),
     any other format through ``datasets`` (memory-mapped Arrow)."""
     if Path(path).suffix.lower() == ".txt":
-        try:
+        with text_read_errors(path, flag):
             yield from _grouped_by_blank_rows(iter_text_file_lines(path))
-        except UnicodeDecodeError as error:
-            raise DataError(f"`{flag}` {path} could not be read as text (UnicodeDecodeError: {error})") from error
         return
     split = load_data(train_file=path, allow_text_files=True, require_validation=False)
     require_columns(split, {"text_column_name": column})
@@ -698,11 +703,7 @@ def pretrain_card(args, model_args, training_args, trainer, tokenizer, results: 
             "test_nsp_accuracy": round(test["test_nsp_accuracy"], 4),
             "test_loss": round(test["test_loss"], 4),
         }
-    source = (
-        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
-        if (model_args.tokenizer_name or model_args.model_name_or_path)
-        else "trained on the training documents"
-    )
+    source = tokenizer_source(model_args, "trained on the training documents")
     return {
         "dataset": f"{results['data']}. Masked-LM + next-sentence pairs of at most {max_length} tokens: "
         + (
@@ -739,8 +740,7 @@ def _check_pairs(data_args, splits: dict) -> None:
 
 def main(argv: list[str] | None = None, command_prefix: list[str] | None = None) -> dict:
     model_args, data_args, args, training_args, command = parse_script_args(TASK, argv, __file__, command_prefix)
-    threads = args.num_threads or int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
-    previous = start_script_run(training_args, configure_logging=True, threads=threads)
+    previous = start_script_run(training_args, configure_logging=True, threads=args.num_threads or env_threads())
     if previous is not None:  # a finished run asked to resume: nothing to do
         return previous
     training_args.remove_unused_columns = False  # the collator needs the anchor columns

@@ -62,6 +62,7 @@ from hf_seq.train_scripts.common import (
     load_tokenizer,
     run_training,
     save_run,
+    tokenizer_source,
 )
 from hf_seq.train_scripts.features import (
     check_holdout_percentage,
@@ -75,6 +76,7 @@ from hf_seq.train_scripts.features import (
     split_by_node_setup,
     split_stream_by_node,
     text_file_keys,
+    text_read_errors,
 )
 from hf_seq.train_scripts.skeleton import (
     after_training,
@@ -201,22 +203,6 @@ def build_tokenizer(args: LMArguments, train_texts: list[str], model_args=None):
     )
 
 
-def token_stream(texts: list[str], tokenizer, level: str) -> torch.Tensor:
-    """One long (N,) stream: characters of the texts in order, or words with ``<eos>`` closing every text.
-
-    Characters are looked up in the char tokenizer's vocabulary directly (the same ids as ``tokenizer(text)`` for a
-    tokenizer without normaliser, and ~50x faster on megabytes of text).
-    """
-    if level == "char" and tokenizer.backend_tokenizer.normalizer is None:
-        vocab, unk = tokenizer.get_vocab(), tokenizer.unk_token_id
-        return torch.tensor([vocab.get(ch, unk) for text in texts for ch in text], dtype=torch.long)
-    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    if level == "word":
-        eos = tokenizer.eos_token_id
-        encoded = [ids + [eos] for ids in encoded]
-    return torch.tensor([i for ids in encoded for i in ids], dtype=torch.long)
-
-
 def _text_files_only(data_args) -> bool:
     """Data given as .txt files only: read by :mod:`hf_seq.toolkit.preprocessing` itself (no Arrow copy of the text)."""
     files = [data_args.train_file, data_args.validation_file, data_args.test_file]
@@ -246,21 +232,6 @@ def _rows_of_file(path: str, keep: np.ndarray | None, limit: int | None):
                 yield line
                 given += 1
             row += 1
-
-
-def _read_text_errors(path: str, flag: str):
-    """A ``UnicodeDecodeError`` of a text file as a ``DataError`` naming the file and the flag."""
-
-    class _Guard:
-        def __enter__(self):
-            return self
-
-        def __exit__(self, kind, error, tb):
-            if kind is not None and issubclass(kind, UnicodeDecodeError):
-                raise DataError(f"`{flag}` {path} could not be read as text (UnicodeDecodeError: {error})") from error
-            return False
-
-    return _Guard()
 
 
 def check_eos(args: LMArguments, model_args, tokenizer) -> None:
@@ -316,7 +287,7 @@ def _text_file_selections(files: dict, data_args) -> tuple[dict, np.ndarray | No
     then the ``max_*_samples`` caps."""
     rows = {}
     for split, path in files.items():
-        with _read_text_errors(path, f"{split}_file"):
+        with text_read_errors(path, f"{split}_file"):
             rows[split] = count_text_file_lines(path)
     keep = {split: np.ones(n, dtype=bool) for split, n in rows.items()}
     held_out = None
@@ -342,14 +313,14 @@ def _tokenize_text_files(tmp: Path, files: dict, args: LMArguments, model_args, 
     selections, held_out = _text_file_selections(files, data_args)
     tokenizer = given
     if tokenizer is None:
-        with _read_text_errors(files["train"], "train_file"):
+        with text_read_errors(files["train"], "train_file"):
             lines = _rows_of_file(files["train"], selections["train"][1], args.tokenizer_max_train_lines)
             tokenizer = build_tokenizer(args, lines, model_args)
     check_eos(args, model_args, tokenizer)
     append = tokenizer.eos_token_id if args.level == "word" else None  # <eos> after every row (word level)
     whole = {}
     for source in sorted({source for source, _ in selections.values()}):
-        with _read_text_errors(files[source], f"{source}_file"):
+        with text_read_errors(files[source], f"{source}_file"):
             whole[source] = tokenize_text_file(
                 files[source],
                 tokenizer,
@@ -385,8 +356,7 @@ def _tokenize_splits(tmp: Path, raw: dict, args: LMArguments, model_args, data_a
 
 def prepare_lm_data(args: LMArguments, model_args, data_args, training_args=None) -> LMData:
     """Tokenize every split once into :class:`hf_seq.toolkit.preprocessing.TokenStore` s in the preprocessing cache (or reuse
-    it): the same token ids as :func:`token_stream` on the in-memory splits, the tokenizer built (or given) as
-    before. Keyed by the data files (or data set fingerprints), the split settings and the tokenizer."""
+    it): the same token ids as tokenizing the in-memory splits, the tokenizer built (or given) as before. Keyed by the data files (or data set fingerprints), the split settings and the tokenizer."""
     given = load_tokenizer(model_args)
     files = {
         s: getattr(data_args, f"{s}_file") for s in ("train", "validation", "test") if getattr(data_args, f"{s}_file")
@@ -783,11 +753,7 @@ def lm_card(args, model_args, training_args, tokenizer, streams: dict, results: 
         if args.final_eval_max_tokens is None
         else f" (final evaluation on the first {args.final_eval_max_tokens:,} tokens)"
     )
-    source = (
-        f"from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
-        if (model_args.tokenizer_name or model_args.model_name_or_path)
-        else "built on the training split"
-    )
+    source = tokenizer_source(model_args, "built on the training split")
     return {
         "dataset": f"{data_line}; {' / '.join(f'{n:,}' for n in tokens.values())} {' / '.join(tokens)} "
         f"{args.level} tokens{evaluated}; {args.level}-level tokenizer {source}, {len(tokenizer)} tokens; training "
@@ -870,7 +836,7 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
     timing = (train_minutes, train_cpu_minutes, train_tokens, data_line)
     results = lm_results(args, model_args, training_args, config, num_params, budget, train_output, timing)
     # the trained model first: nothing that runs after training (the export, evaluation, samples) can cost it
-    save_run(trainer, training_args.output_dir, results, command)  # the model first: what follows cannot cost it
+    save_run(trainer, training_args.output_dir, results, command)
     files: dict = {}
     guarded = {"results": results, "output_dir": training_args.output_dir}
     tested = model

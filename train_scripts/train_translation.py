@@ -57,22 +57,24 @@ from hf_seq.train_scripts.common import (
     run_training,
     save_run,
     stream_row_error,
+    tokenizer_options,
+    tokenizer_source,
 )
 from hf_seq.train_scripts.features import (
     STREAMING_TOKENIZER_SAMPLES,
     ColumnTexts,
     FeatureCache,
     cache_root,
+    cached_tokenizer,
     check_streaming,
     data_key,
     data_record,
     head_dataset,
     release_mapped_pages,
     releasing_pages,
-    repeated_stream,
     split_by_node_setup,
-    split_stream_by_node,
     stream_file,
+    streamed_train_features,
 )
 from hf_seq.train_scripts.skeleton import (
     after_training,
@@ -89,6 +91,7 @@ import hf_seq  # noqa: F401  (registers the hf_seq configs/models with the Auto 
 from hf_seq.toolkit.data import DataError, batch_pairs, check_pairs, is_blank, pair_problem, split_source
 from hf_seq.toolkit.metrics import load_metric
 from hf_seq.toolkit.preprocessing import id_type, release_arrow_memory, tokenizer_fingerprint
+from hf_seq.toolkit.samplers import total_list_length
 from hf_seq.toolkit.tokenization import PairEncoder, build_translation_tokenizer
 from hf_seq.toolkit.visualization import plot_translation_attention
 
@@ -283,12 +286,6 @@ def check_averaging(args: TranslationArguments, training_args) -> None:
         )
 
 
-def last_checkpoints(output_dir: str, count: int, up_to_step: int) -> list[Path]:
-    """The ``count`` newest complete ``checkpoint-N`` folders of ``output_dir`` with ``N <= up_to_step``, oldest
-    first (checkpoints of a later, longer run left in the folder are not this model's)."""
-    return outputs.checkpoints(output_dir, up_to_step=up_to_step)[:count][::-1]
-
-
 def load_averaged_weights(model, folders: list[Path]) -> None:
     """Replace the weights of ``model`` by the mean of those saved in ``folders``
     (:func:`hf_seq.toolkit.export.average_state_dicts`); tied weights, stored once, stay tied."""
@@ -378,22 +375,6 @@ def onnxruntime_predictions(
     for i, row in enumerate(rows):
         out[i, : len(row)] = row
     return out
-
-
-def total_length(dataset, column: str) -> int:
-    """The number of tokens in a list column, summed from the Arrow offsets (no Python lists), the pages of the
-    mapped cache released as it goes (:func:`hf_seq.toolkit.samplers.total_list_length`)."""
-    from hf_seq.toolkit.samplers import total_list_length
-
-    return total_list_length(dataset, column)
-
-
-def _tokenizer_options(model_args) -> dict:
-    return {
-        key: value
-        for key, value in (("lowercase", model_args.lowercase), ("min_frequency", model_args.tokenizer_min_frequency))
-        if value is not None
-    }
 
 
 def _recorded_features(model_args, data_args, args, root, src: str, tgt: str):
@@ -526,7 +507,7 @@ def _features_from_files(model_args, data_args, args, root, src: str, tgt: str, 
             ColumnTexts(train, columns["train"], fields=[src, tgt], max_rows=args.tokenizer_max_train_lines),
             kind=model_args.tokenizer_kind,
             vocab_size=model_args.tokenizer_vocab_size,
-            **_tokenizer_options(model_args),
+            **tokenizer_options(model_args),
         )
 
     tokenizer, cache = feature_cache(model_args, data_args, args, root, base, tokenizer=build_tokenizer)
@@ -547,27 +528,17 @@ def feature_cache(model_args, data_args, args, root, base: dict, tokenizer):
     """``(tokenizer, FeatureCache of the features)`` for the data key ``base``: the tokenizer given
     (``tokenizer_name`` / the model's), else the one cached for this data and these tokenizer settings, else
     ``tokenizer()`` (built, then cached); with ``tokenizer`` ``None`` a tokenizer not cached yet gives ``None``."""
-    from transformers import AutoTokenizer
-
     loaded = load_tokenizer(model_args)
     if loaded is None:  # one tokenizer for both languages, trained on the training split only
         settings = {
             "kind": model_args.tokenizer_kind,
             "vocab_size": model_args.tokenizer_vocab_size,
-            "options": _tokenizer_options(model_args),
+            "options": tokenizer_options(model_args),
             "samples": args.tokenizer_max_train_lines,
         }
-        tokenizer_cache = FeatureCache(root, "translation_tokenizer", base | settings, overwrite=args.overwrite_cache)
-        saved = tokenizer_cache.load_extra("tokenizer")
-        if saved is None:
-            if tokenizer is None:
-                return None
-            loaded = tokenizer()
-            if tokenizer_cache.on_disk:
-                tokenizer_cache.save_extras_only({"tokenizer": loaded.save_pretrained})
-                saved = tokenizer_cache.load_extra("tokenizer")
-        if saved is not None:  # the same object on the first and the next runs (and every process)
-            loaded = AutoTokenizer.from_pretrained(saved)
+        loaded = cached_tokenizer(root, "translation", base | settings, args.overwrite_cache, tokenizer)
+        if loaded is None:
+            return None
     key = base | {
         "tokenizer": tokenizer_fingerprint(loaded),
         "max_source_length": data_args.max_source_length,
@@ -649,23 +620,19 @@ def streamed_features(model_args, data_args, args, training_args, src: str, tgt:
             ColumnTexts(head, columns, fields=[src, tgt]),
             kind=model_args.tokenizer_kind,
             vocab_size=model_args.tokenizer_vocab_size,
-            **_tokenizer_options(model_args),
+            **tokenizer_options(model_args),
         )
         del head
-    if data_args.max_train_samples is not None:
-        train_stream = train_stream.take(data_args.max_train_samples)
-    parts = 1
+    parts = None
     if args.streaming_split_by_node:  # the first max_train_samples rows of the file, split between the processes
         world = split_by_node_setup(args, training_args)  # dispatch_batches off; the number of processes
         parts = world_size or world
-        train_stream = split_stream_by_node(train_stream, parts)
-    if args.shuffle_buffer_size > 0:
-        train_stream = train_stream.shuffle(seed=training_args.seed, buffer_size=args.shuffle_buffer_size)
-    features = ["input_ids", "attention_mask", "labels"]
     tokenize = make_tokenize(tokenizer, src, tgt, data_args.max_source_length, data_args.max_target_length, False)
-    train_stream = train_stream.map(tokenize, batched=True).select_columns(features)
+    keys = ["input_ids", "attention_mask", "labels"]
     # read until max_steps (pass k shuffled as epoch k): Trainer's epochs of an IterableDataset are max_steps long
-    tokenized = {"train": repeated_stream(train_stream, f"`train_file` {data_args.train_file}", parts=parts)}
+    tokenized = {
+        "train": streamed_train_features(train_stream, tokenize, keys, data_args, args, training_args.seed, parts)
+    }
     pairs = {}
     for split, dataset in evaluation.items():
         mapped = dataset.map(
@@ -746,7 +713,7 @@ def train_results(trainer, training_args, args, budget, tokenized) -> dict:
     """Train; ``results.json``'s ``train``: Trainer's metrics, the budget's minutes, steps, epochs and throughput."""
     train_result = run_training(trainer, training_args)
     epochs = trainer.state.epoch or 0.0
-    target_tokens = None if args.streaming else total_length(tokenized["train"], "labels")
+    target_tokens = None if args.streaming else total_list_length(tokenized["train"], "labels")
     return {
         **train_result.metrics,
         "train_minutes": budget.train_seconds / 60.0,
@@ -827,7 +794,9 @@ def average_and_test(run, results: dict, extra_files: dict) -> None:
         logger.warning("no test split: nothing to predict")
     export_root = Path(tempfile.mkdtemp()) if args.test_engine != "pytorch" else None
     if args.average_last_checkpoints:
-        folders = last_checkpoints(training_args.output_dir, args.average_last_checkpoints, trainer.state.global_step)
+        # the newest complete ones, oldest first; a later, longer run's checkpoints left in the folder are not this model's
+        found = outputs.checkpoints(training_args.output_dir, up_to_step=trainer.state.global_step)
+        folders = found[: args.average_last_checkpoints][::-1]
         if len(folders) < args.average_last_checkpoints:
             logger.warning(
                 "average_last_checkpoints=%d: only %d complete checkpoints saved; averaging those",
@@ -869,11 +838,7 @@ def translation_card(run, results: dict, data_line: str) -> dict:
     model_args, data_args, args, tokenizer = run.model_args, run.data_args, run.args, run.tokenizer
     src, tgt = data_args.source_lang, data_args.target_lang
     sizes = results["data"]
-    source = (
-        f"loaded from `{model_args.tokenizer_name or model_args.model_name_or_path}`"
-        if (model_args.tokenizer_name or model_args.model_name_or_path)
-        else f"{model_args.tokenizer_kind}, built on the training pairs"
-    )
+    source = tokenizer_source(model_args, f"{model_args.tokenizer_kind}, built on the training pairs", "loaded from")
     filtered = f"pairs of at most {args.max_words} words per side; " if args.max_words else ""
     return {
         "dataset": f"{data_line}; {filtered}{sizes['train_pairs']} training / {sizes['validation_pairs']} validation / "
@@ -978,7 +943,6 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
         results["train"] = train_results(trainer, training_args, args, budget, tokenized)
         results["validation_history"] = [h for h in trainer.state.log_history if "eval_bleu" in h]
         # the trained model first: nothing that runs after training (decoding, exports, the plot) can cost it
-        # the model first: what follows cannot cost it
         save_run(trainer, training_args.output_dir, results, command, results_name=args.results_file)
 
     extra_files = {}

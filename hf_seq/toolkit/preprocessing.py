@@ -1,6 +1,10 @@
 """Tokenize once, on disk: a preprocessing cache keyed by the data files, the tokenizer and the settings, and a
 memory-mapped token store (the layout of nanoGPT's ``train.bin`` and fairseq's indexed datasets).
 
+Why not ``datasets``' own cache (``Dataset.map(cache_file_name=..., load_from_cache_file=True)``): its fingerprint is
+a loaded ``Dataset``'s, so every run reads the data first, and it stores Arrow list columns, not the flat token
+arrays that language-model windows and BERT pairs slice.
+
 =================================  =================================================================================
 function / class                   use
 =================================  =================================================================================
@@ -41,6 +45,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -612,11 +617,13 @@ def count_text_file_lines(path: str | os.PathLike) -> int:
     return count
 
 
-def _tokenize_range(job: tuple) -> tuple[int, int]:
-    encoder, path, start, end, folder, vocab_size, append_id = job
+def _tokenize_batches(job: tuple) -> tuple[int, int]:
+    """A worker: the batches of texts ``read()`` gives (the lines of a byte range of a text file, or a row range of a
+    column) encoded into a store in ``folder``; ``(rows, tokens)``."""
+    encoder, read, folder, vocab_size, append_id = job
     writer = TokenStoreWriter(folder, vocab_size)
-    for lines in iter_text_file_lines(path, start, end):
-        flat, lengths = encoder.encode(lines, append_id)
+    for texts in read():
+        flat, lengths = encoder.encode(texts, append_id)
         writer.add_flat(flat, lengths)
     store = writer.close()
     return len(store), store.num_tokens
@@ -677,8 +684,8 @@ def tokenize_text_file(
     folder = Path(folder)
     num_workers = max(1, int(num_workers or 1))
     ranges = text_file_ranges(path, num_workers)
-    jobs = [(encoder, str(path), start, end) for start, end in ranges]
-    return _tokenize_in_parts(_tokenize_range, jobs, folder, vocab_size, append_id, num_workers)
+    jobs = [(encoder, partial(iter_text_file_lines, str(path), start, end)) for start, end in ranges]
+    return _tokenize_in_parts(_tokenize_batches, jobs, folder, vocab_size, append_id, num_workers)
 
 
 def iter_column_batches(dataset, column: str, batch_size: int = 10_000, start: int = 0, end: int | None = None):
@@ -687,16 +694,6 @@ def iter_column_batches(dataset, column: str, batch_size: int = 10_000, start: i
     end = len(dataset) if end is None else end
     for lo in range(start, end, batch_size):
         yield dataset[lo : min(end, lo + batch_size)][column]
-
-
-def _tokenize_dataset_range(job: tuple) -> tuple[int, int]:
-    encoder, dataset, column, start, end, folder, vocab_size, append_id = job
-    writer = TokenStoreWriter(folder, vocab_size)
-    for texts in iter_column_batches(dataset, column, start=start, end=end):
-        flat, lengths = encoder.encode(texts, append_id)
-        writer.add_flat(flat, lengths)
-    store = writer.close()
-    return len(store), store.num_tokens
 
 
 def tokenize_dataset(
@@ -716,8 +713,11 @@ def tokenize_dataset(
     num_workers = max(1, min(int(num_workers or 1), len(dataset) or 1))
     n = len(dataset)
     bounds = [n * k // num_workers for k in range(num_workers + 1)]
-    jobs = [(encoder, dataset, column, bounds[k], bounds[k + 1]) for k in range(num_workers)]
-    return _tokenize_in_parts(_tokenize_dataset_range, jobs, folder, vocab_size, append_id, num_workers)
+    jobs = [
+        (encoder, partial(iter_column_batches, dataset, column, start=bounds[k], end=bounds[k + 1]))
+        for k in range(num_workers)
+    ]
+    return _tokenize_in_parts(_tokenize_batches, jobs, folder, vocab_size, append_id, num_workers)
 
 
 MADV_DONTNEED = 4  # Linux
