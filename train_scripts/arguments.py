@@ -447,22 +447,14 @@ def _field_types(dataclass_types) -> dict[str, Any]:
 
 def _owner_hint(key: str, task: Task) -> str:
     """Which other script reads ``key``: a hint for an unknown key."""
-    for name, module_name in tasks.TASKS.items():
-        if name == task.name:
+    for name in tasks.TASKS:
+        try:
+            other = tasks.script(name).TASK
+        except Exception:  # noqa: BLE001 - a hint only
             continue
-        other = _task_of(module_name)
-        if other is not None and key in _field_types((other.arguments,)) and key not in task.unused:
+        if key in _field_types((other.arguments,)) and key not in task.unused:
             return f" (`{key}` is an option of {other.name})"
     return ""
-
-
-def _task_of(module_name: str) -> Task | None:
-    import importlib
-
-    try:
-        return getattr(importlib.import_module(module_name), "TASK", None)
-    except Exception:  # noqa: BLE001 - a hint only
-        return None
 
 
 def _config_field_hint(key: str, model_type: Any, task: Task) -> str:

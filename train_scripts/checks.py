@@ -383,13 +383,9 @@ def check_model_folder(task: Task, head: str, model_args, where: str, allow_othe
     return config
 
 
-def check_model_paths(task: Task, model_args, task_args, sources: dict[str, str]) -> None:
+def check_model_paths(task: Task, model_args, task_args, origin) -> None:
     """``tokenizer_name`` and ``model_name_or_path`` (see :func:`check_model_folder`); the language model's
-    ``level`` matches the tokenizer it loads."""
-
-    def origin(key: str) -> str:
-        return sources.get(key, f"{task.name}'s default")
-
+    ``level`` matches the tokenizer it loads. ``origin(flag)``: where the flag was set."""
     tokenizer_folder = None
     if model_args.tokenizer_name:
         tokenizer_folder = check_tokenizer_folder(model_args.tokenizer_name, "tokenizer_name", origin("tokenizer_name"))
@@ -455,7 +451,7 @@ def check_run(task: Task, model_args, data_args, task_args, training_args, sourc
     check_training_steps(training_args, origin)  # the other fields' ranges: as the dataclasses are built
     check_trains_something(task, model_args, task_args, training_args, origin, given)
     check_resume(training_args, origin("resume_from_checkpoint"))
-    check_model_paths(task, model_args, task_args, sources)
+    check_model_paths(task, model_args, task_args, origin)
     check_resumed_folder(task, model_args, task_args, training_args, origin("resume_from_checkpoint"))
     if data_args.dataset_name in DATASET_PRESETS:
         try:
