@@ -95,15 +95,11 @@ class ModelArguments:
     )
     tokenizer_kind: str | None = field(
         default=None,
-        metadata={
-            "help": f"Kind of tokenizer built on the training split: one of {list(TOKENIZER_KINDS)}.",
-        },
+        metadata={"help": f"Kind of tokenizer built on the training split: one of {list(TOKENIZER_KINDS)}."},
     )
     tokenizer_vocab_size: int | None = field(
         default=None,
-        metadata={
-            "help": "Vocabulary size of a built tokenizer (word level: the top V words; None: all).",
-        },
+        metadata={"help": "Vocabulary size of a built tokenizer (word level: the top V words; None: all)."},
     )
     tokenizer_min_frequency: int | None = field(
         default=None,
@@ -166,7 +162,7 @@ class DataArguments:
     validation_split_percentage: float | None = field(
         default=5,
         metadata={
-            "help": "Without a validation split: hold out this percentage of the training rows (seeded by split_seed)."
+            "help": "Without a validation split: hold out this percentage of the training rows (seeded by split_seed).",
         },
     )
     split_seed: int = field(
@@ -221,9 +217,7 @@ class BudgetArguments:
 
     max_train_minutes: float | None = field(
         default=None,
-        metadata={
-            "help": "Stop training after this many minutes of training steps (wall clock).",
-        },
+        metadata={"help": "Stop training after this many minutes of training steps (wall clock)."},
     )
     max_train_cpu_minutes: float | None = field(
         default=None,
@@ -246,9 +240,7 @@ class PreprocessingArguments(BudgetArguments):
 
     preprocessing_num_workers: int | None = field(
         default=None,
-        metadata={
-            "help": "Processes that tokenize the data into the cache (None: 1).",
-        },
+        metadata={"help": "Processes that tokenize the data into the cache (None: 1)."},
     )
     cache_dir: str | None = field(
         default=None,
@@ -281,15 +273,11 @@ class PreprocessingArguments(BudgetArguments):
     )
     tokenizer_max_train_lines: int | None = field(
         default=None,
-        metadata={
-            "help": "Build the tokenizer on the first N training rows only (None: all rows).",
-        },
+        metadata={"help": "Build the tokenizer on the first N training rows only (None: all rows)."},
     )
     shuffle_buffer_size: int = field(
         default=10_000,
-        metadata={
-            "help": "--streaming: size of the seeded shuffle buffer of the training windows (0: no shuffling).",
-        },
+        metadata={"help": "--streaming: size of the seeded shuffle buffer of the training windows (0: no shuffling)."},
     )
 
     def __post_init__(self):

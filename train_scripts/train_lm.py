@@ -142,9 +142,7 @@ class LMArguments(PreprocessingArguments, BudgetArguments):
     )
     test_onnxruntime_quantization: str | None = field(
         default=None,
-        metadata={
-            "help": "int8: ONNX Runtime dynamic quantization of that export (default float32).",
-        },
+        metadata={"help": "int8: ONNX Runtime dynamic quantization of that export (default float32)."},
     )
 
     def __post_init__(self):

@@ -134,9 +134,7 @@ class TranslationArguments(PreprocessingArguments, BudgetArguments):
     )
     test_onnxruntime_quantization: str | None = field(
         default=None,
-        metadata={
-            "help": 'int8: ONNX Runtime dynamic quantization of the "onnxruntime" export (default float32).',
-        },
+        metadata={"help": 'int8: ONNX Runtime dynamic quantization of the "onnxruntime" export (default float32).'},
     )
     test_ctranslate2_quantization: str | None = field(
         default=None,
