@@ -129,7 +129,7 @@ SUBPROCESS_CASES = {
 
 
 # the fast suite runs the case no in-process test covers; the other two (each a fresh process importing torch and
-# transformers, ~6 s) are slow: test_flag_ranges refuses every declared range in-process, and the classifier folder
+# transformers, ~6 s) are slow: test_flag_ranges refuses every checked range in-process, and the classifier folder
 # given to another task (train_tagger, and train_lm on resume) is refused in-process below
 @pytest.mark.parametrize(
     "case",

@@ -13,13 +13,12 @@ The recipe gives the defaults and command-line flags override them. Everything i
 invalid JSON (file, line and column), a recipe that is not a JSON object, unknown keys (with the closest known key,
 or the script they belong to), values of the wrong type (key, expected type, value), unknown data files or types,
 an unregistered ``model_type`` or a ``model_config`` its config class rejects; every field's range or set of values,
-declared beside the field (``metadata={"help": ..., ALLOWED: Range(1, True)}``; transformers' ``TrainingArguments``
-fields in ``inherited_allowed``) and checked by one checker as the dataclass is built
-(:func:`hf_seq.train_scripts.checks.check_allowed`); and, in :mod:`hf_seq.train_scripts.checks`, a run that trains
-something,
-``output_dir`` (writable), ``resume_from_checkpoint``, the tokenizer and model folders (family, saved head) and a
-preset's corpus. Errors are :class:`RecipeError` (a ``ValueError``) naming the recipe file or the command line; the
-command line prints them as one line (:func:`hf_seq.train_scripts.cli.report_user_errors`).
+checked beside the fields in each dataclass's ``__post_init__`` as transformers' example scripts do (the fields of
+transformers' ``TrainingArguments`` that it leaves unchecked in :class:`HfSeqTrainingArguments`); and, in
+:mod:`hf_seq.train_scripts.checks`, a run that trains something, ``output_dir`` (writable),
+``resume_from_checkpoint``, the tokenizer and model folders (family, saved head) and a preset's corpus. Errors are
+:class:`RecipeError` (a ``ValueError``) naming the recipe file or the command line; the command line prints them as
+one line (:func:`hf_seq.train_scripts.cli.report_user_errors`).
 """
 
 from __future__ import annotations
@@ -28,32 +27,18 @@ import argparse
 import difflib
 import enum
 import json
+import math
+import re
 import sys
 import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Union
+from typing import Any, Literal, Union
 
 from hf_seq.train_scripts import tasks
-from hf_seq.train_scripts.checks import (
-    ABOVE_0,
-    ALLOWED,
-    AT_LEAST_0,
-    HEADS,
-    POSITIVE_INT,
-    SEQ2SEQ_TRAINING_ALLOWED,
-    TRAINING_ALLOWED,
-    DeclaredFields,
-    OneOf,
-    Range,
-    check_run,
-    config_fields,
-    model_config_dict,
-    naming_origins,
-    override_values,
-)
+from hf_seq.train_scripts.checks import HEADS, check_run, config_fields, model_config_dict, override_values
 from hf_seq.train_scripts.errors import RecipeError
 from hf_seq.train_scripts.recipes import default_recipe, read_recipe, resolve_recipe, shipped_recipes
 from hf_seq.train_scripts.trainer import start_deepspeed_comm_on_cpu
@@ -68,7 +53,7 @@ SIDES = ("left", "right")
 
 
 @dataclass
-class ModelArguments(DeclaredFields):
+class ModelArguments:
     """Which model to build or load, and its tokenizer."""
 
     model_type: str | None = field(
@@ -110,17 +95,11 @@ class ModelArguments(DeclaredFields):
     )
     tokenizer_kind: str | None = field(
         default=None,
-        metadata={
-            "help": f"Kind of tokenizer built on the training split: one of {list(TOKENIZER_KINDS)}.",
-            ALLOWED: OneOf(TOKENIZER_KINDS, null=True),  # each script narrows it to what it builds (Task)
-        },
+        metadata={"help": f"Kind of tokenizer built on the training split: one of {list(TOKENIZER_KINDS)}."},
     )
     tokenizer_vocab_size: int | None = field(
         default=None,
-        metadata={
-            "help": "Vocabulary size of a built tokenizer (word level: the top V words; None: all).",
-            ALLOWED: POSITIVE_INT.or_null(),
-        },
+        metadata={"help": "Vocabulary size of a built tokenizer (word level: the top V words; None: all)."},
     )
     tokenizer_min_frequency: int | None = field(
         default=None,
@@ -129,12 +108,8 @@ class ModelArguments(DeclaredFields):
     lowercase: bool | None = field(
         default=None, metadata={"help": "Lowercase before building / applying the tokenizer (None: its default)."}
     )
-    padding_side: str = field(
-        default="right", metadata={"help": '"right" | "left" (the notes pad in front).', ALLOWED: OneOf(SIDES)}
-    )
-    truncation_side: str = field(
-        default="right", metadata={"help": '"right" keeps the first tokens, "left" the last.', ALLOWED: OneOf(SIDES)}
-    )
+    padding_side: str = field(default="right", metadata={"help": '"right" | "left" (the notes pad in front).'})
+    truncation_side: str = field(default="right", metadata={"help": '"right" keeps the first tokens, "left" the last.'})
     allow_other_head: bool = field(
         default=False,
         metadata={
@@ -151,9 +126,18 @@ class ModelArguments(DeclaredFields):
         },
     )
 
+    def __post_init__(self):
+        if self.tokenizer_vocab_size is not None and self.tokenizer_vocab_size < 1:
+            raise ValueError(
+                f"`tokenizer_vocab_size` must be a positive integer or null, got {self.tokenizer_vocab_size!r}"
+            )
+        for name in ("padding_side", "truncation_side"):
+            if getattr(self, name) not in SIDES:
+                raise ValueError(f"`{name}` must be one of {list(SIDES)}, got {getattr(self, name)!r}")
+
 
 @dataclass
-class DataArguments(DeclaredFields):
+class DataArguments:
     """Where the data comes from and how it is read (the names of transformers' example scripts)."""
 
     dataset_name: str | None = field(
@@ -179,7 +163,6 @@ class DataArguments(DeclaredFields):
         default=5,
         metadata={
             "help": "Without a validation split: hold out this percentage of the training rows (seeded by split_seed).",
-            ALLOWED: Range(0, True, 100, False, null=True),
         },
     )
     split_seed: int = field(
@@ -210,58 +193,54 @@ class DataArguments(DeclaredFields):
     )
     source_lang: str | None = field(default=None, metadata={"help": "Translation: source key of `translation`."})
     target_lang: str | None = field(default=None, metadata={"help": "Translation: target key of `translation`."})
-    max_seq_length: int | None = field(
-        default=None, metadata={"help": "Truncate inputs to this many tokens.", ALLOWED: POSITIVE_INT.or_null()}
-    )
-    max_source_length: int | None = field(
-        default=None, metadata={"help": "Truncate sources to this many tokens.", ALLOWED: POSITIVE_INT.or_null()}
-    )
-    max_target_length: int | None = field(
-        default=None, metadata={"help": "Truncate targets to this many tokens.", ALLOWED: POSITIVE_INT.or_null()}
-    )
-    max_train_samples: int | None = field(
-        default=None, metadata={"help": "Use only the first N training rows.", ALLOWED: POSITIVE_INT.or_null()}
-    )
-    max_eval_samples: int | None = field(
-        default=None, metadata={"help": "Use only the first N validation rows.", ALLOWED: POSITIVE_INT.or_null()}
-    )
-    max_predict_samples: int | None = field(
-        default=None, metadata={"help": "Use only the first N test rows.", ALLOWED: POSITIVE_INT.or_null()}
-    )
+    max_seq_length: int | None = field(default=None, metadata={"help": "Truncate inputs to this many tokens."})
+    max_source_length: int | None = field(default=None, metadata={"help": "Truncate sources to this many tokens."})
+    max_target_length: int | None = field(default=None, metadata={"help": "Truncate targets to this many tokens."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation rows."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Use only the first N test rows."})
+
+    def __post_init__(self):
+        if self.validation_split_percentage is not None and not 0 <= self.validation_split_percentage < 100:
+            raise ValueError(
+                f"`validation_split_percentage` must be in [0, 100) or null, got {self.validation_split_percentage!r}"
+            )
+        lengths = ("max_seq_length", "max_source_length", "max_target_length")
+        for name in (*lengths, "max_train_samples", "max_eval_samples", "max_predict_samples"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be a positive integer or null, got {getattr(self, name)!r}")
 
 
 @dataclass
-class BudgetArguments(DeclaredFields):
+class BudgetArguments:
     """Time budgets of the training steps (evaluation and saving excluded), for every script."""
 
     max_train_minutes: float | None = field(
         default=None,
-        metadata={
-            "help": "Stop training after this many minutes of training steps (wall clock).",
-            ALLOWED: ABOVE_0.or_null(),
-        },
+        metadata={"help": "Stop training after this many minutes of training steps (wall clock)."},
     )
     max_train_cpu_minutes: float | None = field(
         default=None,
         metadata={
             "help": "Stop training after this many CPU-minutes of training steps (one thread: core-minutes; "
             "fair budgets on a shared machine).",
-            ALLOWED: ABOVE_0.or_null(),
         },
     )
 
+    def __post_init__(self):
+        for name in ("max_train_minutes", "max_train_cpu_minutes"):
+            if getattr(self, name) is not None and not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"`{name}` must be > 0 or null, got {getattr(self, name)!r}")
+
 
 @dataclass
-class PreprocessingArguments(DeclaredFields):
+class PreprocessingArguments(BudgetArguments):
     """Tokenize once, on disk (:mod:`hf_seq.toolkit.preprocessing`), or stream: the fields of transformers' ``run_clm.py``.
-    A task's argument class inherits them (``class LMArguments(PreprocessingArguments, BudgetArguments)``)."""
+    A task's argument class inherits them, and with them the time budgets (:class:`BudgetArguments`)."""
 
     preprocessing_num_workers: int | None = field(
         default=None,
-        metadata={
-            "help": "Processes that tokenize the data into the cache (None: 1).",
-            ALLOWED: POSITIVE_INT.or_null(),
-        },
+        metadata={"help": "Processes that tokenize the data into the cache (None: 1)."},
     )
     cache_dir: str | None = field(
         default=None,
@@ -294,21 +273,20 @@ class PreprocessingArguments(DeclaredFields):
     )
     tokenizer_max_train_lines: int | None = field(
         default=None,
-        metadata={
-            "help": "Build the tokenizer on the first N training rows only (None: all rows).",
-            ALLOWED: POSITIVE_INT.or_null(),
-        },
+        metadata={"help": "Build the tokenizer on the first N training rows only (None: all rows)."},
     )
     shuffle_buffer_size: int = field(
         default=10_000,
-        metadata={
-            "help": "--streaming: size of the seeded shuffle buffer of the training windows (0: no shuffling).",
-            ALLOWED: AT_LEAST_0,
-        },
+        metadata={"help": "--streaming: size of the seeded shuffle buffer of the training windows (0: no shuffling)."},
     )
 
     def __post_init__(self):
-        super().__post_init__()  # the declared ranges (DeclaredFields)
+        super().__post_init__()  # the time budgets
+        for name in ("preprocessing_num_workers", "tokenizer_max_train_lines"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be a positive integer or null, got {getattr(self, name)!r}")
+        if self.shuffle_buffer_size < 0:
+            raise ValueError(f"`shuffle_buffer_size` must be >= 0, got {self.shuffle_buffer_size!r}")
         if self.streaming_split_by_node and not self.streaming:
             raise ValueError("`streaming_split_by_node` true needs `streaming` true (it splits the training stream)")
 
@@ -329,36 +307,65 @@ _SAMPLING_HELP = (
 
 
 @dataclass
-class _HfSeqTrainingFields(DeclaredFields):
+class _HfSeqTrainingFields:
     """The fields both argument classes add to transformers': ``overwrite_output_dir`` (the field of transformers 4's
     ``TrainingArguments``) and ``train_sampling_strategy="length_buckets"`` (read by
     :class:`hf_seq.train_scripts.trainer.HfSeqTrainer`). A recipe value reaches the dataclass as a parser default,
-    which argparse does not check against the choices: the declared set is checked (DeclaredFields)."""
+    which argparse does not check against the choices: it is checked here, with the values of transformers'
+    fields that ``TrainingArguments`` leaves unchecked until a step fails (or never checks), before its own
+    ``__post_init__``. A field the class (or the installed transformers release) does not have is skipped."""
 
     overwrite_output_dir: bool = field(default=False, metadata={"help": _OVERWRITE_HELP})
     train_sampling_strategy: str = field(
-        default="random",
-        metadata={"help": _SAMPLING_HELP, "choices": list(SAMPLING_STRATEGIES), ALLOWED: OneOf(SAMPLING_STRATEGIES)},
+        default="random", metadata={"help": _SAMPLING_HELP, "choices": list(SAMPLING_STRATEGIES)}
     )
 
     def __post_init__(self):
+        if self.train_sampling_strategy not in SAMPLING_STRATEGIES:
+            raise ValueError(
+                f"`train_sampling_strategy` must be one of {list(SAMPLING_STRATEGIES)}, got "
+                f"{self.train_sampling_strategy!r}"
+            )
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)!r}")
+        for name in ("learning_rate", "weight_decay", "warmup_steps", "dataloader_num_workers"):
+            if not 0 <= getattr(self, name) < math.inf:  # learning_rate 0 keeps the weights (a model evaluated)
+                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)!r}")
+        for name in ("adam_beta1", "adam_beta2", "label_smoothing_factor"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)!r}")
+        for name in ("adam_epsilon", "logging_steps", "save_steps"):
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"`{name}` must be > 0, got {getattr(self, name)!r}")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"`seed` must be in [0, 4294967296), got {self.seed!r}")
+        if self.data_seed is not None and not 0 <= self.data_seed < 2**32:
+            raise ValueError(f"`data_seed` must be in [0, 4294967296) or null, got {self.data_seed!r}")
+        if self.max_grad_norm is not None and not 0 <= self.max_grad_norm < math.inf:
+            raise ValueError(f"`max_grad_norm` must be >= 0 or null, got {self.max_grad_norm!r}")
+        if getattr(self, "warmup_ratio", None) is not None and not 0 <= self.warmup_ratio <= 1:
+            raise ValueError(f"`warmup_ratio` must be in [0, 1] or null, got {self.warmup_ratio!r}")
+        for name in ("eval_steps", "neftune_noise_alpha"):
+            if getattr(self, name, None) is not None and not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"`{name}` must be > 0 or null, got {getattr(self, name)!r}")
+        counts = ("eval_accumulation_steps", "torch_empty_cache_steps", "save_total_limit")
+        for name in (*counts, "dataloader_prefetch_factor", "generation_num_beams", "generation_max_length"):
+            if getattr(self, name, None) is not None and getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1 or null, got {getattr(self, name)!r}")
         if self.train_sampling_strategy == "group_by_length" and hasattr(self, "group_by_length"):
             self.group_by_length = True  # transformers 5.0 reads its own `group_by_length` flag instead
-        super().__post_init__()  # the declared ranges (DeclaredFields), then TrainingArguments' own
+        super().__post_init__()  # TrainingArguments' own
 
 
 @dataclass
 class HfSeqTrainingArguments(_HfSeqTrainingFields, TrainingArguments):
     """``TrainingArguments`` plus ``overwrite_output_dir`` and ``train_sampling_strategy``."""
 
-    inherited_allowed: ClassVar[dict] = TRAINING_ALLOWED  # what transformers' fields allow (checks.py)
-
 
 @dataclass
 class HfSeqSeq2SeqTrainingArguments(_HfSeqTrainingFields, Seq2SeqTrainingArguments):
     """``Seq2SeqTrainingArguments`` plus ``overwrite_output_dir`` and ``train_sampling_strategy``."""
-
-    inherited_allowed: ClassVar[dict] = SEQ2SEQ_TRAINING_ALLOWED
 
 
 @dataclass(frozen=True)
@@ -428,22 +435,14 @@ def _field_types(dataclass_types) -> dict[str, Any]:
 
 def _owner_hint(key: str, task: Task) -> str:
     """Which other script reads ``key``: a hint for an unknown key."""
-    for name, module_name in tasks.TASKS.items():
-        if name == task.name:
+    for name in tasks.TASKS:
+        try:
+            other = tasks.script(name).TASK
+        except Exception:  # noqa: BLE001 - a hint only
             continue
-        other = _task_of(module_name)
-        if other is not None and key in _field_types((other.arguments,)) and key not in task.unused:
+        if key in _field_types((other.arguments,)) and key not in task.unused:
             return f" (`{key}` is an option of {other.name})"
     return ""
-
-
-def _task_of(module_name: str) -> Task | None:
-    import importlib
-
-    try:
-        return getattr(importlib.import_module(module_name), "TASK", None)
-    except Exception:  # noqa: BLE001 - a hint only
-        return None
 
 
 def _config_field_hint(key: str, model_type: Any, task: Task) -> str:
@@ -524,10 +523,6 @@ class ArgumentParser(HfArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (`--help` lists the options)\n")
 
-    def add_argument(self, *args, **kwargs):
-        kwargs.pop(ALLOWED, None)  # a field's declared range (checks.check_allowed), not an argparse option
-        return super().add_argument(*args, **kwargs)
-
 
 def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
     """``[recipe.json] [--field value ...]`` -> ``(model_args, data_args, task_args, training_args)``, checked.
@@ -578,14 +573,11 @@ def parse_args(task: Task, argv: list[str] | None = None) -> tuple:
     def origin(key: str) -> str:
         return sources.get(key, f"{task.name}'s default")
 
-    narrowed = {"tokenizer_kind": OneOf(tuple(task.tokenizer_kinds), null=True)}  # the kinds this script builds
-    try:
-        with naming_origins(origin, narrowed):  # each declared range, checked as its dataclass is built
-            model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    except RecipeError:
-        raise
-    except (ValueError, TypeError) as error:  # TrainingArguments / a task dataclass rejected a value
-        raise RecipeError(f"{where}: {error}") from error
+    try:  # each dataclass checks its fields as it is built (``__post_init__``)
+        model_args, data_args, task_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    except (ValueError, TypeError) as error:  # our checks name their field first: say where it was set
+        named = re.match(r"`(\w+)`", str(error))
+        raise RecipeError(f"{origin(named[1]) if named and named[1] in sources else where}: {error}") from error
     # data/pretrained/<name> (the MiniLM recipes) is the data folder's (HF_SEQ_DATA, a clone's data/, the user's)
     model_args.model_name_or_path = resolve_data_path(model_args.model_name_or_path)
     model_args.tokenizer_name = resolve_data_path(model_args.tokenizer_name)
@@ -677,7 +669,7 @@ def check_arguments(
     """Data files exist and have a supported type; the data source is unambiguous; the model type is registered
     with the script's head and ``model_config`` / ``config_overrides`` build a valid config; a ``model_name_or_path``
     holds a config. ``sources`` says where each key was set (for the errors). The ranges and sets of values of single
-    fields are :func:`~hf_seq.train_scripts.checks.check_allowed`'s, checked when the dataclasses are built."""
+    fields are the dataclasses' own (``__post_init__``), checked when they are built."""
 
     def origin(key: str) -> str:
         return sources.get(key, f"{task.name}'s default")

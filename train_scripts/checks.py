@@ -3,11 +3,9 @@
 :func:`hf_seq.train_scripts.arguments.parse_args` calls :func:`check_run` last, so that a mistake in a recipe or a
 flag costs the seconds of the parse, not a training run:
 
-* every field in what it allows (:func:`check_allowed`, the one checker: each range or set of values is declared
-  beside its field, in the field's metadata, or for transformers' ``TrainingArguments`` fields in
-  :data:`TRAINING_ALLOWED`): batch sizes, steps, epochs, learning rate, warm-up, Adam's betas, ratios, seeds, the
-  time budgets, lengths, the scripts' own numbers and choices; and a run that trains something (``max_steps`` -1 or positive, ``num_train_epochs`` > 0, no
-  ``do_train false`` where the script always trains; translation without ``do_train`` needs a model to evaluate);
+* a run that trains something (``max_steps`` -1 or positive, ``num_train_epochs`` > 0, no ``do_train false`` where
+  the script always trains; translation without ``do_train`` needs a model to evaluate), and ``tokenizer_kind`` one
+  the script builds (every other field's range or set of values is checked beside it, as its dataclass is built);
 * ``output_dir`` a folder that can be created and written: a probe file is created and removed in it (if it exists)
   and in the folder that will hold it (the final save writes a sibling staging folder there);
 * ``resume_from_checkpoint``: ``last`` or a complete checkpoint folder; the folder it continues (``last``: the
@@ -32,10 +30,8 @@ import math
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from hf_seq.train_scripts import outputs
 from hf_seq.train_scripts.errors import RecipeError
@@ -46,171 +42,10 @@ from hf_seq.toolkit.export_folders import TOKENIZER_FILES  # the files of a save
 if TYPE_CHECKING:  # annotations only
     from hf_seq.train_scripts.arguments import ModelArguments, Task
 
-_INF = math.inf
-
-# The key of a dataclass field's metadata that declares what the field allows (a Range or a OneOf), beside the field:
-# ``segment_length: int = field(default=128, metadata={"help": ..., ALLOWED: Range(1, True)})``. Fields a class
-# inherits (transformers' ``TrainingArguments``) are declared in its ``inherited_allowed`` class attribute. One
-# checker, :func:`check_allowed`, enforces both, for every script.
-ALLOWED = "allowed"
-
-
-class Range(NamedTuple):
-    """The numbers from ``low`` to ``high``, each end allowed itself or not (``high`` infinite: no upper end); ``null``:
-    None allowed too; ``words``: how the message says it ("a positive integer"). A list value (``sample_temperatures``)
-    holds when each of its numbers does."""
-
-    low: float
-    low_in: bool
-    high: float = _INF
-    high_in: bool = False
-    null: bool = False
-    words: str | None = None
-
-    def holds(self, value) -> bool:
-        """True for a finite int or float (not a bool) inside the range, None where ``null``, or a list of such."""
-        if value is None:
-            return self.null
-        if isinstance(value, list):
-            return all(self._holds_number(v) for v in value)
-        return self._holds_number(value)
-
-    def _holds_number(self, value) -> bool:
-        return (
-            isinstance(value, (int, float))
-            and not isinstance(value, bool)
-            and math.isfinite(value)
-            and (value >= self.low if self.low_in else value > self.low)
-            and (self.high == _INF or (value <= self.high if self.high_in else value < self.high))
-        )
-
-    def or_null(self) -> Range:
-        return self._replace(null=True)
-
-    def __str__(self) -> str:
-        if self.words:
-            text = self.words
-        elif self.high == _INF:
-            text = f">= {self.low}" if self.low_in else f"> {self.low}"
-        else:
-            text = f"in {'[' if self.low_in else '('}{self.low}, {self.high}{']' if self.high_in else ')'}"
-        return text + (" or null" if self.null else "")
-
-
-class OneOf(NamedTuple):
-    """One of ``values`` (``null``: or None)."""
-
-    values: tuple
-    null: bool = False
-
-    def holds(self, value) -> bool:
-        return (value is None and self.null) or (value is not None and value in self.values)
-
-    def or_null(self) -> OneOf:
-        return self._replace(null=True)
-
-    def __str__(self) -> str:
-        return f"one of {list(self.values)}" + (" or null" if self.null else "")
-
-
-AT_LEAST_1, AT_LEAST_0, ABOVE_0 = Range(1, True), Range(0, True), Range(0, False)
-POSITIVE_INT = Range(1, True, words="a positive integer")
-UNIT_OPEN, UNIT, SEED = Range(0, True, 1, False), Range(0, True, 1, True), Range(0, True, 2**32, False)
-
-
-def declared_allowed(cls: type) -> dict[str, Range | OneOf]:
-    """What each field of the dataclass ``cls`` allows: its fields' ``ALLOWED`` metadata and the ``inherited_allowed``
-    class attributes along its bases (for inherited fields whose declaration is not ours; a field the installed
-    transformers release does not have is left out)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    allowed: dict[str, Range | OneOf] = {}
-    for base in reversed(cls.__mro__):
-        allowed.update((k, v) for k, v in vars(base).get("inherited_allowed", {}).items() if k in names)
-    for f in dataclasses.fields(cls):
-        if ALLOWED in f.metadata:
-            allowed[f.name] = f.metadata[ALLOWED]
-    return allowed
-
-
-def check_allowed(args: Any, origin=None, narrowed: dict | None = None) -> None:
-    """The one checker of what a field allows, for every dataclass of every script (:func:`declared_allowed`):
-    ``RecipeError`` (a ``ValueError``) "`<field>` must be <allowed>, got <value>", prefixed with ``origin(field)``
-    (where the value was set) when given. ``narrowed``: a field's allowed values for this script (a task that
-    builds fewer kinds of tokenizer)."""
-    for name, allowed in declared_allowed(type(args)).items():
-        if narrowed and name in narrowed:
-            allowed = narrowed[name]
-        value = getattr(args, name)
-        if not allowed.holds(value):
-            where = f"{origin(name)}: " if origin is not None else ""
-            raise RecipeError(f"{where}`{name}` must be {allowed}, got {value!r}")
-
-
-class DeclaredFields:
-    """For an argument dataclass of the train scripts: its ``__post_init__`` checks every declared field
-    (:func:`check_allowed`) first, before the checks across fields of the subclasses (which call
-    ``super().__post_init__()`` first) and before ``TrainingArguments.__post_init__``. Built by the parser
-    (:func:`naming_origins`), an error names where the value was set."""
-
-    def __post_init__(self):
-        check_allowed(self, *_CONTEXT[0])
-        parent = getattr(super(), "__post_init__", None)
-        if parent is not None:
-            parent()
-
-
-_CONTEXT: list[tuple] = [(None, None)]  # [(origin, narrowed)] of check_allowed, set while parse_args builds
-
-
-@contextmanager
-def naming_origins(origin, narrowed: dict | None = None) -> Iterator[None]:
-    """Within the block the :class:`DeclaredFields` built check with ``origin`` (``parse_args``: the recipe or the
-    command line that set each key) and the script's ``narrowed`` sets."""
-    previous = _CONTEXT[0]
-    _CONTEXT[0] = (origin, narrowed)
-    try:
-        yield
-    finally:
-        _CONTEXT[0] = previous
-
-
-# what transformers' TrainingArguments (and Seq2SeqTrainingArguments) fields allow that transformers does not check
-# before training starts; the class attribute ``inherited_allowed`` of hf_seq's TrainingArguments subclasses
-TRAINING_ALLOWED = {
-    "per_device_train_batch_size": AT_LEAST_1,
-    "per_device_eval_batch_size": AT_LEAST_1,
-    "gradient_accumulation_steps": AT_LEAST_1,
-    "eval_accumulation_steps": AT_LEAST_1.or_null(),
-    "learning_rate": AT_LEAST_0,  # 0: keeps the weights (a loaded model evaluated as trained)
-    "weight_decay": AT_LEAST_0,
-    "adam_beta1": UNIT_OPEN,
-    "adam_beta2": UNIT_OPEN,
-    "adam_epsilon": ABOVE_0,
-    "max_grad_norm": AT_LEAST_0.or_null(),
-    "warmup_steps": AT_LEAST_0,
-    "warmup_ratio": UNIT.or_null(),
-    "label_smoothing_factor": UNIT_OPEN,
-    "logging_steps": ABOVE_0,
-    "save_steps": ABOVE_0,
-    "eval_steps": ABOVE_0.or_null(),
-    "save_total_limit": AT_LEAST_1.or_null(),
-    "dataloader_num_workers": AT_LEAST_0,
-    "dataloader_prefetch_factor": AT_LEAST_1.or_null(),
-    "seed": SEED,
-    "data_seed": SEED.or_null(),
-    "torch_empty_cache_steps": AT_LEAST_1.or_null(),
-    "neftune_noise_alpha": ABOVE_0.or_null(),
-}
-SEQ2SEQ_TRAINING_ALLOWED = {
-    **TRAINING_ALLOWED,
-    "generation_num_beams": AT_LEAST_1.or_null(),
-    "generation_max_length": AT_LEAST_1.or_null(),
-}
-
 
 def check_training_steps(args: Any, origin) -> None:
     """``RecipeError`` for a ``max_steps`` other than -1 or a positive count, or epochs that train nothing (the
-    fields' ranges are :func:`check_allowed`'s)."""
+    other fields' ranges are checked as the dataclasses are built)."""
     if not hasattr(args, "max_steps"):
         return
     if args.max_steps == 0 or args.max_steps < -1:
@@ -548,13 +383,9 @@ def check_model_folder(task: Task, head: str, model_args, where: str, allow_othe
     return config
 
 
-def check_model_paths(task: Task, model_args, task_args, sources: dict[str, str]) -> None:
+def check_model_paths(task: Task, model_args, task_args, origin) -> None:
     """``tokenizer_name`` and ``model_name_or_path`` (see :func:`check_model_folder`); the language model's
-    ``level`` matches the tokenizer it loads."""
-
-    def origin(key: str) -> str:
-        return sources.get(key, f"{task.name}'s default")
-
+    ``level`` matches the tokenizer it loads. ``origin(flag)``: where the flag was set."""
     tokenizer_folder = None
     if model_args.tokenizer_name:
         tokenizer_folder = check_tokenizer_folder(model_args.tokenizer_name, "tokenizer_name", origin("tokenizer_name"))
@@ -605,6 +436,11 @@ def check_run(task: Task, model_args, data_args, task_args, training_args, sourc
         return sources.get(key, f"{task.name}'s default")
 
     given = set(sources)
+    if model_args.tokenizer_kind not in (None, *task.tokenizer_kinds):
+        raise RecipeError(
+            f"{origin('tokenizer_kind')}: `tokenizer_kind` must be one of {list(task.tokenizer_kinds)} or null, got "
+            f"{model_args.tokenizer_kind!r}"
+        )
     missing = [name for name in task.required if not getattr(data_args, name, None)]
     if missing:
         raise RecipeError(
@@ -612,10 +448,10 @@ def check_run(task: Task, model_args, data_args, task_args, training_args, sourc
             f"{', '.join(f'--{n}' for n in missing)} not given"
         )
     check_utf8_values((model_args, data_args, task_args, training_args), origin)
-    check_training_steps(training_args, origin)  # each field's range: check_allowed, as the dataclasses are built
+    check_training_steps(training_args, origin)  # the other fields' ranges: as the dataclasses are built
     check_trains_something(task, model_args, task_args, training_args, origin, given)
     check_resume(training_args, origin("resume_from_checkpoint"))
-    check_model_paths(task, model_args, task_args, sources)
+    check_model_paths(task, model_args, task_args, origin)
     check_resumed_folder(task, model_args, task_args, training_args, origin("resume_from_checkpoint"))
     if data_args.dataset_name in DATASET_PRESETS:
         try:
@@ -641,6 +477,18 @@ OPTIONAL_PACKAGES = {
     ),
     ("plot_attention", True): (("matplotlib",), "pip install 'hf-seq[plot]'", False),
 }
+
+
+def check_test_engine(args, engines: tuple) -> None:
+    """``ValueError`` unless ``test_engine`` is one of the script's ``engines`` and ``test_onnxruntime_quantization``
+    None, or int8 with the onnxruntime engine (the language model's and translation's ``__post_init__``)."""
+    if args.test_engine not in engines:
+        raise ValueError(f"`test_engine` must be one of {list(engines)}, got {args.test_engine!r}")
+    quantization = args.test_onnxruntime_quantization
+    if quantization not in (None, "int8"):
+        raise ValueError(f"`test_onnxruntime_quantization` must be one of ['int8'] or null, got {quantization!r}")
+    if quantization is not None and args.test_engine != "onnxruntime":
+        raise ValueError('`test_onnxruntime_quantization` needs `test_engine` "onnxruntime"')
 
 
 def missing_modules(modules) -> list[str]:

@@ -20,7 +20,6 @@ from functools import partial
 import torch
 from datasets import Dataset, DatasetDict
 from hf_seq.train_scripts.arguments import BudgetArguments, PreprocessingArguments
-from hf_seq.train_scripts.checks import ALLOWED, AT_LEAST_0, DeclaredFields, OneOf, Range
 from hf_seq.train_scripts.common import (
     cap_splits,
     describe_data,
@@ -79,7 +78,7 @@ _VECTORS_HELP = (
 
 
 @dataclass
-class WordVectorArguments(DeclaredFields):
+class WordVectorArguments:
     """Pretrained word vectors in a recurrent model's embedding (:mod:`hf_seq.toolkit.word_vectors`)."""
 
     pretrained_embeddings: str | None = field(default=None, metadata={"help": _VECTORS_HELP})
@@ -95,7 +94,6 @@ class WordVectorArguments(DeclaredFields):
             "help": "rows of words without a pretrained vector: 'normal' (the per-dimension mean and std of the "
             "file's vectors), 'zeros', 'mean' (the mean vector) or 'model' (the model's own initialisation)",
             "choices": list(MISSING_INITS),
-            ALLOWED: OneOf(tuple(MISSING_INITS)),
         },
     )
     pretrained_vocabulary: str = field(
@@ -106,7 +104,6 @@ class WordVectorArguments(DeclaredFields):
             "needs no training); 'add_all_vector_words': also every other word of the file (a frozen table then "
             "covers words never seen in training; the table has the file's size); without `pretrained_embeddings` it does nothing",
             "choices": list(PRETRAINED_VOCABULARIES),
-            ALLOWED: OneOf(PRETRAINED_VOCABULARIES),
         },
     )
     pretrained_vocabulary_limit: int | None = field(
@@ -114,14 +111,17 @@ class WordVectorArguments(DeclaredFields):
         metadata={
             "help": "with `pretrained_vocabulary` 'add_all_vector_words': add only the file's first N words (GloVe's "
             "rows are in frequency order: its N most frequent words); None: all of them",
-            ALLOWED: Range(1, True, null=True, words="a positive number of words"),
         },
     )
 
 
 def check_word_vector_arguments(args) -> None:
-    """``ValueError`` naming the field for a missing vectors path, or a limit without the vocabulary it limits (the
-    choices and ranges are declared beside the fields: ``checks.check_allowed``)."""
+    """``ValueError`` naming the field for a value outside its choices or range, a missing vectors path, or a limit
+    without the vocabulary it limits."""
+    sets = {"pretrained_missing_init": MISSING_INITS, "pretrained_vocabulary": PRETRAINED_VOCABULARIES}
+    for name, choices in sets.items():
+        if getattr(args, name) not in choices:
+            raise ValueError(f"`{name}` must be one of {list(choices)}, got {getattr(args, name)!r}")
     # data/pretrained/<name> (the GloVe recipes) is the data folder's (HF_SEQ_DATA, a clone's data/, the user's)
     path = args.pretrained_embeddings = resolve_data_path(args.pretrained_embeddings)
     if path and not os.path.exists(path):
@@ -134,6 +134,8 @@ def check_word_vector_arguments(args) -> None:
         raise ValueError(f"`pretrained_embeddings_words` {args.pretrained_embeddings_words} does not exist")
     limit = getattr(args, "pretrained_vocabulary_limit", None)
     if limit is not None:
+        if limit < 1:
+            raise ValueError(f"`pretrained_vocabulary_limit` must be a positive number of words or null, got {limit!r}")
         if args.pretrained_vocabulary != "add_all_vector_words":
             raise ValueError(
                 f"`pretrained_vocabulary_limit` {limit} only applies to `pretrained_vocabulary` "
@@ -235,12 +237,13 @@ class LabelledTextArguments(StreamLabelArguments, WordVectorArguments, Preproces
         metadata={
             "help": "alpha of frequency-based word dropout in training (a word seen f times becomes the "
             "unknown token with probability alpha / (alpha + f)); 0 = off",
-            ALLOWED: AT_LEAST_0,
         },
     )
 
     def __post_init__(self):
-        super().__post_init__()  # PreprocessingArguments' checks and the declared ranges
+        super().__post_init__()  # the preprocessing fields and the time budgets
+        if not 0 <= self.word_dropout < math.inf:
+            raise ValueError(f"`word_dropout` must be >= 0, got {self.word_dropout!r}")
         check_word_vector_arguments(self)
 
 

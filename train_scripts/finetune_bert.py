@@ -21,12 +21,12 @@ evaluated on the test split; ``results.json`` and a model card are written besid
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 from hf_seq.train_scripts import tasks
 from hf_seq.train_scripts.arguments import TRANSLATION_FIELDS, BudgetArguments, Task
-from hf_seq.train_scripts.checks import ALLOWED, AT_LEAST_0, OneOf
 from hf_seq.train_scripts.skeleton import parse_script_args
 
 HEADS = {
@@ -41,12 +41,8 @@ HEAD_TASKS = {"text-classification": "classifier", "token-classification": "tagg
 class FinetuneArguments(BudgetArguments):
     """The task (which head) and word dropout."""
 
-    task: str = field(
-        default="text-classification", metadata={"help": f"one of {list(HEADS)}", ALLOWED: OneOf(tuple(HEADS))}
-    )
-    word_dropout: float = field(
-        default=0.0, metadata={"help": "alpha of frequency-based word dropout (0 = off)", ALLOWED: AT_LEAST_0}
-    )
+    task: str = field(default="text-classification", metadata={"help": f"one of {list(HEADS)}"})
+    word_dropout: float = field(default=0.0, metadata={"help": "alpha of frequency-based word dropout (0 = off)"})
     convert_transformers_bert: bool = field(
         default=True,
         metadata={
@@ -55,6 +51,13 @@ class FinetuneArguments(BudgetArguments):
             "compare with: same data, tokenizer and recipe)"
         },
     )
+
+    def __post_init__(self):
+        super().__post_init__()  # the time budgets
+        if self.task not in HEADS:
+            raise ValueError(f"`task` must be one of {list(HEADS)}, got {self.task!r}")
+        if not 0 <= self.word_dropout < math.inf:
+            raise ValueError(f"`word_dropout` must be >= 0, got {self.word_dropout!r}")
 
 
 TASK = Task(

@@ -59,7 +59,6 @@ from hf_seq.train_scripts.arguments import (
     RecipeError,
     Task,
 )
-from hf_seq.train_scripts.checks import ALLOWED, AT_LEAST_1, POSITIVE_INT, UNIT, Range
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
     load_or_build_model,
@@ -117,31 +116,39 @@ DOCUMENTS_FILE = "documents.npy"  # beside a split's token store: the first sent
 class PretrainArguments(PreprocessingArguments, BudgetArguments):
     """Pair construction, masking and evaluation; the preprocessing cache and ``--streaming``."""
 
-    mlm_probability: float = field(default=0.15, metadata={ALLOWED: UNIT})
-    nsp_probability: float = field(default=0.5, metadata={ALLOWED: UNIT})
-    short_seq_probability: float = field(default=0.1, metadata={ALLOWED: UNIT})
+    mlm_probability: float = 0.15
+    nsp_probability: float = 0.5
+    short_seq_probability: float = 0.1
     eval_pairs_per_anchor: int = field(
         default=1,
         metadata={
             "help": "Validation/test pairs drawn per held-out anchor (each with its own seed: another split point and "
             "random segment). Long pairs leave few anchors; more pairs per anchor make the accuracies less noisy.",
-            ALLOWED: AT_LEAST_1,
         },
     )
     eval_only: bool = field(
         default=False,
         metadata={"help": "Only evaluate the model_name_or_path model (no training, nothing saved but results.json)."},
     )
-    num_threads: int | None = field(
-        default=None, metadata={"help": "torch threads (default: OMP_NUM_THREADS).", ALLOWED: POSITIVE_INT.or_null()}
-    )
+    num_threads: int | None = field(default=None, metadata={"help": "torch threads (default: OMP_NUM_THREADS)."})
     stream_buffer_documents: int = field(
         default=1000,
         metadata={
             "help": "--streaming: random next segments come from a seeded choice among the last N documents read.",
-            ALLOWED: Range(2, True),
         },
     )
+
+    def __post_init__(self):
+        super().__post_init__()  # the preprocessing fields and the time budgets
+        for name in ("mlm_probability", "nsp_probability", "short_seq_probability"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"`{name}` must be in [0, 1], got {getattr(self, name)!r}")
+        if self.eval_pairs_per_anchor < 1:
+            raise ValueError(f"`eval_pairs_per_anchor` must be >= 1, got {self.eval_pairs_per_anchor!r}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"`num_threads` must be a positive integer or null, got {self.num_threads!r}")
+        if self.stream_buffer_documents < 2:
+            raise ValueError(f"`stream_buffer_documents` must be >= 2, got {self.stream_buffer_documents!r}")
 
 
 TASK = Task(

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from hf_seq.train_scripts.arguments import RecipeError, Task, model_config_dict, override_values
-from hf_seq.train_scripts.checks import ALLOWED, OneOf
 from hf_seq.train_scripts.classification import (
     WORD_PRE_TOKENIZERS,
     LabelColumns,
@@ -62,9 +61,15 @@ class ClassifierArguments(LabelledTextArguments):
             "\\w+|[^\\w\\s]+), 'glove' (as GloVe 6B's text: clitics apart, don't -> do n't, each punctuation mark "
             "alone) or 'whitespace'",
             "choices": list(WORD_PRE_TOKENIZERS),
-            ALLOWED: OneOf(WORD_PRE_TOKENIZERS),
         },
     )
+
+    def __post_init__(self):
+        super().__post_init__()  # the labelled-text fields
+        if self.word_pre_tokenizer not in WORD_PRE_TOKENIZERS:
+            raise ValueError(
+                f"`word_pre_tokenizer` must be one of {list(WORD_PRE_TOKENIZERS)}, got {self.word_pre_tokenizer!r}"
+            )
 
 
 SHARED_UNUSED = frozenset({"tokens_column_name", "tags_column_name", "source_lang", "target_lang"})

@@ -53,7 +53,7 @@ from hf_seq.train_scripts.arguments import (
     RecipeError,
     Task,
 )
-from hf_seq.train_scripts.checks import ABOVE_0, ALLOWED, POSITIVE_INT, OneOf
+from hf_seq.train_scripts.checks import check_test_engine
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
     describe_data,
@@ -118,25 +118,21 @@ TEST_ENGINES = ("pytorch", "onnxruntime")
 class LMArguments(PreprocessingArguments, BudgetArguments):
     """Tokenization level, windows, evaluation and samples."""
 
-    level: str = field(default="char", metadata={"help": '"char" | "word"', ALLOWED: OneOf(LEVELS)})
-    segment_length: int = field(
-        default=128, metadata={"help": "tokens per training window (the notes' segment)", ALLOWED: POSITIVE_INT}
-    )
+    level: str = field(default="char", metadata={"help": '"char" | "word"'})
+    segment_length: int = field(default=128, metadata={"help": "tokens per training window (the notes' segment)"})
     stride: int | None = field(default=None, metadata={"help": "tokens between window starts (default segment)"})
     max_train_tokens: int | None = field(default=None, metadata={"help": "use only the first N training tokens"})
     max_eval_tokens: int | None = field(default=100_000, metadata={"help": "validation tokens for periodic eval"})
     final_eval_max_tokens: int | None = field(default=None, metadata={"help": "cap the final evaluations (None: all)"})
-    eval_streams: int = field(
-        default=10, metadata={"help": "parallel streams of the carried-state evaluation", ALLOWED: POSITIVE_INT}
-    )
+    eval_streams: int = field(default=10, metadata={"help": "parallel streams of the carried-state evaluation"})
     eval_carried: bool = field(default=True, metadata={"help": "evaluate carrying the state across windows"})
     eval_windows: bool = field(default=True, metadata={"help": "evaluate with the state reset per window"})
     sample_prompt: str = field(default="ROMEO:\n", metadata={"help": "seed text of the samples"})
     sample_temperatures: list[float] = field(
         default_factory=lambda: [0.2, 0.5, 1.0, 1.2],
-        metadata={"help": "sampling temperatures", ALLOWED: ABOVE_0._replace(words="positive numbers")},
+        metadata={"help": "sampling temperatures"},
     )
-    sample_length: int = field(default=300, metadata={"help": "new tokens per sample", ALLOWED: POSITIVE_INT})
+    sample_length: int = field(default=300, metadata={"help": "new tokens per sample"})
     sample_seed: int = field(default=0, metadata={"help": "torch seed of each sample"})
     test_engine: str = field(
         default="pytorch",
@@ -144,22 +140,23 @@ class LMArguments(PreprocessingArguments, BudgetArguments):
             "help": '"pytorch" or "onnxruntime": the final evaluation and the samples by the model exported to ONNX '
             "Runtime (generate() over the exported graph; written into <output_dir>/onnxruntime; needs onnx, "
             "onnxscript and onnxruntime: a run without them is refused before the first step).",
-            ALLOWED: OneOf(TEST_ENGINES),
         },
     )
     test_onnxruntime_quantization: str | None = field(
         default=None,
-        metadata={
-            "help": "int8: ONNX Runtime dynamic quantization of that export (default float32).",
-            ALLOWED: OneOf(("int8",), null=True),
-        },
+        metadata={"help": "int8: ONNX Runtime dynamic quantization of that export (default float32)."},
     )
 
     def __post_init__(self):
-        super().__post_init__()  # PreprocessingArguments' checks and the declared ranges
-        if self.test_onnxruntime_quantization is not None:
-            if self.test_engine != "onnxruntime":
-                raise ValueError('`test_onnxruntime_quantization` needs `test_engine` "onnxruntime"')
+        super().__post_init__()  # the preprocessing fields and the time budgets
+        if self.level not in LEVELS:
+            raise ValueError(f"`level` must be one of {list(LEVELS)}, got {self.level!r}")
+        for name in ("segment_length", "eval_streams", "sample_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be a positive integer, got {getattr(self, name)!r}")
+        if not all(0 < t < math.inf for t in self.sample_temperatures):
+            raise ValueError(f"`sample_temperatures` must be positive numbers, got {self.sample_temperatures!r}")
+        check_test_engine(self, TEST_ENGINES)
 
 
 TASK = Task(

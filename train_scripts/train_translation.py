@@ -46,7 +46,7 @@ from hf_seq.train_scripts.arguments import (
     RecipeError,
     Task,
 )
-from hf_seq.train_scripts.checks import ALLOWED, POSITIVE_INT, OneOf
+from hf_seq.train_scripts.checks import check_test_engine
 from hf_seq.train_scripts.common import (
     StepTimesCallback,
     cap_splits,
@@ -105,7 +105,7 @@ class TranslationArguments(PreprocessingArguments, BudgetArguments):
 
     max_words: int | None = field(
         default=None,
-        metadata={"help": "Drop pairs whose longer side has more words.", ALLOWED: POSITIVE_INT.or_null()},
+        metadata={"help": "Drop pairs whose longer side has more words."},
     )
     test_num_beams: str = field(default="1,5", metadata={"help": "Comma-separated beam sizes for the final test."})
     plot_attention: bool = field(
@@ -123,7 +123,6 @@ class TranslationArguments(PreprocessingArguments, BudgetArguments):
         metadata={
             "help": "After training, replace the model by the mean of the weights of the last N saved checkpoints "
             "(the final model's test scores are kept under `before_averaging`); needs `save_strategy` steps/epoch.",
-            ALLOWED: POSITIVE_INT.or_null(),
         },
     )
     test_engine: str = field(
@@ -134,15 +133,11 @@ class TranslationArguments(PreprocessingArguments, BudgetArguments):
             "hf-seq[ctranslate2]`) or to ONNX Runtime (any translation model, generate() over the exported graphs; "
             "written into <output_dir>/onnxruntime; needs onnx, onnxscript and onnxruntime). A run whose engine is "
             "not installed is refused before the first step.",
-            ALLOWED: OneOf(TEST_ENGINES),
         },
     )
     test_onnxruntime_quantization: str | None = field(
         default=None,
-        metadata={
-            "help": 'int8: ONNX Runtime dynamic quantization of the "onnxruntime" export (default float32).',
-            ALLOWED: OneOf(("int8",), null=True),
-        },
+        metadata={"help": 'int8: ONNX Runtime dynamic quantization of the "onnxruntime" export (default float32).'},
     )
     test_ctranslate2_quantization: str | None = field(
         default=None,
@@ -150,7 +145,11 @@ class TranslationArguments(PreprocessingArguments, BudgetArguments):
     )
 
     def __post_init__(self):
-        super().__post_init__()  # PreprocessingArguments' checks and the declared ranges
+        super().__post_init__()  # the preprocessing fields and the time budgets
+        for name in ("max_words", "average_last_checkpoints"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be a positive integer or null, got {getattr(self, name)!r}")
+        check_test_engine(self, TEST_ENGINES)
         try:
             beams = [int(b) for b in self.test_num_beams.split(",") if b.strip()]
         except ValueError:
@@ -167,9 +166,6 @@ class TranslationArguments(PreprocessingArguments, BudgetArguments):
                 )
             if self.test_engine != "ctranslate2":
                 raise ValueError('`test_ctranslate2_quantization` needs `test_engine` "ctranslate2"')
-        if self.test_onnxruntime_quantization is not None:
-            if self.test_engine != "onnxruntime":
-                raise ValueError('`test_onnxruntime_quantization` needs `test_engine` "onnxruntime"')
 
 
 TASK = Task(

@@ -36,7 +36,6 @@ from hf_seq.train_scripts.arguments import (
     Task,
     parse_args,
 )
-from hf_seq.train_scripts.checks import ALLOWED, POSITIVE_INT
 from hf_seq.train_scripts.common import describe_data, load_text_splits, training_command, write_results
 from hf_seq.train_scripts.outputs import staged_output
 from tokenizers import normalizers, pre_tokenizers
@@ -49,15 +48,17 @@ from hf_seq.toolkit.data import DataError, split_source
 class SkipGramArguments(BudgetArguments):
     """Skip-gram sizes and sampling."""
 
-    dim: int = field(default=64, metadata={"help": "vector size", ALLOWED: POSITIVE_INT})
-    window: int = field(
-        default=5, metadata={"help": "largest distance of a context word (shrunk at random)", ALLOWED: POSITIVE_INT}
-    )
-    negatives: int = field(
-        default=5, metadata={"help": "negative samples per (word, context) pair", ALLOWED: POSITIVE_INT}
-    )
-    min_count: int = field(default=3, metadata={"help": "drop words seen fewer times", ALLOWED: POSITIVE_INT})
+    dim: int = field(default=64, metadata={"help": "vector size"})
+    window: int = field(default=5, metadata={"help": "largest distance of a context word (shrunk at random)"})
+    negatives: int = field(default=5, metadata={"help": "negative samples per (word, context) pair"})
+    min_count: int = field(default=3, metadata={"help": "drop words seen fewer times"})
     subsample: float = field(default=1e-4, metadata={"help": "frequent-word subsampling threshold"})
+
+    def __post_init__(self):
+        super().__post_init__()  # the time budget
+        for name in ("dim", "window", "negatives", "min_count"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be a positive integer, got {getattr(self, name)!r}")
 
 
 TASK = Task(
