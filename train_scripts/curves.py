@@ -80,7 +80,8 @@ def training_curves_figure(state: dict | str | os.PathLike, metric: str | None =
             steps, values = zip(*curves[key])
             loss_ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=label)
     loss_ax.set_title("loss")
-    loss_ax.legend(loc="upper right", fontsize=8)
+    if curves["train_loss"] or curves["eval_loss"]:  # a run saved before its first logged loss has no line to name
+        loss_ax.legend(loc="upper right", fontsize=8)
     metric_ax.set_title(metric_name[5:] if metric_name else "metric (none logged)")
     if metric_name and curves[metric_name]:
         steps, values = zip(*curves[metric_name])
