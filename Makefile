@@ -34,7 +34,7 @@ demo: $(STAMP) data
 	$(VPY) scripts/demo.py $(DEMO_ARGS)
 
 test: $(STAMP) data
-	$(VPY) -m pytest -q -n 2 --dist loadfile -m "not slow"
+	$(VPY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow"
 
 # The demo page's browser tests (tests/test_demo_browser.py, marker `browser`) in Debian's headless Chromium; `make test`
 # runs them too where /usr/bin/chromium is installed and skips them otherwise. Playwright's own browser download is never
@@ -44,7 +44,7 @@ test-browser: $(STAMP)
 	$(VPY) -m pytest -q -m browser tests/test_demo_browser.py
 
 test-all: $(STAMP) data
-	$(VPY) -m pytest -q -n 2 --dist loadfile
+	$(VPY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # The compatibility matrix on every transformers release and every torch release of tests/compat_envs.py (one cached
 # venv each under .compat/; `make test` runs the oldest transformers, the rest of the suite the installed releases),

@@ -33,10 +33,31 @@ collect_ignore = ["transformers_common"]
 HALF_PRECISION_SDPA_GRID = re.compile(r"test_eager_matches_sdpa_inference_\d+_(fp16|bf16)_")
 
 
+# The files that keep one worker longest (multi-process launches, fresh environments, killed and resumed runs) run
+# first: `make test` hands whole files to its 2 workers in collection order (`--no-loadscope-reorder`), and one of
+# these left for the end would run alone while the other worker idles.
+LONGEST_FILES_FIRST = (
+    "test_fsdp.py",
+    "test_compat.py",
+    "test_resume.py",
+    "test_distributed.py",
+    "test_run_processes.py",
+    "test_export_safety.py",
+    "test_onnx_generate.py",
+    "test_trainer_heap.py",
+    "test_wheel.py",
+    "test_atomic_outputs.py",
+    "test_train_bert_scripts.py",
+    "test_readme.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if HALF_PRECISION_SDPA_GRID.search(item.name):
             item.add_marker(pytest.mark.slow)
+    first = {name: rank for rank, name in enumerate(LONGEST_FILES_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: every file keeps its own order
 
 
 # Tolerance for the outputs of two DIFFERENT model objects with bit-equal weights (reloaded from safetensors, resumed,
