@@ -7,7 +7,8 @@
   gets); ``front_door``: ``load_onnxruntime(...).generate()``, which searches again with the step graphs the source
   rows whose beam-5 sequence was cut at max_length (the operator's length penalty counts one position more there).
   Reported: the share of verses token-identical to ``generate()``, sacreBLEU of each, the rows cut at max_length, and
-  int8's BLEU minus float32's (goal: within 0.5);
+  int8's BLEU minus float32's (goal: within 0.5); and beam 5 with ``early_stopping=True`` in both engines (the
+  front door's beam search: a folder copy exported so);
 * the char LM (``--lm``): greedy continuations (``--continuations`` prompts of 64 test characters, 100 new characters)
   of the graph identical to ``generate()``'s; the test perplexity (windows of 64 characters, state reset per window,
   the first ``--ppl_chars`` test characters) of PyTorch and of the exported step graphs, float32 and int8 (goal: int8
@@ -111,8 +112,40 @@ def translation_parity(run_dir: Path, folders: dict, verses: int) -> dict:
         row["int8_minus_float32_bleu"] = round(row["graph_int8_bleu"] - row["graph_float32_bleu"], 2)
         out[name] = row
         print(run_dir.name, name, row, flush=True)
+    out["beam5_early_stopping"] = early_stopping_parity(model, tokenizer, folders["float32"], sources, references)
+    print(run_dir.name, "beam5_early_stopping", out["beam5_early_stopping"], flush=True)
     out["load_after"] = load()
     return out
+
+
+def early_stopping_parity(model, tokenizer, folder: Path, sources, references) -> dict:
+    """Beam 5 with ``early_stopping=True`` in both engines: a copy of the float32 folder whose generation_config says
+    so, its graph written again, against ``generate(early_stopping=True)`` (the front door's beam search)."""
+    import shutil
+
+    from hf_seq.toolkit.onnx_generate import write_generating_graph
+
+    copy = folder.with_name(folder.name + "_early_stopping")
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(folder, copy)
+    config = json.loads((copy / "generation_config.json").read_text())
+    (copy / "generation_config.json").write_text(json.dumps({**config, "early_stopping": True}))
+    write_generating_graph(copy)
+    saved, model.generation_config.early_stopping = model.generation_config.early_stopping, True
+    try:
+        expected = translate_ids(model, tokenizer, sources, 5)
+        got, cut = graph_translate(copy, tokenizer, sources, 5, model)
+        exported = load_onnxruntime(copy, threads=1)
+        front = translate_ids(exported, tokenizer, sources, 5)
+    finally:
+        model.generation_config.early_stopping = saved
+    return {
+        "generate_bleu": bleu_of(tokenizer, expected, references),
+        "graph_float32_identical": share(got, expected),
+        "graph_float32_cut_at_max_length": cut,
+        "front_door_float32_identical": share(front, expected),
+        "front_door_float32_calls": exported.generating_graph.report(),
+    }
 
 
 def lm_parity(run_dir: Path, folders: dict, prompts: int, ppl_chars: int) -> dict:
