@@ -2,14 +2,21 @@
 (``load_onnxruntime(...).generate()``, transformers' loop over one-token ONNX graphs) vs eager PyTorch ``generate()``.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_generate_onnx.py [--families rnn_seq2seq transformer rnn_lm]
-        [--threads 1 2] [--batches 1 32] [--beams 1 5] [--new_tokens 30] [--int8]
+        [--threads 1 2] [--batches 1 32] [--beams 1 5] [--new_tokens 30] [--int8] [--ctranslate2] [--sample]
+        [--profile]
 
 Random-weight models of a small translation size (vocabulary 8,000; RNN: embedding 256, hidden 256, 2 layers, general
 attention with input feeding; Transformer: d 256, 3+3 layers, 4 heads; LM: 2-layer LSTM 256), exported once into a
 temporary folder. Untrained models rarely emit the end token, so every engine runs ``--new_tokens`` steps: the work
 is the same in each row. Every figure is the median of ``--repeats`` timed calls after one warm-up call, in one
 process, threads set per engine (``torch.set_num_threads``, ONNX Runtime's intra-op threads). The machine's load
-average (``uptime``) is recorded before and after: a loaded machine gives slower and noisier figures.
+average (``uptime``) is recorded before and after, and after every row: a loaded machine gives slower and noisier
+figures.
+
+``--ctranslate2``: the Transformer also through CTranslate2 (``to_ctranslate2`` with a word-level tokenizer over the
+same ids; float32, and int8 with ``--int8``), same process and threads. ``--sample``: the language model also samples
+(eager, step graphs, ``model_sample.onnx``). ``--profile``: ONNX Runtime's profiler over the float32 generating
+graph at every setting, with the vocabulary projection's share of the operator's time.
 
 The step graphs and the generating graph are timed on the same call (``generate(**inputs, num_beams=...)``); the
 generating graph's row is its own session run (``GeneratingGraph.run``), i.e. what a process without Python ML
@@ -21,6 +28,7 @@ length penalty: rows cut at max_length may differ, see docs/compile.md). Writes
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import statistics
@@ -113,6 +121,34 @@ def prompts_for(batch: int, generator: torch.Generator) -> dict:
     return {"input_ids": ids, "attention_mask": mask}
 
 
+def word_tokenizer():
+    """A word-level tokenizer over the benchmark's vocabulary (``w4`` ... ``w7999``): CTranslate2 reads tokens."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": PAD, "<unk>": 1, "<s>": BOS, "</s>": EOS, **{f"w{i}": i for i in range(4, VOCAB)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+
+
+def ct2_translate(translator, tokenizer, inputs: dict, beams: int, new_tokens: int, generation_config) -> list:
+    """CTranslate2's ``new_tokens`` target ids per row (its search options from ``generate()``'s config)."""
+    from hf_seq.toolkit.export import generate_options
+
+    sources = [
+        tokenizer.convert_ids_to_tokens(ids[mask.bool()].tolist())
+        for ids, mask in zip(inputs["input_ids"], inputs["attention_mask"])
+    ]
+    options = {**generate_options(generation_config, beams), "min_decoding_length": new_tokens}
+    results = translator.translate_batch(
+        sources, beam_size=beams, max_batch_size=len(sources), max_decoding_length=new_tokens, **options
+    )
+    return [tokenizer.convert_tokens_to_ids(result.hypotheses[0]) for result in results]
+
+
 def median_seconds(repeats: int, fn, *fn_args, **fn_kwargs) -> tuple[float, object]:
     """The median seconds of ``repeats`` calls ``fn(*fn_args, **fn_kwargs)`` after a warm-up call, and its output."""
     out = fn(*fn_args, **fn_kwargs)
@@ -144,7 +180,26 @@ def profile(folder: Path, threads: int, feeds_of: dict) -> dict:
             by_op[op] = by_op.get(op, 0.0) + event["dur"]
     operator = by_op.pop("BeamSearch", 0.0) or 1.0
     shares = {op: round(100 * d / operator, 1) for op, d in sorted(by_op.items(), key=lambda kv: -kv[1])[:6]}
-    return {"subgraph_nodes_pct": round(100 * sum(by_op.values()) / operator, 1), "top_ops_pct": shares}
+    return {
+        "subgraph_nodes_pct": round(100 * sum(by_op.values()) / operator, 1),
+        "top_ops_pct": shares,
+        "vocabulary_projection_pct": round(100 * projection_time(events) / operator, 1),
+    }
+
+
+def projection_time(events: list) -> float:
+    """Microseconds in the vocabulary projection: the matrix products whose output's last axis is the vocabulary."""
+    total = 0.0
+    for event in events:
+        args = event.get("args", {})
+        if event.get("cat") != "Node" or args.get("op_name") not in ("MatMul", "Gemm", "MatMulInteger"):
+            continue
+        if not event["name"].endswith("_kernel_time"):
+            continue
+        shapes = [list(shape.values())[0] for shape in args.get("output_type_shape", [])]
+        if any(shape and shape[-1] == VOCAB for shape in shapes):
+            total += event["dur"]
+    return total
 
 
 def agreement(got: torch.Tensor, expected: torch.Tensor) -> float:
@@ -152,6 +207,32 @@ def agreement(got: torch.Tensor, expected: torch.Tensor) -> float:
     if got.shape != expected.shape:
         return 0.0
     return round((got == expected).all(-1).float().mean().item(), 3)
+
+
+def sampling_row(args, model, steps, graphs: dict, inputs: dict, threads: int, batch: int) -> dict:
+    """Sampling (temperature 1, no top-k or top-p) of ``--new_tokens`` tokens: eager, the step graphs (PyTorch's
+    draws) and the sampling graph (``model_sample.onnx``, ONNX Runtime's draws)."""
+    search = dict(do_sample=True, top_k=0, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens)
+    with torch.no_grad():
+        eager_s, _ = median_seconds(args.repeats, model.generate, **inputs, **search)
+    steps_s, _ = median_seconds(args.repeats, steps.generate, **inputs, **search)
+    row = {"family": "rnn_lm", "threads": threads, "batch": batch, "beams": "sample", "eager_s": round(eager_s, 4)}
+    row.update(step_graphs_s=round(steps_s, 4), step_graphs_vs_eager=round(eager_s / steps_s, 2))
+    start = inputs["input_ids"].shape[1]
+    for name, graph in graphs.items():
+        graph_s, _ = median_seconds(
+            args.repeats,
+            graph.sample,
+            inputs["input_ids"].numpy(),
+            inputs["attention_mask"].numpy(),
+            max_length=start + args.new_tokens,
+            min_length=start + args.new_tokens,
+            seed=0,
+        )
+        row[f"graph_{name}_s"] = round(graph_s, 4)
+        row[f"graph_{name}_vs_eager"] = round(eager_s / graph_s, 2)
+    row["load"] = load()
+    return row
 
 
 def load() -> str:
@@ -168,6 +249,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--int8", action="store_true", help="also time the int8 generating graph")
     parser.add_argument("--profile", action="store_true", help="profile the float32 generating graph")
+    parser.add_argument("--ctranslate2", action="store_true", help="also time CTranslate2 for the Transformer")
+    parser.add_argument("--sample", action="store_true", help="also time sampling for the language model")
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "bench_generate_onnx.json"))
     args = parser.parse_args(argv)
     logging.disable(logging.INFO)
@@ -179,6 +262,19 @@ def main(argv=None) -> dict:
         if args.int8:
             folders["int8"] = to_onnx(model, root / f"{family}-int8", quantization="int8")
         decoder_only = family == "rnn_lm"
+        ct2_folders = {}
+        if args.ctranslate2 and family == "transformer":
+            from hf_seq.toolkit.export import to_ctranslate2
+
+            tokenizer = word_tokenizer()
+            for quantization in ("float32", "int8") if args.int8 else ("float32",):
+                # a copy: the int8 conversion quantizes the weights of the model object it is given in place
+                ct2_folders[quantization] = to_ctranslate2(
+                    copy.deepcopy(model),
+                    root / f"{family}-ct2-{quantization}",
+                    quantization=quantization,
+                    tokenizer=tokenizer,
+                )
         for threads in args.threads:
             torch.set_num_threads(threads)
             graphs = {name: GeneratingGraph(folder, threads=threads) for name, folder in folders.items()}
@@ -226,6 +322,29 @@ def main(argv=None) -> dict:
                         row[f"graph_{name}_vs_eager"] = round(eager_s / graph_s, 2)
                         row[f"graph_{name}_agree"] = agreement(got, eager)
                     row["step_graphs_vs_eager"] = round(eager_s / steps_s, 2)
+                    for name, folder in ct2_folders.items():
+                        import ctranslate2
+
+                        translator = ctranslate2.Translator(
+                            str(folder), device="cpu", intra_threads=threads, inter_threads=1
+                        )
+                        ct2_s, ids = median_seconds(
+                            args.repeats,
+                            ct2_translate,
+                            translator,
+                            tokenizer,
+                            inputs,
+                            beams,
+                            args.new_tokens,
+                            model.generation_config,
+                        )
+                        row[f"ctranslate2_{name}_s"] = round(ct2_s, 4)
+                        row[f"ctranslate2_{name}_vs_eager"] = round(eager_s / ct2_s, 2)
+                        row[f"ctranslate2_{name}_agree"] = round(
+                            sum(a == b for a, b in zip(ids, eager[:, 1:].tolist())) / len(ids), 3
+                        )
+                        if f"graph_{name}_s" in row:
+                            row[f"graph_{name}_vs_ctranslate2"] = round(ct2_s / row[f"graph_{name}_s"], 2)
                     if args.profile:
                         feeds = {
                             "input_ids": inputs["input_ids"].numpy().astype("int32"),
@@ -238,8 +357,12 @@ def main(argv=None) -> dict:
                         feeds["length_penalty"] = torch.tensor([penalty]).numpy()
                         feeds["repetition_penalty"] = torch.tensor([1.0]).numpy()
                         row["profile_float32"] = profile(folders["float32"], threads, feeds)
+                    row["load"] = load()
                     results["rows"].append(row)
                     print(json.dumps(row), flush=True)
+                if decoder_only and args.sample:
+                    results["rows"].append(sampling_row(args, model, steps, graphs, inputs, threads, batch))
+                    print(json.dumps(results["rows"][-1]), flush=True)
     results["load_after"] = load()
     print(results["load_before"], "|", results["load_after"])
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -96,17 +96,39 @@ def check_graph_matches_pytorch(model, folder, tokenizer) -> int:
     return compared
 
 
-def check_front_door(model, folder, tokenizer, caplog) -> None:
-    """``load_onnxruntime(...).generate()`` equals PyTorch's whichever graphs run, and says which ran."""
-    exported = load_onnxruntime(folder, threads=1)
+def early_stopping_folder(folder, tmp_path):
+    """A copy of an exported folder whose generation_config has ``early_stopping=True``, its generating graph
+    written again: the beam search the front door runs in the graph (with False it leaves beams to the step
+    graphs)."""
+    import json
+    import shutil
+
+    from hf_seq.toolkit.onnx_generate import write_generating_graph
+
+    copy = shutil.copytree(folder, tmp_path / "early_stopping")
+    config = json.loads((copy / "generation_config.json").read_text())
+    (copy / "generation_config.json").write_text(json.dumps({**config, "early_stopping": True}))
+    assert write_generating_graph(copy)
+    return copy
+
+
+def check_front_door(model, folder, tokenizer, caplog, tmp_path) -> None:
+    """``load_onnxruntime(...).generate()`` equals PyTorch's whichever graphs run, and says which ran: beam search
+    in the graph only with ``early_stopping=True``."""
+    exported = load_onnxruntime(early_stopping_folder(folder, tmp_path), threads=1)
     inputs = right_padded(tokenizer)
-    runs = {
-        "greedy": dict(max_new_tokens=12),
-        "beam": dict(max_new_tokens=12, num_beams=4, num_return_sequences=2),
-        "sample": dict(max_new_tokens=6, do_sample=True, top_k=0),  # the step graphs
+    runs = {  # name: (generate() arguments, run by model_generate.onnx, the step graphs' reason)
+        "greedy": (dict(max_new_tokens=12), True, None),
+        "beam": (dict(max_new_tokens=12, num_beams=4, num_return_sequences=2, early_stopping=True), True, None),
+        "beam-early-stopping-false": (
+            dict(max_new_tokens=12, num_beams=4, early_stopping=False),
+            False,
+            "early_stopping",
+        ),
+        "sample": (dict(max_new_tokens=6, do_sample=True, top_k=0), False, "do_sample"),
     }
     with caplog.at_level(logging.INFO, logger="hf_seq.toolkit.onnx_generate"):
-        for name, run in runs.items():
+        for name, (run, graph, reason) in runs.items():
             caplog.clear()
             torch.manual_seed(3)
             with torch.no_grad():
@@ -114,8 +136,8 @@ def check_front_door(model, folder, tokenizer, caplog) -> None:
             torch.manual_seed(3)
             assert torch.equal(exported.generate(**inputs, **run), expected), name
             said = " ".join(r.getMessage() for r in caplog.records)
-            assert ("step graphs" in said) == (name != "greedy"), said  # beams cut at max_length: step graphs too
-            assert (GENERATE_FILE in said) == (name != "sample"), said
+            assert (GENERATE_FILE in said) == graph, said
+            assert reason is None or f"`{reason}`" in said, said
 
 
 @pytest.fixture(scope="module")
@@ -144,22 +166,27 @@ def test_rnn_seq2seq_graph_matches_pytorch(seq2seq_export, tokenizer):
     assert check_graph_matches_pytorch(model, folder, tokenizer) > 0
 
 
-def test_front_door_runs_the_graph_when_it_can(seq2seq_export, tokenizer, caplog):
+def test_front_door_runs_the_graph_when_it_can(seq2seq_export, tokenizer, caplog, tmp_path):
     model, folder = seq2seq_export
-    check_front_door(model, folder, tokenizer, caplog)
+    check_front_door(model, folder, tokenizer, caplog, tmp_path)
 
 
 def test_unhonoured_arguments_are_named(seq2seq_export):
     model, folder = seq2seq_export
-    entry = GeneratingGraph(folder).entry
+    exported = GeneratingGraph(folder).entry
+    assert not exported["attributes"]["early_stopping"]  # the folder's generation_config: early_stopping False
+    entry = {**exported, "attributes": {**exported["attributes"], "early_stopping": 1}}
     config = model.generation_config
 
     def why(**fields):
-        copy = config.__class__(**{**config.to_dict(), **fields})
+        copy = config.__class__(**{**config.to_dict(), "early_stopping": True, **fields})
         return unhonoured(copy, entry, {})
 
+    assert unhonoured(config, exported, {}) is None  # greedy
+    assert "early_stopping" in unhonoured(config.__class__(**{**config.to_dict(), "num_beams": 4}), exported, {})
     assert why() is None
     assert why(num_beams=4, num_return_sequences=2) is None
+    assert "early_stopping" in why(num_beams=4, early_stopping=False)
     assert "do_sample" in why(do_sample=True)
     assert "no_repeat_ngram_size" in why(no_repeat_ngram_size=2)
     assert "early_stopping" in why(num_beams=3, early_stopping="never")
@@ -192,7 +219,7 @@ def test_transformer_graph_and_front_door(tokenizer, tmp_path, caplog):
     model = transformer(len(tokenizer), tie_word_embeddings=False)
     folder = to_onnx(model, tmp_path / "onnx", tokenizer=tokenizer)
     check_graph_matches_pytorch(model, folder, tokenizer)
-    check_front_door(model, folder, tokenizer, caplog)
+    check_front_door(model, folder, tokenizer, caplog, tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -208,19 +235,26 @@ def test_language_model_graph_matches_pytorch(lm_export, tokenizer):
     assert check_graph_matches_pytorch(model, folder, tokenizer) > 0
 
 
-def test_language_model_front_door(lm_export, tokenizer, caplog):
+def test_language_model_front_door(lm_export, tokenizer, caplog, tmp_path):
     model, folder = lm_export
-    exported = load_onnxruntime(folder, threads=1)
+    exported = load_onnxruntime(early_stopping_folder(folder, tmp_path), threads=1)
     inputs = left_padded(tokenizer)
+    beams = dict(num_beams=3, early_stopping=True)
+    runs = (  # generate() arguments, the step graphs' reason (None: model_generate.onnx)
+        (dict(), None),
+        (dict(**beams, length_penalty=0.0), None),
+        (beams, "length_penalty"),  # the operator's length penalty would count the prompt
+        (dict(num_beams=3, length_penalty=0.0, early_stopping=False), "early_stopping"),
+    )
     with caplog.at_level(logging.INFO, logger="hf_seq.toolkit.onnx_generate"):
-        for run, graph in ((dict(), True), (dict(num_beams=3, length_penalty=0.0), True), (dict(num_beams=3), False)):
+        for run, reason in runs:
             caplog.clear()
             with torch.no_grad():
                 expected = model.generate(**inputs, max_new_tokens=8, do_sample=False, **run)
             assert torch.equal(exported.generate(**inputs, max_new_tokens=8, do_sample=False, **run), expected)
             said = " ".join(r.getMessage() for r in caplog.records)
-            assert (GENERATE_FILE in said) == graph, said
-            assert ("length_penalty" in said) == (not graph), said  # beam search with a length penalty: the steps
+            assert (GENERATE_FILE in said) == (reason is None), said
+            assert reason is None or f"`{reason}`" in said, said
 
 
 def test_language_model_without_end_token(lm_export, tokenizer, tmp_path):
@@ -247,6 +281,118 @@ def test_language_model_without_end_token(lm_export, tokenizer, tmp_path):
     finally:
         model.generation_config.eos_token_id = EOS
     assert cut.all() and torch.equal(torch.from_numpy(sequences[:, 0]), expected)
+
+
+def sample(graph, inputs, new: int, seed: int, returned: int = 1, min_new: int = 0):
+    prompt = inputs["input_ids"].shape[1]
+    return graph.sample(
+        inputs["input_ids"].numpy(),
+        inputs["attention_mask"].numpy(),
+        max_length=prompt + new,
+        min_length=prompt + min_new,
+        seed=seed,
+        num_return_sequences=returned,
+    )
+
+
+def test_language_model_sampling_is_seeded_and_well_formed(lm_export, tokenizer):
+    """model_sample.onnx: the same seed gives the same tokens, other seeds other tokens; every token is a vocabulary
+    id; a sequence ends at its first end token (padding after it) or runs to max_length; min_length holds."""
+    model, folder = lm_export
+    graph = GeneratingGraph(folder, threads=1)
+    inputs = left_padded(tokenizer)
+    prompt = inputs["input_ids"].shape[1]
+    first, cut = sample(graph, inputs, new=12, seed=5, returned=8)
+    again, _ = sample(graph, inputs, new=12, seed=5, returned=8)
+    assert np.array_equal(first, again)
+    assert any(not np.array_equal(first, sample(graph, inputs, new=12, seed=seed, returned=8)[0]) for seed in (6, 7))
+    assert first.shape[0] == 8 * len(TEXTS) and first.shape[1] <= prompt + 12
+    assert np.array_equal(first[:, :prompt], np.repeat(inputs["input_ids"].numpy(), 8, axis=0))
+    new = first[:, prompt:]
+    assert ((new >= 0) & (new < model.config.vocab_size)).all()
+    ended = (new == EOS).any(-1)
+    assert ended.any() and (~ended).any()  # both kinds of rows in this draw
+    assert np.array_equal(cut, ~ended) and (first.shape[1] == prompt + 12) == bool(cut.any())
+    for row in new[ended]:
+        end = int(np.argmax(row == EOS))
+        assert (row[end + 1 :] == tokenizer.pad_token_id).all()
+    late, _ = sample(graph, inputs, new=12, seed=5, returned=8, min_new=6)
+    assert not (late[:, prompt : prompt + 6] == EOS).any()
+
+
+def test_language_model_sampling_with_tiny_top_p_is_greedy(lm_export, tokenizer, tmp_path):
+    import shutil
+
+    from hf_seq.toolkit.onnx_generate import write_sampling_graph
+
+    model, folder = lm_export
+    copy = shutil.copytree(folder, tmp_path / "top_p")
+    assert write_sampling_graph(copy, top_p=1e-6)["attributes"]["top_p"] == 1e-6
+    inputs = left_padded(tokenizer)
+    sequences, _ = sample(GeneratingGraph(copy, threads=1), inputs, new=10, seed=1)
+    with torch.no_grad():
+        expected = model.generate(**inputs, max_new_tokens=10, do_sample=False)
+    assert torch.equal(torch.from_numpy(sequences), expected)
+
+
+@pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.02, 1.0), (1.0, 0.3)])
+def test_language_model_sampling_draws_from_pytorchs_distribution(lm_export, tokenizer, tmp_path, temperature, top_p):
+    """The first sampled token's frequencies over 20,000 draws per prompt match the distribution transformers'
+    warpers give (temperature, then top-p) within a total variation of 0.04 (the expected sampling error is ~0.015 on this nearly flat model),
+    and are farther from the plain softmax when the warpers change it."""
+    import shutil
+
+    from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+    from hf_seq.toolkit.onnx_generate import write_sampling_graph
+
+    model, folder = lm_export
+    copy = shutil.copytree(folder, tmp_path / "warped")
+    write_sampling_graph(copy, temperature=temperature, top_p=top_p)
+    inputs = left_padded(tokenizer)
+    draws = 20000
+    sequences, _ = sample(GeneratingGraph(copy, threads=1), inputs, new=1, seed=11, returned=draws)
+    first = sequences[:, -1].reshape(len(TEXTS), draws)
+    with torch.no_grad():
+        logits = model(**inputs).logits[:, -1]
+    warped = TopPLogitsWarper(top_p)(None, TemperatureLogitsWarper(temperature)(None, logits.clone()))
+    expected, plain = torch.softmax(warped, -1).numpy(), torch.softmax(logits, -1).numpy()
+    for row in range(len(TEXTS)):
+        seen = np.bincount(first[row], minlength=expected.shape[1]) / draws
+        distance = 0.5 * np.abs(seen - expected[row]).sum()
+        assert distance < 0.04, (row, distance)
+        if (temperature, top_p) != (1.0, 1.0):
+            assert 0.5 * np.abs(seen - plain[row]).sum() > 2 * distance, row
+
+
+def test_language_model_front_door_samples_in_the_graph(lm_export, tokenizer, caplog):
+    """generate(do_sample=True): model_sample.onnx, reproducible under torch.manual_seed; what it cannot do (a top-k
+    below the vocabulary, another temperature, beam sampling) runs on the step graphs with PyTorch's draws, named."""
+    model, folder = lm_export
+    exported = load_onnxruntime(folder, threads=1)
+    inputs = left_padded(tokenizer)
+    run = dict(max_new_tokens=8, do_sample=True)
+    with caplog.at_level(logging.INFO, logger="hf_seq.toolkit.onnx_generate"):
+        caplog.clear()
+        torch.manual_seed(3)
+        first = exported.generate(**inputs, **run, num_return_sequences=2)
+        torch.manual_seed(3)
+        assert torch.equal(exported.generate(**inputs, **run, num_return_sequences=2), first)
+        assert "model_sample.onnx" in " ".join(r.getMessage() for r in caplog.records)
+        assert first.shape[0] == 2 * len(TEXTS)
+        for refused, name in (
+            (dict(top_k=5), "top_k"),
+            (dict(temperature=0.5), "temperature"),
+            (dict(num_beams=2), "num_beams"),
+        ):
+            caplog.clear()
+            torch.manual_seed(3)
+            with torch.no_grad():
+                expected = model.generate(**inputs, **run, **refused)
+            torch.manual_seed(3)
+            assert torch.equal(exported.generate(**inputs, **run, **refused), expected), name
+            said = " ".join(r.getMessage() for r in caplog.records)
+            assert "step graphs" in said and f"`{name}`" in said, said
 
 
 @pytest.mark.slow(reason="an export, ~10 s")

@@ -26,8 +26,14 @@ The decoder's weights are initializers of the outer graph, read by both subgraph
 ``length_penalty`` and ``repetition_penalty`` are inputs of every call. The encoder mask is an input
 (``attention_mask``), so left and right padding both mean what they mean in PyTorch.
 
-What the graph does not do is refused by :func:`unhonoured` (naming the argument); ``load_onnxruntime(...)``'s
-``generate()`` then runs the step graphs instead (one log line says which ran).
+A language model's folder also gets ``model_sample.onnx``: the same two subgraphs inside ONNX Runtime's
+``com.microsoft.Sampling`` operator (:func:`build_sampling_graph`), whose ``temperature`` and ``top_p`` are attributes
+(fixed at export; :func:`write_sampling_graph` writes the graph again with others) and which has no top-k filter. Its
+draws come from ONNX Runtime's generator, seeded by the graph's ``seed`` input: the same seed gives the same tokens,
+the distribution is transformers' (temperature, then top-p), the draws are not PyTorch's.
+
+What a graph does not do is refused by :func:`unhonoured` / :func:`unhonoured_sampling` (naming the argument);
+``load_onnxruntime(...)``'s ``generate()`` then runs the step graphs instead (one log line says which ran).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 GENERATE_FILE = "model_generate.onnx"
 GENERATE_SCRIPT = "generate.py"
+SAMPLE_FILE = "model_sample.onnx"
 MS_DOMAIN = "com.microsoft"
 NO_EOS = -1  # the operator's eos_token_id for a model without an end token
 # what an exported folder holds (onnx_runtime.ONNX_INFO; not imported: onnx_runtime imports this module)
@@ -59,6 +66,17 @@ BEAM_INPUTS = (
     "",  # vocab_mask
     "",  # prefix_vocab_mask
     "attention_mask",
+)
+SAMPLE_INPUTS = (  # the Sampling operator's
+    "input_ids",
+    "max_length",
+    "min_length",
+    "",  # repetition_penalty (1.0)
+    "",  # vocab_mask
+    "",  # prefix_vocab_mask
+    "attention_mask",
+    "",  # presence_mask
+    "seed",
 )
 
 
@@ -434,11 +452,36 @@ def search_attributes(generation_config, config, decoder_only: bool = False) -> 
     return attributes
 
 
+def _save_search_model(path: Path, nodes: list, inputs: list, outputs: list, weights: list, sources: list) -> None:
+    """Save a one-operator model (``nodes``: the search node, and what reshapes its outputs) whose subgraphs were built
+    from ``sources`` (the folder's graphs: their opsets, IR version and functions carry over)."""
+    import onnx
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, "hf_seq generate", inputs, outputs, weights)
+    opsets = {}
+    for source in sources:
+        for entry in source.opset_import:
+            opsets[entry.domain] = max(opsets.get(entry.domain, 0), entry.version)
+    opsets[MS_DOMAIN] = max(opsets.get(MS_DOMAIN, 0), 1)
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid(domain, version) for domain, version in opsets.items()],
+        ir_version=max(s.ir_version for s in sources),
+        producer_name="hf_seq",
+    )
+    functions = {}
+    for source in sources:
+        for function in source.functions:
+            functions.setdefault((function.domain, function.name), function)
+    model.functions.extend(functions.values())
+    onnx.save(model, str(path))
+
+
 def build_generating_graph(folder: str | os.PathLike) -> dict:
     """Write ``model_generate.onnx`` (and ``generate.py``) into an exported seq2seq or RNN LM folder; returns what
     ``hf_seq_onnx.json`` records of it (file, operator, inputs, fixed attributes). :class:`GeneratingGraphError`
     names what the folder has that the operator cannot take."""
-    import onnx
     from onnx import TensorProto, helper
     from transformers import AutoConfig, GenerationConfig
 
@@ -479,24 +522,7 @@ def build_generating_graph(folder: str | os.PathLike) -> dict:
         _info("sequences", TensorProto.INT32, ["batch", "num_return_sequences", "length"]),
         _info("sequences_scores", TensorProto.FLOAT, ["batch", "num_return_sequences"]),
     ]
-    graph = helper.make_graph([node], "hf_seq generate", inputs, outputs, weights)
-    opsets = {}
-    for source in sources:
-        for entry in source.opset_import:
-            opsets[entry.domain] = max(opsets.get(entry.domain, 0), entry.version)
-    opsets[MS_DOMAIN] = max(opsets.get(MS_DOMAIN, 0), 1)
-    model = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid(domain, version) for domain, version in opsets.items()],
-        ir_version=max(s.ir_version for s in sources),
-        producer_name="hf_seq",
-    )
-    functions = {}
-    for source in sources:
-        for function in source.functions:
-            functions.setdefault((function.domain, function.name), function)
-    model.functions.extend(functions.values())
-    onnx.save(model, str(folder / GENERATE_FILE))
+    _save_search_model(folder / GENERATE_FILE, [node], inputs, outputs, weights, sources)
     script = GENERATE_PY.format(decoder_only=kind == "causal_lm")
     (folder / GENERATE_SCRIPT).write_text(script, encoding="utf-8")
     return {
@@ -526,7 +552,99 @@ def write_generating_graph(folder: str | os.PathLike) -> bool:
         return False
     info["graphs"]["generate"] = entry
     path.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    if info["kind"] == "causal_lm":  # and sampling, for a language model
+        try:
+            write_sampling_graph(folder)
+        except GeneratingGraphError as error:
+            logger.warning("No %s in %s: %s", SAMPLE_FILE, folder, error)
     return True
+
+
+def sampling_attributes(generation_config, temperature: float | None = None, top_p: float | None = None) -> dict:
+    """The ``Sampling`` operator's fixed attributes: the end and padding tokens, ``no_repeat_ngram_size``, and
+    ``temperature`` and ``top_p`` (the folder's ``generation_config`` values unless given; 1.0 and 1.0 by default)."""
+    generation_config = with_defaults(generation_config)
+    temperature = float(generation_config.temperature if temperature is None else temperature)
+    top_p = float(generation_config.top_p if top_p is None else top_p)
+    if not temperature > 0:
+        raise GeneratingGraphError(f"`temperature` {temperature}: the sampling operator takes a value > 0")
+    if not 0 < top_p <= 1:
+        raise GeneratingGraphError(f"`top_p` {top_p}: the sampling operator takes a value in (0, 1]")
+    attributes = search_attributes(generation_config, None, decoder_only=True)
+    del attributes["early_stopping"]  # a beam search setting
+    # min_tokens_to_keep 1: top-p keeps at least the most probable token, as transformers' TopPLogitsWarper does
+    return {**attributes, "temperature": temperature, "top_p": top_p, "min_tokens_to_keep": 1}
+
+
+def build_sampling_graph(folder: str | os.PathLike, temperature: float | None = None, top_p: float | None = None):
+    """Write ``model_sample.onnx`` into an exported RNN LM folder: sampling inside ONNX Runtime (its
+    ``com.microsoft.Sampling`` operator around the same prompt and step subgraphs as ``model_generate.onnx``), with
+    ``temperature`` and ``top_p`` fixed in the graph (operator attributes; the folder's ``generation_config``
+    values unless given). Returns what ``hf_seq_onnx.json`` records of it. Its draws come from ONNX Runtime's own
+    generator, seeded by the ``seed`` input: the same seed gives the same tokens, but not PyTorch's draws."""
+    from onnx import TensorProto, helper
+    from transformers import GenerationConfig
+
+    folder = Path(folder)
+    info = json.loads((folder / ONNX_INFO).read_text(encoding="utf-8"))
+    if info["kind"] != "causal_lm":
+        raise GeneratingGraphError(
+            f"kind {info['kind']!r}: ONNX Runtime's sampling operator serves decoder-only models (a language model)"
+        )
+    attributes = sampling_attributes(GenerationConfig.from_pretrained(folder), temperature, top_p)
+    init_graph, dec_graph, sources = _causal_lm_subgraphs(folder, info)
+    node = helper.make_node(
+        "Sampling",
+        list(SAMPLE_INPUTS),
+        ["sampled"],
+        name="Sampling",
+        domain=MS_DOMAIN,
+        model_type=0,
+        init_decoder=init_graph,
+        decoder=dec_graph,
+        **attributes,
+    )
+    # (batch, length) -> (batch, 1, length): the layout of model_generate.onnx's sequences
+    axis = helper.make_tensor("axis", TensorProto.INT64, [1], [1])
+    nodes = [
+        node,
+        helper.make_node("Constant", [], ["sequences_axis"], value=axis),
+        helper.make_node("Unsqueeze", ["sampled", "sequences_axis"], ["sequences"]),
+    ]
+    inputs = [
+        _info("input_ids", TensorProto.INT32, ["batch", "source"]),
+        _info("max_length", TensorProto.INT32, [1]),
+        _info("min_length", TensorProto.INT32, [1]),
+        _info("attention_mask", TensorProto.INT32, ["batch", "source"]),
+        _info("seed", TensorProto.INT32, [1]),
+    ]
+    outputs = [_info("sequences", TensorProto.INT32, ["batch", 1, "length"])]
+    _save_search_model(folder / SAMPLE_FILE, nodes, inputs, outputs, [], sources)
+    vocab = dec_graph.output[0].type.tensor_type.shape.dim[2].dim_value
+    return {
+        "file": SAMPLE_FILE,
+        "operator": f"{MS_DOMAIN}.Sampling",
+        "kind": info["kind"],
+        "inputs": [value.name for value in inputs],
+        "outputs": ["sequences"],
+        "attributes": attributes,
+        "pad_token_id": _output_pad(
+            with_defaults(GenerationConfig.from_pretrained(folder)), attributes["eos_token_id"]
+        ),
+        "vocab_size": int(vocab),
+    }
+
+
+def write_sampling_graph(folder: str | os.PathLike, temperature: float | None = None, top_p: float | None = None):
+    """:func:`build_sampling_graph`, recorded in the folder's ``hf_seq_onnx.json`` under ``graphs.sample`` (again
+    with other ``temperature`` / ``top_p``: the graph holds them as fixed values)."""
+    folder = Path(folder)
+    entry = build_sampling_graph(folder, temperature, top_p)
+    path = folder / ONNX_INFO
+    info = json.loads(path.read_text(encoding="utf-8"))
+    info["graphs"]["sample"] = entry
+    path.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    return entry
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -579,42 +697,60 @@ def _output_pad(generation_config, eos: int) -> int:
     return eos if pad is None else _single_token(pad, "pad_token_id")
 
 
-def unhonoured(generation_config, entry: dict, kwargs: dict) -> str | None:
-    """Why ``model_generate.onnx`` (its ``hf_seq_onnx.json`` entry ``entry``) cannot run ``generate()`` with the merged
-    ``generation_config`` and the model keyword arguments ``kwargs``, or None when it can."""
-    generation_config = with_defaults(generation_config)
+def _fixed_settings_differ(generation_config, entry: dict, kwargs: dict, allowed: tuple = ()) -> str | None:
+    """What ``generation_config`` (defaults filled in) and ``kwargs`` ask that neither search operator does, or that
+    differs from the operator's fixed attributes in ``entry``; None when nothing does. ``allowed``: fields of
+    :data:`UNSUPPORTED_FIELDS` the operator does (``do_sample`` for the sampling graph)."""
     attributes = entry["attributes"]
     default = generation_config._get_default_generation_params()
     for name in UNSUPPORTED_FIELDS:
         value = getattr(generation_config, name, None)
-        if value is not None and value != default.get(name) and value not in (False, 0, [], {}):
-            return f"`{name}`={value!r} is not done by the search operator"
+        if name in allowed or value is None or value == default.get(name) or value in (False, 0, [], {}):
+            continue
+        return f"`{name}`={value!r} is not done by the search operator"
     for name, value in kwargs.items():
         if name not in GRAPH_KWARGS and value is not None:
             return f"`{name}` is not an input of the generating graph"
-    early = generation_config.early_stopping
-    if early not in (True, False):
-        return f"`early_stopping`={early!r}: the search operator takes True or False"
     eos = generation_config.eos_token_id
     eos = eos[0] if isinstance(eos, (list, tuple)) and len(eos) == 1 else eos
     eos = NO_EOS if eos is None else eos
-    given = {
-        "eos_token_id": eos,
-        "no_repeat_ngram_size": generation_config.no_repeat_ngram_size or 0,
-        "early_stopping": int(bool(early)),
-    }
+    given = {"eos_token_id": eos, "no_repeat_ngram_size": generation_config.no_repeat_ngram_size or 0}
+    if "early_stopping" in attributes:
+        early = generation_config.early_stopping
+        if early not in (True, False):
+            return f"`early_stopping`={early!r}: the search operator takes True or False"
+        given["early_stopping"] = int(bool(early))
     if "decoder_start_token_id" in attributes:
         start = generation_config.decoder_start_token_id
         given["decoder_start_token_id"] = attributes["decoder_start_token_id"] if start is None else start
+    for name in ("temperature", "top_p"):
+        if name in attributes:
+            given[name] = float(getattr(generation_config, name))
     for name, value in given.items():
-        if value != attributes[name]:
+        if value != attributes[name] and not (isinstance(value, float) and abs(value - attributes[name]) < 1e-6):
             return (
                 f"`{name}`={value!r}: the graph was exported with {attributes[name]!r} (an attribute of the operator)"
             )
     pad = generation_config.pad_token_id
     if (eos if pad is None else pad) != entry["pad_token_id"]:
         return f"`pad_token_id`={pad!r}: the graph was exported with {entry['pad_token_id']!r}"
+    return None
+
+
+def unhonoured(generation_config, entry: dict, kwargs: dict) -> str | None:
+    """Why ``model_generate.onnx`` (its ``hf_seq_onnx.json`` entry ``entry``) cannot run ``generate()`` with the merged
+    ``generation_config`` and the model keyword arguments ``kwargs``, or None when it can."""
+    generation_config = with_defaults(generation_config)
+    reason = _fixed_settings_differ(generation_config, entry, kwargs)
+    if reason is not None:
+        return reason
     beams = generation_config.num_beams or 1
+    if beams > 1 and not entry["attributes"]["early_stopping"]:
+        return (
+            "`early_stopping`=False with beam search: the search operator decides when a source row is done "
+            "otherwise than generate() (on trained translators 7-11 % of beam-5 translations differed); a folder "
+            "whose generation_config has early_stopping=True gets the same search"
+        )
     if beams == 1 and (generation_config.repetition_penalty or 1.0) != 1.0:
         return (
             "`repetition_penalty` with greedy search: PyTorch divides the logits, the search operator the "
@@ -639,23 +775,73 @@ def unhonoured(generation_config, entry: dict, kwargs: dict) -> str | None:
     return None
 
 
+# the sampling warpers of transformers that the Sampling operator has no counterpart for, at their neutral values
+SAMPLING_NEUTRAL = {"typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_p": None, "top_h": None}
+
+
+def unhonoured_sampling(generation_config, entry: dict | None, kwargs: dict) -> str | None:
+    """Why ``model_sample.onnx`` (its ``hf_seq_onnx.json`` entry ``entry``; None: the folder has none) cannot run
+    ``generate(do_sample=True, ...)`` with the merged ``generation_config`` and the model keyword arguments
+    ``kwargs``, or None when it can. It samples with the graph's fixed ``temperature`` and ``top_p``, without a
+    top-k filter (transformers' default ``top_k=50`` is the same search only when the vocabulary has at most 50
+    entries), one sequence per row at a time."""
+    if entry is None:
+        return "`do_sample`: the folder has no sampling graph (ONNX Runtime samples decoder-only models)"
+    generation_config = with_defaults(generation_config)
+    reason = _fixed_settings_differ(generation_config, entry, kwargs, allowed=("do_sample",))
+    if reason is not None:
+        return reason
+    if (generation_config.num_beams or 1) > 1:
+        return f"`num_beams`={generation_config.num_beams} with `do_sample`: the sampling operator draws one sequence"
+    top_k = generation_config.top_k
+    if top_k and top_k < entry["vocab_size"]:
+        return (
+            f"`top_k`={top_k}: the sampling operator has no top-k filter (top_k=0 or None, or at least the "
+            f"vocabulary's {entry['vocab_size']}, is the same search)"
+        )
+    for name, neutral in SAMPLING_NEUTRAL.items():
+        value = getattr(generation_config, name, neutral)
+        if value is not None and value != neutral:
+            return f"`{name}`={value!r} is not done by the sampling operator"
+    if (generation_config.repetition_penalty or 1.0) != 1.0:
+        return (
+            "`repetition_penalty` with sampling: on a left-padded prompt the sampling operator leaves the padding "
+            "out of the penalty, generate() does not"
+        )
+    return None
+
+
 class GeneratingGraph:
     """``model_generate.onnx`` of a folder in one ONNX Runtime session (numpy in and out)."""
 
-    def __init__(self, folder: str | os.PathLike, threads: int | None = None, providers=None, session=None) -> None:
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        threads: int | None = None,
+        providers=None,
+        session=None,
+        sample_session=None,
+    ) -> None:
         self.folder = Path(folder)
         info = json.loads((self.folder / ONNX_INFO).read_text(encoding="utf-8"))
         self.entry = info["graphs"]["generate"]
         self.attributes = self.entry["attributes"]
-        if session is None:
+        # model_sample.onnx (a language model's): sampling in ONNX Runtime's Sampling operator
+        self.sample_entry = info["graphs"].get("sample")
+
+        def open_session(entry):
             import onnxruntime
 
             options = onnxruntime.SessionOptions()
             if threads is not None:
                 options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-            path = str(self.folder / self.entry["file"])
-            session = onnxruntime.InferenceSession(path, options, providers=providers or ["CPUExecutionProvider"])
-        self.session = session
+            path = str(self.folder / entry["file"])
+            return onnxruntime.InferenceSession(path, options, providers=providers or ["CPUExecutionProvider"])
+
+        self.session = session if session is not None else open_session(self.entry)
+        if self.sample_entry is not None and sample_session is None:
+            sample_session = open_session(self.sample_entry)
+        self.sample_session = sample_session
         # generate() calls run by this graph, calls left to the step graphs, source rows searched again by them
         self.counts = {"graph": 0, "steps": 0, "rows_by_steps": 0}
 
@@ -683,15 +869,18 @@ class GeneratingGraph:
         config, model_kwargs = model._prepare_generation_config(generation_config, **settings)
         ids = inputs if inputs is not None else model_kwargs.pop("input_ids", None)
         mask = model_kwargs.pop("attention_mask", None)
+        sampling = bool(config.do_sample)
         if ids is None or ids.dim() != 2 or ids.shape[1] == 0:
             reason = "no `input_ids` (the graph starts from a prompt or a source)"
         elif mask is None and bool((ids == self.entry["pad_token_id"]).any()):
             reason = "no `attention_mask` for inputs that hold the padding token"
+        elif sampling:
+            reason = unhonoured_sampling(config, self.sample_entry, {**extra, **model_kwargs})
         else:
             reason = unhonoured(config, self.entry, {**extra, **model_kwargs})
         prepared, config = config, with_defaults(config)  # prepared: the lengths as generate() reads them
         beams, returned = config.num_beams or 1, config.num_return_sequences or 1
-        if reason is None and returned > beams:
+        if reason is None and returned > beams and not sampling:
             reason = f"`num_return_sequences`={returned} > `num_beams`={beams}"
         if reason is not None:
             logger.info("generate(): the step graphs (%s)", reason)
@@ -700,6 +889,19 @@ class GeneratingGraph:
         prompt = ids.shape[1] if self.entry.get("kind") == "causal_lm" else 1  # what the sequences start with
         max_length = prompt + config.max_new_tokens if config.max_new_tokens is not None else config.max_length
         min_length = max(config.min_length or 0, prompt + config.min_new_tokens if config.min_new_tokens else 0)
+        if sampling:  # ONNX Runtime's draws, from a seed that torch's generator draws (torch.manual_seed repeats it)
+            seed = int(torch.randint(0, 2**31 - 1, ()).item())
+            sequences, _ = self.sample(
+                ids.cpu().numpy(),
+                None if mask is None else mask.cpu().numpy(),
+                max_length=max_length,
+                min_length=min_length,
+                seed=seed,
+                num_return_sequences=returned,
+            )
+            self.counts["graph"] += 1
+            logger.info("generate(): %s (sampling in ONNX Runtime, its own draws)", self.sample_entry["file"])
+            return torch.from_numpy(sequences)
         sequences, _, cut = self.run(
             ids.cpu().numpy(),
             None if mask is None else mask.cpu().numpy(),
@@ -776,6 +978,40 @@ class GeneratingGraph:
         sequences, cut = finish(sequences.astype(np.int64), eos, fill, start)
         return sequences, scores, cut
 
+    def sample(
+        self,
+        input_ids,
+        attention_mask=None,
+        max_length: int = 20,
+        min_length: int = 0,
+        seed: int = 0,
+        num_return_sequences: int = 1,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(sequences (B * R, T) int64, cut (B * R) bool)`` sampled by ``model_sample.onnx`` with its fixed
+        temperature and top-p, as ``generate(do_sample=True)`` lays them out: each prompt (left-padded) repeated
+        ``num_return_sequences`` times, its continuation ending with the end token, then ``pad_token_id``; ``cut``
+        marks those that reached ``max_length``. The same ``seed`` gives the same sequences (ONNX Runtime's
+        generator: not PyTorch's draws)."""
+        if self.sample_session is None:
+            raise GeneratingGraphError(f"{self.folder} has no sampling graph (a language model's {SAMPLE_FILE})")
+        if not 0 <= seed < 2**31:
+            raise GeneratingGraphError(f"`seed` {seed}: the sampling operator takes an int32 >= 0")
+        ids = np.asarray(input_ids, dtype=np.int32)
+        mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask, dtype=np.int32)
+        feeds = {
+            "input_ids": np.repeat(ids, num_return_sequences, axis=0),
+            "max_length": np.array([max_length], np.int32),
+            "min_length": np.array([min_length], np.int32),
+            "attention_mask": np.repeat(mask, num_return_sequences, axis=0),
+            "seed": np.array([seed], np.int32),
+        }
+        (sequences,) = self.sample_session.run(None, feeds)
+        entry = self.sample_entry
+        sequences, cut = finish(
+            sequences[:, 0].astype(np.int64), entry["attributes"]["eos_token_id"], entry["pad_token_id"], ids.shape[1]
+        )
+        return sequences, cut
+
 
 def finish(sequences: np.ndarray, eos: int, fill: int, start: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """The operator's ``sequences`` (..., T), padded with the end token, as ``generate()`` returns them: cut to the
@@ -822,11 +1058,15 @@ for row in sequences[:, 0]:
 
 __all__ = [
     "GENERATE_FILE",
+    "SAMPLE_FILE",
     "GeneratingGraph",
     "GeneratingGraphError",
     "build_generating_graph",
+    "build_sampling_graph",
     "search_attributes",
     "finish",
     "unhonoured",
+    "unhonoured_sampling",
     "write_generating_graph",
+    "write_sampling_graph",
 ]

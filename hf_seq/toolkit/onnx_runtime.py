@@ -1401,7 +1401,9 @@ def load_onnxruntime(folder: str | os.PathLike, threads: int | None = None, prov
     if "generate" in sessions:
         from .onnx_generate import GeneratingGraph
 
-        model.generating_graph = GeneratingGraph(folder, session=sessions["generate"])
+        model.generating_graph = GeneratingGraph(
+            folder, session=sessions["generate"], sample_session=sessions.get("sample")
+        )
     if (folder / "generation_config.json").is_file():
         model.generation_config = GenerationConfig.from_pretrained(folder)
     model.name_or_path = str(folder)
