@@ -132,6 +132,16 @@ def test_position_table_is_hf_seqs_own(tokenizer, tmp_path):
     assert max(abs(a - b) for a, b in zip(ours, shifted)) > 1e-3
 
 
+@pytest.mark.parametrize("quantization", ["int8", "int16", "float16"])
+def test_exporting_a_model_object_leaves_its_weights_as_they_were(quantization, tokenizer, tmp_path):
+    """The converter quantizes the arrays it is given in place: they must be copies, not views of the parameters."""
+    model = tiny_transformer(len(tokenizer))
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    to_ctranslate2(model, tmp_path / "ct2", tokenizer=tokenizer, quantization=quantization)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
+
+
 def test_folder_export_translates_from_the_folder_alone(tokenizer, tmp_path):
     model = tiny_transformer(len(tokenizer))
     model.save_pretrained(tmp_path / "model")

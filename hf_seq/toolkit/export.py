@@ -190,7 +190,8 @@ def check_generation_config(generation_config) -> None:
 
 
 def _numpy(tensor: torch.Tensor):
-    return tensor.detach().to(torch.float32).cpu().contiguous().numpy()
+    # a copy: the converter quantizes the arrays of its spec in place, which would rewrite the model's own weights
+    return tensor.detach().to("cpu", torch.float32, copy=True).contiguous().numpy()
 
 
 def _set_linear(spec, linear: torch.nn.Linear) -> None:
