@@ -31,11 +31,17 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 
 from .attention import AttentionScore, attend, get_score_type, make_attention_mask
-from .compat import OutputRecorder, cache_argument, cache_output, capture_outputs, hidden_states_recorder, init
+from .compat import OutputRecorder, cache_argument, cache_output, hidden_states_recorder, init
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
 from .fast_paths import decodes_generated_ids, drop_all_ones_mask
 from .losses import lm_head_and_loss  # noqa: F401  (seq2seq_utils.py imports it; 5.0–5.6 copy only these siblings)
-from .modeling_utils import CheckedLoadingMixin, RecurrentGenerativeHeadMixin, columns_read_now, refuse_unknown_keywords
+from .modeling_utils import (
+    CheckedLoadingMixin,
+    RecurrentGenerativeHeadMixin,
+    capture_outputs_when_asked,
+    columns_read_now,
+    refuse_unknown_keywords,
+)
 from .pipeline_tasks import DeclaredPipelinesMixin  # noqa: F401  (the config imports it; 5.0–5.6 copy only these siblings)
 from .recurrent import RecurrentCache, RecurrentLayerOutput, RecurrentStack, get_cell_type, to_torch_rnn_modules_
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
@@ -243,7 +249,7 @@ class RNNSeq2SeqEncoder(_RNNSeq2SeqPart):
         return self.rnn.output_size
 
     @refuse_unknown_keywords
-    @capture_outputs
+    @capture_outputs_when_asked
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -433,7 +439,7 @@ class RNNSeq2SeqDecoder(_RNNSeq2SeqPart):
         return context.squeeze(1)  # (B, D)
 
     @refuse_unknown_keywords
-    @capture_outputs(tie_last_hidden_states=False)
+    @capture_outputs_when_asked(tie_last_hidden_states=False)
     def forward(
         self,
         inputs_embeds: torch.Tensor,
