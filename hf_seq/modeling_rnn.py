@@ -537,15 +537,9 @@ class RNNForCausalLM(RecurrentGenerativeHeadMixin, RNNPreTrainedModel, Generatio
         """generate() must not create a DynamicCache: the first forward creates the :class:`RNNCache`."""
         return False
 
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
     def _decoding_module(self) -> tuple[RNNModel, int]:
         """The recurrent model, which checks each step's ids against ``vocab_size`` (``GenerativeHeadMixin``)."""
         return self.rnn, self.config.vocab_size
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
 
     def _cache_state(self, cache, batch_size: int) -> RNNCache:
         """The :class:`RNNCache` to continue from (a fresh one for None or an empty transformers ``Cache``)."""

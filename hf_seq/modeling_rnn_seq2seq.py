@@ -676,21 +676,9 @@ class RNNSeq2SeqForConditionalGeneration(
         if self.generation_config is not None and config.max_target_length is not None:
             self.generation_config.max_length = config.max_target_length
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.encoder.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.encoder.embed_tokens = value
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
     def _decoding_module(self) -> tuple[RNNSeq2SeqModel, int]:
         """The encoder-decoder, which checks each step's ids against ``vocab_size`` (``GenerativeHeadMixin``)."""
         return self.model, self.config.vocab_size
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
 
 
 __all__ = [

@@ -448,9 +448,7 @@ def capture_outputs_when_asked(forward=None, *, tie_last_hidden_states: bool = T
             for flag in ("output_hidden_states", "output_attentions"):
                 if kwargs.get(flag) is None:  # capture_outputs reads the config only when the keyword is absent
                     kwargs.pop(flag, None)
-                    asked = asked or bool(getattr(self.config, flag, False))
-                else:
-                    asked = asked or bool(kwargs[flag])
+                asked = asked or bool(kwargs.get(flag, getattr(self.config, flag, False)))
             return (captured if asked else plain)(self, *args, **kwargs)
 
         return wrapper
