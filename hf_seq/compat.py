@@ -108,12 +108,13 @@ except ImportError:  # 5.0: forward wrappers, same recorder specification and op
 _RECORDER_FIELDS = {f.name for f in dataclasses.fields(OutputRecorder)}
 
 
-def hidden_states_recorder(target_class: type, num_hidden_layers_key: str) -> OutputRecorder:
-    """The ``_can_record_outputs["hidden_states"]`` recorder of ``target_class``'s outputs, its layer count read from
-    ``config.<num_hidden_layers_key>`` on the releases whose recorder has that field."""
+def hidden_states_recorder(target_class: type, num_hidden_layers_key: str, **options) -> OutputRecorder:
+    """The ``_can_record_outputs["hidden_states"]`` recorder of ``target_class``'s outputs (``options``: the other
+    fields, e.g. ``layer_name``), its layer count read from ``config.<num_hidden_layers_key>`` on the releases whose
+    recorder has that field."""
     if "num_hidden_layers_key" in _RECORDER_FIELDS:
-        return OutputRecorder(target_class, num_hidden_layers_key=num_hidden_layers_key)
-    return OutputRecorder(target_class)
+        options["num_hidden_layers_key"] = num_hidden_layers_key
+    return OutputRecorder(target_class, **options)
 
 
 # 5.25 on: generate()'s prefill cuts what a cache has read from the input for every cache, recurrent states included

@@ -9,7 +9,6 @@ bidirectional, the self-attention LSTM, the char-level text generator) is an ``H
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 
@@ -30,7 +29,6 @@ from .attention import attend  # noqa: F401
 from .compat import (
     cache_argument,
     cache_output,
-    capture_outputs,
     hidden_states_recorder,
     init,
     shift_labels_when_smoothing,
@@ -38,7 +36,13 @@ from .compat import (
 from .configuration_rnn import HfSeqRNNConfig
 from .fast_paths import decodes_generated_ids, drop_all_ones_mask
 from .losses import check_lm_labels, lm_head_and_loss, sequence_classification_loss, token_classification_loss
-from .modeling_utils import CheckedLoadingMixin, RecurrentGenerativeHeadMixin, columns_read_now, refuse_unknown_keywords
+from .modeling_utils import (
+    CheckedLoadingMixin,
+    RecurrentGenerativeHeadMixin,
+    capture_outputs_when_asked,
+    columns_read_now,
+    refuse_unknown_keywords,
+)
 from .recurrent import (
     GateProjection,
     RecurrentCache,
@@ -316,25 +320,6 @@ class RNNPooler(nn.Module):
         return torch.where(torch.isinf(pooled), torch.zeros_like(pooled), pooled)  # rows without tokens -> 0
 
 
-def records_hidden_states(forward):
-    """``RNNModel.forward``'s decorator (below ``refuse_unknown_keywords``). Asked for hidden states (the call's
-    ``output_hidden_states``, or the config's when the call gives none or ``None``), the forward runs under
-    ``capture_outputs``, which records them from :class:`~.recurrent.RecurrentLayerOutput`; otherwise it runs as
-    ``can_return_tuple`` runs it, without the recorder's per-call setup."""
-    captured = capture_outputs(tie_last_hidden_states=False)(forward)
-    plain = can_return_tuple(forward)
-
-    @functools.wraps(forward)
-    def wrapper(self, *args, **kwargs):
-        asked = kwargs.get("output_hidden_states")
-        if asked is None:  # capture_outputs reads the config only when the keyword is absent
-            kwargs.pop("output_hidden_states", None)
-            asked = self.config.output_hidden_states
-        return (captured if asked else plain)(self, *args, **kwargs)
-
-    return wrapper
-
-
 class RNNModel(RNNPreTrainedModel):
     """Embeddings + recurrent stack (+ pooler): the base of every RNN head. Returns :class:`RNNModelOutput`."""
 
@@ -390,7 +375,7 @@ class RNNModel(RNNPreTrainedModel):
         return batch_size, seq_len
 
     @refuse_unknown_keywords
-    @records_hidden_states
+    @capture_outputs_when_asked(tie_last_hidden_states=False)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -552,15 +537,9 @@ class RNNForCausalLM(RecurrentGenerativeHeadMixin, RNNPreTrainedModel, Generatio
         """generate() must not create a DynamicCache: the first forward creates the :class:`RNNCache`."""
         return False
 
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
     def _decoding_module(self) -> tuple[RNNModel, int]:
         """The recurrent model, which checks each step's ids against ``vocab_size`` (``GenerativeHeadMixin``)."""
         return self.rnn, self.config.vocab_size
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
 
     def _cache_state(self, cache, batch_size: int) -> RNNCache:
         """The :class:`RNNCache` to continue from (a fresh one for None or an empty transformers ``Cache``)."""

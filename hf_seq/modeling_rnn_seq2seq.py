@@ -18,6 +18,7 @@ in ``output.cache``; beam search reorders it through :meth:`RNNDecoderCache.reor
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -26,16 +27,23 @@ from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import ModelOutput, Seq2SeqModelOutput
-from transformers.utils import can_return_tuple
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple
 
 from .attention import AttentionScore, attend, get_score_type, make_attention_mask
-from .compat import cache_argument, cache_output, init
+from .compat import OutputRecorder, cache_argument, cache_output, hidden_states_recorder, init
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
 from .fast_paths import decodes_generated_ids, drop_all_ones_mask
 from .losses import lm_head_and_loss  # noqa: F401  (seq2seq_utils.py imports it; 5.0–5.6 copy only these siblings)
-from .modeling_utils import CheckedLoadingMixin, RecurrentGenerativeHeadMixin, columns_read_now, refuse_unknown_keywords
+from .modeling_utils import (
+    CheckedLoadingMixin,
+    RecurrentGenerativeHeadMixin,
+    capture_outputs_when_asked,
+    columns_read_now,
+    refuse_unknown_keywords,
+)
 from .pipeline_tasks import DeclaredPipelinesMixin  # noqa: F401  (the config imports it; 5.0–5.6 copy only these siblings)
-from .recurrent import RecurrentCache, RecurrentStack, get_cell_type, to_torch_rnn_modules_
+from .recurrent import RecurrentCache, RecurrentLayerOutput, RecurrentStack, get_cell_type, to_torch_rnn_modules_
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES  # noqa: F401  (seq2seq_utils.py imports it, as above)
@@ -72,6 +80,21 @@ class RNNSeq2SeqEncoderOutput(ModelOutput):
     final_extra_states: torch.Tensor | None = None
 
 
+@dataclass
+class RNNSeq2SeqDecoderOutput(ModelOutput):
+    """Decoder output: ``last_hidden_state`` ``(B, T, E)`` for the output projection; ``state`` (tuple of
+    ``(decoder_layers, B, H)``), ``feed`` ``(B, F)`` and ``source_keys`` ``(B, S, K)`` to continue from (the last
+    two None without attention, see :class:`RNNDecoderCache`); ``hidden_states`` and ``cross_attentions`` when
+    asked for."""
+
+    last_hidden_state: torch.Tensor | None = None
+    state: State | None = None
+    feed: torch.Tensor | None = None
+    source_keys: torch.Tensor | None = None  # not `keys`: a ModelOutput is a dict
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    cross_attentions: tuple[torch.Tensor, ...] | None = None
+
+
 class RNNDecoderCache(RecurrentCache):
     """The decoder's recurrent state between ``generate()`` steps (:class:`~.recurrent.RecurrentCache`).
 
@@ -105,6 +128,85 @@ def split_final_states(state: State) -> tuple[torch.Tensor, torch.Tensor | None,
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Base class
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class RNNSeq2SeqPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
+    """Weight initialisation (uniform in ``[-uniform_init_range, uniform_init_range]``) and HF plumbing for the RNN seq2seq family."""
+
+    config_class = HfSeqRNNSeq2SeqConfig
+    # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
+    _auto_heads = {
+        "AutoModel": "RNNSeq2SeqModel",
+        "AutoModelForSeq2SeqLM": "RNNSeq2SeqForConditionalGeneration",
+    }
+    config: HfSeqRNNSeq2SeqConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True  # per recurrent layer, and per decoder step with attention
+    # FSDP / device_map units: the encoder's recurrent stack and the decoder. Not the whole encoder: it holds the word
+    # embedding, shared with the decoder's inputs and the tied output layer, which accelerate's FSDP2 puts in a unit
+    # of its own with the output layer (as for the Transformer's one embedding module). Finer units (each
+    # RecurrentLayer) would be gathered and released once per target step, since the attention decoder runs its
+    # layers once per step.
+    _no_split_modules = ["RNNSeq2SeqEncoderStack", "RNNSeq2SeqDecoder"]
+    accepts_loss_kwargs = False
+
+    def _init_weights(self, module: nn.Module) -> None:
+        bound = self.config.uniform_init_range
+        if isinstance(module, nn.Embedding):
+            init.uniform_(module.weight, -bound, bound)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, (nn.Linear, nn.RNNBase)):
+            for name, param in module.named_parameters(recurse=False):
+                if "bias" in name:
+                    init.zeros_(param)
+                else:
+                    init.uniform_(param, -bound, bound)
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        """The decoder keeps its own recurrent cache (:class:`RNNDecoderCache`), not a key/value cache."""
+        return False
+
+    def prepare_for_quantization_(self) -> RNNSeq2SeqPreTrainedModel:
+        """Swap every recurrent layer (encoder and decoder) for the ``torch.nn.RNN/LSTM/GRU`` holding the same
+        parameter tensors, in place, so that dynamic int8 quantization (:func:`hf_seq.toolkit.quantization.quantize_dynamic_int8`,
+        which calls this itself; torch's ``quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU})``) quantizes the
+        LSTM/GRU layers too: it matches module classes exactly, and
+        hf_seq's recurrent layers are not ``nn.LSTM``/``nn.GRU`` (TorchDynamo refuses to trace those). Parameter
+        names, state dict and outputs do not change. Afterwards the model runs in eager mode only: compiling or
+        exporting a prepared (or quantized) model is not supported (see :func:`~.recurrent.to_torch_rnn_modules_`).
+        Returns the model."""
+        return to_torch_rnn_modules_(self)
+
+    def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint, **kwargs):
+        """transformers' mechanism: every module with a ``gradient_checkpointing`` attribute reports ``enable``. The
+        recurrent layers of an attention decoder run only inside its checkpointed steps, which already recompute
+        them; they get :func:`_recomputed_by_enclosing_step` as their checkpoint function, so the backward pass
+        recomputes them once (with their step), not a second time inside it."""
+        super()._set_gradient_checkpointing(enable, gradient_checkpointing_func, **kwargs)
+        for module in self.modules():
+            if isinstance(module, RNNSeq2SeqDecoder) and module.use_attention:
+                for layer in module.rnn.layers:
+                    if isinstance(layer, GradientCheckpointingLayer):
+                        layer._gradient_checkpointing_func = _recomputed_by_enclosing_step
+
+    @property
+    def dummy_inputs(self) -> dict[str, torch.Tensor]:
+        """A tiny right-padded batch with everything a forward needs: ``model(**model.dummy_inputs)``."""
+        vocab_size, pad = self.config.vocab_size, self.config.pad_token_id or 0
+        attention_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+        input_ids = torch.tensor([[7, 6, 5, 4, 3], [1, 2, 3, 4, 5]]) % vocab_size
+        input_ids = input_ids.masked_fill(attention_mask == 0, pad)
+        start = self.config.decoder_start_token_id
+        decoder_input_ids = input_ids.clone() if start is None else shift_tokens_right(input_ids, pad, start)
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "decoder_input_ids": decoder_input_ids}
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Encoder
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -116,19 +218,30 @@ class RNNSeq2SeqEncoderStack(RecurrentStack):
     differs from :class:`~.recurrent.RecurrentStack`."""
 
 
-class RNNSeq2SeqEncoder(nn.Module):
+class _RNNSeq2SeqPart(RNNSeq2SeqPreTrainedModel):
+    """The encoder and the decoder: each a ``PreTrainedModel``, as transformers' Marian builds them, so that
+    ``capture_outputs`` records what its ``_can_record_outputs`` names. The model holding them initialises their
+    weights, in its own ``post_init`` (one pass in module order: a seed gives the weights it gave before)."""
+
+    def init_weights(self) -> None:
+        """Nothing: the holding :class:`RNNSeq2SeqModel`'s ``post_init`` initialises the part."""
+
+
+class RNNSeq2SeqEncoder(_RNNSeq2SeqPart):
     """Embedding → (bi)directional recurrent stack over the source; owns the embedding shared with the decoder."""
 
     main_input_name = "input_ids"
+    # what `capture_outputs` records: the stack's input, then every recurrent layer's outputs (B, S, D*H)
+    _can_record_outputs = {"hidden_states": hidden_states_recorder(RecurrentLayerOutput, "encoder_layers")}
 
     def __init__(self, config: HfSeqRNNSeq2SeqConfig) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id)
         self.dropout = nn.Dropout(config.dropout)
         self.rnn = RNNSeq2SeqEncoderStack.from_config(
             config, config.embedding_size, config.encoder_layers, bidirectional=config.bidirectional
         )
+        self.post_init()
 
     @property
     def output_size(self) -> int:
@@ -136,14 +249,13 @@ class RNNSeq2SeqEncoder(nn.Module):
         return self.rnn.output_size
 
     @refuse_unknown_keywords
-    @can_return_tuple
+    @capture_outputs_when_asked
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> RNNSeq2SeqEncoderOutput | tuple:
         """Encode ``input_ids`` ``(B, S)`` (or ``inputs_embeds`` ``(B, S, E)``); padding never changes a result."""
         check_one_input(input_ids, inputs_embeds)
@@ -151,13 +263,8 @@ class RNNSeq2SeqEncoder(nn.Module):
             check_token_ids("input_ids", input_ids, self.config.vocab_size, batched=True)
             inputs_embeds = self.embed_tokens(input_ids)  # (B, S, E)
         check_mask_shape("attention_mask", attention_mask, inputs_embeds.shape[:2], of="the source (batch, src_len)")
-        x = self.dropout(inputs_embeds)
-        if output_hidden_states:
-            outputs, state, layer_outputs = self.rnn(x, attention_mask, output_hidden_states=True)
-            hidden_states = (inputs_embeds, *layer_outputs)
-        else:
-            outputs, state = self.rnn(x, attention_mask)  # (B, S, D*H), tuple of (L*D, B, H)
-            hidden_states = None
+        recorded = kwargs.get("output_hidden_states", self.config.output_hidden_states)  # as capture_outputs reads it
+        outputs, state, *_ = self.rnn(self.dropout(inputs_embeds), attention_mask, output_hidden_states=recorded)
         final_h, final_c, final_extra = (
             None if states is None else states.transpose(0, 1) for states in split_final_states(state)
         )  # (B, L*D, H), (B, L*D, H) or None, (B, L*D, N-2, H) or None
@@ -165,7 +272,6 @@ class RNNSeq2SeqEncoder(nn.Module):
             last_hidden_state=outputs,
             final_hidden_state=final_h,
             final_cell_state=final_c,
-            hidden_states=hidden_states,
             final_extra_states=final_extra,
         )
 
@@ -252,7 +358,7 @@ def _recomputed_by_enclosing_step(function, *args):
     return function(*args)
 
 
-class RNNSeq2SeqDecoder(nn.Module):
+class RNNSeq2SeqDecoder(_RNNSeq2SeqPart):
     """Decoder RNN; with attention, one step = RNN on ``[x'_j; feed_{j-1}]`` → attend over the source → ``h̃_j``.
 
     Activation checkpointing (``gradient_checkpointing_enable()``): without attention the recurrent layers checkpoint
@@ -261,13 +367,20 @@ class RNNSeq2SeqDecoder(nn.Module):
     (``(B, S, A)`` scores of the additive score at every step), the largest activations of this model. Its layers
     report ``gradient_checkpointing=True`` too (transformers' contract) and are recomputed once, with their step
     (see ``RNNSeq2SeqPreTrainedModel._set_gradient_checkpointing``).
+
+    Hidden states are one ``(B, T, H)`` tensor per layer, after the target embeddings ``(B, T, E)``: the attention
+    decoder runs its layers once per step, so it gathers each layer's steps and records them once, after the last.
     """
 
     gradient_checkpointing = False  # set by PreTrainedModel.gradient_checkpointing_enable()
+    # what `capture_outputs` records: the calls of two parameterless modules, made once per forward when asked
+    _can_record_outputs = {
+        "hidden_states": hidden_states_recorder(RecurrentLayerOutput, "decoder_layers", layer_name="layer_states"),
+        "cross_attentions": OutputRecorder(RecurrentLayerOutput, index=0, layer_name="attention_weights"),
+    }
 
     def __init__(self, config: HfSeqRNNSeq2SeqConfig, encoder_size: int) -> None:
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.attention_type = config.attention
         self.use_attention = config.attention != "none"
         self.input_feeding = config.input_feeding
@@ -290,6 +403,8 @@ class RNNSeq2SeqDecoder(nn.Module):
             self.output_proj = None
         else:
             self.output_proj = nn.Linear(hidden, emb, bias=False) if hidden != emb else None
+        self.layer_states, self.attention_weights = RecurrentLayerOutput(), RecurrentLayerOutput()
+        self.post_init()
 
     def prepare_keys(self, encoder_states: torch.Tensor) -> torch.Tensor:
         """Encoder states ``(B, S, D)`` → keys the score function compares against (``W_K h``, ``W₁ h``, ...)."""
@@ -300,19 +415,20 @@ class RNNSeq2SeqDecoder(nn.Module):
         """``query`` (B, 1, H) → context (B, 1, D), weights (B, 1, S) by the shared attention core."""
         return attend(query, keys, values, mask, score=self.score.score)
 
-    def step(self, x_t, feed, keys, values, mask, real, *state: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def step(self, x_t, feed, keys, values, mask, real, layers: bool, *state: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """One attention-decoder step: ``s_j`` from ``[x'_j; feed_{j-1}]`` and ``s_{j-1}``, the context ``c_j`` over the
         source, ``h̃_j = tanh(W_c [s_j; c_j])``. Rows where ``real`` (B,) is False (target padding) keep their state
-        and feed. Returns ``(h̃_j (B, 1, E), s_j (B, 1, H), α_j (B, 1, S), feed_j (B, F), *state_j)``."""
+        and feed. Returns ``(h̃_j (B, 1, E), α_j (B, 1, S), feed_j (B, F), *state_j)``, then with ``layers`` every
+        layer's output ``(B, 1, H)`` (the top one is ``s_j``)."""
         step_in = torch.cat([x_t, feed], dim=-1).unsqueeze(1)  # (B, 1, E+F): [x'_j; c_{j-1}]
-        step_out, new_state = self.rnn(step_in, None, state)  # (B, 1, H); s_j from [x'_j; s_{j-1}; c_{j-1}]
+        step_out, new_state, *per_layer = self.rnn(step_in, None, state, output_hidden_states=layers)  # s_j (B, 1, H)
         context, alpha = self._attend(step_out, keys, values, mask)  # (B, 1, D), (B, 1, S)
         h_tilde = torch.tanh(self.attention_proj(torch.cat([step_out, context], dim=-1)))  # (B, 1, E)
         new_feed = h_tilde.squeeze(1) if self.input_feeding else context.squeeze(1)
         if real is not None:  # padded target positions keep the previous state and feed
             new_state = tuple(torch.where(real[None, :, None], n, o) for n, o in zip(new_state, state))
             new_feed = torch.where(real[:, None], new_feed, feed)
-        return (h_tilde, step_out, alpha, new_feed, *new_state)
+        return (h_tilde, alpha, new_feed, *new_state, *(per_layer[0] if layers else ()))
 
     def initial_feed(self, state: State, keys, values, mask) -> torch.Tensor:
         """The vector fed with the first target word: ``c_0`` (or ``h̃_0``) computed from the initial state ``s_0``."""
@@ -322,6 +438,8 @@ class RNNSeq2SeqDecoder(nn.Module):
             return torch.tanh(self.attention_proj(torch.cat([query, context], dim=-1))).squeeze(1)  # (B, E)
         return context.squeeze(1)  # (B, D)
 
+    @refuse_unknown_keywords
+    @capture_outputs_when_asked(tie_last_hidden_states=False)
     def forward(
         self,
         inputs_embeds: torch.Tensor,
@@ -331,124 +449,50 @@ class RNNSeq2SeqDecoder(nn.Module):
         keys: torch.Tensor | None = None,
         feed: torch.Tensor | None = None,
         decoder_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor, State, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> RNNSeq2SeqDecoderOutput | tuple:
         """Run the decoder over ``inputs_embeds`` ``(B, T, E)`` from ``state``; with attention, ``keys`` not given are
         prepared here from ``encoder_states`` (:meth:`prepare_keys`), so that every use of the decoder's parameters
         happens inside its ``forward`` (the decoder is an FSDP unit, gathered around ``forward`` only).
 
-        Returns ``(outputs (B, T, E), rnn_states (B, T, H), state, feed (B, F) or None, keys (B, S, K) or None,
-        weights (B, T, S) or None)``; ``outputs`` go to the output projection (``h̃_j`` with attention, else the
-        projected ``s_j``).
+        Returns :class:`RNNSeq2SeqDecoderOutput`: ``last_hidden_state`` (B, T, E) goes to the output projection
+        (``h̃_j`` with attention, else the projected ``s_j``); the state, feed and keys to continue from; and the
+        recorded ``hidden_states`` / ``cross_attentions`` (B, T, S) (``output_hidden_states`` / ``output_attentions``).
         """
+        # as capture_outputs reads the switches: the call's keyword, else the config's value
+        hidden = kwargs.get("output_hidden_states", self.config.output_hidden_states)
         x = self.dropout(inputs_embeds)
         if not self.use_attention:
-            rnn_out, state = self.rnn(x, decoder_mask, state)  # (B, T, H)
+            rnn_out, state, *per_layer = self.rnn(x, decoder_mask, state, output_hidden_states=hidden)  # (B, T, H)
             out = self.output_proj(rnn_out) if self.output_proj is not None else rnn_out
-            return self.dropout(out), rnn_out, state, None, None, None
-
-        if keys is None:
-            keys = self.prepare_keys(encoder_states)  # (B, S, K)
-        mask = cross_attention_mask(encoder_mask)  # (B, 1, S): True = real source token
-        if feed is None:
-            feed = self.initial_feed(state, keys, encoder_states, mask)
-        checkpointed = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
-        outputs, rnn_outs, weights = [], [], []
-        for t in range(x.shape[1]):
-            real = None if decoder_mask is None else decoder_mask[:, t].bool()  # (B,)
-            args = (x[:, t], feed, keys, encoder_states, mask, real, *state)
-            if checkpointed:
-                h_tilde, step_out, alpha, feed, *state = self._gradient_checkpointing_func(self.step, *args)
-            else:
-                h_tilde, step_out, alpha, feed, *state = self.step(*args)
-            outputs.append(h_tilde)
-            rnn_outs.append(step_out)
-            if output_attentions:
-                weights.append(alpha)
-        state = tuple(state)
-        out = torch.cat(outputs, dim=1)  # (B, T, E)
-        rnn_out = torch.cat(rnn_outs, dim=1)  # (B, T, H)
-        attn = torch.cat(weights, dim=1) if output_attentions else None  # (B, T, S)
-        return self.dropout(out), rnn_out, state, feed, keys, attn
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Models
-# ---------------------------------------------------------------------------------------------------------------
-
-
-class RNNSeq2SeqPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
-    """Weight initialisation (uniform in ``[-uniform_init_range, uniform_init_range]``) and HF plumbing for the RNN seq2seq family."""
-
-    config_class = HfSeqRNNSeq2SeqConfig
-    # every head of the family with its Auto class (registered by `import hf_seq`, all listed in a saved auto_map)
-    _auto_heads = {
-        "AutoModel": "RNNSeq2SeqModel",
-        "AutoModelForSeq2SeqLM": "RNNSeq2SeqForConditionalGeneration",
-    }
-    config: HfSeqRNNSeq2SeqConfig
-    base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True  # per recurrent layer, and per decoder step with attention
-    # FSDP / device_map units: the encoder's recurrent stack and the decoder. Not the whole encoder: it holds the word
-    # embedding, shared with the decoder's inputs and the tied output layer, which accelerate's FSDP2 puts in a unit
-    # of its own with the output layer (as for the Transformer's one embedding module). Finer units (each
-    # RecurrentLayer) would be gathered and released once per target step, since the attention decoder runs its
-    # layers once per step.
-    _no_split_modules = ["RNNSeq2SeqEncoderStack", "RNNSeq2SeqDecoder"]
-    accepts_loss_kwargs = False
-
-    def _init_weights(self, module: nn.Module) -> None:
-        bound = self.config.uniform_init_range
-        if isinstance(module, nn.Embedding):
-            init.uniform_(module.weight, -bound, bound)
-            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
-                init.zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, (nn.Linear, nn.RNNBase)):
-            for name, param in module.named_parameters(recurse=False):
-                if "bias" in name:
-                    init.zeros_(param)
-                else:
-                    init.uniform_(param, -bound, bound)
-
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        """The decoder keeps its own recurrent cache (:class:`RNNDecoderCache`), not a key/value cache."""
-        return False
-
-    def prepare_for_quantization_(self) -> RNNSeq2SeqPreTrainedModel:
-        """Swap every recurrent layer (encoder and decoder) for the ``torch.nn.RNN/LSTM/GRU`` holding the same
-        parameter tensors, in place, so that dynamic int8 quantization (:func:`hf_seq.toolkit.quantization.quantize_dynamic_int8`,
-        which calls this itself; torch's ``quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU})``) quantizes the
-        LSTM/GRU layers too: it matches module classes exactly, and
-        hf_seq's recurrent layers are not ``nn.LSTM``/``nn.GRU`` (TorchDynamo refuses to trace those). Parameter
-        names, state dict and outputs do not change. Afterwards the model runs in eager mode only: compiling or
-        exporting a prepared (or quantized) model is not supported (see :func:`~.recurrent.to_torch_rnn_modules_`).
-        Returns the model."""
-        return to_torch_rnn_modules_(self)
-
-    def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint, **kwargs):
-        """transformers' mechanism: every module with a ``gradient_checkpointing`` attribute reports ``enable``. The
-        recurrent layers of an attention decoder run only inside its checkpointed steps, which already recompute
-        them; they get :func:`_recomputed_by_enclosing_step` as their checkpoint function, so the backward pass
-        recomputes them once (with their step), not a second time inside it."""
-        super()._set_gradient_checkpointing(enable, gradient_checkpointing_func, **kwargs)
-        for module in self.modules():
-            if isinstance(module, RNNSeq2SeqDecoder) and module.use_attention:
-                for layer in module.rnn.layers:
-                    if isinstance(layer, GradientCheckpointingLayer):
-                        layer._gradient_checkpointing_func = _recomputed_by_enclosing_step
-
-    @property
-    def dummy_inputs(self) -> dict[str, torch.Tensor]:
-        """A tiny right-padded batch with everything a forward needs: ``model(**model.dummy_inputs)``."""
-        vocab_size, pad = self.config.vocab_size, self.config.pad_token_id or 0
-        attention_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
-        input_ids = torch.tensor([[7, 6, 5, 4, 3], [1, 2, 3, 4, 5]]) % vocab_size
-        input_ids = input_ids.masked_fill(attention_mask == 0, pad)
-        start = self.config.decoder_start_token_id
-        decoder_input_ids = input_ids.clone() if start is None else shift_tokens_right(input_ids, pad, start)
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "decoder_input_ids": decoder_input_ids}
+            layers = per_layer[0] if hidden else ()
+        else:
+            if keys is None:
+                keys = self.prepare_keys(encoder_states)  # (B, S, K)
+            mask = cross_attention_mask(encoder_mask)  # (B, 1, S): True = real source token
+            if feed is None:
+                feed = self.initial_feed(state, keys, encoder_states, mask)
+            checkpointed = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
+            step = functools.partial(self._gradient_checkpointing_func, self.step) if checkpointed else self.step
+            attentions = kwargs.get("output_attentions", self.config.output_attentions)
+            num_states, outputs, weights, layer_steps = len(state), [], [], []
+            for t in range(x.shape[1]):
+                real = None if decoder_mask is None else decoder_mask[:, t].bool()  # (B,)
+                h_tilde, alpha, feed, *rest = step(
+                    x[:, t], feed, keys, encoder_states, mask, real, bool(hidden), *state
+                )
+                state = tuple(rest[:num_states])
+                outputs.append(h_tilde)
+                layer_steps.append(rest[num_states:])  # every layer's (B, 1, H), with `hidden` only
+                if attentions:
+                    weights.append(alpha)
+            out = torch.cat(outputs, dim=1)  # (B, T, E)
+            layers = [torch.cat(steps, dim=1) for steps in zip(*layer_steps)]  # per layer (B, T, H)
+            if attentions:
+                self.attention_weights(x, torch.cat(weights, dim=1))  # recorded: (B, T, S)
+        for layer in layers:
+            self.layer_states(x, layer)  # recorded: the embeddings (first call), then each layer's (B, T, H)
+        return RNNSeq2SeqDecoderOutput(last_hidden_state=self.dropout(out), state=state, feed=feed, source_keys=keys)
 
 
 class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
@@ -555,22 +599,17 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput | tuple:
         """Encode the source (unless ``encoder_outputs`` are given) and decode ``decoder_input_ids`` ``(B, T)``.
 
         With a ``cache`` the decoder continues from the cached state (only the new target tokens are passed; a
         ``decoder_attention_mask`` may cover the tokens read before too, as ``generate()`` passes it: its last
-        ``T`` columns are used). ``output_attentions=True`` returns the cross-attention maps ``(B, T, S)`` in
-        ``cross_attentions``. The old name ``past_key_values=`` of ``cache`` is accepted with transformers'
-        deprecation warning.
+        ``T`` columns are used). ``kwargs``: the output switches, for the encoder and the decoder
+        (``output_attentions=True``: the cross-attention maps ``(B, T, S)`` in ``cross_attentions``; both default to
+        the config's). The old name ``past_key_values=`` of ``cache`` is accepted with transformers' deprecation
+        warning.
         """
-        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
         use_cache = use_cache if use_cache is not None else self.config.use_cache
         if cache is not None and not isinstance(cache, RNNDecoderCache):
             raise ValueError(f"`cache` must be an RNNDecoderCache (the decoder's recurrent state), got {type(cache)}")
@@ -580,8 +619,8 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 inputs_embeds=inputs_embeds,
-                output_hidden_states=output_hidden_states,
                 return_dict=True,
+                **kwargs,
             )
         else:  # encoded before (generate() encodes once): the source mask is checked here, else by the encoder
             encoder_outputs = self._coerce_encoder_outputs(encoder_outputs)
@@ -593,10 +632,8 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
         decoder_inputs_embeds, decoder_attention_mask = self._decoder_inputs(
             decoder_input_ids, decoder_inputs_embeds, decoder_attention_mask, batch_size, continues=cache is not None
         )
-        decoder = self.decoder
         state, feed, keys, seen = self._decoder_start(cache, encoder_outputs, batch_size)
-
-        outputs, rnn_out, state, feed, keys, weights = decoder(
+        decoded = self.decoder(
             decoder_inputs_embeds,
             state,
             encoder_states=encoder_states,
@@ -604,19 +641,19 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
             keys=keys,
             feed=feed,
             decoder_mask=decoder_attention_mask,
-            output_attentions=output_attentions,
+            return_dict=True,
+            **kwargs,
         )
         new_cache = None
         if use_cache:
-            new_cache = RNNDecoderCache(state, feed, keys, seen + decoder_inputs_embeds.shape[1])
-
-        decoder_hidden_states = (decoder_inputs_embeds, rnn_out, outputs) if output_hidden_states else None
-        cross_attentions = (weights,) if output_attentions and weights is not None else None
+            new_cache = RNNDecoderCache(
+                decoded.state, decoded.feed, decoded.source_keys, seen + decoder_inputs_embeds.shape[1]
+            )
         return Seq2SeqModelOutput(
-            last_hidden_state=outputs,
+            last_hidden_state=decoded.last_hidden_state,
             **cache_output(new_cache),
-            decoder_hidden_states=decoder_hidden_states,
-            cross_attentions=cross_attentions,
+            decoder_hidden_states=decoded.hidden_states,
+            cross_attentions=decoded.cross_attentions or None,  # none recorded without attention
             encoder_last_hidden_state=encoder_states,
             encoder_hidden_states=encoder_outputs.hidden_states,
         )
@@ -639,25 +676,14 @@ class RNNSeq2SeqForConditionalGeneration(
         if self.generation_config is not None and config.max_target_length is not None:
             self.generation_config.max_length = config.max_target_length
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.encoder.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.encoder.embed_tokens = value
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
     def _decoding_module(self) -> tuple[RNNSeq2SeqModel, int]:
         """The encoder-decoder, which checks each step's ids against ``vocab_size`` (``GenerativeHeadMixin``)."""
         return self.model, self.config.vocab_size
 
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
-
 
 __all__ = [
     "RNNDecoderCache",
+    "RNNSeq2SeqDecoderOutput",
     "RNNSeq2SeqEncoderOutput",
     "RNNSeq2SeqPreTrainedModel",
     "RNNSeq2SeqModel",

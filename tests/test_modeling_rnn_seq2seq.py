@@ -29,6 +29,7 @@ from hf_seq.configuration_rnn_seq2seq import ATTENTION_TYPES, HfSeqRNNSeq2SeqCon
 from hf_seq.modeling_rnn_seq2seq import (
     RNNDecoderCache,
     RNNSeq2SeqDecoder,
+    RNNSeq2SeqDecoderOutput,
     RNNSeq2SeqForConditionalGeneration,
     RNNSeq2SeqModel,
     shift_tokens_right,
@@ -330,6 +331,66 @@ def _initial_context(model, s0, h, mask) -> torch.Tensor:
     """c_0: attention of the initial decoder state s_0 (the encoder's final state) over the source."""
     scores = (s0[0][-1][:, None, :] @ h.transpose(1, 2)).masked_fill(mask[:, None, :] == 0, float("-inf"))
     return torch.softmax(scores, -1) @ h  # (B, 1, H)
+
+
+@pytest.mark.parametrize("attention", ["dot", "none"])
+def test_decoder_hidden_states_are_one_per_layer_as_a_step_by_step_run_gives_them(attention):
+    """``decoder_hidden_states``: the target embeddings, then every decoder layer's states ``(B, T, H)``; each equals
+    a run of ``torch.nn.LSTM``s holding the layers' weights, one target step at a time through the whole stack."""
+    model = model_for(attention=attention, decoder_layers=2)
+    ids, mask = source_batch()
+    dec = torch.tensor([[BOS, 5, 6], [BOS, 7, 8], [BOS, 9, 9]])
+    out = model(
+        input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True, output_hidden_states=True
+    )
+    embeds = model.get_input_embeddings()(dec)  # (B, T, E)
+    assert len(out.decoder_hidden_states) == 3 and out.decoder_hidden_states[0].shape == embeds.shape
+    torch.testing.assert_close(out.decoder_hidden_states[0], embeds)
+    enc = model.model.encoder(input_ids=ids, attention_mask=mask)
+    s0 = model.model.bridge(enc.final_hidden_state, enc.final_cell_state)
+    lstms = []
+    for layer in model.model.decoder.rnn.layers:
+        lstms.append(torch.nn.LSTM(layer.input_size, layer.hidden_size, batch_first=True))
+        lstms[-1].load_state_dict(layer.state_dict())
+    states = [(s0[0][k : k + 1], s0[1][k : k + 1]) for k in range(2)]
+    if attention != "none":  # the fed context: c_0 from s_0, then c_j = Σ α_ij h_i
+        h = out.encoder_last_hidden_state
+        contexts = torch.cat([_initial_context(model, s0, h, mask), out.cross_attentions[0] @ h], dim=1)
+    per_layer = [[], []]
+    for j in range(dec.shape[1]):
+        x = (
+            embeds[:, j : j + 1]
+            if attention == "none"
+            else torch.cat([embeds[:, j : j + 1], contexts[:, j : j + 1]], -1)
+        )
+        for k, lstm in enumerate(lstms):
+            x, states[k] = lstm(x, states[k])  # (B, 1, H)
+            per_layer[k].append(x)
+    for k in range(2):
+        assert out.decoder_hidden_states[k + 1].shape == (3, 3, 10)
+        torch.testing.assert_close(out.decoder_hidden_states[k + 1], torch.cat(per_layer[k], 1), atol=1e-5, rtol=1e-5)
+
+
+def test_the_decoder_returns_an_output_object_and_hidden_states_select_by_index():
+    """The decoder returns :class:`RNNSeq2SeqDecoderOutput` (a tuple with ``return_dict=False``); an index list in
+    ``output_hidden_states`` keeps those states of the encoder and the decoder, counting from the end too."""
+    model = model_for(encoder_layers=2, decoder_layers=3)
+    ids, mask = source_batch()
+    dec = torch.tensor([[BOS, 5, 6], [BOS, 7, 8], [BOS, 9, 9]])
+    full = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_hidden_states=True)
+    chosen = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_hidden_states=[0, -1])
+    for name, count in (("encoder_hidden_states", 3), ("decoder_hidden_states", 4)):
+        every, kept = getattr(full, name), getattr(chosen, name)
+        assert len(every) == len(kept) == count and all(state is None for state in kept[1:-1])
+        assert torch.equal(kept[0], every[0]) and torch.equal(kept[-1], every[-1])
+    enc = model.model.encoder(input_ids=ids, attention_mask=mask)
+    state = model.model.bridge(enc.final_hidden_state, enc.final_cell_state)
+    decoder, embeds, source = model.model.decoder, model.get_input_embeddings()(dec), enc.last_hidden_state
+    output = decoder(embeds, state, encoder_states=source, encoder_mask=mask)
+    assert isinstance(output, RNNSeq2SeqDecoderOutput) and len(output.state) == 2
+    torch.testing.assert_close(model.lm_head(output.last_hidden_state), full.logits)
+    as_tuple = decoder(embeds, state, encoder_states=source, encoder_mask=mask, return_dict=False)
+    assert isinstance(as_tuple, tuple) and torch.equal(as_tuple[0], output.last_hidden_state)
 
 
 def test_plain_seq2seq_final_state_is_the_only_link():

@@ -200,12 +200,18 @@ class _RNNDecoderGraph(nn.Module):
         embeds = base.encoder.embed_tokens(decoder_input_ids)  # (B, 1, E)
         if base.decoder.use_attention:
             encoder_states, encoder_mask, keys, feed, *state = inputs
-            out, _, state, feed, _, _ = base.decoder(
-                embeds, tuple(state), encoder_states=encoder_states, encoder_mask=encoder_mask, keys=keys, feed=feed
+            out = base.decoder(
+                embeds,
+                tuple(state),
+                encoder_states=encoder_states,
+                encoder_mask=encoder_mask,
+                keys=keys,
+                feed=feed,
+                return_dict=True,
             )
-            return (self.model.lm_head(out[:, -1]), feed, *state)
-        out, _, state, _, _, _ = base.decoder(embeds, tuple(inputs))
-        return (self.model.lm_head(out[:, -1]), *state)
+            return (self.model.lm_head(out.last_hidden_state[:, -1]), out.feed, *out.state)
+        out = base.decoder(embeds, tuple(inputs), return_dict=True)
+        return (self.model.lm_head(out.last_hidden_state[:, -1]), *out.state)
 
 
 class _TransformerEncoderGraph(nn.Module):
