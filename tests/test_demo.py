@@ -161,13 +161,18 @@ def test_command_line_refuses_a_folder_without_a_model(tmp_path, capsys):
 
 @pytest.mark.slow  # the ONNX exports: ~20 s
 def test_exports_beside_the_folder_add_engines_that_answer_alike(folders, tmp_path):
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
     from hf_seq.toolkit.export import to_ctranslate2
     from hf_seq.toolkit.onnx_runtime import to_onnx
 
     folder = tmp_path / "translator"
     shutil.copytree(folders["transformer_translator"], folder)
     to_onnx(folder, tmp_path / "translator-onnx")
-    to_ctranslate2(folder, folder / "ctranslate2")
+    # a sub-folder as the translation script's --test_engine writes it, from the model object (an export of the
+    # folder itself never writes into it)
+    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    to_ctranslate2(model, folder / "ctranslate2", tokenizer=tokenizer)
     demo = Demo(folder)  # both found: a sibling and a sub-folder
     assert demo.engines == ["PyTorch", "ONNX Runtime", "CTranslate2"]
     expected = demo.translate(SOURCE, 3)
