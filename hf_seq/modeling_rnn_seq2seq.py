@@ -16,8 +16,6 @@ in ``output.cache``; beam search reorders it through :meth:`RNNDecoderCache.reor
 ``reorder_incremental_state``). Encoder outputs are batch-first so ``generate()`` can expand them per beam.
 """
 
-from __future__ import annotations
-
 import functools
 from dataclasses import dataclass
 
@@ -171,7 +169,7 @@ class RNNSeq2SeqPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
         """The decoder keeps its own recurrent cache (:class:`RNNDecoderCache`), not a key/value cache."""
         return False
 
-    def prepare_for_quantization_(self) -> RNNSeq2SeqPreTrainedModel:
+    def prepare_for_quantization_(self) -> "RNNSeq2SeqPreTrainedModel":
         """Swap every recurrent layer (encoder and decoder) for the ``torch.nn.RNN/LSTM/GRU`` holding the same
         parameter tensors, in place, so that dynamic int8 quantization (:func:`hf_seq.toolkit.quantization.quantize_dynamic_int8`,
         which calls this itself; torch's ``quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU})``) quantizes the
