@@ -3,7 +3,7 @@
 The heads are read from what ``import hf_seq`` registers with transformers' Auto classes (``registered_heads``), so
 a newly registered head is checked without editing this file; its family needs a tiny config in tests/tiny_models.py
 (a KeyError otherwise, never a skip). Where it shows that a check is fair, the same check also runs on transformers'
-own MarianMTModel and BertForMaskedLM (ids ``peer-...``).
+own MarianMTModel and BertForMaskedLM (ids ``peer-...``, slow tests).
 
 Checked per head: no graph breaks (training forward with labels, inference forward); a ``torch.compile(fullgraph=True)``
 training step equal to eager; ``torch.export`` and ONNX export (dynamo) with onnxruntime parity; dynamic int8
@@ -55,7 +55,10 @@ def head_id(head) -> str:
 
 
 def peer_params(*names):
-    return [pytest.param(name, id=f"peer-{name}") for name in names]
+    """transformers' own models through the same check: they show the check is fair, and they do not change with
+    hf_seq, so they run with the slow tests (``make test-all``)."""
+    slow = pytest.mark.slow(reason="a peer: transformers' own model through the same check")
+    return [pytest.param(name, id=f"peer-{name}", marks=slow) for name in names]
 
 
 @pytest.fixture(scope="module")

@@ -85,6 +85,7 @@ def _probe(setup: str) -> tuple[int, int]:
     return int(fall), int(faults)
 
 
+@pytest.mark.slow(reason="two fresh interpreters each training a step; the setting itself: the test below")
 def test_a_trainer_run_keeps_the_freed_heap_mapped(tmp_path):
     step = TRAIN_ONE_STEP.format(output_dir=str(tmp_path / "out"))
     switched_off = "import hf_seq.train_scripts.trainer as trainer\ntrainer.keep_heap_resident = lambda: False\n"
