@@ -100,9 +100,10 @@ def take_renamed_fields(config: Any, kwargs: dict) -> None:
     """Move the values that ``kwargs`` gives under a field's former name onto the field itself.
 
     ``type(config).renamed_fields`` maps each former name to the current one (the same pairs are in the class's
-    ``attribute_map``, so ``config.<former name>`` reads and writes the field). A config constructor calls this after
-    setting its fields from its own arguments and before validating them: ``HfSeqTransformerConfig(d_model=64)`` and
-    a config.json written with the former names build the same config, which is saved under the current names only.
+    ``attribute_map``, so ``config.<former name>`` reads and writes the field). A config constructor calls this (through
+    :func:`check_config_keywords`) after setting its fields from its own arguments and before validating them:
+    ``HfSeqTransformerConfig(d_model=64)`` and a config.json written with the former names build the same config,
+    which is saved under the current names only.
     ValueError when a former and a current name are both given with different values."""
     import inspect
 
@@ -147,7 +148,8 @@ def _config_fields(config: Any) -> set[str]:
 
 def check_config_keywords(config: Any, kwargs: dict) -> None:
     """Keywords of a config constructor that no field reads (``kwargs``, the rest of its arguments, before
-    ``PretrainedConfig.__init__`` stores them as attributes, which it does without a word).
+    ``PretrainedConfig.__init__`` stores them as attributes, which it does without a word). The values given under a
+    field's former name are moved onto the field first (:func:`take_renamed_fields`).
 
     transformers' strict configs (``@strict(accept_kwargs=True)``) accept any keyword, so that a config.json of
     another release loads: so does this check, for a keyword it does not know, with a warning naming it and the
@@ -158,6 +160,7 @@ def check_config_keywords(config: Any, kwargs: dict) -> None:
     import difflib
     import warnings
 
+    take_renamed_fields(config, kwargs)
     own = _config_fields(config)
     loading = "transformers_version" in kwargs
     for key in kwargs:
