@@ -18,7 +18,6 @@ from .validation import (
     check_fields,
     check_positive_int,
     check_token_id,
-    take_renamed_fields,
 )
 
 POOLINGS = ("last", "mean", "max", "flatten")
@@ -147,8 +146,7 @@ class HfSeqRNNConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.input_encoding = input_encoding
         self.use_cache = use_cache
-        take_renamed_fields(self, kwargs)
-        check_config_keywords(self, kwargs)  # a misspelt field is an error, an unknown keyword a warning
+        check_config_keywords(self, kwargs)  # former names taken; misspelt field: error, unknown keyword: warning
         super().__init__(
             pad_token_id=pad_token_id,
             bos_token_id=bos_token_id,

@@ -17,7 +17,6 @@ from .validation import (
     check_fields,
     check_positive_int,
     check_token_id,
-    take_renamed_fields,
 )
 
 # the built-in values of `attention`; any score registered with hf_seq.register_attention_score is allowed too
@@ -129,8 +128,7 @@ class HfSeqRNNSeq2SeqConfig(DeclaredPipelinesMixin, PretrainedConfig):
         self.max_target_length = max_target_length
         self.use_cache = use_cache
         self.decoder_start_token_id = decoder_start_token_id
-        take_renamed_fields(self, kwargs)
-        check_config_keywords(self, kwargs)  # a misspelt field is an error, an unknown keyword a warning
+        check_config_keywords(self, kwargs)  # former names taken; misspelt field: error, unknown keyword: warning
         super().__init__(
             pad_token_id=pad_token_id,
             bos_token_id=bos_token_id,

@@ -15,7 +15,6 @@ from .validation import (
     check_divisible,
     check_fields,
     check_token_id_fields,
-    take_renamed_fields,
 )
 
 NORM_POSITIONS = ("post", "pre")
@@ -120,8 +119,7 @@ class HfSeqTransformerConfig(DeclaredPipelinesMixin, PretrainedConfig):
         self.eos_token_id = eos_token_id
         self.decoder_start_token_id = decoder_start_token_id
         self.tie_word_embeddings = tie_word_embeddings
-        take_renamed_fields(self, kwargs)
-        check_config_keywords(self, kwargs)  # a misspelt field is an error, an unknown keyword a warning
+        check_config_keywords(self, kwargs)  # former names taken; misspelt field: error, unknown keyword: warning
         self._validate_transformer_fields()  # before transformers' own checks, which would trip over vocab_size="20"
         super().__init__(is_encoder_decoder=is_encoder_decoder, **kwargs)
         self.validate_transformer_config()

@@ -59,14 +59,31 @@ from __future__ import annotations
 import contextvars
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicLayer
 
-# [enabled]: a list so that the switch is one mutable cell read at each call
-_ENABLED = [os.environ.get("HF_SEQ_FAST_PATHS", "1").strip().lower() not in ("0", "false", "off", "no")]
+
+class Switch:
+    """A process-wide on/off switch read at each call (``.on``): on unless the environment variable ``env_var`` says
+    0 / false / off / no when hf_seq is imported. The fast paths have one, the value checks another."""
+
+    def __init__(self, env_var: str) -> None:
+        self.on = os.environ.get(env_var, "1").strip().lower() not in ("0", "false", "off", "no")
+
+    @contextmanager
+    def off(self) -> Iterator[None]:
+        """Within the block the switch is off; it goes back to its previous position after."""
+        previous, self.on = self.on, False
+        try:
+            yield
+        finally:
+            self.on = previous
+
+
+_FAST_PATHS = Switch("HF_SEQ_FAST_PATHS")
 
 
 def is_tracing() -> bool:
@@ -84,26 +101,20 @@ def host_reads_free(tensor: torch.Tensor) -> bool:
 
 def enabled() -> bool:
     """Whether the fast paths are switched on (see :func:`disabled`); they still run only where their rule allows."""
-    return _ENABLED[0]
+    return _FAST_PATHS.on
 
 
-@contextmanager
-def disabled() -> Iterator[None]:
+def disabled() -> AbstractContextManager[None]:
     """Within the block every fast path is off: eager CPU tensors take the static path of compiled, exported and
     accelerator code (masks kept, no packing, ``nn.Dropout``, every row through the feed-forward, the unfused LM-head
     loss). The value checks still run (their own switch: ``validation.value_checks_disabled()``)."""
-    previous = _ENABLED[0]
-    _ENABLED[0] = False
-    try:
-        yield
-    finally:
-        _ENABLED[0] = previous
+    return _FAST_PATHS.off()
 
 
 def reads_values(tensor: torch.Tensor) -> bool:
     """True where the fast paths are on and reading ``tensor``'s values on the host is free
     (:func:`host_reads_free`): every data-dependent CPU fast path runs only then."""
-    return _ENABLED[0] and host_reads_free(tensor)
+    return _FAST_PATHS.on and host_reads_free(tensor)
 
 
 def drop_all_ones_mask(mask: torch.Tensor | None) -> torch.Tensor | None:

@@ -29,7 +29,7 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 
 from .attention import AttentionScore, attend, get_score_type, make_attention_mask
-from .compat import OutputRecorder, cache_argument, cache_output, hidden_states_recorder, init
+from .compat import OutputRecorder, cache_argument, hidden_states_recorder, init
 from .configuration_rnn_seq2seq import HfSeqRNNSeq2SeqConfig
 from .fast_paths import decodes_generated_ids, drop_all_ones_mask
 from .losses import lm_head_and_loss  # noqa: F401  (seq2seq_utils.py imports it; 5.0–5.6 copy only these siblings)
@@ -45,7 +45,7 @@ from .recurrent import RecurrentCache, RecurrentLayerOutput, RecurrentStack, get
 from .recurrent_cells import lstm_step  # noqa: F401  (recurrent.py imports the cells and the kernels:
 from .recurrent_kernels import choose_kernel  # noqa: F401  5.0–5.6 copy only the siblings imported here)
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES  # noqa: F401  (seq2seq_utils.py imports it, as above)
-from .seq2seq_utils import Seq2SeqLMHeadMixin, shift_tokens_right
+from .seq2seq_utils import Seq2SeqLMHeadMixin, seq2seq_model_output, shift_tokens_right
 from .validation import check_mask_shape, check_one_input, check_token_ids
 
 State = tuple[torch.Tensor, ...]
@@ -647,14 +647,7 @@ class RNNSeq2SeqModel(RNNSeq2SeqPreTrainedModel):
             new_cache = RNNDecoderCache(
                 decoded.state, decoded.feed, decoded.source_keys, seen + decoder_inputs_embeds.shape[1]
             )
-        return Seq2SeqModelOutput(
-            last_hidden_state=decoded.last_hidden_state,
-            **cache_output(new_cache),
-            decoder_hidden_states=decoded.hidden_states,
-            cross_attentions=decoded.cross_attentions or None,  # none recorded without attention
-            encoder_last_hidden_state=encoder_states,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-        )
+        return seq2seq_model_output(decoded, encoder_outputs, new_cache)
 
 
 class RNNSeq2SeqForConditionalGeneration(

@@ -39,7 +39,7 @@ from .losses import lm_head_and_loss  # noqa: F401  (seq2seq_utils.py imports it
 from .modeling_utils import CheckedLoadingMixin, GenerativeHeadMixin, refuse_unknown_keywords
 from .pipeline_tasks import DeclaredPipelinesMixin  # noqa: F401  (the config imports it; 5.0–5.6 copy only these siblings)
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES  # noqa: F401  (seq2seq_utils.py imports it, as above)
-from .seq2seq_utils import Seq2SeqLMHeadMixin, shift_tokens_right
+from .seq2seq_utils import Seq2SeqLMHeadMixin, seq2seq_model_output, shift_tokens_right
 from .validation import check_batch_shape, check_mask_shape, check_one_input, check_token_ids
 
 
@@ -466,16 +466,7 @@ class TransformerModel(TransformerPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        return Seq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state,
-            **cache_output(output_cache(decoder_outputs)),
-            decoder_hidden_states=decoder_outputs.hidden_states,
-            decoder_attentions=decoder_outputs.attentions,
-            cross_attentions=decoder_outputs.cross_attentions,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
-        )
+        return seq2seq_model_output(decoder_outputs, encoder_outputs, output_cache(decoder_outputs))
 
 
 class TransformerForConditionalGeneration(

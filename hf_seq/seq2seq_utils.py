@@ -13,12 +13,12 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import PretrainedConfig
-from transformers.modeling_outputs import Seq2SeqLMOutput
+from transformers.modeling_outputs import ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
 from transformers.utils.generic import can_return_tuple
 
-from .compat import cache_argument, cache_output, output_cache
+from .compat import cache_argument, cache_output
 from .losses import lm_head_and_loss
 from .modeling_utils import refuse_unknown_keywords
 from .seq2seq_pipelines import SEQ2SEQ_CUSTOM_PIPELINES
@@ -65,6 +65,21 @@ def decoder_input_ids_for_labels(
             f"`labels` shape {tuple(labels.shape)} does not match decoder_input_ids shape {tuple(target_shape)}"
         )
     return decoder_input_ids
+
+
+def seq2seq_model_output(decoder_outputs: ModelOutput, encoder_outputs: ModelOutput, cache) -> Seq2SeqModelOutput:
+    """Both ``...Model``s' output: the decoder's states and attention maps, the encoder's, and ``cache`` (what a
+    family does not record stays None: the RNN decoder has no self-attention, nor cross-attention without one)."""
+    return Seq2SeqModelOutput(
+        last_hidden_state=decoder_outputs.last_hidden_state,
+        **cache_output(cache),
+        decoder_hidden_states=decoder_outputs.hidden_states,
+        decoder_attentions=getattr(decoder_outputs, "attentions", None),
+        cross_attentions=decoder_outputs.cross_attentions or None,
+        encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+        encoder_hidden_states=encoder_outputs.hidden_states,
+        encoder_attentions=encoder_outputs.attentions,
+    )
 
 
 class Seq2SeqLMHeadMixin:
@@ -134,17 +149,9 @@ class Seq2SeqLMHeadMixin:
         )
         # labels were checked by decoder_input_ids_for_labels: (B, T) like the decoder input, ids in the vocabulary
         logits, loss = lm_head_and_loss(self.lm_head, outputs.last_hidden_state, labels, checked=True)  # (B, T, V)
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            **cache_output(output_cache(outputs)),
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-        )
+        # the model's fields under the same names (cache, decoder and encoder states, attention maps), None ones left out
+        fields = {name: value for name, value in outputs.items() if name != "last_hidden_state"}
+        return Seq2SeqLMOutput(loss=loss, logits=logits, **fields)
 
 
-__all__ = ["Seq2SeqLMHeadMixin", "decoder_input_ids_for_labels", "shift_tokens_right"]
+__all__ = ["Seq2SeqLMHeadMixin", "decoder_input_ids_for_labels", "seq2seq_model_output", "shift_tokens_right"]

@@ -19,14 +19,13 @@ then fails the way torch fails, or silently). Config checks read no tensor and a
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
 
-from .fast_paths import host_reads_free, is_tracing
+from .fast_paths import Switch, host_reads_free, is_tracing
 
 IGNORE_INDEX = -100  # label value skipped by the losses (``F.cross_entropy(..., ignore_index=-100)``)
 PROBLEM_TYPES = (None, "regression", "single_label_classification", "multi_label_classification")  # classifier losses
@@ -101,9 +100,10 @@ def take_renamed_fields(config: Any, kwargs: dict) -> None:
     """Move the values that ``kwargs`` gives under a field's former name onto the field itself.
 
     ``type(config).renamed_fields`` maps each former name to the current one (the same pairs are in the class's
-    ``attribute_map``, so ``config.<former name>`` reads and writes the field). A config constructor calls this after
-    setting its fields from its own arguments and before validating them: ``HfSeqTransformerConfig(d_model=64)`` and
-    a config.json written with the former names build the same config, which is saved under the current names only.
+    ``attribute_map``, so ``config.<former name>`` reads and writes the field). A config constructor calls this (through
+    :func:`check_config_keywords`) after setting its fields from its own arguments and before validating them:
+    ``HfSeqTransformerConfig(d_model=64)`` and a config.json written with the former names build the same config,
+    which is saved under the current names only.
     ValueError when a former and a current name are both given with different values."""
     import inspect
 
@@ -148,7 +148,8 @@ def _config_fields(config: Any) -> set[str]:
 
 def check_config_keywords(config: Any, kwargs: dict) -> None:
     """Keywords of a config constructor that no field reads (``kwargs``, the rest of its arguments, before
-    ``PretrainedConfig.__init__`` stores them as attributes, which it does without a word).
+    ``PretrainedConfig.__init__`` stores them as attributes, which it does without a word). The values given under a
+    field's former name are moved onto the field first (:func:`take_renamed_fields`).
 
     transformers' strict configs (``@strict(accept_kwargs=True)``) accept any keyword, so that a config.json of
     another release loads: so does this check, for a keyword it does not know, with a warning naming it and the
@@ -159,6 +160,7 @@ def check_config_keywords(config: Any, kwargs: dict) -> None:
     import difflib
     import warnings
 
+    take_renamed_fields(config, kwargs)
     own = _config_fields(config)
     loading = "transformers_version" in kwargs
     for key in kwargs:
@@ -210,41 +212,35 @@ def check_token_id_fields(config: Any, vocab_size: int) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-# [enabled]: one mutable cell read at each check (the fast paths' switch is another: fast_paths._ENABLED)
-_VALUE_CHECKS = [os.environ.get("HF_SEQ_VALUE_CHECKS", "1").strip().lower() not in ("0", "false", "off", "no")]
+# read at each check (the fast paths' switch is another: fast_paths._FAST_PATHS)
+_VALUE_CHECKS = Switch("HF_SEQ_VALUE_CHECKS")
 
 
 def value_checks_enabled() -> bool:
     """Whether the value checks are switched on (they still run only where :func:`checks_values` allows)."""
-    return _VALUE_CHECKS[0]
+    return _VALUE_CHECKS.on
 
 
 def enable_value_checks() -> None:
     """Switch the value checks on for the whole process (the default)."""
-    _VALUE_CHECKS[0] = True
+    _VALUE_CHECKS.on = True
 
 
 def disable_value_checks() -> None:
     """Switch the value checks off for the whole process (as ``HF_SEQ_VALUE_CHECKS=0``)."""
-    _VALUE_CHECKS[0] = False
+    _VALUE_CHECKS.on = False
 
 
-@contextmanager
-def value_checks_disabled() -> Iterator[None]:
+def value_checks_disabled() -> AbstractContextManager[None]:
     """Within the block no check reads a tensor value: ids and labels out of range, masks with holes or empty rows
     are not refused (shape, dtype and config checks still run). The outputs of valid inputs are the same."""
-    previous = _VALUE_CHECKS[0]
-    _VALUE_CHECKS[0] = False
-    try:
-        yield
-    finally:
-        _VALUE_CHECKS[0] = previous
+    return _VALUE_CHECKS.off()
 
 
 def checks_values(tensor: torch.Tensor) -> bool:
     """True where a check may read ``tensor``'s values: value checks on, and a CPU tensor outside tracing
     (:func:`~.fast_paths.host_reads_free`), whether or not the fast paths are on."""
-    return _VALUE_CHECKS[0] and host_reads_free(tensor)
+    return _VALUE_CHECKS.on and host_reads_free(tensor)
 
 
 def check_batch_shape(name: str, shape: tuple[int, ...]) -> None:
@@ -428,7 +424,7 @@ def check_generation_inputs(
     ids = ids if isinstance(ids, torch.Tensor) and ids.dim() == 2 and not ids.is_floating_point() else None
     mask, flag, note = kwargs.get("attention_mask"), "attention_mask", ""
     pad = value("pad_token_id")
-    reads = _VALUE_CHECKS[0] and not is_tracing()
+    reads = _VALUE_CHECKS.on and not is_tracing()
     if mask is None and ids is not None and _is_int(pad) and ids.numel() and reads:
         if pad not in (_token_ids(value("eos_token_id")) or []) and bool((ids == pad).any()):
             mask, flag = ids != pad, "input_ids"

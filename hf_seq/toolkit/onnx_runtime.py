@@ -1025,7 +1025,7 @@ UNSUPPORTED_ARGUMENTS = {
 }
 
 
-class ORTModelForCausalLM(
+class _ORTGenerativeModel(
     GenerationArgumentsMixin,
     RecurrentStateGenerationMixin,
     GenerationLengthMixin,
@@ -1033,6 +1033,12 @@ class ORTModelForCausalLM(
     ORTModel,
     GenerationMixin,
 ):
+    """The generative ``ORTModelFor...`` classes' common stack: transformers' generation checks and length defaults,
+    the recurrent-state cache handling, the one ``generate()`` override (:class:`ORTGenerationMixin`), the sessions
+    (:class:`ORTModel`) and ``GenerationMixin``."""
+
+
+class ORTModelForCausalLM(_ORTGenerativeModel):
     """``RNNForCausalLM`` on ONNX Runtime: the recurrent state (:class:`~.modeling_rnn.RNNCache`) is the cache;
     ``generate()`` reads the prompt in one call and then one token a step."""
 
@@ -1187,15 +1193,7 @@ class ORTKeyValueCache:
         return f"ORTKeyValueCache(layers={self.num_layers}, seen={self.get_seq_length()})"
 
 
-class ORTModelForSeq2SeqLM(
-    Seq2SeqLMHeadMixin,
-    GenerationArgumentsMixin,
-    RecurrentStateGenerationMixin,
-    GenerationLengthMixin,
-    ORTGenerationMixin,
-    ORTModel,
-    GenerationMixin,
-):
+class ORTModelForSeq2SeqLM(Seq2SeqLMHeadMixin, _ORTGenerativeModel):
     """``RNNSeq2SeqForConditionalGeneration`` and ``TransformerForConditionalGeneration`` on ONNX Runtime: the
     encoder graph once per source, the decoder graph once per target token (a longer ``decoder_input_ids`` is read
     token by token). The recurrent decoder's cache is :class:`~.modeling_rnn_seq2seq.RNNDecoderCache`, the
