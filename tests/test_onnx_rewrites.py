@@ -57,7 +57,12 @@ def attention_scores_graph():
         helper.make_node("Reshape", ["flat_t", "back_shape"], ["k_t"]),
         helper.make_node("MatMul", ["q", "k_t"], ["scores"]),
     ]
-    initializers = [const("minus1", [-1]), const("minus2", [-2]), const("end", [INT64_MAX]), const("begin", [INT64_MIN])]
+    initializers = [
+        const("minus1", [-1]),
+        const("minus2", [-2]),
+        const("end", [INT64_MAX]),
+        const("begin", [INT64_MIN]),
+    ]
     return helper.make_graph(
         nodes,
         "scores",
