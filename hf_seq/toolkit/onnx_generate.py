@@ -327,7 +327,7 @@ def _rnn_seq2seq_subgraphs(folder: Path, info: dict, weights: list):
     return enc_graph, dec_graph, [encoder, decoder]
 
 
-def _transformer_subgraphs(folder: Path, info: dict, weights: list):
+def _transformer_subgraphs(folder: Path, info: dict, weights: list, step_rewrites: bool = True):
     """The encoder and decoder subgraphs of a Transformer folder: the self slots are every decoder layer's keys and
     values ``(N, nh, T, hs)`` (empty before the first step), the cross slots its cross-attention keys
     ``(N, nh, hs, S)`` (the last two axes swapped once, as the attention product reads them) and values
@@ -345,9 +345,11 @@ def _transformer_subgraphs(folder: Path, info: dict, weights: list):
     # Speed, with the same arithmetic (onnx_rewrites): no copy of the keys at every step (their axes swapped
     # inside the attention product; the encoder's keys swapped once per search), and the logits computed in the
     # operator's (N, 1, V) instead of copied into it.
-    swap_last_axes_by_transpose(decoder.graph)
-    cross_keys_swapped = read_inputs_transposed(decoder.graph, [f"cross_key_{i}" for i in range(layers)])
-    logits_have_step_axis = keep_step_axis_in_logits(decoder.graph)
+    cross_keys_swapped, logits_have_step_axis = [], False
+    if step_rewrites:
+        swap_last_axes_by_transpose(decoder.graph)
+        cross_keys_swapped = read_inputs_transposed(decoder.graph, [f"cross_key_{i}" for i in range(layers)])
+        logits_have_step_axis = keep_step_axis_in_logits(decoder.graph)
     self_names, cross_names = _slot_names(layers)
     ours = [f"{kind}_{i}" for i in range(layers) for kind in ("key", "value")]  # the exported graphs' suffixes
 
@@ -516,10 +518,11 @@ def _save_search_model(path: Path, nodes: list, inputs: list, outputs: list, wei
     onnx.save(model, str(path))
 
 
-def build_generating_graph(folder: str | os.PathLike) -> dict:
+def build_generating_graph(folder: str | os.PathLike, step_rewrites: bool = True) -> dict:
     """Write ``model_generate.onnx`` (and ``generate.py``) into an exported seq2seq or RNN LM folder; returns what
     ``hf_seq_onnx.json`` records of it (file, operator, inputs, fixed attributes). :class:`GeneratingGraphError`
-    names what the folder has that the operator cannot take."""
+    names what the folder has that the operator cannot take. ``step_rewrites=False`` inlines the Transformer's
+    step graph as exported, without the rewrites of :mod:`.onnx_rewrites` (for comparing their speed)."""
     from onnx import TensorProto, helper
     from transformers import AutoConfig, GenerationConfig
 
@@ -537,7 +540,7 @@ def build_generating_graph(folder: str | os.PathLike) -> dict:
         subgraphs = {"model_type": 0, "init_decoder": init_graph, "decoder": dec_graph}
     else:
         if "decoder_layers" in info["graphs"]:  # the Transformer's key/value cache (the RNN's: "state")
-            enc_graph, dec_graph, sources = _transformer_subgraphs(folder, info, weights)
+            enc_graph, dec_graph, sources = _transformer_subgraphs(folder, info, weights, step_rewrites)
         else:
             enc_graph, dec_graph, sources = _rnn_seq2seq_subgraphs(folder, info, weights)
         subgraphs = {"model_type": 1, "encoder": enc_graph, "decoder": dec_graph}

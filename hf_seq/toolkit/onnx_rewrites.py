@@ -50,15 +50,31 @@ def _attribute(node, name: str, default=None):
     return default
 
 
+def _read(graph) -> set[str]:
+    """The tensor names the nodes of ``graph`` read, in their subgraphs too, and its outputs."""
+    from onnx import AttributeProto
+
+    names = {value.name for value in graph.output}
+    for node in graph.node:
+        names.update(node.input)
+        for attribute in node.attribute:
+            for inner in [attribute.g] if attribute.type == AttributeProto.GRAPH else attribute.graphs:
+                names |= _read(inner)
+    return names
+
+
 def remove_unused_nodes(graph) -> None:
-    """Drop the nodes whose outputs nothing reads (neither a node nor the graph's outputs), repeatedly."""
+    """Drop the nodes whose outputs nothing reads (neither a node nor the graph's outputs), repeatedly, then the
+    initializers nothing reads."""
     while True:
-        read = {name for node in graph.node for name in node.input} | {value.name for value in graph.output}
+        read = _read(graph)
         unused = [node for node in graph.node if not any(name in read for name in node.output)]
         if not unused:
-            return
+            break
         for node in unused:
             graph.node.remove(node)
+    for initializer in [init for init in graph.initializer if init.name not in read]:
+        graph.initializer.remove(initializer)
 
 
 def swap_last_axes_by_transpose(graph) -> int:
@@ -209,6 +225,7 @@ def keep_step_axis_in_logits(graph, output: str = "logits") -> int:
             fused.attribute.append(helper.make_attribute("alpha", float(alpha)))
             graph.node.insert(list(graph.node).index(node), fused)
             graph.node.remove(node)
+    remove_unused_nodes(graph)  # the scalar index
     for value in graph.output:
         if value.name == output and value.type.tensor_type.HasField("shape"):
             dims = value.type.tensor_type.shape.dim
