@@ -13,7 +13,7 @@ process, threads set per engine (``torch.set_num_threads``, ONNX Runtime's intra
 average (``uptime``) is recorded before and after, and after every row: a loaded machine gives slower and noisier
 figures.
 
-``--without_step_rewrites``: the Transformer's generating graph also as it was before the step rewrites of
+``--without_step_rewrites``: a translator's generating graph also as it was before the step rewrites of
 ``hf_seq.toolkit.onnx_rewrites`` (``build_generating_graph(..., step_rewrites=False)``; ``graph_plain_*`` in the
 rows), timed in the same process. ``--ctranslate2``: the Transformer also through CTranslate2 (``to_ctranslate2``
 with a word-level tokenizer over the same ids; float32, and int8 with ``--int8``), same process and threads.
@@ -261,7 +261,7 @@ def main(argv=None) -> dict:
     parser.add_argument(
         "--without_step_rewrites",
         action="store_true",
-        help="also time the Transformer's generating graph without hf_seq.toolkit.onnx_rewrites",
+        help="also time a translator's generating graph without hf_seq.toolkit.onnx_rewrites",
     )
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "bench_generate_onnx.json"))
     args = parser.parse_args(argv)
@@ -273,7 +273,7 @@ def main(argv=None) -> dict:
         folders = {"float32": to_onnx(model, root / family)}
         if args.int8:
             folders["int8"] = to_onnx(model, root / f"{family}-int8", quantization="int8")
-        if args.without_step_rewrites and family == "transformer":
+        if args.without_step_rewrites and family != "rnn_lm":
             for name in list(folders):  # copies whose generating graph inlines the step graph as exported
                 plain = shutil.copytree(folders[name], root / f"{family}-plain-{name}")
                 build_generating_graph(plain, step_rewrites=False)

@@ -104,12 +104,15 @@ def test_a_reshape_that_is_not_the_axis_swap_is_left_alone():
     assert graph.SerializeToString() == before
 
 
-def logits_graph(bias: bool = False):
-    """The last position's logits ``(B, V)``: ``Gemm(Gather(hidden, -1, axis=1), W, transB=1)``."""
+def logits_graph(bias: bool = False, gather: bool = True):
+    """The last position's logits ``(B, V)``: ``Gemm(Gather(hidden, -1, axis=1), W, transB=1)``; without the
+    Gather, ``Gemm(Tanh(hidden (B, D)), W, transB=1)``, the hidden state also an output (read twice)."""
     rng = np.random.default_rng(1)
     inputs = ["last", "weight", *(["bias"] if bias else [])]
     nodes = [
-        helper.make_node("Gather", ["hidden", "index"], ["last"], axis=1),
+        helper.make_node("Gather", ["hidden", "index"], ["last"], axis=1)
+        if gather
+        else helper.make_node("Tanh", ["hidden"], ["last"]),
         helper.make_node("Gemm", inputs, ["logits"], transB=1),
     ]
     initializers = [
@@ -117,12 +120,15 @@ def logits_graph(bias: bool = False):
         numpy_helper.from_array(rng.standard_normal((V, D)).astype(np.float32), "weight"),
         numpy_helper.from_array(rng.standard_normal(V).astype(np.float32), "bias"),
     ]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["B", V])]
+    if not gather:
+        outputs.append(helper.make_tensor_value_info("last", TensorProto.FLOAT, ["B", D]))
     return helper.make_graph(
         nodes,
         "logits",
-        [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["B", 1, D])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["B", V])],
-        initializers if bias else initializers[:2],
+        [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, ["B", 1, D] if gather else ["B", D])],
+        outputs,
+        (initializers if bias else initializers[:2]) if gather else initializers[1:2],
     )
 
 
@@ -145,3 +151,14 @@ def test_logits_with_a_gemm_bias_are_left_alone():
     before = graph.SerializeToString()
     assert keep_step_axis_in_logits(graph) == 0
     assert graph.SerializeToString() == before
+
+
+def test_logits_of_a_two_axis_state_get_the_axis_before_the_output_layer():
+    feeds = {"hidden": np.random.default_rng(3).standard_normal((B, D), np.float32)}
+    graph = logits_graph(gather=False)
+    expected, state = run(graph, feeds)
+    assert keep_step_axis_in_logits(graph) == 1
+    assert [node.op_type for node in graph.node] == ["Tanh", "Unsqueeze", "FusedMatMul"]
+    got, got_state = run(graph, feeds)
+    assert got.shape == (B, 1, V) and got_state.shape == (B, D)  # the other reader still gets (B, D)
+    assert_same(got[:, 0], expected)

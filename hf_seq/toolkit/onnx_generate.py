@@ -253,7 +253,7 @@ def _decoder_graph(b: _GraphBuilder, vocab: int, logits: str, presents: list[tup
     )
 
 
-def _rnn_seq2seq_subgraphs(folder: Path, info: dict, weights: list):
+def _rnn_seq2seq_subgraphs(folder: Path, info: dict, weights: list, step_rewrites: bool = True):
     """The encoder and decoder subgraphs of an RNN seq2seq folder (module docstring)."""
     import onnx
     from onnx import TensorProto
@@ -267,6 +267,8 @@ def _rnn_seq2seq_subgraphs(folder: Path, info: dict, weights: list):
     layers, hidden = shapes["h"][0], shapes["h"][2]
     vocab = [d.dim_value for d in decoder.graph.output[0].type.tensor_type.shape.dim][1]
     feed_size = shapes["feed"][1] if attention else None
+    # speed, the same arithmetic (onnx_rewrites): the logits computed in the operator's (N, 1, V), not copied into it
+    logits_have_step_axis = step_rewrites and keep_step_axis_in_logits(decoder.graph)
     # the self slots: the state, then the fed vector; the cross slots: encoder states and keys
     self_kinds = [*states, *(("feed",) if attention else ())]
     cross_kinds = ["memory", "keys"] if attention else []
@@ -298,7 +300,7 @@ def _rnn_seq2seq_subgraphs(folder: Path, info: dict, weights: list):
             new[s] = b.op("Unsqueeze", [b.op("Transpose", [out[f"{s}_out"]], perm=[1, 0, 2]), b.const([2])])
         if attention:
             new["feed"] = b.op("Unsqueeze", [out["feed_out"], b.const([1, 2])])
-        logits = b.op("Unsqueeze", [out["logits"], b.const([1])])
+        logits = out["logits"] if logits_have_step_axis else b.op("Unsqueeze", [out["logits"], b.const([1])])
         return logits, new
 
     # encoder subgraph: the encoder, the bridge and the first decoder step
@@ -521,7 +523,7 @@ def _save_search_model(path: Path, nodes: list, inputs: list, outputs: list, wei
 def build_generating_graph(folder: str | os.PathLike, step_rewrites: bool = True) -> dict:
     """Write ``model_generate.onnx`` (and ``generate.py``) into an exported seq2seq or RNN LM folder; returns what
     ``hf_seq_onnx.json`` records of it (file, operator, inputs, fixed attributes). :class:`GeneratingGraphError`
-    names what the folder has that the operator cannot take. ``step_rewrites=False`` inlines the Transformer's
+    names what the folder has that the operator cannot take. ``step_rewrites=False`` inlines a seq2seq folder's
     step graph as exported, without the rewrites of :mod:`.onnx_rewrites` (for comparing their speed)."""
     from onnx import TensorProto, helper
     from transformers import AutoConfig, GenerationConfig
@@ -542,7 +544,7 @@ def build_generating_graph(folder: str | os.PathLike, step_rewrites: bool = True
         if "decoder_layers" in info["graphs"]:  # the Transformer's key/value cache (the RNN's: "state")
             enc_graph, dec_graph, sources = _transformer_subgraphs(folder, info, weights, step_rewrites)
         else:
-            enc_graph, dec_graph, sources = _rnn_seq2seq_subgraphs(folder, info, weights)
+            enc_graph, dec_graph, sources = _rnn_seq2seq_subgraphs(folder, info, weights, step_rewrites)
         subgraphs = {"model_type": 1, "encoder": enc_graph, "decoder": dec_graph}
     node = helper.make_node(
         "BeamSearch",

@@ -9,7 +9,8 @@ leaves every product and sum as it was (the same kernels on the same numbers, so
   self-attention cache and the encoder's keys). As one ``Transpose`` of the last two axes it is fused by ONNX
   Runtime into the next ``MatMul`` (``FusedMatMul`` reading the keys transposed), and the copy is gone.
 * :func:`keep_step_axis_in_logits`: the step's logits ``(B, V)`` computed as ``(B, 1, V)``, the shape the search
-  operator reads, so that no ``Unsqueeze`` copies them at every step (a graph output is always a new buffer).
+  operator reads, so that no ``Unsqueeze`` copies them at every step (a graph output is always a new buffer); the
+  axis is added before the output layer instead (no copy after a Gather, a ``(B, D)`` one otherwise).
 
 * :func:`read_inputs_transposed`: the encoder's keys, which every step reads again, given with their last two axes
   swapped already (once per search), so that the attention product reads them as they are.
@@ -185,9 +186,12 @@ def read_inputs_transposed(graph, names: list[str]) -> list[str]:
 
 
 def keep_step_axis_in_logits(graph, output: str = "logits") -> int:
-    """Make ``output`` ``(B, 1, V)`` instead of ``(B, V)`` when it is computed row by row from
-    ``Gather(hidden (B, 1, D), -1, axis=1)``: the Gather keeps the axis (index ``[-1]``) and a ``Gemm`` on the way
-    becomes ``com.microsoft.FusedMatMul`` (the same product, on a leading axis more). Returns 1 when rewritten (the declared output shape too), else 0 (the graph unchanged)."""
+    """Make ``output`` ``(B, 1, V)`` instead of ``(B, V)`` when it is computed row by row (products, casts, scales,
+    biases) from one ``(B, D)`` tensor: from ``Gather(hidden (B, 1, D), -1, axis=1)`` the Gather keeps the axis
+    (index ``[-1]``); from another ``(B, D)`` tensor an ``Unsqueeze`` gives it the axis (a copy of ``B × D``
+    numbers instead of ``B × V``). A ``Gemm`` on the way becomes ``com.microsoft.FusedMatMul`` (the same product on
+    a leading axis more); a Gemm with a bias is left alone. Returns 1 when rewritten (the declared output shape
+    too), else 0 (the graph unchanged)."""
     from onnx import helper, numpy_helper
 
     producer = {name: node for node in graph.node for name in node.output}
@@ -195,27 +199,40 @@ def keep_step_axis_in_logits(graph, output: str = "logits") -> int:
     for node in graph.node:
         for name in node.input:
             readers[name] = readers.get(name, 0) + 1
-    constants = _constants(graph)
+    constants, ranks = _constants(graph), _ranks(graph)
+    if ranks.get(output) != 2:
+        return 0
     chain, name = [], output
     while name in producer and producer[name].op_type in _ROW_WISE:
+        if chain and readers.get(name, 0) != 1:  # a tensor between two of the chain's nodes, read elsewhere too
+            return 0
         chain.append(producer[name])
         name = producer[name].input[0]
-        if readers.get(name, 0) != 1:
-            return 0
-    gather = producer.get(name)
-    if gather is None or gather.op_type != "Gather" or _attribute(gather, "axis", 0) != 1:
-        return 0
-    index = constants.get(gather.input[1])
-    if index is None or index.shape != () or int(index) != -1:
-        return 0
     for node in chain:
         if node.op_type == "Gemm" and (
             _attribute(node, "transA", 0) or len(node.input) > 2 or _attribute(node, "beta", 1.0) != 1.0
         ):
             return 0
-    kept = f"{gather.name}/keep_axis"
-    graph.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), kept))
-    gather.input[1] = kept
+    if not chain or ranks.get(name, 2) != 2:
+        return 0
+    gather = producer.get(name)
+    index = constants.get(gather.input[1]) if gather is not None and gather.op_type == "Gather" else None
+    if (
+        index is not None
+        and index.shape == ()
+        and int(index) == -1
+        and _attribute(gather, "axis", 0) == 1
+        and readers.get(name, 0) == 1
+    ):
+        kept = f"{gather.name}/keep_axis"
+        graph.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), kept))
+        gather.input[1] = kept
+    else:
+        axis = f"{chain[-1].name}/step_axis"
+        graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), axis))
+        unsqueeze = helper.make_node("Unsqueeze", [name, axis], [f"{name}/with_step_axis"], name=axis)
+        graph.node.insert(list(graph.node).index(chain[-1]), unsqueeze)
+        chain[-1].input[0] = unsqueeze.output[0]
     for node in chain:
         if node.op_type == "Gemm":
             trans_b, alpha = _attribute(node, "transB", 0), _attribute(node, "alpha", 1.0)
@@ -225,7 +242,7 @@ def keep_step_axis_in_logits(graph, output: str = "logits") -> int:
             fused.attribute.append(helper.make_attribute("alpha", float(alpha)))
             graph.node.insert(list(graph.node).index(node), fused)
             graph.node.remove(node)
-    remove_unused_nodes(graph)  # the scalar index
+    remove_unused_nodes(graph)  # a Gather's scalar index
     for value in graph.output:
         if value.name == output and value.type.tensor_type.HasField("shape"):
             dims = value.type.tensor_type.shape.dim
