@@ -19,7 +19,8 @@ rows), timed in the same process. ``--ctranslate2``: the Transformer also throug
 with a word-level tokenizer over the same ids; float32, and int8 with ``--int8``), same process and threads.
 ``--sample``: the language model also samples (eager, step graphs, ``model_sample.onnx``). ``--profile``: ONNX
 Runtime's profiler over every generating graph timed (``profile_float32``, ``profile_int8``, ...) at every
-setting, with the vocabulary projection's share of the operator's time.
+setting, with the vocabulary projection's share of the operator's time. ``--no_spinning``: the generating graphs'
+sessions with ``session.intra_op.allow_spinning`` "0" (idle threads wait instead of spinning).
 
 The step graphs and the generating graph are timed on the same call (``generate(**inputs, num_beams=...)``); the
 generating graph's row is its own session run (``GeneratingGraph.run``), i.e. what a process without Python ML
@@ -49,7 +50,7 @@ sys.path.insert(0, str(REPO))
 
 import hf_seq  # noqa: E402
 from hf_seq.toolkit.export import load_onnxruntime, to_onnx  # noqa: E402
-from hf_seq.toolkit.onnx_generate import GeneratingGraph, build_generating_graph  # noqa: E402
+from hf_seq.toolkit.onnx_generate import GENERATE_FILE, GeneratingGraph, build_generating_graph  # noqa: E402
 
 VOCAB, PAD, BOS, EOS = 8000, 0, 2, 3
 TOKENS = dict(pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS)
@@ -151,6 +152,20 @@ def ct2_translate(translator, tokenizer, inputs: dict, beams: int, new_tokens: i
         sources, beam_size=beams, max_batch_size=len(sources), max_decoding_length=new_tokens, **options
     )
     return [tokenizer.convert_tokens_to_ids(result.hypotheses[0]) for result in results]
+
+
+def generating_graph(folder: Path, threads: int, no_spinning: bool) -> GeneratingGraph:
+    """The folder's generating graph on ``threads`` intra-op threads; ``no_spinning``: idle threads wait without
+    spinning (ONNX Runtime's ``session.intra_op.allow_spinning`` "0")."""
+    if not no_spinning:
+        return GeneratingGraph(folder, threads=threads)
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = onnxruntime.InferenceSession(str(folder / GENERATE_FILE), options, providers=["CPUExecutionProvider"])
+    return GeneratingGraph(folder, threads=threads, session=session)
 
 
 def median_seconds(repeats: int, fn, *fn_args, **fn_kwargs) -> tuple[float, object]:
@@ -259,6 +274,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--ctranslate2", action="store_true", help="also time CTranslate2 for the Transformer")
     parser.add_argument("--sample", action="store_true", help="also time sampling for the language model")
     parser.add_argument(
+        "--no_spinning", action="store_true", help="the generating graphs' idle threads wait without spinning"
+    )
+    parser.add_argument(
         "--without_step_rewrites",
         action="store_true",
         help="also time a translator's generating graph without hf_seq.toolkit.onnx_rewrites",
@@ -294,7 +312,7 @@ def main(argv=None) -> dict:
                 )
         for threads in args.threads:
             torch.set_num_threads(threads)
-            graphs = {name: GeneratingGraph(folder, threads=threads) for name, folder in folders.items()}
+            graphs = {name: generating_graph(folder, threads, args.no_spinning) for name, folder in folders.items()}
             steps = load_onnxruntime(folders["float32"], threads=threads)
             steps.generating_graph = None  # the step graphs only
             for batch in args.batches:
