@@ -1,19 +1,20 @@
-"""Rewrites of an exported step graph that move less data per decoding step and keep its arithmetic.
+"""Rewrites of an exported step graph that move less data per decoding step and keep its products.
 
 ``model_generate.onnx`` runs a decoder step graph once per generated token inside ONNX Runtime's search operator;
 what the exporter wrote for one forward call is then paid at every step. Each rewrite here removes a copy and
-leaves every product and sum as it was (the same kernels on the same numbers, so float32 output is unchanged):
+leaves every product and sum as it was (a product that now reads an operand transposed may run another of ONNX
+Runtime's kernels, so the numbers are the same to float rounding; on the exported models of the tests and the
+benchmark they were bit-identical):
 
 * :func:`swap_last_axes_by_transpose`: ``torch.onnx``'s ``scaled_dot_product_attention`` swaps a key's last two axes
   as ``Reshape`` (to rank 3) → ``Transpose`` → ``Reshape`` (back), a copy of every key at every step (the whole
   self-attention cache and the encoder's keys). As one ``Transpose`` of the last two axes it is fused by ONNX
   Runtime into the next ``MatMul`` (``FusedMatMul`` reading the keys transposed), and the copy is gone.
+* :func:`read_inputs_transposed`: the encoder's keys, which every step reads again, given with their last two axes
+  swapped already (once per search), so that the attention product reads them as they are.
 * :func:`keep_step_axis_in_logits`: the step's logits ``(B, V)`` computed as ``(B, 1, V)``, the shape the search
   operator reads, so that no ``Unsqueeze`` copies them at every step (a graph output is always a new buffer); the
   axis is added before the output layer instead (no copy after a Gather, a ``(B, D)`` one otherwise).
-
-* :func:`read_inputs_transposed`: the encoder's keys, which every step reads again, given with their last two axes
-  swapped already (once per search), so that the attention product reads them as they are.
 
 Each returns what it changed; a graph the pattern does not fit is left as it is.
 """
@@ -23,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 MS_DOMAIN = "com.microsoft"
-# ops between the last position's Gather and the logits that compute per row (a leading axis more is fine)
+# ops between a (B, D) state and the logits that compute row by row (a leading axis more is fine)
 _ROW_WISE = {"MatMul", "MatMulInteger", "DynamicQuantizeLinear", "Cast", "Mul", "Add", "Gemm"}
 
 
