@@ -13,10 +13,14 @@ process, threads set per engine (``torch.set_num_threads``, ONNX Runtime's intra
 average (``uptime``) is recorded before and after, and after every row: a loaded machine gives slower and noisier
 figures.
 
-``--ctranslate2``: the Transformer also through CTranslate2 (``to_ctranslate2`` with a word-level tokenizer over the
-same ids; float32, and int8 with ``--int8``), same process and threads. ``--sample``: the language model also samples
-(eager, step graphs, ``model_sample.onnx``). ``--profile``: ONNX Runtime's profiler over the float32 generating
-graph at every setting, with the vocabulary projection's share of the operator's time.
+``--without_step_rewrites``: a translator's generating graph also as it was before the step rewrites of
+``hf_seq.toolkit.onnx_rewrites`` (``build_generating_graph(..., step_rewrites=False)``; ``graph_plain_*`` in the
+rows), timed in the same process. ``--ctranslate2``: the Transformer also through CTranslate2 (``to_ctranslate2``
+with a word-level tokenizer over the same ids; float32, and int8 with ``--int8``), same process and threads.
+``--sample``: the language model also samples (eager, step graphs, ``model_sample.onnx``). ``--profile``: ONNX
+Runtime's profiler over every generating graph timed (``profile_float32``, ``profile_int8``, ...) at every
+setting, with the vocabulary projection's share of the operator's time. ``--no_spinning``: the generating graphs'
+sessions with ``session.intra_op.allow_spinning`` "0" (idle threads wait instead of spinning).
 
 The step graphs and the generating graph are timed on the same call (``generate(**inputs, num_beams=...)``); the
 generating graph's row is its own session run (``GeneratingGraph.run``), i.e. what a process without Python ML
@@ -31,6 +35,7 @@ import argparse
 import copy
 import json
 import logging
+import shutil
 import statistics
 import subprocess
 import sys
@@ -45,7 +50,7 @@ sys.path.insert(0, str(REPO))
 
 import hf_seq  # noqa: E402
 from hf_seq.toolkit.export import load_onnxruntime, to_onnx  # noqa: E402
-from hf_seq.toolkit.onnx_generate import GeneratingGraph  # noqa: E402
+from hf_seq.toolkit.onnx_generate import GENERATE_FILE, GeneratingGraph, build_generating_graph  # noqa: E402
 
 VOCAB, PAD, BOS, EOS = 8000, 0, 2, 3
 TOKENS = dict(pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS)
@@ -149,6 +154,20 @@ def ct2_translate(translator, tokenizer, inputs: dict, beams: int, new_tokens: i
     return [tokenizer.convert_tokens_to_ids(result.hypotheses[0]) for result in results]
 
 
+def generating_graph(folder: Path, threads: int, no_spinning: bool) -> GeneratingGraph:
+    """The folder's generating graph on ``threads`` intra-op threads; ``no_spinning``: idle threads wait without
+    spinning (ONNX Runtime's ``session.intra_op.allow_spinning`` "0")."""
+    if not no_spinning:
+        return GeneratingGraph(folder, threads=threads)
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = onnxruntime.InferenceSession(str(folder / GENERATE_FILE), options, providers=["CPUExecutionProvider"])
+    return GeneratingGraph(folder, threads=threads, session=session)
+
+
 def median_seconds(repeats: int, fn, *fn_args, **fn_kwargs) -> tuple[float, object]:
     """The median seconds of ``repeats`` calls ``fn(*fn_args, **fn_kwargs)`` after a warm-up call, and its output."""
     out = fn(*fn_args, **fn_kwargs)
@@ -187,12 +206,15 @@ def profile(folder: Path, threads: int, feeds_of: dict) -> dict:
     }
 
 
+PRODUCTS = ("MatMul", "Gemm", "FusedMatMul", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul")
+
+
 def projection_time(events: list) -> float:
     """Microseconds in the vocabulary projection: the matrix products whose output's last axis is the vocabulary."""
     total = 0.0
     for event in events:
         args = event.get("args", {})
-        if event.get("cat") != "Node" or args.get("op_name") not in ("MatMul", "Gemm", "MatMulInteger"):
+        if event.get("cat") != "Node" or args.get("op_name") not in PRODUCTS:
             continue
         if not event["name"].endswith("_kernel_time"):
             continue
@@ -248,9 +270,17 @@ def main(argv=None) -> dict:
     parser.add_argument("--new_tokens", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--int8", action="store_true", help="also time the int8 generating graph")
-    parser.add_argument("--profile", action="store_true", help="profile the float32 generating graph")
+    parser.add_argument("--profile", action="store_true", help="profile every generating graph timed")
     parser.add_argument("--ctranslate2", action="store_true", help="also time CTranslate2 for the Transformer")
     parser.add_argument("--sample", action="store_true", help="also time sampling for the language model")
+    parser.add_argument(
+        "--no_spinning", action="store_true", help="the generating graphs' idle threads wait without spinning"
+    )
+    parser.add_argument(
+        "--without_step_rewrites",
+        action="store_true",
+        help="also time a translator's generating graph without hf_seq.toolkit.onnx_rewrites",
+    )
     parser.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "bench_generate_onnx.json"))
     args = parser.parse_args(argv)
     logging.disable(logging.INFO)
@@ -261,6 +291,11 @@ def main(argv=None) -> dict:
         folders = {"float32": to_onnx(model, root / family)}
         if args.int8:
             folders["int8"] = to_onnx(model, root / f"{family}-int8", quantization="int8")
+        if args.without_step_rewrites and family != "rnn_lm":
+            for name in list(folders):  # copies whose generating graph inlines the step graph as exported
+                plain = shutil.copytree(folders[name], root / f"{family}-plain-{name}")
+                build_generating_graph(plain, step_rewrites=False)
+                folders[f"plain_{name}"] = plain
         decoder_only = family == "rnn_lm"
         ct2_folders = {}
         if args.ctranslate2 and family == "transformer":
@@ -277,7 +312,7 @@ def main(argv=None) -> dict:
                 )
         for threads in args.threads:
             torch.set_num_threads(threads)
-            graphs = {name: GeneratingGraph(folder, threads=threads) for name, folder in folders.items()}
+            graphs = {name: generating_graph(folder, threads, args.no_spinning) for name, folder in folders.items()}
             steps = load_onnxruntime(folders["float32"], threads=threads)
             steps.generating_graph = None  # the step graphs only
             for batch in args.batches:
@@ -343,8 +378,11 @@ def main(argv=None) -> dict:
                         row[f"ctranslate2_{name}_agree"] = round(
                             sum(a == b for a, b in zip(ids, eager[:, 1:].tolist())) / len(ids), 3
                         )
-                        if f"graph_{name}_s" in row:
-                            row[f"graph_{name}_vs_ctranslate2"] = round(ct2_s / row[f"graph_{name}_s"], 2)
+                        for graph_name in (name, f"plain_{name}"):
+                            if f"graph_{graph_name}_s" in row:
+                                row[f"graph_{graph_name}_vs_ctranslate2"] = round(
+                                    ct2_s / row[f"graph_{graph_name}_s"], 2
+                                )
                     if args.profile:
                         feeds = {
                             "input_ids": inputs["input_ids"].numpy().astype("int32"),
@@ -356,7 +394,8 @@ def main(argv=None) -> dict:
                         penalty = 1.0 if beams > 1 and not decoder_only else 0.0
                         feeds["length_penalty"] = torch.tensor([penalty]).numpy()
                         feeds["repetition_penalty"] = torch.tensor([1.0]).numpy()
-                        row["profile_float32"] = profile(folders["float32"], threads, feeds)
+                        for name, folder in folders.items():
+                            row[f"profile_{name}"] = profile(folder, threads, feeds)
                     row["load"] = load()
                     results["rows"].append(row)
                     print(json.dumps(row), flush=True)

@@ -159,6 +159,20 @@ def test_export_writes_the_generating_graph_and_its_script(seq2seq_export):
     from hf_seq.toolkit import onnx_generate, onnx_runtime
 
     assert onnx_generate.ONNX_INFO == onnx_runtime.ONNX_INFO  # one file name, written twice to avoid an import cycle
+    # a subgraph output computed by the subgraph is that node's output, not an Identity's copy of it
+    for subgraph in subgraphs(folder).values():
+        inputs = {value.name for value in subgraph.input}
+        for node in subgraph.node:
+            if node.op_type == "Identity" and node.output[0] in {value.name for value in subgraph.output}:
+                assert node.input[0] in inputs or node.input[0] in {value.name for value in subgraph.output}
+
+
+def subgraphs(folder) -> dict:
+    """The search operator's subgraphs in ``folder``'s generating graph, by attribute name."""
+    import onnx
+
+    (node,) = onnx.load(str(folder / GENERATE_FILE)).graph.node
+    return {attribute.name: attribute.g for attribute in node.attribute if attribute.type == onnx.AttributeProto.GRAPH}
 
 
 def test_rnn_seq2seq_graph_matches_pytorch(seq2seq_export, tokenizer):
@@ -218,6 +232,14 @@ def test_rnn_seq2seq_cells_and_attention_types(overrides, tokenizer, tmp_path):
 def test_transformer_graph_and_front_door(tokenizer, tmp_path, caplog):
     model = transformer(len(tokenizer), tie_word_embeddings=False)
     folder = to_onnx(model, tmp_path / "onnx", tokenizer=tokenizer)
+    # the step rewrites took: no key is swapped through rank 3, the encoder's keys come swapped, the logits are
+    # computed as (N, 1, V), not copied into that shape
+    step = subgraphs(folder)["decoder"]
+    transposes = [list(a.ints) for node in step.node if node.op_type == "Transpose" for a in node.attribute]
+    assert [0, 2, 1] not in transposes and [0, 1, 3, 2] in transposes
+    key = next(value for value in step.input if value.name == "past_key_cross_0").type.tensor_type.shape.dim
+    assert key[2].dim_value == 16 // 2  # (N, nh, hs, S): hidden 16 over 2 heads
+    assert next(node.op_type for node in step.node if "logits" in node.output) == "FusedMatMul"
     check_graph_matches_pytorch(model, folder, tokenizer)
     check_front_door(model, folder, tokenizer, caplog, tmp_path)
 

@@ -45,6 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .onnx_rewrites import keep_step_axis_in_logits, read_inputs_transposed, swap_last_axes_by_transpose
+
 logger = logging.getLogger(__name__)
 
 GENERATE_FILE = "model_generate.onnx"
@@ -97,6 +99,7 @@ class _GraphBuilder:
         self.nodes: list = []
         self.initializers: list = []
         self.count = 0
+        self.renamed: dict[str, str] = {}  # a tensor made a graph output → the output's name
 
     def name(self, hint: str) -> str:
         self.count += 1
@@ -117,9 +120,18 @@ class _GraphBuilder:
         return name
 
     def output(self, source: str, name: str) -> None:
+        """Make ``source`` the graph output ``name``: renamed where a node of this graph computes it (an ``Identity``
+        would copy it at every run, as ONNX Runtime gives a graph output a buffer of its own), else an
+        ``Identity`` (an input passed through, a tensor already output under another name)."""
         from onnx import helper
 
-        self.nodes.append(helper.make_node("Identity", [source], [name], name=f"{self.prefix}/{name}"))
+        source = self.renamed.get(source, source)
+        if source in self.renamed.values() or not any(source in node.output for node in self.nodes):
+            self.nodes.append(helper.make_node("Identity", [source], [name], name=f"{self.prefix}/{name}"))
+            return
+        for node in self.nodes:
+            _rename(node, source, name)
+        self.renamed[source] = name
 
     def inline(self, model, prefix: str, feeds: dict[str, str], share_weights: list | None = None) -> dict[str, str]:
         """The nodes of ``model`` (an exported graph), renamed under ``prefix``, fed from ``feeds`` (its input name →
@@ -154,6 +166,22 @@ class _GraphBuilder:
         from onnx import helper
 
         return helper.make_graph(self.nodes, name, inputs, outputs, self.initializers)
+
+
+def _rename(node, old: str, new: str) -> None:
+    """Call the tensor ``old`` ``new`` in ``node``'s inputs and outputs and in its subgraphs (a Loop's body reads
+    outer tensors by name)."""
+    from onnx import AttributeProto
+
+    for names in (node.input, node.output):
+        for i, name in enumerate(names):
+            if name == old:
+                names[i] = new
+    for attribute in node.attribute:
+        graphs = [attribute.g] if attribute.type == AttributeProto.GRAPH else list(attribute.graphs)
+        for graph in graphs:
+            for inner in graph.node:
+                _rename(inner, old, new)
 
 
 def _info(name: str, elem_type, shape):
@@ -225,7 +253,7 @@ def _decoder_graph(b: _GraphBuilder, vocab: int, logits: str, presents: list[tup
     )
 
 
-def _rnn_seq2seq_subgraphs(folder: Path, info: dict, weights: list):
+def _rnn_seq2seq_subgraphs(folder: Path, info: dict, weights: list, step_rewrites: bool = True):
     """The encoder and decoder subgraphs of an RNN seq2seq folder (module docstring)."""
     import onnx
     from onnx import TensorProto
@@ -239,6 +267,8 @@ def _rnn_seq2seq_subgraphs(folder: Path, info: dict, weights: list):
     layers, hidden = shapes["h"][0], shapes["h"][2]
     vocab = [d.dim_value for d in decoder.graph.output[0].type.tensor_type.shape.dim][1]
     feed_size = shapes["feed"][1] if attention else None
+    # speed, the same arithmetic (onnx_rewrites): the logits computed in the operator's (N, 1, V), not copied into it
+    logits_have_step_axis = step_rewrites and keep_step_axis_in_logits(decoder.graph)
     # the self slots: the state, then the fed vector; the cross slots: encoder states and keys
     self_kinds = [*states, *(("feed",) if attention else ())]
     cross_kinds = ["memory", "keys"] if attention else []
@@ -270,7 +300,7 @@ def _rnn_seq2seq_subgraphs(folder: Path, info: dict, weights: list):
             new[s] = b.op("Unsqueeze", [b.op("Transpose", [out[f"{s}_out"]], perm=[1, 0, 2]), b.const([2])])
         if attention:
             new["feed"] = b.op("Unsqueeze", [out["feed_out"], b.const([1, 2])])
-        logits = b.op("Unsqueeze", [out["logits"], b.const([1])])
+        logits = out["logits"] if logits_have_step_axis else b.op("Unsqueeze", [out["logits"], b.const([1])])
         return logits, new
 
     # encoder subgraph: the encoder, the bridge and the first decoder step
@@ -299,11 +329,13 @@ def _rnn_seq2seq_subgraphs(folder: Path, info: dict, weights: list):
     return enc_graph, dec_graph, [encoder, decoder]
 
 
-def _transformer_subgraphs(folder: Path, info: dict, weights: list):
+def _transformer_subgraphs(folder: Path, info: dict, weights: list, step_rewrites: bool = True):
     """The encoder and decoder subgraphs of a Transformer folder: the self slots are every decoder layer's keys and
-    values ``(N, nh, T, hs)`` (empty before the first step), the cross slots its cross-attention keys and values."""
+    values ``(N, nh, T, hs)`` (empty before the first step), the cross slots its cross-attention keys
+    ``(N, nh, hs, S)`` (the last two axes swapped once, as the attention product reads them) and values
+    ``(N, nh, S, hs)``."""
     import onnx
-    from onnx import TensorProto
+    from onnx import TensorProto, helper
 
     graphs = info["graphs"]
     encoder = onnx.load(str(folder / graphs["encoder"]["file"]))
@@ -312,6 +344,14 @@ def _transformer_subgraphs(folder: Path, info: dict, weights: list):
     shapes = {v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim] for v in decoder.graph.input}
     heads, head_size = shapes["past_key_0"][1], shapes["past_key_0"][3]
     vocab = [d.dim_value for d in decoder.graph.output[0].type.tensor_type.shape.dim][1]
+    # Speed, with the same arithmetic (onnx_rewrites): no copy of the keys at every step (their axes swapped
+    # inside the attention product; the encoder's keys swapped once per search), and the logits computed in the
+    # operator's (N, 1, V) instead of copied into it.
+    cross_keys_swapped, logits_have_step_axis = [], False
+    if step_rewrites:
+        swap_last_axes_by_transpose(decoder.graph)
+        cross_keys_swapped = read_inputs_transposed(decoder.graph, [f"cross_key_{i}" for i in range(layers)])
+        logits_have_step_axis = keep_step_axis_in_logits(decoder.graph)
     self_names, cross_names = _slot_names(layers)
     ours = [f"{kind}_{i}" for i in range(layers) for kind in ("key", "value")]  # the exported graphs' suffixes
 
@@ -320,30 +360,32 @@ def _transformer_subgraphs(folder: Path, info: dict, weights: list):
         feeds.update({f"past_{s}": t for s, t in zip(ours, past)})
         feeds.update({f"cross_{s}": t for s, t in zip(ours, cross)})
         out = b.inline(decoder, "decoder/", feeds, share_weights=weights)
-        logits = b.op("Unsqueeze", [out["logits"], b.const([1])])
+        logits = out["logits"] if logits_have_step_axis else b.op("Unsqueeze", [out["logits"], b.const([1])])
         return logits, [out[f"present_{s}"] for s in ours]
 
     b, ids, mask, enc = _encoder_start(encoder)
-    cross = []  # cross_key_values (B, L, 2, nh, S, hs) -> per layer and kind (B, nh, S, hs)
-    for i in range(layers):
-        for j in range(2):
-            picked = b.op("Gather", [enc["cross_key_values"], b.const(i)], axis=1)
-            cross.append(b.op("Gather", [picked, b.const(j)], axis=1))
+    cross = []  # cross_key_values (B, L, 2, nh, S, hs) -> per layer and kind (B, nh, S, hs); swapped keys (B, nh, hs, S)
+    cross_shapes = []
+    for i, name in enumerate(ours):
+        layer = b.op("Gather", [enc["cross_key_values"], b.const(i // 2)], axis=1)
+        picked = b.op("Gather", [layer, b.const(i % 2)], axis=1)
+        swapped = f"cross_{name}" in cross_keys_swapped
+        cross.append(b.op("Transpose", [picked], perm=[0, 1, 3, 2]) if swapped else picked)
+        cross_shapes.append([heads, head_size, None] if swapped else [heads, None, head_size])
     batch = b.op("Slice", [b.op("Shape", [ids]), b.const([0]), b.const([1])])
     empty_shape = b.op("Concat", [batch, b.const([heads, 0, head_size])], axis=0)
-    from onnx import helper
-
     empty = b.op("ConstantOfShape", [empty_shape], value=helper.make_tensor("zero", TensorProto.FLOAT, [1], [0.0]))
     logits, present = step(b, "decoder_input_ids", mask, [empty] * (2 * layers), cross)
-    kv = ["B", heads, None, head_size]
-    presents = [(n, v, kv) for n, v in zip([*self_names, *cross_names], [*present, *cross])]
+    kv = [heads, None, head_size]
+    presents = [(n, v, ["B", *kv]) for n, v in zip(self_names, present)]
+    presents += [(n, v, ["B", *shape]) for n, v, shape in zip(cross_names, cross, cross_shapes)]
     enc_graph = _encoder_graph(b, vocab, logits, enc["encoder_hidden_states"], presents)
     b = _GraphBuilder("dec")
     mask = b.op("Cast", ["encoder_attention_mask"], to=TensorProto.INT64)
     logits, present = step(b, "input_ids", mask, [f"past_{n}" for n in self_names], [f"past_{n}" for n in cross_names])
-    kv = ["N", heads, None, head_size]
-    presents = [(n, v, kv) for n, v in zip(self_names, present)]
-    dec_graph = _decoder_graph(b, vocab, logits, presents, [(n, kv) for n in (*self_names, *cross_names)])
+    presents = [(n, v, ["N", *kv]) for n, v in zip(self_names, present)]
+    pasts = [(n, ["N", *kv]) for n in self_names] + [(n, ["N", *shape]) for n, shape in zip(cross_names, cross_shapes)]
+    dec_graph = _decoder_graph(b, vocab, logits, presents, pasts)
     return enc_graph, dec_graph, [encoder, decoder]
 
 
@@ -478,10 +520,11 @@ def _save_search_model(path: Path, nodes: list, inputs: list, outputs: list, wei
     onnx.save(model, str(path))
 
 
-def build_generating_graph(folder: str | os.PathLike) -> dict:
+def build_generating_graph(folder: str | os.PathLike, step_rewrites: bool = True) -> dict:
     """Write ``model_generate.onnx`` (and ``generate.py``) into an exported seq2seq or RNN LM folder; returns what
     ``hf_seq_onnx.json`` records of it (file, operator, inputs, fixed attributes). :class:`GeneratingGraphError`
-    names what the folder has that the operator cannot take."""
+    names what the folder has that the operator cannot take. ``step_rewrites=False`` inlines a seq2seq folder's
+    step graph as exported, without the rewrites of :mod:`.onnx_rewrites` (for comparing their speed)."""
     from onnx import TensorProto, helper
     from transformers import AutoConfig, GenerationConfig
 
@@ -499,9 +542,9 @@ def build_generating_graph(folder: str | os.PathLike) -> dict:
         subgraphs = {"model_type": 0, "init_decoder": init_graph, "decoder": dec_graph}
     else:
         if "decoder_layers" in info["graphs"]:  # the Transformer's key/value cache (the RNN's: "state")
-            enc_graph, dec_graph, sources = _transformer_subgraphs(folder, info, weights)
+            enc_graph, dec_graph, sources = _transformer_subgraphs(folder, info, weights, step_rewrites)
         else:
-            enc_graph, dec_graph, sources = _rnn_seq2seq_subgraphs(folder, info, weights)
+            enc_graph, dec_graph, sources = _rnn_seq2seq_subgraphs(folder, info, weights, step_rewrites)
         subgraphs = {"model_type": 1, "encoder": enc_graph, "decoder": dec_graph}
     node = helper.make_node(
         "BeamSearch",
