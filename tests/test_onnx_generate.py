@@ -10,9 +10,12 @@ clean virtual environment are slow."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shutil
 import subprocess
+import sys
 import venv
 
 import numpy as np
@@ -26,7 +29,12 @@ from test_onnxruntime import left_padded, lm, right_padded, rnn_seq2seq, transfo
 from tiny_models import EOS, TEXTS, build_tokenizer  # noqa: E402
 
 from hf_seq.toolkit.export import load_onnxruntime, to_onnx  # noqa: E402
-from hf_seq.toolkit.onnx_generate import GENERATE_FILE, GeneratingGraph, unhonoured  # noqa: E402
+from hf_seq.toolkit.onnx_generate import (  # noqa: E402
+    GENERATE_FILE,
+    GeneratingGraph,
+    unhonoured,
+    write_generating_graph,
+)
 
 SEARCHES = {
     "greedy": dict(num_beams=1),
@@ -173,6 +181,29 @@ def subgraphs(folder) -> dict:
 
     (node,) = onnx.load(str(folder / GENERATE_FILE)).graph.node
     return {attribute.name: attribute.g for attribute in node.attribute if attribute.type == onnx.AttributeProto.GRAPH}
+
+
+def _generate_py(folder, *args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, str(folder / "generate.py"), *TEXTS[:2], "--max_new_tokens", "4", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def test_generate_py_says_when_its_beam_search_is_the_operators_own(seq2seq_export, tmp_path):
+    """A folder exported with early_stopping=False (transformers' default): ``generate.py`` with beams says on stderr
+    that the operator's done rule is not generate()'s; greedy, or a folder exported with early_stopping=True, says
+    nothing."""
+    _, folder = seq2seq_export
+    for beams, noted in (("1", False), ("2", True)):
+        run = _generate_py(folder, "--num_beams", beams)
+        assert run.returncode == 0 and len(run.stdout.splitlines()) == 2, run.stderr[-2000:]
+        assert ("early_stopping=False" in run.stderr) is noted, run.stderr
+    exported_so = tmp_path / "early_stopping"
+    shutil.copytree(folder, exported_so)
+    config = json.loads((exported_so / "generation_config.json").read_text())
+    (exported_so / "generation_config.json").write_text(json.dumps({**config, "early_stopping": True}))
+    write_generating_graph(exported_so)
+    run = _generate_py(exported_so, "--num_beams", "2")
+    assert run.returncode == 0 and len(run.stdout.splitlines()) == 2 and "early_stopping" not in run.stderr, run.stderr
 
 
 def test_rnn_seq2seq_graph_matches_pytorch(seq2seq_export, tokenizer):

@@ -566,7 +566,7 @@ def build_generating_graph(folder: str | os.PathLike, step_rewrites: bool = True
         _info("sequences_scores", TensorProto.FLOAT, ["batch", "num_return_sequences"]),
     ]
     _save_search_model(folder / GENERATE_FILE, [node], inputs, outputs, weights, sources)
-    script = GENERATE_PY.format(decoder_only=kind == "causal_lm")
+    script = GENERATE_PY.format(decoder_only=kind == "causal_lm", early_stopping=bool(attributes["early_stopping"]))
     (folder / GENERATE_SCRIPT).write_text(script, encoding="utf-8")
     return {
         "file": GENERATE_FILE,
@@ -1071,16 +1071,20 @@ def finish(sequences: np.ndarray, eos: int, fill: int, start: int = 1) -> tuple[
 
 GENERATE_PY = '''"""Generate with this folder, with onnxruntime, tokenizers and numpy only (no torch, no transformers):
 python generate.py "a text" ["another" ...] [--num_beams 5] [--max_new_tokens 50]"""
-import argparse, json, pathlib
+import argparse, json, pathlib, sys
 import numpy as np, onnxruntime, tokenizers
 
 DECODER_ONLY = {decoder_only}  # a language model continues its prompt; a translator starts from a source
+EARLY_STOPPING = {early_stopping}  # the beam search's early_stopping, as exported
 here = pathlib.Path(__file__).parent
 parser = argparse.ArgumentParser()
 parser.add_argument("texts", nargs="+")
 parser.add_argument("--num_beams", type=int, default=1)
 parser.add_argument("--max_new_tokens", type=int, default=50)
 args = parser.parse_args()
+if args.num_beams > 1 and not EARLY_STOPPING:
+    print("note: with early_stopping=False ONNX Runtime's own rule decides when a beam search is done; a few results "
+          "can differ from transformers' generate() (export with early_stopping=True for its search)", file=sys.stderr)
 tokenizer = tokenizers.Tokenizer.from_file(str(here / "tokenizer.json"))
 pad = json.loads((here / "generation_config.json").read_text()).get("pad_token_id") or 0
 tokenizer.enable_padding(pad_id=pad, pad_token=tokenizer.id_to_token(pad), direction="left" if DECODER_ONLY else "right")
