@@ -285,3 +285,13 @@ def test_the_toolkit_is_imported_by_its_own_path_only(former):
     with pytest.raises(ModuleNotFoundError, match=former.split(".")[1]):
         importlib.import_module(former)
     assert not hasattr(hf_seq, former.split(".")[1])
+
+
+def test_docs_package_md_names_every_module():
+    """docs/package.md is the map of the package: a module missing from it is a module a newcomer cannot place."""
+    text = (ROOT / "docs" / "package.md").read_text(encoding="utf-8")
+    folders = ("hf_seq", "hf_seq/toolkit", "hf_seq/toolkit/metrics", "train_scripts")
+    modules = [path for folder in folders for path in sorted((ROOT / folder).glob("*.py"))]
+    assert len(modules) > 50
+    missing = [str(path.relative_to(ROOT)) for path in modules if f"`{path.name}`" not in text]
+    assert not missing, f"docs/package.md does not name: {missing}"
