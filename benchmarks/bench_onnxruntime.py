@@ -126,9 +126,13 @@ def translation_parity(run_dir: Path, folders: dict, verses: int) -> dict:
 
 
 def char_test_stream(tokenizer) -> torch.Tensor:
-    from hf_seq.train_scripts.train_lm import token_stream
-
-    return token_stream(list(load_shakespeare(seed=42)["test"]["text"]), tokenizer, "char")
+    """The Shakespeare test split as one (N,) stream of character ids, the texts in order (each character looked up in
+    the char tokenizer's vocabulary: the ids ``tokenizer(text)`` gives without a normaliser, much faster)."""
+    texts = load_shakespeare(seed=42)["test"]["text"]
+    if tokenizer.backend_tokenizer.normalizer is not None:
+        return torch.tensor([i for text in texts for i in tokenizer(text, add_special_tokens=False)["input_ids"]])
+    vocab, unk = tokenizer.get_vocab(), tokenizer.unk_token_id
+    return torch.tensor([vocab.get(ch, unk) for text in texts for ch in text], dtype=torch.long)
 
 
 def windows_perplexity(model, stream: torch.Tensor, length: int = 64, batch: int = 64) -> float:
@@ -145,7 +149,9 @@ def windows_perplexity(model, stream: torch.Tensor, length: int = 64, batch: int
     return float(torch.tensor(total / n).exp())
 
 
-def lm_parity(run_dir: Path, folders: dict, prompts: int, ppl_chars: int) -> dict:
+def lm_reference(run_dir: Path, prompts: int) -> tuple:
+    """A char LM run folder's tokenizer and model, ``prompts`` test prompts of 64 characters spread over the test
+    stream, PyTorch's greedy continuations of 100 characters, and the test stream."""
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
     model = AutoModelForCausalLM.from_pretrained(run_dir).eval()
     stream = char_test_stream(tokenizer)
@@ -153,6 +159,11 @@ def lm_parity(run_dir: Path, folders: dict, prompts: int, ppl_chars: int) -> dic
     batch = torch.stack([stream[s : s + 64] for s in starts])
     with torch.no_grad():
         expected = model.generate(input_ids=batch, max_new_tokens=100, do_sample=False)
+    return tokenizer, model, batch, expected, stream
+
+
+def lm_parity(run_dir: Path, folders: dict, prompts: int, ppl_chars: int) -> dict:
+    _, model, batch, expected, stream = lm_reference(run_dir, prompts)
     out = {"prompts": prompts, "new_tokens": 100, "load_before": load()}
     ppl_stream = stream[:ppl_chars]
     out["perplexity_pytorch"] = round(windows_perplexity(model, ppl_stream), 4)

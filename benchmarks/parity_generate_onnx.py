@@ -42,15 +42,15 @@ from bench_onnxruntime import (  # noqa: E402
     MAX_SOURCE_LENGTH,
     REPO_ROOT,
     bleu_of,
-    char_test_stream,
     exports,
+    lm_reference,
     load,
     share,
     test_split,
     translate_ids,
     windows_perplexity,
 )
-from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer  # noqa: E402
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer  # noqa: E402
 
 from hf_seq.toolkit.export import load_onnxruntime  # noqa: E402
 from hf_seq.toolkit.onnx_generate import GeneratingGraph, with_defaults  # noqa: E402
@@ -149,13 +149,7 @@ def early_stopping_parity(model, tokenizer, folder: Path, sources, references) -
 
 
 def lm_parity(run_dir: Path, folders: dict, prompts: int, ppl_chars: int) -> dict:
-    tokenizer = AutoTokenizer.from_pretrained(run_dir)
-    model = AutoModelForCausalLM.from_pretrained(run_dir).eval()
-    stream = char_test_stream(tokenizer)
-    starts = torch.linspace(0, len(stream) - 200, prompts).long().tolist()
-    batch = torch.stack([stream[s : s + 64] for s in starts])
-    with torch.no_grad():
-        expected = model.generate(input_ids=batch, max_new_tokens=100, do_sample=False)
+    tokenizer, model, batch, expected, stream = lm_reference(run_dir, prompts)
     out = {"run": str(run_dir), "prompts": prompts, "new_tokens": 100, "load_before": load()}
     ppl_stream = stream[:ppl_chars]
     out["perplexity_pytorch"] = round(windows_perplexity(model, ppl_stream), 4)
