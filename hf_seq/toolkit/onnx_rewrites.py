@@ -43,6 +43,16 @@ def _ranks(graph) -> dict[str, int]:
     return {v.name: len(v.type.tensor_type.shape.dim) for v in values if v.type.tensor_type.HasField("shape")}
 
 
+def _links(graph) -> tuple[dict, dict[str, list]]:
+    """Each tensor's producing node, and the nodes that read it (a node reading it twice listed twice)."""
+    producer = {name: node for node in graph.node for name in node.output}
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return producer, readers
+
+
 def _attribute(node, name: str, default=None):
     from onnx import helper
 
@@ -85,11 +95,7 @@ def swap_last_axes_by_transpose(graph) -> int:
     (``x`` of a known rank); returns how many were replaced."""
     from onnx import helper
 
-    producer = {name: node for node in graph.node for name in node.output}
-    readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    producer, readers = _links(graph)
     constants, ranks = _constants(graph), _ranks(graph)
 
     def shape_slice(name: str, source: str) -> tuple[int, int | None] | None:
@@ -158,10 +164,7 @@ def read_inputs_transposed(graph, names: list[str]) -> list[str]:
     :func:`swap_last_axes_by_transpose` leaves a key), drop that Transpose: the input is then to be given with those
     axes swapped already (an encoder's keys, swapped once per search instead of at every step), as its declared shape
     now says. Returns the inputs that changed meaning."""
-    readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    _, readers = _links(graph)
     ranks, changed = _ranks(graph), []
     for name in names:
         found = readers.get(name, [])
@@ -195,17 +198,13 @@ def keep_step_axis_in_logits(graph, output: str = "logits") -> int:
     too), else 0 (the graph unchanged)."""
     from onnx import helper, numpy_helper
 
-    producer = {name: node for node in graph.node for name in node.output}
-    readers: dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
+    producer, readers = _links(graph)
     constants, ranks = _constants(graph), _ranks(graph)
     if ranks.get(output) != 2:
         return 0
     chain, name = [], output
     while name in producer and producer[name].op_type in _ROW_WISE:
-        if chain and readers.get(name, 0) != 1:  # a tensor between two of the chain's nodes, read elsewhere too
+        if chain and len(readers.get(name, [])) != 1:  # a tensor between two of the chain's nodes, read elsewhere too
             return 0
         chain.append(producer[name])
         name = producer[name].input[0]
@@ -223,7 +222,7 @@ def keep_step_axis_in_logits(graph, output: str = "logits") -> int:
         and index.shape == ()
         and int(index) == -1
         and _attribute(gather, "axis", 0) == 1
-        and readers.get(name, 0) == 1
+        and len(readers.get(name, [])) == 1
     ):
         kept = f"{gather.name}/keep_axis"
         graph.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), kept))
