@@ -636,15 +636,6 @@ class RecurrentStatePrefillMixin:
         )
 
 
-class RecurrentStateGenerationMixin(RecurrentStatePrefillMixin):
-    """:class:`RecurrentStatePrefillMixin` for a class without :class:`GenerativeHeadMixin` (the exported graphs'
-    models): its ``generate()`` also refuses assisted decoding (:func:`refuse_assisted_generation`)."""
-
-    def generate(self, *args: Any, **kwargs: Any):
-        refuse_assisted_generation(self, args, kwargs)
-        return super().generate(*args, **kwargs)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # What one generate() call knows across its decoding steps
 # ---------------------------------------------------------------------------------------------------------------

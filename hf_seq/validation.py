@@ -469,17 +469,7 @@ def check_generate_call(model: Any, inputs: Any, generation_config: Any, kwargs:
     check_generation_inputs(config, kwargs, inputs, vocab_size, decoder_only)
 
 
-class GenerationArgumentsMixin:
-    """For a generative class without :class:`~.modeling_utils.GenerativeHeadMixin` (the exported graphs' models):
-    ``generate()`` first runs :func:`check_generate_call`, then ``GenerationMixin.generate`` unchanged."""
-
-    def generate(self, inputs: Any = None, generation_config: Any = None, **kwargs: Any):
-        check_generate_call(self, inputs, generation_config, kwargs)
-        return super().generate(inputs, generation_config, **kwargs)
-
-
 __all__ = [
-    "GenerationArgumentsMixin",
     "IGNORE_INDEX",
     "PROBLEM_TYPES",
     "check_batch_shape",

@@ -1,5 +1,5 @@
 """``generate()`` arguments that transformers accepts silently or fails on deep inside decoding get a ValueError
-naming the argument (``hf_seq.validation.check_generation_arguments``, run by ``GenerationArgumentsMixin.generate``
+naming the argument (``hf_seq.validation.check_generation_arguments``, run by ``generate()``
 in every generative head), as call arguments and as fields of a ``GenerationConfig``; valid calls decode as before.
 Also the one config field a family did not check (``is_encoder_decoder`` of the RNN seq2seq config)."""
 

@@ -337,6 +337,23 @@ def test_rnn_translator_refuses_cross_attentions_before_decoding(tokenizer):
         exported(**inputs, decoder_inputs_embeds=torch.zeros(3, 1, 8))
 
 
+def test_exported_generate_checks_the_call_as_the_pytorch_heads_do(tokenizer):
+    """The exported models' one ``generate()`` override runs the PyTorch heads' call checks and refuses assisted
+    decoding, both before any graph runs (this model has none)."""
+    from transformers import GenerationConfig
+
+    from hf_seq.toolkit.onnx_runtime import ORTModelForSeq2SeqLM
+
+    exported = ORTModelForSeq2SeqLM(rnn_seq2seq(len(tokenizer)).config, sessions={}, info={"graphs": {}})
+    inputs = right_padded(tokenizer)
+    with pytest.raises(ValueError, match="`num_beams` must be a positive integer, got 0"):
+        exported.generate(**inputs, num_beams=0)
+    with pytest.raises(ValueError, match="`max_new_tokens` must be a positive integer, got 2.5"):
+        exported.generate(inputs["input_ids"], GenerationConfig(max_new_tokens=2.5))
+    with pytest.raises(ValueError, match="assisted generation is not supported with stateful models"):
+        exported.generate(**inputs, max_new_tokens=2, prompt_lookup_num_tokens=2)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # an export's graphs against its manifest, its tokenizer against its config: checked at load
 # ---------------------------------------------------------------------------------------------------------------

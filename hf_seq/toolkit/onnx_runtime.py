@@ -74,9 +74,9 @@ from ..compat import cache_argument, cache_output
 from ..losses import masked_cross_entropy, sequence_classification_loss, token_classification_loss
 from ..modeling_rnn import RNNCache
 from ..modeling_rnn_seq2seq import RNNDecoderCache
-from ..modeling_utils import GenerationLengthMixin, RecurrentStateGenerationMixin
+from ..modeling_utils import GenerationLengthMixin, RecurrentStatePrefillMixin, refuse_assisted_generation
 from ..seq2seq_utils import Seq2SeqLMHeadMixin, decoder_input_ids_for_labels
-from ..validation import IGNORE_INDEX, GenerationArgumentsMixin, check_label_range
+from ..validation import IGNORE_INDEX, check_generate_call, check_label_range
 from .export_folders import (
     TOKENIZER_FILES,
     check_output_dir,
@@ -994,11 +994,16 @@ class ORTGenerationMixin:
     # the folder's model_generate.onnx (:class:`~.onnx_generate.GeneratingGraph`), set by load_onnxruntime
     generating_graph = None
 
-    def generate(self, *args, **kwargs):
+    def generate(self, inputs=None, generation_config=None, **kwargs):
         """``GenerationMixin.generate`` over the step graphs, or the folder's generating graph (:mod:`.onnx_generate`)
-        when it does what the call asks (one log line says which ran). An argument the exported graphs cannot honour
-        (``output_attentions``, ``output_hidden_states``, ``inputs_embeds``, ...) is a ``ValueError`` naming it
-        before decoding starts."""
+        when it does what the call asks (one log line says which ran). Before decoding starts: the arguments and
+        inputs are checked as the PyTorch heads check them (:func:`~hf_seq.validation.check_generate_call`), assisted
+        decoding is refused (:func:`~hf_seq.modeling_utils.refuse_assisted_generation`), and an argument the exported
+        graphs cannot honour (``output_attentions``, ``output_hidden_states``, ``inputs_embeds``, ...) is a
+        ``ValueError`` naming it."""
+        check_generate_call(self, inputs, generation_config, kwargs)
+        args = (inputs, generation_config)
+        refuse_assisted_generation(self, args, kwargs)
         call = inspect.signature(GenerationMixin.generate).bind_partial(self, *args, **kwargs).arguments
         settings = {**call.pop("kwargs", {}), **call}
         config = settings.get("generation_config") or self.generation_config
@@ -1026,16 +1031,11 @@ UNSUPPORTED_ARGUMENTS = {
 
 
 class _ORTGenerativeModel(
-    GenerationArgumentsMixin,
-    RecurrentStateGenerationMixin,
-    GenerationLengthMixin,
-    ORTGenerationMixin,
-    ORTModel,
-    GenerationMixin,
+    RecurrentStatePrefillMixin, GenerationLengthMixin, ORTGenerationMixin, ORTModel, GenerationMixin
 ):
-    """The generative ``ORTModelFor...`` classes' common stack: transformers' generation checks and length defaults,
-    the recurrent-state cache handling, the one ``generate()`` override (:class:`ORTGenerationMixin`), the sessions
-    (:class:`ORTModel`) and ``GenerationMixin``."""
+    """The generative ``ORTModelFor...`` classes' common stack: the recurrent-state cache handling, the length
+    defaults, the one ``generate()`` override (:class:`ORTGenerationMixin`), the sessions (:class:`ORTModel`) and
+    ``GenerationMixin``."""
 
 
 class ORTModelForCausalLM(_ORTGenerativeModel):
