@@ -2,7 +2,7 @@
 checkpointed, saved, and finished.
 
 1. **Checked** at parse time (:func:`check_output_dir`, :func:`check_resume`): a folder that can be created and
-   written, and a resume that names ``last`` or a complete checkpoint.
+   written, and a resume that names ``last`` or a complete checkpoint (:func:`checkpoint_is_complete`).
 2. **Locked** (:func:`start_run` takes :func:`lock_output_dir`): the run's first process holds an ``flock`` on the
    sibling ``.<name>.lock`` until the run ends; a second run into the folder is :class:`OutputDirInUse`.
 3. **Recovered** (:func:`recover_output_dir`): a final-folder swap that a kill interrupted is finished or rolled back
@@ -85,7 +85,7 @@ def resolve(output_dir: str | os.PathLike) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# 1. checked at parse time
+# 1. checked at parse time, with what a resume continues (the checkpoints, a finished run)
 # ---------------------------------------------------------------------------------------------------------------
 def _probe(folder: Path, where: str, value: str) -> None:
     """Create and remove a file in ``folder``; ``RecipeError`` saying why the run could not write there."""
