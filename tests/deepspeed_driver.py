@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fsdp_driver import Rows, build_model, probe_batch, rows, write_report  # noqa: E402
-from hf_seq.train_scripts.common import run_training, save_run  # noqa: E402
+from hf_seq.train_scripts.run_folder import run_training, save_run  # noqa: E402
 from hf_seq.train_scripts.trainer import HfSeqTrainer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

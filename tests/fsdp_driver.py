@@ -31,7 +31,7 @@ from transformers import TrainerCallback, TrainingArguments
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hf_seq.train_scripts.common import run_training, save_run  # noqa: E402
+from hf_seq.train_scripts.run_folder import run_training, save_run  # noqa: E402
 from hf_seq.train_scripts.trainer import HfSeqTrainer  # noqa: E402
 
 import hf_seq  # noqa: E402

@@ -1,4 +1,4 @@
-"""Whole-folder atomic outputs (:mod:`hf_seq.train_scripts.outputs`): a run's final folder is the previous run's or the new
+"""Whole-folder atomic outputs (:mod:`hf_seq.train_scripts.run_folder`): a run's final folder is the previous run's or the new
 one, never a mix, whatever moment the process is killed at; nothing else the folder held is lost.
 
 The kill-point sweep saves run B (``save_run``: model, tokenizer, ``trainer_state.json``, ``results.json``, model
@@ -42,29 +42,29 @@ def test_every_kill_point_of_the_final_save_leaves_one_runs_folder(tmp_path):
 
 def test_an_evaluation_adds_its_results_beside_the_model(tmp_path):
     """``save_model=False`` (pretrain_bert's ``--eval_only``): the folder keeps its model; only the results change."""
-    from hf_seq.train_scripts import outputs
+    from hf_seq.train_scripts import run_folder
 
     out = tmp_path / "model"
-    with outputs.staged_output(out) as folder:
+    with run_folder.staged_output(out) as folder:
         (folder / "model.safetensors").write_bytes(b"weights")
         (folder / "results.json").write_text("{}")
-    with outputs.staged_output(out, replace_run=False) as folder:
+    with run_folder.staged_output(out, replace_run=False) as folder:
         (folder / "eval.json").write_text('{"eval": 1}')
     assert (out / "model.safetensors").read_bytes() == b"weights" and (out / "eval.json").is_file()
-    with outputs.staged_output(out) as folder:  # a new training run replaces all of the run's files
+    with run_folder.staged_output(out) as folder:  # a new training run replaces all of the run's files
         (folder / "model.safetensors").write_bytes(b"new")
     assert sorted(p.name for p in out.iterdir()) == [".run_files.json", "model.safetensors"]
 
 
 def test_output_dir_may_not_hold_the_working_directory(tmp_path, monkeypatch):
-    from hf_seq.train_scripts import outputs
+    from hf_seq.train_scripts import run_folder
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="current directory"):
-        outputs.resolve(".")
+        run_folder.resolve(".")
     with pytest.raises(ValueError, match="current directory"):
-        outputs.resolve(tmp_path.parent)
-    assert outputs.resolve("runs/x") == tmp_path / "runs" / "x"
+        run_folder.resolve(tmp_path.parent)
+    assert run_folder.resolve("runs/x") == tmp_path / "runs" / "x"
 
 
 # ------------------------------------------------------------------------------------------ the sweep (subprocess)
@@ -76,7 +76,7 @@ TEXTS = {
 
 def _save(run: str, out: Path) -> None:
     import torch
-    from hf_seq.train_scripts import common
+    from hf_seq.train_scripts import run_folder
     from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments
 
     import hf_seq
@@ -91,7 +91,7 @@ def _save(run: str, out: Path) -> None:
     args = TrainingArguments(output_dir=str(out), report_to=[], use_cpu=True, disable_tqdm=True)
     trainer = Trainer(model=model, args=args, processing_class=tokenizer)
     card = {"dataset": f"run {run}", "metrics": {"run": run}, "intended_use": "a test"}
-    common.save_run(trainer, out, {"run": run}, command=f"train {run}", card=card)
+    run_folder.save_run(trainer, out, {"run": run}, command=f"train {run}", card=card)
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -100,7 +100,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 def _comparable(files: dict[str, bytes]) -> dict[str, bytes]:
     """The run list without the ids of the save (new at each save); every other file byte for byte."""
-    from hf_seq.train_scripts.outputs import RUN_FILES
+    from hf_seq.train_scripts.run_folder import RUN_FILES
 
     out = dict(files)
     if RUN_FILES in out:
@@ -121,7 +121,7 @@ def _restore(snapshot: dict[str, bytes], folder: Path) -> None:
 
 def _kill_at(k: int, mode: str) -> None:
     """In the child: SIGKILL before the k-th step of the save (a part written, a rename, the swap, a removal)."""
-    from hf_seq.train_scripts import common, outputs
+    from hf_seq.train_scripts import run_folder
     from transformers import Trainer
     from transformers.trainer_callback import TrainerState
 
@@ -138,20 +138,20 @@ def _kill_at(k: int, mode: str) -> None:
 
         return wrapped
 
-    real_exchange = outputs.exchange
-    outputs.exchange = step(real_exchange if mode == "exchange" else (lambda a, b: False))
-    outputs.os = types.SimpleNamespace(**{**vars(os), "rename": step(os.rename)})
-    outputs.shutil = types.SimpleNamespace(**{**vars(shutil), "rmtree": step(shutil.rmtree)})
-    outputs.json = types.SimpleNamespace(dumps=step(json.dumps), loads=json.loads)  # the run-file list
+    real_exchange = run_folder.exchange
+    run_folder.exchange = step(real_exchange if mode == "exchange" else (lambda a, b: False))
+    run_folder.os = types.SimpleNamespace(**{**vars(os), "rename": step(os.rename)})
+    run_folder.shutil = types.SimpleNamespace(**{**vars(shutil), "rmtree": step(shutil.rmtree)})
+    run_folder.json = types.SimpleNamespace(dumps=step(json.dumps), loads=json.loads)  # the run-file list
     Trainer.save_model = step(Trainer.save_model)
     TrainerState.save_to_json = step(TrainerState.save_to_json)
-    common.write_results = step(common.write_results)
+    run_folder.write_results = step(run_folder.write_results)
     hf_seq.toolkit.model_card.write_model_card = step(hf_seq.toolkit.model_card.write_model_card)
 
 
 def _sweep(root: Path) -> dict[str, list[str]]:
     import torch
-    from hf_seq.train_scripts import outputs
+    from hf_seq.train_scripts import run_folder
 
     torch.set_num_threads(1)
     out = root / "run"
@@ -167,7 +167,7 @@ def _sweep(root: Path) -> dict[str, list[str]]:
     kept = {rel: data for rel, data in start.items() if rel.startswith(("checkpoint-4/", "my_notes", "plots/"))}
     runs = {}
     for run, snap in (("A", start), ("B", finished)):
-        names = set(json.loads(snap[outputs.RUN_FILES])["files"]) | {outputs.RUN_FILES}
+        names = set(json.loads(snap[run_folder.RUN_FILES])["files"]) | {run_folder.RUN_FILES}
         runs[run] = _comparable({rel: data for rel, data in snap.items() if rel.split("/")[0] in names})
     run_names = {rel for files in runs.values() for rel in files}
     assert runs["A"]["results.json"] != runs["B"]["results.json"]
@@ -203,7 +203,7 @@ def _sweep(root: Path) -> dict[str, list[str]]:
             else:
                 assert mode == "rename", f"killed at step {k}: {out} is gone"
                 seen = None
-            outputs.recover_output_dir(out)  # what the next script does first
+            run_folder.recover_output_dir(out)  # what the next script does first
             after = which_run(f"{mode}, killed at step {k}, recovered")
             assert seen in (None, after), f"{mode}, step {k}: recovery changed {seen} into {after}"
             for rel, data in kept.items():

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hf_seq.train_scripts import checks, cli, common
+from hf_seq.train_scripts import checks, cli, common, run_folder
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -454,8 +454,8 @@ def test_an_unwritable_output_dir_fails_before_anything(cli_main, folders, monke
 def test_a_writable_output_dir_keeps_nothing_of_the_probe(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
-    checks.check_output_dir(str(out), "command line")
-    checks.check_output_dir(str(tmp_path / "new" / "run"), "command line")
+    run_folder.check_output_dir(str(out), "command line")
+    run_folder.check_output_dir(str(tmp_path / "new" / "run"), "command line")
     assert os.listdir(out) == [] and sorted(os.listdir(tmp_path)) == ["run"]
 
 
@@ -675,7 +675,7 @@ def test_a_resumed_run_says_which_checkpoint_and_step(run_folders, capsys):
             seen.append(resume_from_checkpoint)
             return TrainOutput(50, 0.5, {})
 
-    common.run_training(Trainer(), args)
+    run_folder.run_training(Trainer(), args)
     assert seen == [str(checkpoint)]
     assert f"resuming from {checkpoint} (step 40, --resume_from_checkpoint last)" in capsys.readouterr().out
 

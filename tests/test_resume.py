@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_seq.train_scripts import outputs, train_classifier
+from hf_seq.train_scripts import run_folder, train_classifier
 from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,7 +127,7 @@ def results(folder: Path) -> dict:
 def test_sigkill_mid_epoch_then_resume_equals_uninterrupted_run(uninterrupted, tmp_path):
     out = tmp_path / "killed"
     run_killed("step", 13, [*COMMON, "--output_dir", str(out)])  # dies in step 14 (epoch 2), checkpoint-8 exists
-    assert outputs.checkpoint_is_complete(out / "checkpoint-8")
+    assert run_folder.checkpoint_is_complete(out / "checkpoint-8")
     assert not (out / "checkpoint-16").exists() and not (out / "model.safetensors").exists()
 
     train_classifier.main([*COMMON, "--output_dir", str(out), "--resume_from_checkpoint", "last"])
@@ -153,7 +153,7 @@ def test_kill_while_writing_a_checkpoint_resumes_from_the_last_complete_one(unin
     run_killed("checkpoint", 16, [*COMMON, "--output_dir", str(out)])
     partial = out / ".checkpoint-staging" / "checkpoint-16"
     assert (partial / "model.safetensors").is_file() and not (partial / "trainer_state.json").exists()
-    assert not (out / "checkpoint-16").exists() and outputs.checkpoint_is_complete(out / "checkpoint-8")
+    assert not (out / "checkpoint-16").exists() and run_folder.checkpoint_is_complete(out / "checkpoint-8")
 
     train_classifier.main([*COMMON, "--output_dir", str(out), "--resume_from_checkpoint", "last"])  # from 8
     assert_same_weights(final_weights(out), final_weights(uninterrupted))

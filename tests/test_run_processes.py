@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hf_seq.train_scripts import outputs
+from hf_seq.train_scripts import run_folder
 from launchers import free_port, torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,8 +54,8 @@ def hf_seq_train(*args: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------------
 HOLD = """
 import sys, time
-from hf_seq.train_scripts import outputs
-outputs.lock_output_dir(sys.argv[1])
+from hf_seq.train_scripts import run_folder
+run_folder.lock_output_dir(sys.argv[1])
 print("locked", flush=True)
 time.sleep(float(sys.argv[2]))
 """
@@ -66,27 +66,27 @@ def test_a_live_holder_is_named_and_a_dead_one_is_taken_over_with_a_notice(tmp_p
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out), "60"], env=ENV, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(outputs.OutputDirInUse) as refused:
-            outputs.lock_output_dir(out)
+        with pytest.raises(run_folder.OutputDirInUse) as refused:
+            run_folder.lock_output_dir(out)
         message = str(refused.value)
         assert f"process {holder.pid} on host " in message and " started 20" in message and " UTC" in message
         assert "\n" not in message and str(out) in message
     finally:
         holder.kill()  # dies holding the lock: the file still names it
         holder.wait()
-    assert json.loads(outputs.lock_path(out).read_text())["pid"] == holder.pid
+    assert json.loads(run_folder.lock_path(out).read_text())["pid"] == holder.pid
     capsys.readouterr()
-    lock = outputs.lock_output_dir(out)
+    lock = run_folder.lock_output_dir(out)
     notice = capsys.readouterr().err
     assert f"taking over the lock of {out.resolve()}" in notice and f"process {holder.pid}" in notice
-    assert json.loads(outputs.lock_path(out).read_text())["pid"] == os.getpid()
-    assert outputs.lock_output_dir(out) is lock  # the same process starting its next run keeps it
-    outputs.unlock_output_dirs()
-    assert not outputs.lock_path(out).exists()
+    assert json.loads(run_folder.lock_path(out).read_text())["pid"] == os.getpid()
+    assert run_folder.lock_output_dir(out) is lock  # the same process starting its next run keeps it
+    run_folder.unlock_output_dirs()
+    assert not run_folder.lock_path(out).exists()
     # a lock released at the end of a run is no lock: the next holder gets it without a notice
-    outputs.lock_output_dir(out)
+    run_folder.lock_output_dir(out)
     assert capsys.readouterr().err == ""
-    outputs.unlock_output_dirs()
+    run_folder.unlock_output_dirs()
 
 
 def test_a_run_into_a_held_folder_exits_2_with_one_line_before_it_writes_anything(tmp_path):
@@ -126,7 +126,7 @@ def test_two_runs_into_one_folder_the_second_exits_2_with_one_line_and_the_first
         stderr=subprocess.PIPE,
         text=True,
     )
-    lock = outputs.lock_path(out)
+    lock = run_folder.lock_path(out)
     deadline = time.monotonic() + 120
     while not lock.exists() and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from hf_seq.train_scripts import common, skeleton
+from hf_seq.train_scripts import common, run_folder, skeleton
 from transformers import AutoModelForSequenceClassification, Trainer, TrainerCallback, TrainingArguments
 
 import hf_seq
@@ -46,7 +46,7 @@ def test_finish_script_run_writes_what_save_run_writes_and_reports_once(tmp_path
     card = {"dataset": "three texts", "metrics": {"accuracy": 0.5}, "intended_use": "a test"}
     results = {"validation_accuracy": 0.5}
     direct, _ = _trainer(tmp_path / "direct")
-    common.save_run(direct, tmp_path / "direct", dict(results), "train x", card=card, files={"notes.txt": "n"})
+    run_folder.save_run(direct, tmp_path / "direct", dict(results), "train x", card=card, files={"notes.txt": "n"})
     trainer, _ = _trainer(tmp_path / "epilogue")
     reports = []
     returned = skeleton.finish_script_run(

@@ -134,7 +134,7 @@ def test_the_graph_sees_the_imports():
     """The graph holds module-level, function-level and relative imports (a graph that read nothing finds no cycle)."""
     assert "hf_seq.train_scripts.arguments" in GRAPH["hf_seq.train_scripts.train_classifier"]
     assert "hf_seq.train_scripts.cli" in GRAPH["hf_seq.train_scripts.train_classifier"]  # inside `if __name__`
-    assert "hf_seq.toolkit.model_card" in GRAPH["hf_seq.train_scripts.common"]  # inside a function
+    assert "hf_seq.toolkit.model_card" in GRAPH["hf_seq.train_scripts.run_folder"]  # inside a function
     assert "hf_seq.modeling_bert" in GRAPH["hf_seq"]
 
 

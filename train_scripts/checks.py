@@ -29,11 +29,10 @@ import json
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hf_seq.train_scripts import outputs
+from hf_seq.train_scripts import run_folder
 from hf_seq.train_scripts.errors import RecipeError
 from hf_seq.train_scripts.errors import json_kind as _json_kind
 
@@ -98,80 +97,8 @@ def check_trains_something(task: Task, model_args, task_args, training_args, ori
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# output_dir and resume_from_checkpoint
+# the folder a resumed run continues (output_dir and resume_from_checkpoint: run_folder.py)
 # ---------------------------------------------------------------------------------------------------------------
-def _probe(folder: Path, where: str, value: str) -> None:
-    """Create and remove a file in ``folder``; ``RecipeError`` saying why the run could not write there."""
-    try:
-        handle, name = tempfile.mkstemp(prefix=".hf_seq-write-probe-", dir=folder)
-        os.close(handle)
-        os.unlink(name)
-    except OSError as error:
-        raise RecipeError(
-            f"{where}: `output_dir` {value} cannot be written: creating a file in {folder} failed "
-            f"({error.strerror or error}); choose a folder on a writable file system you may write to"
-        ) from None
-
-
-def check_output_dir(output_dir: str | None, where: str) -> None:
-    """``output_dir`` is not a file, can be created (its nearest existing ancestor is a folder) and a file can be
-    created in it (if it exists) and in the folder that holds it (where the final save stages the new folder).
-    Nothing is created: the probe files are removed and a missing ``output_dir`` stays missing."""
-    if not output_dir:
-        raise RecipeError(f"{where}: `output_dir` is needed (the folder the model and results are written to)")
-    path = Path(output_dir).expanduser()
-    if path.exists() and not path.is_dir():
-        raise RecipeError(
-            f"{where}: `output_dir` {output_dir} is a file, not a folder; pass a folder (new or existing)"
-        )
-    ancestor = path.absolute().parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise RecipeError(f"{where}: `output_dir` {output_dir} cannot be created: {ancestor} is a file, not a folder")
-    try:
-        outputs.resolve(output_dir)  # not the working directory or one of its parents
-    except ValueError as error:
-        raise RecipeError(f"{where}: {error}") from None
-    if path.is_dir():
-        _probe(path, where, output_dir)
-    _probe(ancestor, where, output_dir)
-
-
-def check_resume(training_args, where: str) -> None:
-    """``resume_from_checkpoint`` is off, ``last`` / ``true``, or a complete checkpoint folder."""
-    value = training_args.resume_from_checkpoint
-    if value is None or str(value).lower() in ("", "false", "none", "last", "true"):
-        return
-    if not Path(value).is_dir():
-        raise RecipeError(
-            f"{where}: `resume_from_checkpoint` {value} is not a folder; pass `last` (the newest complete checkpoint "
-            "of output_dir) or a checkpoint-N folder"
-        )
-    if not outputs.checkpoint_is_complete(value):
-        raise RecipeError(
-            f"{where}: `resume_from_checkpoint` {value} is not a complete Trainer checkpoint (it needs config.json, "
-            "model.safetensors and a readable trainer_state.json); pass `last` to take the newest complete one"
-        )
-
-
-def resumed_folders(training_args) -> list[Path]:
-    """The saved folders a ``resume_from_checkpoint`` run continues from or stops at: the checkpoint it names, or
-    with ``last`` the newest complete checkpoint of ``output_dir`` and the final model of a finished run there."""
-    value = training_args.resume_from_checkpoint
-    if value is None or str(value).lower() in ("", "false", "none"):
-        return []
-    if getattr(training_args, "overwrite_output_dir", False):
-        return []  # --overwrite_output_dir true starts from scratch (start_run drops the resume)
-    if str(value).lower() not in ("last", "true"):
-        return [Path(value)]
-    root = Path(training_args.output_dir or ".").expanduser()
-    found = outputs.checkpoints(root)[:1]  # the one `last` continues
-    if (root / "config.json").is_file() and (root / "trainer_state.json").is_file():
-        found.append(root)  # a finished run's final model (`last` then has nothing to resume)
-    return found
-
-
 def _expected_model_type(task: Task, model_args) -> str | None:
     """The family a run of ``task`` trains: that of ``model_name_or_path`` (a transformers BERT becomes hf_seq's),
     else ``model_type``; None when it cannot tell (a folder without a readable config)."""
@@ -186,10 +113,10 @@ def _expected_model_type(task: Task, model_args) -> str | None:
 
 
 def check_resumed_folder(task: Task, model_args, task_args, training_args, where: str) -> None:
-    """The folder a resumed run continues (:func:`resumed_folders`) was written by a run of this task: a model of
-    the family it trains (``model_type`` / ``model_name_or_path``) with its head, and weights whose safetensors
-    header is intact. Read before any data, so that resuming into another task's folder, or from a truncated
-    checkpoint, costs the seconds of the parse."""
+    """The folder a resumed run continues (:func:`~hf_seq.train_scripts.run_folder.resumed_folders`) was written by
+    a run of this task: a model of the family it trains (``model_type`` / ``model_name_or_path``) with its head, and
+    weights whose safetensors header is intact. Read before any data, so that resuming into another task's folder,
+    or from a truncated checkpoint, costs the seconds of the parse."""
     import transformers
     from transformers import CONFIG_MAPPING
 
@@ -201,9 +128,9 @@ def check_resumed_folder(task: Task, model_args, task_args, training_args, where
     head = task.model_head_of(task_args) if task.model_head_of is not None else task.model_head
     auto = getattr(transformers, head)
     family = _expected_model_type(task, model_args)
-    value = training_args.resume_from_checkpoint
-    for folder in resumed_folders(training_args):
-        named = folder if str(value).lower() not in ("last", "true") else f"{folder} (`last` in output_dir)"
+    last = run_folder.resume_request(training_args.resume_from_checkpoint) == "last"
+    for folder in run_folder.resumed_folders(training_args):
+        named = f"{folder} (`last` in output_dir)" if last else folder
         if not (folder / "config.json").is_file():
             continue  # an FSDP / DeepSpeed checkpoint of sharded states only: nothing to compare without loading
         config = _read_config(folder, "resume_from_checkpoint", where)
@@ -236,6 +163,81 @@ def check_resumed_folder(task: Task, model_args, task_args, training_args, where
                     )
                 ) from None
         check_resumed_shapes(auto, folder, named, model_args, config, where)
+
+
+def _set_by_the_run(model_args, saved: dict) -> dict[str, tuple[Any, str]]:
+    """The config fields this run sets itself: ``config_overrides`` (typed as the checkpoint's fields), and for a new
+    model ``model_config``: ``{field: (value, flag)}``."""
+    from transformers import CONFIG_MAPPING
+
+    values: dict[str, tuple[Any, str]] = {}
+    if not getattr(model_args, "model_name_or_path", None) and getattr(model_args, "model_config", None):
+        values |= {k: (v, "model_config") for k, v in model_config_dict(model_args).items()}
+    overrides = getattr(model_args, "config_overrides", None)
+    if overrides:
+        typed_by = CONFIG_MAPPING[saved["model_type"]].from_dict(saved)
+        values |= {k: (v, "config_overrides") for k, v in override_values(overrides, typed_by).items()}
+    return values
+
+
+def check_resumed_shapes(auto, folder: Path, named: str, model_args, saved: dict, where: str) -> None:
+    """The model this run builds takes the checkpoint's weights: the fields the run sets itself
+    (:func:`_set_by_the_run`) that differ from the checkpoint's config.json are applied to it, the model is built
+    on the meta device and its parameter shapes compared with the safetensors header's. A weight that does not fit
+    is a :class:`RecipeError` naming the checkpoint, the field, both values, the flag and the fix (before any data
+    is read: the resume would otherwise fail with a size-mismatch traceback once data and model are built)."""
+    import torch
+    from safetensors import safe_open
+    from transformers import CONFIG_MAPPING
+
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        return
+    try:
+        changed = {
+            key: (value, flag)
+            for key, (value, flag) in _set_by_the_run(model_args, saved).items()
+            if key in saved and _json_value(saved[key]) != _json_value(value)
+        }
+    except (RecipeError, ValueError, TypeError):
+        return  # the run's own checks name a malformed model_config / override
+    if not changed:
+        return
+    with safe_open(str(weights), framework="pt") as stored:
+        saved_shapes = {name: tuple(stored.get_slice(name).get_shape()) for name in stored.keys()}
+
+    def misfits(fields: dict) -> list | None:
+        """(weight, saved shape, shape here) of the model built with ``fields`` changed; None if it cannot be built."""
+        try:
+            config = CONFIG_MAPPING[saved["model_type"]].from_dict(saved | {k: v for k, (v, _) in fields.items()})
+            with torch.device("meta"):
+                shapes = {name: tuple(t.shape) for name, t in auto.from_config(config).state_dict().items()}
+        except Exception:  # noqa: BLE001 - a config the run cannot build: its own error comes later
+            return None
+        return [(n, had, shapes[n]) for n, had in saved_shapes.items() if n in shapes and had != shapes[n]]
+
+    misfit = misfits(changed)
+    if not misfit:
+        return
+    # the fields that change a shape on their own (dropout and the like do not), else all that differ
+    culprits = {key: item for key, item in changed.items() if misfits({key: item})} or changed
+    fields = ", ".join(
+        f"{key}={_json_value(saved[key])!r} where `{flag}` sets {key}={_json_value(value)!r}"
+        for key, (value, flag) in culprits.items()
+    )
+    name, had, wants = misfit[0]
+    flags = sorted({flag for _, flag in culprits.values()})
+    raise RecipeError(
+        f"{where}: `resume_from_checkpoint` {named} was trained with {fields}: its weights do not fit the model this "
+        f"run builds ({name}: {list(had)} saved, {list(wants)} here"
+        + (f", and {len(misfit) - 1} more" if len(misfit) > 1 else "")
+        + f"); resume with the checkpoint's values (drop them from {' and '.join(f'`{f}`' for f in flags)}), or "
+        "start a new run in another `output_dir`"
+    )
+
+
+def _json_value(value):
+    return json.loads(json.dumps(value, default=str))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -450,7 +452,7 @@ def check_run(task: Task, model_args, data_args, task_args, training_args, sourc
     check_utf8_values((model_args, data_args, task_args, training_args), origin)
     check_training_steps(training_args, origin)  # the other fields' ranges: as the dataclasses are built
     check_trains_something(task, model_args, task_args, training_args, origin, given)
-    check_resume(training_args, origin("resume_from_checkpoint"))
+    run_folder.check_resume(training_args, origin("resume_from_checkpoint"))
     check_model_paths(task, model_args, task_args, origin)
     check_resumed_folder(task, model_args, task_args, training_args, origin("resume_from_checkpoint"))
     if data_args.dataset_name in DATASET_PRESETS:
@@ -458,7 +460,7 @@ def check_run(task: Task, model_args, data_args, task_args, training_args, sourc
             check_preset_installed(data_args.dataset_name)
         except DataError as error:
             raise RecipeError(f"{origin('dataset_name')}: {error}") from None
-    check_output_dir(training_args.output_dir, origin("output_dir"))
+    run_folder.check_output_dir(training_args.output_dir, origin("output_dir"))
     check_optional_packages(task_args, origin)
 
 
@@ -561,13 +563,6 @@ def check_utf8_values(objects, origin) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# a checkpoint and the run resuming it
-# ---------------------------------------------------------------------------------------------------------------
-def _json_value(value):
-    return json.loads(json.dumps(value, default=str))
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # the config values the flags set (`model_config`, `config_overrides`)
 # ---------------------------------------------------------------------------------------------------------------
 def model_config_dict(model_args: ModelArguments) -> dict:
@@ -633,77 +628,6 @@ def override_values(config_overrides: str | None, config) -> dict:
             except json.JSONDecodeError:
                 values[key] = text
     return values
-
-
-def _set_by_the_run(model_args, saved: dict) -> dict[str, tuple[Any, str]]:
-    """The config fields this run sets itself: ``config_overrides`` (typed as the checkpoint's fields), and for a new
-    model ``model_config``: ``{field: (value, flag)}``."""
-    from transformers import CONFIG_MAPPING
-
-    values: dict[str, tuple[Any, str]] = {}
-    if not getattr(model_args, "model_name_or_path", None) and getattr(model_args, "model_config", None):
-        values |= {k: (v, "model_config") for k, v in model_config_dict(model_args).items()}
-    overrides = getattr(model_args, "config_overrides", None)
-    if overrides:
-        typed_by = CONFIG_MAPPING[saved["model_type"]].from_dict(saved)
-        values |= {k: (v, "config_overrides") for k, v in override_values(overrides, typed_by).items()}
-    return values
-
-
-def check_resumed_shapes(auto, folder: Path, named: str, model_args, saved: dict, where: str) -> None:
-    """The model this run builds takes the checkpoint's weights: the fields the run sets itself
-    (:func:`_set_by_the_run`) that differ from the checkpoint's config.json are applied to it, the model is built
-    on the meta device and its parameter shapes compared with the safetensors header's. A weight that does not fit
-    is a :class:`RecipeError` naming the checkpoint, the field, both values, the flag and the fix (before any data
-    is read: the resume would otherwise fail with a size-mismatch traceback once data and model are built)."""
-    import torch
-    from safetensors import safe_open
-    from transformers import CONFIG_MAPPING
-
-    weights = folder / "model.safetensors"
-    if not weights.is_file():
-        return
-    try:
-        changed = {
-            key: (value, flag)
-            for key, (value, flag) in _set_by_the_run(model_args, saved).items()
-            if key in saved and _json_value(saved[key]) != _json_value(value)
-        }
-    except (RecipeError, ValueError, TypeError):
-        return  # the run's own checks name a malformed model_config / override
-    if not changed:
-        return
-    with safe_open(str(weights), framework="pt") as stored:
-        saved_shapes = {name: tuple(stored.get_slice(name).get_shape()) for name in stored.keys()}
-
-    def misfits(fields: dict) -> list | None:
-        """(weight, saved shape, shape here) of the model built with ``fields`` changed; None if it cannot be built."""
-        try:
-            config = CONFIG_MAPPING[saved["model_type"]].from_dict(saved | {k: v for k, (v, _) in fields.items()})
-            with torch.device("meta"):
-                shapes = {name: tuple(t.shape) for name, t in auto.from_config(config).state_dict().items()}
-        except Exception:  # noqa: BLE001 - a config the run cannot build: its own error comes later
-            return None
-        return [(n, had, shapes[n]) for n, had in saved_shapes.items() if n in shapes and had != shapes[n]]
-
-    misfit = misfits(changed)
-    if not misfit:
-        return
-    # the fields that change a shape on their own (dropout and the like do not), else all that differ
-    culprits = {key: item for key, item in changed.items() if misfits({key: item})} or changed
-    fields = ", ".join(
-        f"{key}={_json_value(saved[key])!r} where `{flag}` sets {key}={_json_value(value)!r}"
-        for key, (value, flag) in culprits.items()
-    )
-    name, had, wants = misfit[0]
-    flags = sorted({flag for _, flag in culprits.values()})
-    raise RecipeError(
-        f"{where}: `resume_from_checkpoint` {named} was trained with {fields}: its weights do not fit the model this "
-        f"run builds ({name}: {list(had)} saved, {list(wants)} here"
-        + (f", and {len(misfit) - 1} more" if len(misfit) > 1 else "")
-        + f"); resume with the checkpoint's values (drop them from {' and '.join(f'`{f}`' for f in flags)}), or "
-        "start a new run in another `output_dir`"
-    )
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -30,7 +30,6 @@ from hf_seq.train_scripts.common import (
     require_columns,
     require_nonempty,
     require_text,
-    run_training,
     tokenizer_for,
     tokenizer_source,
 )
@@ -51,6 +50,7 @@ from hf_seq.train_scripts.features import (
     token_counts,
     tokenizer_settings,
 )
+from hf_seq.train_scripts.run_folder import run_training
 from hf_seq.train_scripts.skeleton import budgeted_trainer
 from hf_seq.train_scripts.trainer import HfSeqTrainer
 from transformers import TrainerCallback

@@ -43,10 +43,10 @@ def _is_user_error(error: BaseException) -> bool:
 
 
 def _release_run_folder() -> None:
-    """Release the output-folder lock a refused run took (:mod:`hf_seq.train_scripts.outputs`, if it was imported)."""
-    outputs = sys.modules.get("hf_seq.train_scripts.outputs")
-    if outputs is not None:
-        outputs.unlock_output_dirs()
+    """Release the output-folder lock a refused run took (:mod:`hf_seq.train_scripts.run_folder`, if it was imported)."""
+    run_folder = sys.modules.get("hf_seq.train_scripts.run_folder")
+    if run_folder is not None:
+        run_folder.unlock_output_dirs()
 
 
 def _debug_wanted(argv: list[str]) -> bool:
@@ -75,7 +75,7 @@ def report_user_errors(prog: str) -> Callable:
             except KeyboardInterrupt:
                 if debug:
                     raise
-                from hf_seq.train_scripts.outputs import interrupted_line  # torch-free until a run has started
+                from hf_seq.train_scripts.run_folder import interrupted_line  # torch-free until a run has started
 
                 print(f"{prog}: {interrupted_line()}", file=sys.stderr)
                 return 130  # a shell's status for a command ended by SIGINT

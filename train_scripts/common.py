@@ -1,5 +1,5 @@
-"""Helpers shared by the training scripts: the data / tokenizer / model front door, a time budget, results, resume,
-the final save.
+"""Helpers shared by the training scripts: the data / tokenizer / model front door, a time budget, the recorded
+command (the run folder's life: :mod:`hf_seq.train_scripts.run_folder`).
 
 Every script is ``python train_scripts/<task>.py [recipe.json] [--field value ...]`` (or ``hf-seq-train <task> ...``)
 and runs unchanged under ``accelerate launch`` / ``torchrun``; :mod:`hf_seq.train_scripts.arguments` parses and checks the
@@ -8,12 +8,8 @@ arguments, the functions here turn them into data, a tokenizer and a model the s
 
 from __future__ import annotations
 
-import contextlib
-import json
-import math
 import os
 import shlex
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -23,9 +19,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-from accelerate.utils import broadcast_object_list, reduce
+from accelerate.utils import reduce
 from datasets import ClassLabel, Dataset, DatasetDict
-from hf_seq.train_scripts import outputs
 from hf_seq.train_scripts.arguments import (
     DataArguments,
     ModelArguments,
@@ -34,10 +29,9 @@ from hf_seq.train_scripts.arguments import (
     build_config,
     override_values,
 )
-from hf_seq.train_scripts.checks import TOKENIZER_FILES, check_resume
+from hf_seq.train_scripts.checks import TOKENIZER_FILES
 from hf_seq.train_scripts.errors import RUN
-from transformers import Trainer, TrainerCallback, TrainingArguments
-from transformers.trainer_utils import TrainOutput
+from transformers import TrainerCallback
 
 from hf_seq.toolkit.bert_conversion import from_transformers_bert
 from hf_seq.toolkit.data import (
@@ -50,13 +44,6 @@ from hf_seq.toolkit.data import (
     split_source,
 )
 from hf_seq.toolkit.preprocessing import arrow_maps_released
-
-
-def command_line() -> str:
-    """The command that started this process, for results files and model cards."""
-    launcher = os.environ.get("ACCELERATE_LAUNCH_COMMAND") or ""
-    cmd = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
-    return f"{launcher} {cmd}".strip()
 
 
 class TimeBudgetCallback(TrainerCallback):
@@ -128,26 +115,8 @@ class StepTimesCallback(TrainerCallback):
             )
 
 
-def write_results(
-    output_dir: str | os.PathLike, results: dict[str, Any], name: str = "results.json", command: str | None = None
-) -> Path:
-    """Write ``results`` (plus the command line) as JSON into ``output_dir`` atomically; returns the path.
-
-    ``command`` defaults to :func:`command_line`; scripts pass ``training_command(__file__, argv)`` so that the results
-    file and the model card record the same command (also when ``main(argv)`` is called from Python)."""
-    path = Path(output_dir) / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"command": command or command_line(), **results}
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(
-        json.dumps(payload, indent=2, sort_keys=True, default=str, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
-    os.replace(tmp, path)
-    return path
-
-
 # ---------------------------------------------------------------------------------------------------------------
-# multi-process on CPU, resume + atomic final save, model-card command (every train script)
+# multi-process on CPU, the recorded command (every train script)
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -167,11 +136,12 @@ def use_cpu_processes_without_gpu() -> None:
 def training_command(script_file: str, argv: list[str] | None, command_prefix: list[str] | None = None) -> str:
     """The command line to record in the model card: the real one, ``hf-seq-train <task> <argv>`` when started by the
     entry point (which passes ``command_prefix``, ``["hf-seq-train", task]``), or ``python <script> <argv>`` when
-    ``main(argv)`` was called from Python (tests, notebooks)."""
+    ``main(argv)`` was called from Python (tests, notebooks); under ``accelerate launch`` its command comes first."""
     if command_prefix is not None and argv is not None:
         command = shlex.join([*command_prefix, *argv])
     elif argv is None:
-        command = command_line()
+        launcher = os.environ.get("ACCELERATE_LAUNCH_COMMAND") or ""
+        command = f"{launcher} {shlex.join([Path(sys.executable).name, *sys.argv])}".strip()
     else:
         script = Path(script_file).resolve()
         try:
@@ -181,218 +151,6 @@ def training_command(script_file: str, argv: list[str] | None, command_prefix: l
         command = shlex.join(["python", str(script), *argv])
     RUN["command"] = command  # for the line an interrupt (Ctrl-C) ends with
     return command
-
-
-def _wants_last(value) -> bool:
-    return value is not None and str(value).lower() in ("last", "true")
-
-
-def resolve_resume_checkpoint(training_args: TrainingArguments) -> str | None:
-    """The checkpoint ``--resume_from_checkpoint`` asks for.
-
-    ``last`` / ``true`` = the newest COMPLETE ``checkpoint-N`` in ``output_dir`` (a checkpoint whose writing was cut
-    off by a kill is skipped, unlike ``Trainer``'s own ``True``), or a fresh start if there is none yet — so the same
-    command can be re-run after a crash. A path must be a complete checkpoint (:func:`~hf_seq.train_scripts.checks.check_resume`).
-    """
-    value = training_args.resume_from_checkpoint
-    if value is None or str(value).lower() in ("", "false", "none"):
-        return None
-    if _wants_last(value):
-        root = Path(training_args.output_dir)
-        newest = outputs.checkpoints(root)
-        if newest:
-            return str(newest[0])
-        print(f"resume_from_checkpoint={value}: no complete checkpoint in {root}, starting from scratch")
-        return None
-    check_resume(training_args, "the run")  # parse_args checked it already, naming where it was set
-    return str(value)
-
-
-def finished_run(output_dir: str | os.PathLike) -> int | None:
-    """The last step of the finished run whose final folder ``output_dir`` is, or None.
-
-    A run is finished when its final save completed (``output_dir/trainer_state.json``, written only by
-    :func:`save_run`, swapped in with the model) and no complete checkpoint was written after it (a newer one belongs
-    to a run started later in the same folder, and is resumed)."""
-    root = Path(output_dir)
-    try:
-        final = root / "trainer_state.json"
-        step = int(json.loads(final.read_text())["global_step"])
-        written = final.stat().st_mtime_ns
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    newest = next(iter(outputs.checkpoints(root)), None)
-    if newest is not None and (newest / "trainer_state.json").stat().st_mtime_ns > written:
-        return None
-    return step
-
-
-def start_run(training_args: TrainingArguments, results_name: str = "results.json") -> dict | None:
-    """Prepare ``output_dir`` before anything is loaded; call it first in a script (every process).
-
-    Finishes or rolls back a final save that a kill interrupted (:func:`hf_seq.train_scripts.outputs.recover_output_dir`).
-    ``--overwrite_output_dir true``: removes the folder's ``checkpoint-N`` folders and ignores
-    ``--resume_from_checkpoint``. ``--resume_from_checkpoint last`` on a finished run (:func:`finished_run`): nothing
-    to do — prints why and returns the recorded results (``results_name``; ``{}`` if there are none), which the script
-    returns unchanged; otherwise None."""
-    output_dir = outputs.resolve(training_args.output_dir)
-    RUN["output_dir"] = str(training_args.output_dir)  # for the line an interrupt (Ctrl-C) ends with
-    overwrite = getattr(training_args, "overwrite_output_dir", False)
-    main = training_args.process_index == 0
-    with training_args.main_process_first(local=False, desc="preparing output_dir"):
-        if main:
-            outputs.recover_output_dir(output_dir)
-            if overwrite:
-                for checkpoint in outputs.checkpoints(output_dir, complete=False):
-                    shutil.rmtree(checkpoint)
-    if overwrite:
-        training_args.resume_from_checkpoint = None
-        return None
-    if _wants_last(training_args.resume_from_checkpoint):
-        step = finished_run(output_dir)
-        if step is None:
-            return None
-        if main:
-            print(
-                f"{output_dir} holds the final model of a run that finished at step {step}: nothing to resume, "
-                "nothing written. Pass --overwrite_output_dir true to train again from scratch, or "
-                "--resume_from_checkpoint <output_dir>/checkpoint-N with a larger max_steps / num_train_epochs to "
-                "train on."
-            )
-        try:
-            return json.loads((output_dir / results_name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-    stale = [c.name for c in outputs.checkpoints(output_dir, complete=False)]
-    if stale and training_args.resume_from_checkpoint is None and main:
-        print(
-            f"warning: {output_dir} holds checkpoints of an earlier run ({', '.join(stale[:5])}); this run starts from "
-            "scratch and writes its own beside them (one of the same step replaces the old one), and "
-            "--resume_from_checkpoint last resumes the newest. Pass --overwrite_output_dir true to remove them first."
-        )
-    return None
-
-
-def whole_run_loss(log_history: list[dict], start_step: int, end_step: int, call_loss: float) -> tuple[float, int]:
-    """(mean training loss, steps it covers) over the whole run after a resume from ``start_step``.
-
-    ``Trainer``'s ``train_loss`` averages only the steps of the current ``train()`` call (``start_step`` to
-    ``end_step``); the steps before come from the ``loss`` records of the checkpoint's ``log_history`` (each the mean
-    over the steps since the previous record). Steps after the checkpoint's last record and before ``start_step``
-    were never logged and are not counted (none when ``logging_steps`` divides ``save_steps``)."""
-    steps = end_step - start_step
-    total = call_loss * steps if steps else 0.0
-    previous = 0
-    for record in log_history:
-        if "loss" in record and record.get("step", 0) <= start_step:
-            total += record["loss"] * (record["step"] - previous)
-            steps += record["step"] - previous
-            previous = record["step"]
-    return (total / steps if steps else math.nan), steps
-
-
-def run_training(trainer: Trainer, training_args: TrainingArguments) -> TrainOutput:
-    """``trainer.train()`` from the checkpoint ``--resume_from_checkpoint`` names (:func:`resolve_resume_checkpoint`);
-    the returned ``training_loss`` (and ``metrics["train_loss"]``, and the final ``log_history`` record) is the mean
-    over the WHOLE run (:func:`whole_run_loss`), with ``metrics["train_loss_steps"]`` the steps it covers."""
-    # the first process's choice on every process: each reading the folder on its own could pick different ones
-    checkpoint = broadcast_object_list([resolve_resume_checkpoint(training_args)])[0]
-    start = 0
-    if checkpoint is not None:
-        start = int(json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"])
-        if training_args.process_index == 0:
-            print(
-                f"resuming from {checkpoint} (step {start}, --resume_from_checkpoint {training_args.resume_from_checkpoint})"
-            )
-    output = trainer.train(resume_from_checkpoint=checkpoint)
-    if start == 0:
-        loss, steps = output.training_loss, output.global_step
-    else:
-        loss, steps = whole_run_loss(trainer.state.log_history, start, output.global_step, output.training_loss)
-    metrics = {**output.metrics, "train_loss": loss, "train_loss_steps": steps}
-    final = trainer.state.log_history[-1] if trainer.state.log_history else {}
-    if "train_loss" in final:
-        final["train_loss"] = loss
-    return TrainOutput(output.global_step, loss, metrics)
-
-
-@contextlib.contextmanager
-def full_state_dict(trainer: Trainer):
-    """Under FSDP with sharded state dicts (what checkpoints use: each process writes its shard), make
-    ``trainer.save_model`` gather the full weights and write one ordinary ``save_pretrained`` folder (accelerate's
-    documented "train sharded, save the final model full"); the checkpoint setting is restored afterwards."""
-    plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None) if trainer.is_fsdp_enabled else None
-    previous = getattr(plugin, "state_dict_type", None)
-    if plugin is None or "FULL_STATE_DICT" in str(previous):
-        yield
-        return
-    plugin.set_state_dict_type("FULL_STATE_DICT")
-    try:
-        yield
-    finally:
-        plugin.set_state_dict_type(previous)
-
-
-def save_run(
-    trainer: Trainer,
-    output_dir: str | os.PathLike,
-    results: dict[str, Any] | None,
-    command: str,
-    card: dict[str, Any] | None = None,
-    files: dict[str, str | bytes | os.PathLike] | None = None,
-    results_name: str = "results.json",
-    save_model: bool = True,
-) -> None:
-    """The one place that writes a run's final folder, whole: the model + tokenizer + modelling code +
-    ``trainer_state.json``, ``results.json`` (``results``; None: none), the model card ``README.md`` (``card``: the
-    keyword arguments of :func:`hf_seq.toolkit.model_card.write_model_card` but the model and command) and extra ``files``
-    (name -> text, bytes, or a path to move in).
-
-    Everything is written into a sibling staging folder and swapped in as ``output_dir`` with directory renames
-    (:mod:`hf_seq.train_scripts.outputs`): a reader — and a kill at any moment — sees the previous folder or the new one,
-    never a mix. The previous run's own files go; checkpoints, logs and anything else the folder held are carried
-    into the new one. ``save_model=False`` (an evaluation) adds its results and files beside the folder's model
-    instead of replacing it. Call it on every process (FSDP / DeepSpeed gather the weights collectively); only the
-    main process writes the other files and swaps."""
-    from hf_seq.toolkit.model_card import write_model_card
-
-    main = trainer.is_world_process_zero()
-    staging = outputs.prepare_staging(output_dir) if main else outputs.staging_path(output_dir)
-    trainer.accelerator.wait_for_everyone()
-    try:
-        with outputs.disk_space_errors(outputs.resolve(output_dir), "the final model"):
-            if save_model:
-                with full_state_dict(trainer):  # FSDP: gathered into one ordinary save_pretrained folder
-                    trainer.save_model(str(staging))
-                trainer.accelerator.wait_for_everyone()
-            if main:
-                if save_model:
-                    trainer.state.save_to_json(str(staging / "trainer_state.json"))  # the loss history
-                if results is not None:
-                    write_results(staging, results, name=results_name, command=command)
-                for name, content in (files or {}).items():
-                    if isinstance(content, str):
-                        (staging / name).write_text(content, encoding="utf-8")
-                    elif isinstance(content, bytes):
-                        (staging / name).write_bytes(content)
-                    else:
-                        shutil.move(os.fspath(content), staging / name)
-                if card is not None:
-                    try:  # the card describes the model: writing it never costs the model
-                        write_model_card(staging, trainer.model, command=command, **card)
-                    except Exception as error:
-                        (staging / "README.md").unlink(missing_ok=True)
-                        print(
-                            f"warning: the model card README.md was not written ({type(error).__name__}: "
-                            f"{' '.join(str(error).split())[:300]}); the model and results are saved",
-                            file=sys.stderr,
-                        )
-                outputs.publish(staging, outputs.resolve(output_dir), replace_run=save_model)
-    except BaseException:
-        if main:
-            shutil.rmtree(staging, ignore_errors=True)
-        raise
-    trainer.accelerator.wait_for_everyone()
 
 
 # ---------------------------------------------------------------------------------------------------------------

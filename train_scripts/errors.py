@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# the run in progress, for the line an interrupt (Ctrl-C) ends with (hf_seq.train_scripts.outputs.interrupted_line): ``command`` (the recorded command line) and
-# ``output_dir``, set by hf_seq.train_scripts.common as the run starts
+# the run in progress, for the line an interrupt (Ctrl-C) ends with (hf_seq.train_scripts.run_folder.interrupted_line): ``command`` (the recorded command line) and
+# ``output_dir``, set as the run starts (common.training_command, run_folder.start_run)
 RUN: dict[str, str] = {}
 
 

@@ -65,7 +65,6 @@ from hf_seq.train_scripts.common import (
     load_task_data,
     load_tokenizer,
     require_columns,
-    run_training,
     tokenizer_for,
     tokenizer_source,
 )
@@ -79,6 +78,7 @@ from hf_seq.train_scripts.features import (
     text_file_keys,
     text_read_errors,
 )
+from hf_seq.train_scripts.run_folder import run_training
 from hf_seq.train_scripts.skeleton import (
     budgeted_trainer,
     env_threads,

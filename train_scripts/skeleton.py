@@ -4,17 +4,16 @@ metrics -> card:
 * :func:`parse_script_args` — processes (gloo on a machine without a GPU; ``accelerate launch --cpu --num_processes N``
   refused; each worker ends with its launcher; ``ddp_timeout`` bounding every collective), the recipe and flags, the
   command to record;
-* :func:`start_script_run` — the run folder: its lock (:func:`~hf_seq.train_scripts.outputs.lock_output_dir`, held by
-  the first process until the run ends: a second run into the folder is refused), then
-  :func:`~hf_seq.train_scripts.common.start_run` (a finished run asked to resume returns its results), logging,
-  torch's threads, the seed;
+* :func:`start_script_run` — the run folder (:func:`~hf_seq.train_scripts.run_folder.start_run`: its lock, held by
+  the first process until the run ends, recovery, resume; a finished run asked to resume returns its results),
+  logging, torch's threads, the seed;
 * :func:`budgeted_trainer` — the script's ``Trainer`` with the time budget (``max_train_minutes`` /
   ``max_train_cpu_minutes``) as its first callback;
 * :func:`after_training` — what can fail after training (test decoding with an exported engine, plots, a model
-  card) runs after the trained model is saved (:func:`~hf_seq.train_scripts.common.save_run`), and a failure there is
+  card) runs after the trained model is saved (:func:`~hf_seq.train_scripts.run_folder.save_run`), and a failure there is
   one logged line that leaves the model and the results gathered so far in ``output_dir``;
 * :func:`finish_script_run` — the epilogue: the final folder written whole (model, results, card, files:
-  :func:`~hf_seq.train_scripts.common.save_run`, on every process), then the script's summary on the first process;
+  :func:`~hf_seq.train_scripts.run_folder.save_run`, on every process), then the script's summary on the first process;
   the folder's lock is released.
 """
 
@@ -26,21 +25,14 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
-from accelerate.utils import broadcast_object_list
-from hf_seq.train_scripts import outputs
 from hf_seq.train_scripts.arguments import Task, parse_args
-from hf_seq.train_scripts.common import (
-    TimeBudgetCallback,
-    save_run,
-    start_run,
-    training_command,
-    use_cpu_processes_without_gpu,
-)
+from hf_seq.train_scripts.common import TimeBudgetCallback, training_command, use_cpu_processes_without_gpu
 from hf_seq.train_scripts.processes import (
     check_cpu_launch,
     end_with_launcher,
     set_collective_timeout,
 )
+from hf_seq.train_scripts.run_folder import save_run, start_run, unlock_output_dirs
 from transformers import set_seed
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -78,24 +70,9 @@ def start_script_run(
 ) -> dict | None:
     """The prologue's second half: the run folder, then (unless the run is already finished: its results are
     returned, the script returns them unchanged) INFO logging if ``configure_logging``, ``threads`` torch threads if
-    given, and the seed. None for a run that goes on.
-
-    First the folder's lock: the world's first process takes it (the others are of the same run); a folder another
-    run holds stops every process of this one before anything is read or written (the first process raises
-    :class:`~hf_seq.train_scripts.outputs.OutputDirInUse`, one line, exit status 2; the others exit 2 silently)."""
-    refused = None
-    if training_args.process_index == 0:
-        try:
-            outputs.lock_output_dir(training_args.output_dir)
-        except outputs.OutputDirInUse as error:
-            refused = error
-    if broadcast_object_list([refused is not None])[0]:
-        if refused is not None:
-            raise refused
-        raise SystemExit(2)
+    given, and the seed. None for a run that goes on."""
     previous = start_run(training_args, results_name=results_name)
     if previous is not None:  # a finished run asked to resume: nothing to do
-        outputs.unlock_output_dirs()
         return previous
     if configure_logging:
         logging.basicConfig(format=LOG_FORMAT, level=logging.INFO)
@@ -149,7 +126,7 @@ def finish_script_run(
 ) -> dict:
     """The epilogue every ``Trainer`` script ends with; returns ``results`` (what ``main`` returns).
 
-    :func:`~hf_seq.train_scripts.common.save_run` writes ``output_dir`` whole — the model, tokenizer and code (unless
+    :func:`~hf_seq.train_scripts.run_folder.save_run` writes ``output_dir`` whole — the model, tokenizer and code (unless
     ``save_model`` is false: an evaluation adds its results beside the folder's model), ``trainer_state.json``,
     ``results_name`` (``results``), the model card (``card``: None for none) and ``files`` — called on every process
     (FSDP / DeepSpeed gather the weights together; only the first process writes). Then ``report(results)`` (the
@@ -166,7 +143,7 @@ def finish_script_run(
     )
     if report is not None and trainer.is_world_process_zero():
         report(results)
-    outputs.unlock_output_dirs()
+    unlock_output_dirs()
     return results
 
 

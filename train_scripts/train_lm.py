@@ -60,8 +60,6 @@ from hf_seq.train_scripts.common import (
     load_or_build_model,
     load_text_splits,
     load_tokenizer,
-    run_training,
-    save_run,
     tokenizer_source,
 )
 from hf_seq.train_scripts.features import (
@@ -78,6 +76,7 @@ from hf_seq.train_scripts.features import (
     text_file_keys,
     text_read_errors,
 )
+from hf_seq.train_scripts.run_folder import run_training, save_run
 from hf_seq.train_scripts.skeleton import (
     after_training,
     budgeted_trainer,

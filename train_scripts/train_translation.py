@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 from datasets import Dataset, DatasetDict, Features, List, Value
-from hf_seq.train_scripts import outputs
+from hf_seq.train_scripts import run_folder
 from hf_seq.train_scripts.arguments import (
     BudgetArguments,
     HfSeqSeq2SeqTrainingArguments,
@@ -54,8 +54,6 @@ from hf_seq.train_scripts.common import (
     load_or_build_model,
     load_task_data,
     load_tokenizer,
-    run_training,
-    save_run,
     stream_row_error,
     tokenizer_options,
     tokenizer_source,
@@ -76,6 +74,7 @@ from hf_seq.train_scripts.features import (
     stream_file,
     streamed_train_features,
 )
+from hf_seq.train_scripts.run_folder import run_training, save_run
 from hf_seq.train_scripts.skeleton import (
     after_training,
     budgeted_trainer,
@@ -791,7 +790,7 @@ def average_and_test(run, results: dict, extra_files: dict) -> None:
     export_root = Path(tempfile.mkdtemp()) if args.test_engine != "pytorch" else None
     if args.average_last_checkpoints:
         # the newest complete ones, oldest first; a later, longer run's checkpoints left in the folder are not this model's
-        found = outputs.checkpoints(training_args.output_dir, up_to_step=trainer.state.global_step)
+        found = run_folder.checkpoints(training_args.output_dir, up_to_step=trainer.state.global_step)
         folders = found[: args.average_last_checkpoints][::-1]
         if len(folders) < args.average_last_checkpoints:
             logger.warning(

@@ -36,8 +36,8 @@ from hf_seq.train_scripts.arguments import (
     Task,
     parse_args,
 )
-from hf_seq.train_scripts.common import describe_data, load_text_splits, training_command, write_results
-from hf_seq.train_scripts.outputs import staged_output
+from hf_seq.train_scripts.common import describe_data, load_text_splits, training_command
+from hf_seq.train_scripts.run_folder import staged_output, write_results
 from tokenizers import normalizers, pre_tokenizers
 from torch import nn
 

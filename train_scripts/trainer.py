@@ -2,11 +2,8 @@
 error on a full disk, and no step past the end when resumed from the final checkpoint.
 
 * Each checkpoint is written into ``output_dir/.checkpoint-staging/checkpoint-N`` and renamed to ``checkpoint-N``
-  once complete (``Trainer`` itself writes in place: a kill leaves a half-written ``checkpoint-N``, and one that
-  overwrites an older run's ``checkpoint-N`` mixes the two). ``best_model_checkpoint`` and the rotation by
-  ``save_total_limit`` refer to the final names.
-* A write that fails for lack of space is an ``OSError`` naming the folder and its free space
-  (:func:`hf_seq.train_scripts.outputs.disk_space_errors`), not ``RuntimeError: [enforce fail at inline_container.cc]``.
+  once complete, and a write that fails for lack of space is an ``OSError`` naming the folder and its free space
+  (:func:`hf_seq.train_scripts.run_folder.staged_checkpoint`).
 * Resumed from a checkpoint at ``max_steps``, ``Trainer`` (5.24) trains one more step before it checks the end (when
   the checkpoint is mid-epoch); here such a resume trains nothing and goes straight to the end of training.
 * ``train_sampling_strategy="length_buckets"`` (:class:`~hf_seq.train_scripts.arguments.HfSeqTrainingArguments`): training
@@ -26,20 +23,15 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-import shutil
 import sys
-from pathlib import Path
 
 import torch
-from accelerate.utils import broadcast_object_list
 from datasets import Dataset
 from hf_seq.train_scripts.curves import write_training_curves
-from hf_seq.train_scripts.outputs import CHECKPOINT_STAGING, disk_space_errors, replace_folder
 from hf_seq.train_scripts.processes import collective_timeouts, set_collective_timeout
+from hf_seq.train_scripts.run_folder import staged_checkpoint
 from transformers import Seq2SeqTrainer, Trainer
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from hf_seq.toolkit.checkpoints import rotate_checkpoints
 from hf_seq.toolkit.collators import LMWindowDataset
 from hf_seq.toolkit.samplers import LengthBucketSampler, PermutationSampler
 
@@ -123,49 +115,9 @@ class HfSeqTrainerMixin:
         return self._checkpoint_staging or super()._get_output_dir(trial)
 
     def _save_checkpoint(self, model, trial) -> None:
-        run_dir = Path(super()._get_output_dir(trial))
-        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        staging = run_dir / CHECKPOINT_STAGING
-        main = self.args.should_save
-        previous_best = self.state.best_model_checkpoint
-        if main:
-            if staging.exists():
-                shutil.rmtree(staging)  # a checkpoint cut off by a kill
-            staging.mkdir(parents=True)
-        self.accelerator.wait_for_everyone()
-        self._checkpoint_staging = str(staging)
-        try:
-            with disk_space_errors(run_dir, f"checkpoint {name}"):
-                super()._save_checkpoint(model, trial)
-        finally:
-            self._checkpoint_staging = None
-        self.accelerator.wait_for_everyone()
-        best = None
-        if main:
-            with disk_space_errors(run_dir, f"checkpoint {name}"):
-                best = self._final_best_checkpoint(run_dir, previous_best)
-                if best != self.state.best_model_checkpoint:
-                    self.state.best_model_checkpoint = best
-                    self.state.save_to_json(os.path.join(staging, name, "trainer_state.json"))
-                replace_folder(staging / name, run_dir / name)
-                shutil.rmtree(staging)
-                rotate_checkpoints(self, str(run_dir))
-        # every process holds the main process's answer: Trainer's own check (is the best step's folder there?) runs
-        # on each process against the staging folder, and under FSDP's sharded checkpoints (written after the check)
-        # its answer depends on which process got there first
-        self.state.best_model_checkpoint = broadcast_object_list([best])[0]
-        self.accelerator.wait_for_everyone()
-
-    def _final_best_checkpoint(self, run_dir: Path, previous: str | None) -> str | None:
-        """``best_model_checkpoint`` after the checkpoint of this step is renamed into ``run_dir``: Trainer's rule
-        (``checkpoint-<best_global_step>`` once that folder exists, else what it was), with final names."""
-        step = self.state.best_global_step
-        strategy = str(getattr(self.args.save_strategy, "value", self.args.save_strategy))
-        if step and strategy in ("steps", "epoch", "best"):
-            candidate = run_dir / f"{PREFIX_CHECKPOINT_DIR}-{step}"
-            if step == self.state.global_step or candidate.is_dir():
-                return str(candidate)
-        return previous
+        # private: Trainer writes a checkpoint in place and runs on_save after it; here it is staged and renamed whole
+        with staged_checkpoint(self, trial):
+            super()._save_checkpoint(model, trial)
 
     def create_accelerator_and_postprocess(self) -> None:
         super().create_accelerator_and_postprocess()
