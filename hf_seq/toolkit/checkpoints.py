@@ -2,7 +2,7 @@
 
 ``transformers.trainer_utils.rotate_checkpoints`` exists from 5.6 on; 5.0 has only the method
 ``Trainer._rotate_checkpoints``, with the same rule (docs/compat.md). The train scripts' atomic checkpoints
-(``hf_seq.train_scripts.trainer``) call :func:`rotate_checkpoints` after moving a finished checkpoint into place.
+(``hf_seq.train_scripts.run_folder``) call :func:`rotate_checkpoints` after moving a finished checkpoint into place.
 """
 
 from __future__ import annotations
