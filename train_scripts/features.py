@@ -416,15 +416,21 @@ def check_text_stream(data_args, training_args, caps: dict) -> None:
         raise RecipeError("`streaming` needs `max_steps` (a stream has no length to count epochs by)")
 
 
-def stream_file(path: str, split: str):
-    """``datasets.load_dataset(<builder>, data_files=path, streaming=True)`` (an IterableDataset) of a data file."""
+def stream_file(path: str, split: str, allow_text: bool = False, column: str | None = None):
+    """``datasets.load_dataset(<builder>, data_files=path, streaming=True)`` (an IterableDataset) of a data file, read
+    as :func:`hf_seq.toolkit.data.load_data` reads it: a .tsv split at tabs, a .txt file (``allow_text``: the
+    language-model and pretraining scripts) one row per line with its line break kept. ``column``: only that column
+    of a table file (a .txt file has one, ``text``)."""
     import datasets
 
     from hf_seq.toolkit.data import check_data_file
 
-    builder = check_data_file(path, f"{split}_file")
+    builder = check_data_file(path, f"{split}_file", allow_text=allow_text)
     kwargs = {"sep": "\t"} if Path(path).suffix.lower() == ".tsv" else {}
-    return datasets.load_dataset(builder, data_files={split: str(path)}, split=split, streaming=True, **kwargs)
+    if builder == "text":
+        kwargs["keep_linebreaks"] = True
+    stream = datasets.load_dataset(builder, data_files={split: str(path)}, split=split, streaming=True, **kwargs)
+    return stream.select_columns([column]) if column is not None and builder != "text" else stream
 
 
 def head_dataset(stream, n: int | None) -> Dataset:

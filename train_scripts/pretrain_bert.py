@@ -76,6 +76,7 @@ from hf_seq.train_scripts.features import (
     describe_sizes,
     held_out_rows,
     shuffle_buffered,
+    stream_file,
     text_file_keys,
     text_read_errors,
 )
@@ -95,7 +96,7 @@ from hf_seq.toolkit.collators import (
     bert_pretraining_anchors,
     tokenize_documents_to_store,
 )
-from hf_seq.toolkit.data import DataError, check_data_file, load_data, split_source
+from hf_seq.toolkit.data import DataError, load_data, split_source
 from hf_seq.toolkit.preprocessing import (
     TokenStore,
     cached_build,
@@ -423,14 +424,9 @@ def stream_documents(path: str, column: str) -> Callable[[], Iterator[list]]:
     """A function giving the documents of ``path`` read as a ``datasets`` IterableDataset
     (``load_dataset(..., streaming=True)``): a txt file's blank-line separated documents, or a row per document of
     csv / json / jsonl / parquet (a list of sentences or paragraphs, or a string with one sentence per line)."""
-    import datasets
-
-    builder = check_data_file(path, "train_file", allow_text=True)
-    kwargs = {"keep_linebreaks": True} if builder == "text" else {}
-    source = datasets.load_dataset(builder, data_files={"train": path}, split="train", streaming=True, **kwargs)
-    if builder == "text":
+    source = stream_file(path, "train", allow_text=True, column=column)
+    if Path(path).suffix.lower() == ".txt":
         return lambda: _grouped_by_blank_rows(batch["text"] for batch in source.iter(batch_size=1000))
-    source = source.select_columns([column])
 
     def documents() -> Iterator[list]:
         for batch in source.iter(batch_size=1000):

@@ -75,6 +75,7 @@ from hf_seq.train_scripts.features import (
     shuffle_buffered,
     split_by_node_setup,
     split_stream_by_node,
+    stream_file,
     text_file_keys,
     text_read_errors,
 )
@@ -92,7 +93,7 @@ from torch.utils.data import Subset
 from hf_seq.compat import output_cache
 from hf_seq.modeling_rnn import RNNForCausalLM
 from hf_seq.toolkit.collators import LMWindowDataset, stream_slice
-from hf_seq.toolkit.data import DataError, check_data_file
+from hf_seq.toolkit.data import DataError
 from hf_seq.toolkit.preprocessing import (
     TokenStore,
     cached_build,
@@ -486,18 +487,10 @@ def prepare_lm_stream(
     validation and test files tokenized into the cache as usual (they are needed whole). With
     ``--streaming_split_by_node`` the windows are :meth:`LMStreamWindows.split_by_node` of ``world_size`` parts
     (default: the run's processes)."""
-    import datasets
-
     caps = {"max_train_tokens": args.max_train_tokens, "max_train_samples": data_args.max_train_samples}
     check_text_stream(data_args, training_args, caps)
     column = data_args.text_column_name
-    builder = check_data_file(data_args.train_file, "train_file", allow_text=True)
-    kwargs = {"keep_linebreaks": True} if builder == "text" else {}
-    source = datasets.load_dataset(
-        builder, data_files={"train": data_args.train_file}, split="train", streaming=True, **kwargs
-    )
-    if builder != "text":
-        source = source.select_columns([column])
+    source = stream_file(data_args.train_file, "train", allow_text=True, column=column)
     tokenizer = load_tokenizer(model_args)
     if tokenizer is None:
         texts = (row[column] for row in source)
