@@ -33,6 +33,7 @@ import itertools
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -709,6 +710,31 @@ def text_file_keys(files: dict[str, str]) -> dict[str, str]:
         if os.path.getsize(path) == 0:
             raise DataError(f"`{split}_file` {path} is empty")
     return {split: fingerprint_files([path]) for split, path in files.items()}
+
+
+def cached_token_stores(key: dict, build: Callable, given, args, training_args, description: str):
+    """``(folder, reused, tokenizer)``: the preprocessing cache folder of ``key``
+    (:func:`hf_seq.toolkit.preprocessing.cached_build`; ``cache_dir``, ``overwrite_cache``), built by one process
+    while the others wait (``main_process_first``), and the tokenizer of the run. ``build(tmp)`` writes the token
+    stores and returns ``(tokenizer, meta entries)``; a tokenizer it built (``given`` None) is saved beside the
+    stores, and every run (the first too) uses that saved copy."""
+
+    def build_with_tokenizer(tmp: Path) -> dict | None:
+        tokenizer, meta = build(tmp)
+        if given is None:
+            tokenizer.save_pretrained(tmp / "tokenizer")
+        return meta
+
+    first = training_args.main_process_first(desc="preprocessing") if training_args is not None else nullcontext()
+    with first:
+        folder, reused = cached_build(
+            key, build_with_tokenizer, args.cache_dir, args.overwrite_cache, description=description
+        )
+    if given is None:
+        from transformers import AutoTokenizer
+
+        given = AutoTokenizer.from_pretrained(folder / "tokenizer")
+    return folder, reused, given
 
 
 def dataset_cache_key(dataset: Dataset) -> str:

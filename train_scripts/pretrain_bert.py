@@ -43,7 +43,6 @@ import random
 import resource
 import shutil
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +69,7 @@ from hf_seq.train_scripts.common import (
     tokenizer_source,
 )
 from hf_seq.train_scripts.features import (
+    cached_token_stores,
     check_holdout_percentage,
     check_text_stream,
     dataset_cache_key,
@@ -99,7 +99,6 @@ from hf_seq.toolkit.collators import (
 from hf_seq.toolkit.data import DataError, load_data, split_source
 from hf_seq.toolkit.preprocessing import (
     TokenStore,
-    cached_build,
     fingerprint_files,
     iter_column_batches,
     iter_text_file_lines,
@@ -386,7 +385,7 @@ def prepare_bert_data(
         "tokenizer": tokenizer_key,
     }
 
-    def build(tmp: Path) -> dict:
+    def build(tmp: Path) -> tuple:
         held_out = _held_out_documents(readers, sources, data_args)
         built = given
         if built is None:
@@ -395,24 +394,16 @@ def prepare_bert_data(
                 model_args, lambda: _training_sentences(readers["train"](), held_out, cap), data_args.max_seq_length
             )
         counts = _tokenize_documents(tmp, readers, sources, held_out, built)
-        if given is None:
-            built.save_pretrained(tmp / "tokenizer")
         data_line = describe_sizes(data_args, counts, sources, held_out, unit="documents")
-        return {"data_line": data_line, "documents": counts}
+        return built, {"data_line": data_line, "documents": counts}
 
-    first = training_args.main_process_first(desc="preprocessing") if training_args is not None else nullcontext()
-    with first:
-        folder, reused = cached_build(key, build, args.cache_dir, args.overwrite_cache, description="BERT documents")
-    if given is None:
-        from transformers import AutoTokenizer
-
-        given = AutoTokenizer.from_pretrained(folder / "tokenizer")
+    folder, reused, tokenizer = cached_token_stores(key, build, given, args, training_args, "BERT documents")
     documents = {
         split: StoredDocuments(TokenStore(folder / split), np.load(folder / split / DOCUMENTS_FILE))
         for split in ("train", "validation", "test")
         if (folder / split).is_dir()
     }
-    return BertData(given, documents, read_meta(folder)["data_line"], folder, reused)
+    return BertData(tokenizer, documents, read_meta(folder)["data_line"], folder, reused)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -566,15 +557,11 @@ def prepare_bert_stream(args: PretrainArguments, model_args, data_args, training
             "tokenizer": built_tokenizer_key(args, model_args),
         }
 
-        def build(tmp: Path) -> None:
+        def build(tmp: Path) -> tuple:
             texts = lambda: _training_sentences(documents(), None, args.tokenizer_max_train_lines)  # noqa: E731
-            tokenizer_for(model_args, texts, data_args.max_seq_length).save_pretrained(tmp / "tokenizer")
+            return tokenizer_for(model_args, texts, data_args.max_seq_length), None
 
-        from transformers import AutoTokenizer
-
-        with training_args.main_process_first(desc="tokenizer"):
-            folder, _ = cached_build(key, build, args.cache_dir, args.overwrite_cache, description="stream tokenizer")
-        tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
+        _, _, tokenizer = cached_token_stores(key, build, None, args, training_args, "stream tokenizer")
     data = prepare_bert_data(args, model_args, data_args, training_args, tokenizer, splits=("validation", "test"))
     train = f"train `{data_args.train_file}`"
     data.data_line = data.data_line.replace(train, f"{train} (streamed)", 1)

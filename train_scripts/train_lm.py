@@ -38,7 +38,6 @@ import os
 import shutil
 import tempfile
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +64,7 @@ from hf_seq.train_scripts.common import (
     tokenizer_source,
 )
 from hf_seq.train_scripts.features import (
+    cached_token_stores,
     check_holdout_percentage,
     check_text_stream,
     dataset_cache_key,
@@ -96,7 +96,6 @@ from hf_seq.toolkit.collators import LMWindowDataset, stream_slice
 from hf_seq.toolkit.data import DataError
 from hf_seq.toolkit.preprocessing import (
     TokenStore,
-    cached_build,
     count_text_file_lines,
     iter_column_batches,
     iter_text_file_lines,
@@ -368,25 +367,14 @@ def prepare_lm_data(args: LMArguments, model_args, data_args, training_args=None
         data_key["source"] = [data_args.dataset_name, data_args.dataset_config_name, data_args.text_column_name]
     key = lm_cache_key(args, model_args, data_args, given, data_key)
 
-    def build(tmp: Path) -> dict:
+    def build(tmp: Path) -> tuple:
         if raw is None:
             tokenizer, data_line = _tokenize_text_files(tmp, files, args, model_args, data_args, given)
         else:
             tokenizer, data_line = _tokenize_splits(tmp, raw, args, model_args, data_args, given)
-        if given is None:
-            tokenizer.save_pretrained(tmp / "tokenizer")
-        return {"data_line": data_line}
+        return tokenizer, {"data_line": data_line}
 
-    first = training_args.main_process_first(desc="preprocessing") if training_args is not None else nullcontext()
-    with first:
-        folder, reused = cached_build(
-            key, build, args.cache_dir, args.overwrite_cache, description=f"{args.level} tokens"
-        )
-    tokenizer = given
-    if tokenizer is None:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
+    folder, reused, tokenizer = cached_token_stores(key, build, given, args, training_args, f"{args.level} tokens")
     check_eos(args, model_args, tokenizer)
     stores = {
         split: TokenStore(folder / split) for split in ("train", "validation", "test") if (folder / split).is_dir()
