@@ -351,10 +351,11 @@ def _tokenize_splits(tmp: Path, raw: dict, args: LMArguments, model_args, data_a
     return tokenizer, describe_data(data_args, raw, unit="texts")
 
 
-def prepare_lm_data(args: LMArguments, model_args, data_args, training_args=None) -> LMData:
+def prepare_lm_data(args: LMArguments, model_args, data_args, training_args=None, tokenizer=None) -> LMData:
     """Tokenize every split once into :class:`hf_seq.toolkit.preprocessing.TokenStore` s in the preprocessing cache (or reuse
-    it): the same token ids as tokenizing the in-memory splits, the tokenizer built (or given) as before. Keyed by the data files (or data set fingerprints), the split settings and the tokenizer."""
-    given = load_tokenizer(model_args)
+    it): the same token ids as tokenizing the in-memory splits, the tokenizer built (or given: ``tokenizer``, else
+    :func:`load_tokenizer`'s) as before. Keyed by the data files (or data set fingerprints), the split settings and the tokenizer."""
+    given = tokenizer if tokenizer is not None else load_tokenizer(model_args)
     files = {
         s: getattr(data_args, f"{s}_file") for s in ("train", "validation", "test") if getattr(data_args, f"{s}_file")
     }
@@ -487,25 +488,13 @@ def prepare_lm_stream(
     eval_data_args = dataclasses.replace(
         data_args, train_file=data_args.validation_file, validation_file=data_args.validation_file
     )
-    eval_model_args = dataclasses.replace(model_args)
-    saved = Path(tempfile.mkdtemp(prefix="hf_seq_stream_tokenizer_"))
-    tokenizer.save_pretrained(saved)
-    eval_model_args.tokenizer_name = str(saved)
-    try:
-        data = prepare_lm_data(
-            dataclasses.replace(args, streaming=False, streaming_split_by_node=False),
-            eval_model_args,
-            eval_data_args,
-            training_args,
-        )
-    finally:
-        shutil.rmtree(saved, ignore_errors=True)
+    cached = dataclasses.replace(args, streaming=False, streaming_split_by_node=False)
+    data = prepare_lm_data(cached, model_args, eval_data_args, training_args, tokenizer)
     data.stores.pop("train", None)
     streamed = "streamed, split by process" if args.streaming_split_by_node else "streamed"
     data.data_line = (
         f"own data files: train `{data_args.train_file}` ({streamed}), " + data.data_line.split(", ", 1)[-1]
     )
-    data.tokenizer = tokenizer
     windows = LMStreamWindows(
         source,
         column,
