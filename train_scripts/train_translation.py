@@ -301,6 +301,16 @@ def load_averaged_weights(model, folders: list[Path]) -> None:
         )
 
 
+def padded(rows, pad: int) -> np.ndarray:
+    """Rows of token ids right-padded with ``pad`` into one ``(N, T)`` int64 array, as ``trainer.predict`` gives its
+    predictions and labels."""
+    width = max([len(row) for row in rows] + [1])
+    out = np.full((len(rows), width), pad, dtype=np.int64)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
+
+
 def ctranslate2_predictions(
     model, tokenizer, sources: list[str], export_dir: Path, quantization, beams, max_new, max_source_length
 ) -> np.ndarray:
@@ -323,11 +333,7 @@ def ctranslate2_predictions(
         max_source_length=max_source_length,
         generation_config=model.generation_config,
     )
-    width = max([len(row) for row in ids] + [1])
-    out = np.full((len(ids), width), tokenizer.pad_token_id, dtype=np.int64)
-    for i, row in enumerate(ids):
-        out[i, : len(row)] = row
-    return out
+    return padded(ids, tokenizer.pad_token_id)
 
 
 def onnxruntime_predictions(
@@ -366,11 +372,7 @@ def onnxruntime_predictions(
     if report is not None:
         graph = getattr(ort_model, "generating_graph", None)
         report["test_onnxruntime_graph"] = graph.report() if graph is not None else "step graphs (no generating graph)"
-    width = max([len(row) for row in rows] + [1])
-    out = np.full((len(rows), width), tokenizer.pad_token_id, dtype=np.int64)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
-    return out
+    return padded(rows, tokenizer.pad_token_id)
 
 
 def _recorded_features(model_args, data_args, args, root, src: str, tgt: str):
@@ -758,12 +760,7 @@ def test_decodes(run, store: dict, export_dir: Path | None = None) -> None:
             }[args.test_engine]
             sources, max_source = pairs["test"][0], run.data_args.max_source_length
             preds = engine(trainer.model, tokenizer, sources, export_dir, quantization, beams, max_new, max_source)
-            labels = np.array(
-                [
-                    row + [-100] * (max(map(len, tokenized["test"]["labels"])) - len(row))
-                    for row in tokenized["test"]["labels"]
-                ]
-            )
+            labels = padded(tokenized["test"]["labels"], -100)
             metrics = {f"test_{k}": v for k, v in run.compute_metrics((preds, labels)).items()}
             metrics["test_engine"] = args.test_engine
             metrics["test_quantization"] = quantization or "float32"
