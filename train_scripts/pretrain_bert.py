@@ -51,6 +51,7 @@ import pyarrow as pa
 import torch
 from datasets import Dataset
 from hf_seq.train_scripts.arguments import (
+    BERT_DEFAULTS,
     LABEL_FIELDS,
     TRANSLATION_FIELDS,
     BudgetArguments,
@@ -154,13 +155,7 @@ class PretrainArguments(PreprocessingArguments, BudgetArguments):
 TASK = Task(
     name="pretrain_bert",
     arguments=PretrainArguments,
-    defaults={
-        "model_type": "hf_seq_bert",
-        "tokenizer_kind": "wordpiece",
-        "tokenizer_vocab_size": 8000,
-        "max_seq_length": 128,
-        "text_column_name": "text",
-    },
+    defaults=BERT_DEFAULTS | {"text_column_name": "text"},
     unused=LABEL_FIELDS | TRANSLATION_FIELDS,
     text_files=True,
     tokenizer_kinds=("wordpiece",),
