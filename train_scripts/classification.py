@@ -550,7 +550,10 @@ class LabelledData:
                 encoded = cache.build(self.raw, functions, num_proc=args.preprocessing_num_workers, features=features)
             else:
                 logger.info("tokenized splits read from %s", cache.folder)
-            self._save_record()
+            if self.record_cache is not None:  # (streamed: no record)
+                self.record_cache.save_record(
+                    {"names": self.names, "base": self.base, "descriptions": self.descriptions}
+                )
         for split, dataset in encoded.items():
             dataset.info.description = self.descriptions[split]
         first = encoded["train"]
@@ -564,11 +567,6 @@ class LabelledData:
                 first.column_names, self.data_args, args, self.training_args.seed,
             )  # fmt: skip
         return encoded, first
-
-    def _save_record(self) -> None:
-        record = {"names": self.names, "base": self.base, "descriptions": self.descriptions}
-        if self.record_cache is not None and self.record_cache.on_disk and self.record_cache.load_record() != record:
-            self.record_cache.save_record(record)
 
     def model_results(self, model, tokenizer, coverage, encoded: dict, vocab_coverage: bool = False) -> dict:
         """:func:`model_results` of this run (its split sizes: ``None`` rows for a streamed training file)."""

@@ -275,8 +275,8 @@ class FeatureCache:
     def save_record(self, record: dict) -> None:
         """A folder that holds only a JSON record in its ``meta.json`` (what a run read from the raw files: the
         split sizes and columns of a feature key, the splits' descriptions), so that the next run finds its
-        features without loading those files."""
-        if self.folder is None:
+        features without loading those files; written only when the folder does not hold this record already."""
+        if self.folder is None or self.load_record() == record:
             return
         cached_build(
             self.key_parts, lambda tmp: {"record": record}, self.root, overwrite=True, description="data record"

@@ -376,28 +376,23 @@ def onnxruntime_predictions(
 
 
 def _recorded_features(model_args, data_args, args, root, src: str, tgt: str):
-    """``(features, record cache, record, overwrite)``: :func:`cached_features`' answer read without the data files
+    """``(features, record cache, overwrite)``: :func:`cached_features`' answer read without the data files
     (``features`` None when the record, the tokenizer or the features are not in the cache: ``overwrite`` says
     whether what is found unreadable is rebuilt)."""
     record_cache, record = data_record(
         root, "translation_data", data_args, args.overwrite_cache, src=src, tgt=tgt, max_words=args.max_words
     )
     if record is None:
-        return None, record_cache, record, args.overwrite_cache
+        return None, record_cache, args.overwrite_cache
     cache = feature_cache(model_args, data_args, args, root, record["base"], tokenizer=None)
     if cache is None:
-        return None, record_cache, record, args.overwrite_cache
+        return None, record_cache, args.overwrite_cache
     tokenizer, cache = cache
     features = cache.load(list(record["descriptions"]))
     if features is None:
-        return None, record_cache, record, cache.overwrite  # an unreadable folder: rebuilt
+        return None, record_cache, cache.overwrite  # an unreadable folder: rebuilt
     logger.info("tokenized splits read from %s (data files not read)", cache.folder)
-    return (
-        finish_features(data_args, tokenizer, features, record["descriptions"]),
-        record_cache,
-        record,
-        cache.overwrite,
-    )
+    return finish_features(data_args, tokenizer, features, record["descriptions"]), record_cache, cache.overwrite
 
 
 def _short_capped_splits(raw: dict, columns: dict, data_args, args, src: str, tgt: str, mapped_files) -> DatasetDict:
@@ -468,10 +463,10 @@ def cached_features(model_args, data_args, args, training_args, src: str, tgt: s
     Arrow files: what a key needs from them (the split sizes and columns) and the splits' descriptions come from a
     record keyed by the files' fingerprints and the data settings, written by the run that read them."""
     root = cache_root(args, data_args)
-    found, record_cache, record, overwrite = _recorded_features(model_args, data_args, args, root, src, tgt)
+    found, record_cache, overwrite = _recorded_features(model_args, data_args, args, root, src, tgt)
     if found is not None:
         return found
-    built = _features_from_files(model_args, data_args, args, root, src, tgt, (record_cache, record, overwrite))
+    built = _features_from_files(model_args, data_args, args, root, src, tgt, (record_cache, overwrite))
     # the raw and filtered splits are gone with that call; pyarrow's allocator keeps what they held (the
     # max_words filter's row indices: 8 bytes a kept pair, in a buffer grown by doubling, 0.14 GB at 10 M pairs)
     # for the rest of the run unless it is handed back
@@ -480,10 +475,10 @@ def cached_features(model_args, data_args, args, training_args, src: str, tgt: s
 
 
 def _features_from_files(model_args, data_args, args, root, src: str, tgt: str, recorded: tuple):
-    """:func:`cached_features` of a run that reads the data files (``recorded``: the record cache, record and
-    overwrite flag :func:`_recorded_features` returned): the features read from the cache or built (filtered,
-    tokenizer built, tokenized), the record saved."""
-    record_cache, record, overwrite = recorded
+    """:func:`cached_features` of a run that reads the data files (``recorded``: the record cache and overwrite flag
+    :func:`_recorded_features` returned): the features read from the cache or built (filtered, tokenizer built,
+    tokenized), the record saved."""
+    record_cache, overwrite = recorded
     loaded = load_task_data(TASK, data_args)
     raw = {split: dataset for split, dataset in loaded.items() if split in ("train", "validation", "test")}
     columns = {split: check_pairs(dataset, src, tgt) for split, dataset in raw.items()}
@@ -517,8 +512,7 @@ def _features_from_files(model_args, data_args, args, root, src: str, tgt: str, 
     else:
         logger.info("tokenized splits read from %s", cache.folder)
     descriptions = {split: raw[split].info.description for split in raw}
-    if record_cache.on_disk and record != {"base": base, "descriptions": descriptions}:
-        record_cache.save_record({"base": base, "descriptions": descriptions})
+    record_cache.save_record({"base": base, "descriptions": descriptions})
     return finish_features(data_args, tokenizer, features, descriptions)
 
 
