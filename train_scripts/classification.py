@@ -364,7 +364,7 @@ def count_parameters(model: torch.nn.Module) -> dict:
         key = ".".join(name.split(".")[:4]) if name.startswith("rnn.") else name.split(".")[0]
         per_module[key] = per_module.get(key, 0) + param.numel()
     return {
-        "total": sum(p.numel() for p in model.parameters()),
+        "total": model.num_parameters(),
         "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad and not _frozen(model, p)),
         "per_module": per_module,
     }

@@ -776,7 +776,7 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
         TASK, model_args, data_args, tokenizer, {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
     )
     config = model.config
-    num_params = sum(p.numel() for p in model.parameters())
+    num_params = model.num_parameters()
     windows = "streamed" if args.streaming else f"{len(train_set):,}"
     print(
         f"vocabulary {len(tokenizer)}, {num_params:,} parameters, {windows} training windows of "

@@ -890,7 +890,7 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
                 model_args, data_args, args, training_args, src, tgt
             )
     model = build_translation_model(model_args, data_args, training_args, tokenizer)
-    n_params = sum(p.numel() for p in model.parameters())
+    n_params = model.num_parameters()
     logger.info("model %s: %.2fM parameters", model.config.model_type, n_params / 1e6)
 
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
