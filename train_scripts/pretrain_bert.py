@@ -639,13 +639,7 @@ class EvalSplitTrainer(HfSeqTrainer):
 def build_bert_model(model_args, data_args, tokenizer, max_length: int):
     """A new BERT sized to the tokenizer and ``max_seq_length``, or the saved one (its position table grown to
     ``max_seq_length`` if shorter)."""
-    model = load_or_build_model(
-        TASK,
-        model_args,
-        data_args,
-        tokenizer,
-        {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, "max_position_embeddings": max_length},
-    )
+    model = load_or_build_model(TASK, model_args, data_args, tokenizer, {"max_position_embeddings": max_length})
     if model_args.model_name_or_path and max_length > model.config.max_position_embeddings:
         logger.info("growing the position table from %d to %d rows", model.config.max_position_embeddings, max_length)
         model.resize_position_embeddings(max_length)

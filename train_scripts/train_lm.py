@@ -772,9 +772,7 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
         train_set = LMWindowDataset(streams["train"], args.segment_length, args.stride)
     eval_set = LMWindowDataset(eval_tokens, args.segment_length)
 
-    model = load_or_build_model(
-        TASK, model_args, data_args, tokenizer, {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
-    )
+    model = load_or_build_model(TASK, model_args, data_args, tokenizer)
     config = model.config
     num_params = model.num_parameters()
     windows = "streamed" if args.streaming else f"{len(train_set):,}"

@@ -689,8 +689,6 @@ def build_translation_model(model_args, data_args, training_args, tokenizer):
         data_args,
         tokenizer,
         {
-            "vocab_size": len(tokenizer),
-            "pad_token_id": tokenizer.pad_token_id,
             "bos_token_id": tokenizer.bos_token_id,
             "eos_token_id": tokenizer.eos_token_id,
             "decoder_start_token_id": tokenizer.bos_token_id,
