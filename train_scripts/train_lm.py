@@ -64,6 +64,7 @@ from hf_seq.train_scripts.common import (
     tokenizer_source,
 )
 from hf_seq.train_scripts.features import (
+    ColumnTexts,
     cached_token_stores,
     check_holdout_percentage,
     check_text_stream,
@@ -97,7 +98,6 @@ from hf_seq.toolkit.data import DataError
 from hf_seq.toolkit.preprocessing import (
     TokenStore,
     count_text_file_lines,
-    iter_column_batches,
     iter_text_file_lines,
     make_encoder,
     read_meta,
@@ -340,8 +340,8 @@ def _tokenize_splits(tmp: Path, raw: dict, args: LMArguments, model_args, data_a
     column = data_args.text_column_name
     tokenizer = given
     if tokenizer is None:
-        texts = (t for batch in iter_column_batches(raw["train"], column) for t in batch)
-        tokenizer = build_tokenizer(args, itertools.islice(texts, args.tokenizer_max_train_lines), model_args)
+        texts = ColumnTexts(raw["train"], [column], max_rows=args.tokenizer_max_train_lines)
+        tokenizer = build_tokenizer(args, texts, model_args)
     check_eos(args, model_args, tokenizer)
     append = tokenizer.eos_token_id if args.level == "word" else None  # <eos> after every row (word level)
     for name, split in raw.items():
