@@ -20,7 +20,8 @@ Tokenizers are trained from :class:`ColumnTexts`, an iterator over batches of th
 of all the texts; it yields the texts in the same order as the lists of before, so the vocabulary is the same.
 
 The scripts that tokenize into :class:`hf_seq.toolkit.preprocessing.TokenStore` s (``train_lm``, ``pretrain_bert``) share
-their cache keys (:func:`text_file_keys`, :func:`dataset_cache_key`), the validation hold-out of a training file
+their cache folder and its tokenizer (:func:`cached_token_stores`), their cache keys (:func:`text_file_keys`,
+:func:`dataset_cache_key`), the validation hold-out of a training file
 (:func:`check_holdout_percentage`, :func:`held_out_rows`), the data line of their splits (:func:`describe_sizes`),
 the checks of a streamed text file (:func:`check_text_stream`) and the seeded shuffle buffer of their streams
 (:func:`shuffle_buffered`) from here too.
