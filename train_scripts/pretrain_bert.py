@@ -569,8 +569,6 @@ def _anchor_dataset(
     """Anchors as a Dataset (numpy columns, computed from the store's offsets); ``seed_offset`` adds a fixed
     per-example seed (deterministic evaluation pairs), and ``pairs_per_anchor`` repeats every anchor with distinct
     seeds (evaluation only)."""
-    if pairs_per_anchor < 1:
-        raise ValueError(f"`eval_pairs_per_anchor` must be at least 1, got {pairs_per_anchor}")
     anchors = {k: np.asarray(v, dtype=np.int64) for k, v in bert_pretraining_anchors(documents, max_length).items()}
     if pairs_per_anchor > 1:
         anchors = {key: np.repeat(values, pairs_per_anchor) for key, values in anchors.items()}
