@@ -393,6 +393,13 @@ class Task:
 # groups of shared fields for a Task's ``unused``: the label and tag columns, and the translation pairs' fields
 LABEL_FIELDS = frozenset({"label_column_name", "tokens_column_name", "tags_column_name", "normalize_labels"})
 TRANSLATION_FIELDS = frozenset({"source_lang", "target_lang", "max_source_length", "max_target_length"})
+# the defaults of the BERT scripts (pretrain_bert, finetune_bert): hf_seq's BERT with a WordPiece tokenizer
+BERT_DEFAULTS = {
+    "model_type": "hf_seq_bert",
+    "tokenizer_kind": "wordpiece",
+    "tokenizer_vocab_size": 8000,
+    "max_seq_length": 128,
+}
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -203,13 +203,15 @@ def apply_word_vectors(args, model, tokenizer, vectors=None, seed: int = 0):
 
 
 def coverage_results(coverage, encoded: dict, pad_id) -> dict | None:
-    """The coverage report for ``results.json``, with the share of each split's running tokens that have a vector."""
+    """The coverage report for ``results.json``, with the share of each split's running tokens that have a vector
+    (of the splits held as ``Dataset``: a streamed training split left out)."""
     if coverage is None:
         return None
     ignore = [] if pad_id is None else [pad_id]
     return coverage.to_dict() | {
         f"{split}_token_coverage": round(coverage.token_coverage(dataset["input_ids"], ignore), 6)
         for split, dataset in encoded.items()
+        if isinstance(dataset, Dataset)
     }
 
 
@@ -340,23 +342,6 @@ def train_and_validate(model, training_args, args, tokenizer, encoded: dict, col
     return trainer, train_minutes, val, training_results(trainer, train_output, train_minutes, budget)
 
 
-def model_results(model_args, args, model, tokenizer, coverage, splits: dict, encoded, vocab_coverage=False) -> dict:
-    """``results.json``'s keys on the model: parameters, split sizes, vocabulary, where it started from, the
-    pretrained vectors' coverage (of the vocabulary too when ``vocab_coverage``: the classifier's), its type."""
-    out = {
-        "parameters": count_parameters(model),
-        "splits": splits,
-        "vocab_size": len(tokenizer),
-        "model_name_or_path": model_args.model_name_or_path,
-        "pretrained_embeddings": args.pretrained_embeddings,
-    }
-    if vocab_coverage:
-        out["pretrained_vocab_coverage"] = None if coverage is None else coverage.coverage
-    out["pretrained_coverage"] = coverage_results(coverage, in_memory(encoded), tokenizer.pad_token_id)
-    out["model_type"] = model.config.model_type
-    return out
-
-
 def count_parameters(model: torch.nn.Module) -> dict:
     """Total / trainable parameters and a per-top-module breakdown."""
     per_module = {}
@@ -364,7 +349,7 @@ def count_parameters(model: torch.nn.Module) -> dict:
         key = ".".join(name.split(".")[:4]) if name.startswith("rnn.") else name.split(".")[0]
         per_module[key] = per_module.get(key, 0) + param.numel()
     return {
-        "total": sum(p.numel() for p in model.parameters()),
+        "total": model.num_parameters(),
         "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad and not _frozen(model, p)),
         "per_module": per_module,
     }
@@ -372,21 +357,6 @@ def count_parameters(model: torch.nn.Module) -> dict:
 
 def _frozen(model, param) -> bool:
     return getattr(model.config, "freeze_embeddings", False) and param is model.get_input_embeddings().weight
-
-
-def streamed_data_line(data_args, args, raw) -> str:
-    """The model card's words about a streamed training file."""
-    sizes = " / ".join(f"{len(raw[s])} {s}" for s in ("validation", "test") if s in raw)
-    return (
-        f"own data files, training file `{data_args.train_file}` streamed (shuffle buffer {args.shuffle_buffer_size}), "
-        + ", ".join(f"{s} `{raw[s].info.description}`" for s in ("validation", "test") if s in raw)
-        + f"; used: {sizes} rows"
-    )
-
-
-def in_memory(encoded: dict) -> dict:
-    """The splits held as ``Dataset`` (a streamed training split left out)."""
-    return {split: dataset for split, dataset in encoded.items() if isinstance(dataset, Dataset)}
 
 
 def training_results(trainer, train_output, train_minutes: float, budget) -> dict:
@@ -550,7 +520,10 @@ class LabelledData:
                 encoded = cache.build(self.raw, functions, num_proc=args.preprocessing_num_workers, features=features)
             else:
                 logger.info("tokenized splits read from %s", cache.folder)
-            self._save_record()
+            if self.record_cache is not None:  # (streamed: no record)
+                self.record_cache.save_record(
+                    {"names": self.names, "base": self.base, "descriptions": self.descriptions}
+                )
         for split, dataset in encoded.items():
             dataset.info.description = self.descriptions[split]
         first = encoded["train"]
@@ -565,20 +538,34 @@ class LabelledData:
             )  # fmt: skip
         return encoded, first
 
-    def _save_record(self) -> None:
-        record = {"names": self.names, "base": self.base, "descriptions": self.descriptions}
-        if self.record_cache is not None and self.record_cache.on_disk and self.record_cache.load_record() != record:
-            self.record_cache.save_record(record)
-
     def model_results(self, model, tokenizer, coverage, encoded: dict, vocab_coverage: bool = False) -> dict:
-        """:func:`model_results` of this run (its split sizes: ``None`` rows for a streamed training file)."""
+        """``results.json``'s keys on the model: parameters, split sizes (``None`` rows for a streamed training
+        file), vocabulary, where it started from, the pretrained vectors' coverage (of the vocabulary too when
+        ``vocab_coverage``: the classifier's), its type."""
         splits = {k: None if k == "train" and self.stream is not None else n for k, n in self.base["splits"].items()}
-        return model_results(self.model_args, self.args, model, tokenizer, coverage, splits, encoded, vocab_coverage)
+        out = {
+            "parameters": count_parameters(model),
+            "splits": splits,
+            "vocab_size": len(tokenizer),
+            "model_name_or_path": self.model_args.model_name_or_path,
+            "pretrained_embeddings": self.args.pretrained_embeddings,
+        }
+        if vocab_coverage:
+            out["pretrained_vocab_coverage"] = None if coverage is None else coverage.coverage
+        out["pretrained_coverage"] = coverage_results(coverage, encoded, tokenizer.pad_token_id)
+        out["model_type"] = model.config.model_type
+        return out
 
     def data_line(self, encoded: dict) -> str:
-        """The model card's words about the data."""
+        """The model card's words about the data (a streamed training file's too)."""
         if self.stream is not None:
-            return streamed_data_line(self.data_args, self.args, self._raw)
+            raw, shown = self._raw, [s for s in ("validation", "test") if s in self._raw]
+            return (
+                f"own data files, training file `{self.data_args.train_file}` streamed (shuffle buffer "
+                f"{self.args.shuffle_buffer_size}), "
+                + ", ".join(f"{s} `{raw[s].info.description}`" for s in shown)
+                + f"; used: {' / '.join(f'{len(raw[s])} {s}' for s in shown)} rows"
+            )
         return describe_data(self.data_args, DatasetDict(encoded), unit=self.columns.unit)
 
 

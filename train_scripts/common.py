@@ -417,13 +417,19 @@ def load_tokenizer(model_args: ModelArguments):
 
 
 def load_or_build_model(
-    task: Task, model_args: ModelArguments, data_args: DataArguments, tokenizer, new_config: dict, **head_config
+    task: Task,
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    tokenizer,
+    new_config: dict | None = None,
+    **head_config,
 ):
     """The model of ``task.model_head``: from ``model_name_or_path`` (an hf_seq folder, or a ``transformers`` BERT
     checkpoint converted with ``from_transformers_bert``; ``config_overrides`` — fields of the hf_seq config when
     converting — and ``head_config`` — labels — applied)
-    or new from ``model_type`` + ``model_config`` + ``new_config`` (values from the tokenizer and data) +
-    ``head_config``. Checks that the tokenizer's ids fit the embedding."""
+    or new from ``model_type`` + ``model_config`` + the tokenizer's ``vocab_size`` and ``pad_token_id`` +
+    ``new_config`` (other values from the tokenizer and data) + ``head_config``. Checks that the tokenizer's ids fit
+    the embedding."""
     import transformers
     from transformers import AutoConfig
 
@@ -450,7 +456,8 @@ def load_or_build_model(
                 path, config=config, ignore_mismatched_sizes=model_args.ignore_mismatched_sizes
             )
     else:
-        config = build_config(task, model_args, data_args, **new_config, **head_config)
+        sized = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id} | (new_config or {})
+        config = build_config(task, model_args, data_args, **sized, **head_config)
         model = auto.from_config(config)
     rows = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > rows:

@@ -20,7 +20,8 @@ Tokenizers are trained from :class:`ColumnTexts`, an iterator over batches of th
 of all the texts; it yields the texts in the same order as the lists of before, so the vocabulary is the same.
 
 The scripts that tokenize into :class:`hf_seq.toolkit.preprocessing.TokenStore` s (``train_lm``, ``pretrain_bert``) share
-their cache keys (:func:`text_file_keys`, :func:`dataset_cache_key`), the validation hold-out of a training file
+their cache folder and its tokenizer (:func:`cached_token_stores`), their cache keys (:func:`text_file_keys`,
+:func:`dataset_cache_key`), the validation hold-out of a training file
 (:func:`check_holdout_percentage`, :func:`held_out_rows`), the data line of their splits (:func:`describe_sizes`),
 the checks of a streamed text file (:func:`check_text_stream`) and the seeded shuffle buffer of their streams
 (:func:`shuffle_buffered`) from here too.
@@ -33,6 +34,7 @@ import itertools
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -274,8 +276,8 @@ class FeatureCache:
     def save_record(self, record: dict) -> None:
         """A folder that holds only a JSON record in its ``meta.json`` (what a run read from the raw files: the
         split sizes and columns of a feature key, the splits' descriptions), so that the next run finds its
-        features without loading those files."""
-        if self.folder is None:
+        features without loading those files; written only when the folder does not hold this record already."""
+        if self.folder is None or self.load_record() == record:
             return
         cached_build(
             self.key_parts, lambda tmp: {"record": record}, self.root, overwrite=True, description="data record"
@@ -416,15 +418,21 @@ def check_text_stream(data_args, training_args, caps: dict) -> None:
         raise RecipeError("`streaming` needs `max_steps` (a stream has no length to count epochs by)")
 
 
-def stream_file(path: str, split: str):
-    """``datasets.load_dataset(<builder>, data_files=path, streaming=True)`` (an IterableDataset) of a data file."""
+def stream_file(path: str, split: str, allow_text: bool = False, column: str | None = None):
+    """``datasets.load_dataset(<builder>, data_files=path, streaming=True)`` (an IterableDataset) of a data file, read
+    as :func:`hf_seq.toolkit.data.load_data` reads it: a .tsv split at tabs, a .txt file (``allow_text``: the
+    language-model and pretraining scripts) one row per line with its line break kept. ``column``: only that column
+    of a table file (a .txt file has one, ``text``)."""
     import datasets
 
     from hf_seq.toolkit.data import check_data_file
 
-    builder = check_data_file(path, f"{split}_file")
+    builder = check_data_file(path, f"{split}_file", allow_text=allow_text)
     kwargs = {"sep": "\t"} if Path(path).suffix.lower() == ".tsv" else {}
-    return datasets.load_dataset(builder, data_files={split: str(path)}, split=split, streaming=True, **kwargs)
+    if builder == "text":
+        kwargs["keep_linebreaks"] = True
+    stream = datasets.load_dataset(builder, data_files={split: str(path)}, split=split, streaming=True, **kwargs)
+    return stream.select_columns([column]) if column is not None and builder != "text" else stream
 
 
 def head_dataset(stream, n: int | None) -> Dataset:
@@ -703,6 +711,31 @@ def text_file_keys(files: dict[str, str]) -> dict[str, str]:
         if os.path.getsize(path) == 0:
             raise DataError(f"`{split}_file` {path} is empty")
     return {split: fingerprint_files([path]) for split, path in files.items()}
+
+
+def cached_token_stores(key: dict, build: Callable, given, args, training_args, description: str):
+    """``(folder, reused, tokenizer)``: the preprocessing cache folder of ``key``
+    (:func:`hf_seq.toolkit.preprocessing.cached_build`; ``cache_dir``, ``overwrite_cache``), built by one process
+    while the others wait (``main_process_first``), and the tokenizer of the run. ``build(tmp)`` writes the token
+    stores and returns ``(tokenizer, meta entries)``; a tokenizer it built (``given`` None) is saved beside the
+    stores, and every run (the first too) uses that saved copy."""
+
+    def build_with_tokenizer(tmp: Path) -> dict | None:
+        tokenizer, meta = build(tmp)
+        if given is None:
+            tokenizer.save_pretrained(tmp / "tokenizer")
+        return meta
+
+    first = training_args.main_process_first(desc="preprocessing") if training_args is not None else nullcontext()
+    with first:
+        folder, reused = cached_build(
+            key, build_with_tokenizer, args.cache_dir, args.overwrite_cache, description=description
+        )
+    if given is None:
+        from transformers import AutoTokenizer
+
+        given = AutoTokenizer.from_pretrained(folder / "tokenizer")
+    return folder, reused, given
 
 
 def dataset_cache_key(dataset: Dataset) -> str:

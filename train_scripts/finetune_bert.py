@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from hf_seq.train_scripts import tasks
-from hf_seq.train_scripts.arguments import TRANSLATION_FIELDS, BudgetArguments, Task
+from hf_seq.train_scripts.arguments import BERT_DEFAULTS, TRANSLATION_FIELDS, BudgetArguments, Task
 from hf_seq.train_scripts.skeleton import parse_script_args
 
 HEADS = {
@@ -63,12 +63,7 @@ class FinetuneArguments(BudgetArguments):
 TASK = Task(
     name="finetune_bert",
     arguments=FinetuneArguments,
-    defaults={
-        "model_type": "hf_seq_bert",
-        "tokenizer_kind": "wordpiece",
-        "tokenizer_vocab_size": 8000,
-        "max_seq_length": 128,
-    },
+    defaults=BERT_DEFAULTS,
     unused=TRANSLATION_FIELDS,
     tokenizer_kinds=("wordpiece",),
     model_head="AutoModelForSequenceClassification",  # the tagging run uses the token head

@@ -43,7 +43,6 @@ import random
 import resource
 import shutil
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +51,7 @@ import pyarrow as pa
 import torch
 from datasets import Dataset
 from hf_seq.train_scripts.arguments import (
+    BERT_DEFAULTS,
     LABEL_FIELDS,
     TRANSLATION_FIELDS,
     BudgetArguments,
@@ -69,12 +69,14 @@ from hf_seq.train_scripts.common import (
     tokenizer_source,
 )
 from hf_seq.train_scripts.features import (
+    cached_token_stores,
     check_holdout_percentage,
     check_text_stream,
     dataset_cache_key,
     describe_sizes,
     held_out_rows,
     shuffle_buffered,
+    stream_file,
     text_file_keys,
     text_read_errors,
 )
@@ -95,10 +97,9 @@ from hf_seq.toolkit.collators import (
     bert_pretraining_anchors,
     tokenize_documents_to_store,
 )
-from hf_seq.toolkit.data import DataError, check_data_file, load_data, split_source
+from hf_seq.toolkit.data import DataError, load_data, split_source
 from hf_seq.toolkit.preprocessing import (
     TokenStore,
-    cached_build,
     fingerprint_files,
     iter_column_batches,
     iter_text_file_lines,
@@ -154,13 +155,7 @@ class PretrainArguments(PreprocessingArguments, BudgetArguments):
 TASK = Task(
     name="pretrain_bert",
     arguments=PretrainArguments,
-    defaults={
-        "model_type": "hf_seq_bert",
-        "tokenizer_kind": "wordpiece",
-        "tokenizer_vocab_size": 8000,
-        "max_seq_length": 128,
-        "text_column_name": "text",
-    },
+    defaults=BERT_DEFAULTS | {"text_column_name": "text"},
     unused=LABEL_FIELDS | TRANSLATION_FIELDS,
     text_files=True,
     tokenizer_kinds=("wordpiece",),
@@ -385,7 +380,7 @@ def prepare_bert_data(
         "tokenizer": tokenizer_key,
     }
 
-    def build(tmp: Path) -> dict:
+    def build(tmp: Path) -> tuple:
         held_out = _held_out_documents(readers, sources, data_args)
         built = given
         if built is None:
@@ -394,24 +389,16 @@ def prepare_bert_data(
                 model_args, lambda: _training_sentences(readers["train"](), held_out, cap), data_args.max_seq_length
             )
         counts = _tokenize_documents(tmp, readers, sources, held_out, built)
-        if given is None:
-            built.save_pretrained(tmp / "tokenizer")
         data_line = describe_sizes(data_args, counts, sources, held_out, unit="documents")
-        return {"data_line": data_line, "documents": counts}
+        return built, {"data_line": data_line, "documents": counts}
 
-    first = training_args.main_process_first(desc="preprocessing") if training_args is not None else nullcontext()
-    with first:
-        folder, reused = cached_build(key, build, args.cache_dir, args.overwrite_cache, description="BERT documents")
-    if given is None:
-        from transformers import AutoTokenizer
-
-        given = AutoTokenizer.from_pretrained(folder / "tokenizer")
+    folder, reused, tokenizer = cached_token_stores(key, build, given, args, training_args, "BERT documents")
     documents = {
         split: StoredDocuments(TokenStore(folder / split), np.load(folder / split / DOCUMENTS_FILE))
         for split in ("train", "validation", "test")
         if (folder / split).is_dir()
     }
-    return BertData(given, documents, read_meta(folder)["data_line"], folder, reused)
+    return BertData(tokenizer, documents, read_meta(folder)["data_line"], folder, reused)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -423,14 +410,9 @@ def stream_documents(path: str, column: str) -> Callable[[], Iterator[list]]:
     """A function giving the documents of ``path`` read as a ``datasets`` IterableDataset
     (``load_dataset(..., streaming=True)``): a txt file's blank-line separated documents, or a row per document of
     csv / json / jsonl / parquet (a list of sentences or paragraphs, or a string with one sentence per line)."""
-    import datasets
-
-    builder = check_data_file(path, "train_file", allow_text=True)
-    kwargs = {"keep_linebreaks": True} if builder == "text" else {}
-    source = datasets.load_dataset(builder, data_files={"train": path}, split="train", streaming=True, **kwargs)
-    if builder == "text":
+    source = stream_file(path, "train", allow_text=True, column=column)
+    if Path(path).suffix.lower() == ".txt":
         return lambda: _grouped_by_blank_rows(batch["text"] for batch in source.iter(batch_size=1000))
-    source = source.select_columns([column])
 
     def documents() -> Iterator[list]:
         for batch in source.iter(batch_size=1000):
@@ -570,15 +552,11 @@ def prepare_bert_stream(args: PretrainArguments, model_args, data_args, training
             "tokenizer": built_tokenizer_key(args, model_args),
         }
 
-        def build(tmp: Path) -> None:
+        def build(tmp: Path) -> tuple:
             texts = lambda: _training_sentences(documents(), None, args.tokenizer_max_train_lines)  # noqa: E731
-            tokenizer_for(model_args, texts, data_args.max_seq_length).save_pretrained(tmp / "tokenizer")
+            return tokenizer_for(model_args, texts, data_args.max_seq_length), None
 
-        from transformers import AutoTokenizer
-
-        with training_args.main_process_first(desc="tokenizer"):
-            folder, _ = cached_build(key, build, args.cache_dir, args.overwrite_cache, description="stream tokenizer")
-        tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
+        _, _, tokenizer = cached_token_stores(key, build, None, args, training_args, "stream tokenizer")
     data = prepare_bert_data(args, model_args, data_args, training_args, tokenizer, splits=("validation", "test"))
     train = f"train `{data_args.train_file}`"
     data.data_line = data.data_line.replace(train, f"{train} (streamed)", 1)
@@ -591,8 +569,6 @@ def _anchor_dataset(
     """Anchors as a Dataset (numpy columns, computed from the store's offsets); ``seed_offset`` adds a fixed
     per-example seed (deterministic evaluation pairs), and ``pairs_per_anchor`` repeats every anchor with distinct
     seeds (evaluation only)."""
-    if pairs_per_anchor < 1:
-        raise ValueError(f"`eval_pairs_per_anchor` must be at least 1, got {pairs_per_anchor}")
     anchors = {k: np.asarray(v, dtype=np.int64) for k, v in bert_pretraining_anchors(documents, max_length).items()}
     if pairs_per_anchor > 1:
         anchors = {key: np.repeat(values, pairs_per_anchor) for key, values in anchors.items()}
@@ -661,13 +637,7 @@ class EvalSplitTrainer(HfSeqTrainer):
 def build_bert_model(model_args, data_args, tokenizer, max_length: int):
     """A new BERT sized to the tokenizer and ``max_seq_length``, or the saved one (its position table grown to
     ``max_seq_length`` if shorter)."""
-    model = load_or_build_model(
-        TASK,
-        model_args,
-        data_args,
-        tokenizer,
-        {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, "max_position_embeddings": max_length},
-    )
+    model = load_or_build_model(TASK, model_args, data_args, tokenizer, {"max_position_embeddings": max_length})
     if model_args.model_name_or_path and max_length > model.config.max_position_embeddings:
         logger.info("growing the position table from %d to %d rows", model.config.max_position_embeddings, max_length)
         model.resize_position_embeddings(max_length)

@@ -129,14 +129,7 @@ def build_classifier_model(task, model_args, data_args, tokenizer, names: list[s
     else:
         head = {"problem_type": "single_label_classification", "id2label": dict(enumerate(names))}
     head["label2id"] = {v: k for k, v in head["id2label"].items()}
-    model = load_or_build_model(
-        task,
-        model_args,
-        data_args,
-        tokenizer,
-        {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id},
-        **head,
-    )
+    model = load_or_build_model(task, model_args, data_args, tokenizer, **head)
     flatten = getattr(model.config, "pooling", None) == "flatten"
     max_length = data_args.max_seq_length
     if flatten and model.config.max_seq_length != max_length:

@@ -38,7 +38,6 @@ import os
 import shutil
 import tempfile
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +62,8 @@ from hf_seq.train_scripts.common import (
     tokenizer_source,
 )
 from hf_seq.train_scripts.features import (
+    ColumnTexts,
+    cached_token_stores,
     check_holdout_percentage,
     check_text_stream,
     dataset_cache_key,
@@ -73,6 +74,7 @@ from hf_seq.train_scripts.features import (
     shuffle_buffered,
     split_by_node_setup,
     split_stream_by_node,
+    stream_file,
     text_file_keys,
     text_read_errors,
 )
@@ -91,12 +93,10 @@ from torch.utils.data import Subset
 from hf_seq.compat import output_cache
 from hf_seq.modeling_rnn import RNNForCausalLM
 from hf_seq.toolkit.collators import LMWindowDataset, stream_slice
-from hf_seq.toolkit.data import DataError, check_data_file
+from hf_seq.toolkit.data import DataError
 from hf_seq.toolkit.preprocessing import (
     TokenStore,
-    cached_build,
     count_text_file_lines,
-    iter_column_batches,
     iter_text_file_lines,
     make_encoder,
     read_meta,
@@ -339,8 +339,8 @@ def _tokenize_splits(tmp: Path, raw: dict, args: LMArguments, model_args, data_a
     column = data_args.text_column_name
     tokenizer = given
     if tokenizer is None:
-        texts = (t for batch in iter_column_batches(raw["train"], column) for t in batch)
-        tokenizer = build_tokenizer(args, itertools.islice(texts, args.tokenizer_max_train_lines), model_args)
+        texts = ColumnTexts(raw["train"], [column], max_rows=args.tokenizer_max_train_lines)
+        tokenizer = build_tokenizer(args, texts, model_args)
     check_eos(args, model_args, tokenizer)
     append = tokenizer.eos_token_id if args.level == "word" else None  # <eos> after every row (word level)
     for name, split in raw.items():
@@ -350,10 +350,11 @@ def _tokenize_splits(tmp: Path, raw: dict, args: LMArguments, model_args, data_a
     return tokenizer, describe_data(data_args, raw, unit="texts")
 
 
-def prepare_lm_data(args: LMArguments, model_args, data_args, training_args=None) -> LMData:
+def prepare_lm_data(args: LMArguments, model_args, data_args, training_args=None, tokenizer=None) -> LMData:
     """Tokenize every split once into :class:`hf_seq.toolkit.preprocessing.TokenStore` s in the preprocessing cache (or reuse
-    it): the same token ids as tokenizing the in-memory splits, the tokenizer built (or given) as before. Keyed by the data files (or data set fingerprints), the split settings and the tokenizer."""
-    given = load_tokenizer(model_args)
+    it): the same token ids as tokenizing the in-memory splits, the tokenizer built (or given: ``tokenizer``, else
+    :func:`load_tokenizer`'s) as before. Keyed by the data files (or data set fingerprints), the split settings and the tokenizer."""
+    given = tokenizer if tokenizer is not None else load_tokenizer(model_args)
     files = {
         s: getattr(data_args, f"{s}_file") for s in ("train", "validation", "test") if getattr(data_args, f"{s}_file")
     }
@@ -366,25 +367,14 @@ def prepare_lm_data(args: LMArguments, model_args, data_args, training_args=None
         data_key["source"] = [data_args.dataset_name, data_args.dataset_config_name, data_args.text_column_name]
     key = lm_cache_key(args, model_args, data_args, given, data_key)
 
-    def build(tmp: Path) -> dict:
+    def build(tmp: Path) -> tuple:
         if raw is None:
             tokenizer, data_line = _tokenize_text_files(tmp, files, args, model_args, data_args, given)
         else:
             tokenizer, data_line = _tokenize_splits(tmp, raw, args, model_args, data_args, given)
-        if given is None:
-            tokenizer.save_pretrained(tmp / "tokenizer")
-        return {"data_line": data_line}
+        return tokenizer, {"data_line": data_line}
 
-    first = training_args.main_process_first(desc="preprocessing") if training_args is not None else nullcontext()
-    with first:
-        folder, reused = cached_build(
-            key, build, args.cache_dir, args.overwrite_cache, description=f"{args.level} tokens"
-        )
-    tokenizer = given
-    if tokenizer is None:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
+    folder, reused, tokenizer = cached_token_stores(key, build, given, args, training_args, f"{args.level} tokens")
     check_eos(args, model_args, tokenizer)
     stores = {
         split: TokenStore(folder / split) for split in ("train", "validation", "test") if (folder / split).is_dir()
@@ -485,18 +475,10 @@ def prepare_lm_stream(
     validation and test files tokenized into the cache as usual (they are needed whole). With
     ``--streaming_split_by_node`` the windows are :meth:`LMStreamWindows.split_by_node` of ``world_size`` parts
     (default: the run's processes)."""
-    import datasets
-
     caps = {"max_train_tokens": args.max_train_tokens, "max_train_samples": data_args.max_train_samples}
     check_text_stream(data_args, training_args, caps)
     column = data_args.text_column_name
-    builder = check_data_file(data_args.train_file, "train_file", allow_text=True)
-    kwargs = {"keep_linebreaks": True} if builder == "text" else {}
-    source = datasets.load_dataset(
-        builder, data_files={"train": data_args.train_file}, split="train", streaming=True, **kwargs
-    )
-    if builder != "text":
-        source = source.select_columns([column])
+    source = stream_file(data_args.train_file, "train", allow_text=True, column=column)
     tokenizer = load_tokenizer(model_args)
     if tokenizer is None:
         texts = (row[column] for row in source)
@@ -505,25 +487,13 @@ def prepare_lm_stream(
     eval_data_args = dataclasses.replace(
         data_args, train_file=data_args.validation_file, validation_file=data_args.validation_file
     )
-    eval_model_args = dataclasses.replace(model_args)
-    saved = Path(tempfile.mkdtemp(prefix="hf_seq_stream_tokenizer_"))
-    tokenizer.save_pretrained(saved)
-    eval_model_args.tokenizer_name = str(saved)
-    try:
-        data = prepare_lm_data(
-            dataclasses.replace(args, streaming=False, streaming_split_by_node=False),
-            eval_model_args,
-            eval_data_args,
-            training_args,
-        )
-    finally:
-        shutil.rmtree(saved, ignore_errors=True)
+    cached = dataclasses.replace(args, streaming=False, streaming_split_by_node=False)
+    data = prepare_lm_data(cached, model_args, eval_data_args, training_args, tokenizer)
     data.stores.pop("train", None)
     streamed = "streamed, split by process" if args.streaming_split_by_node else "streamed"
     data.data_line = (
         f"own data files: train `{data_args.train_file}` ({streamed}), " + data.data_line.split(", ", 1)[-1]
     )
-    data.tokenizer = tokenizer
     windows = LMStreamWindows(
         source,
         column,
@@ -801,11 +771,9 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
         train_set = LMWindowDataset(streams["train"], args.segment_length, args.stride)
     eval_set = LMWindowDataset(eval_tokens, args.segment_length)
 
-    model = load_or_build_model(
-        TASK, model_args, data_args, tokenizer, {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
-    )
+    model = load_or_build_model(TASK, model_args, data_args, tokenizer)
     config = model.config
-    num_params = sum(p.numel() for p in model.parameters())
+    num_params = model.num_parameters()
     windows = "streamed" if args.streaming else f"{len(train_set):,}"
     print(
         f"vocabulary {len(tokenizer)}, {num_params:,} parameters, {windows} training windows of "

@@ -143,13 +143,7 @@ def build_tagger_model(task, model_args, data_args, tokenizer, names: list[str])
     """A new model with one output per tag (``id2label``: the tag names), or the saved one."""
     id2label = dict(enumerate(names))
     return load_or_build_model(
-        task,
-        model_args,
-        data_args,
-        tokenizer,
-        {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id},
-        id2label=id2label,
-        label2id={v: k for k, v in id2label.items()},
+        task, model_args, data_args, tokenizer, id2label=id2label, label2id={v: k for k, v in id2label.items()}
     )
 
 

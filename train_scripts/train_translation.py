@@ -300,6 +300,16 @@ def load_averaged_weights(model, folders: list[Path]) -> None:
         )
 
 
+def padded(rows, pad: int) -> np.ndarray:
+    """Rows of token ids right-padded with ``pad`` into one ``(N, T)`` int64 array, as ``trainer.predict`` gives its
+    predictions and labels."""
+    width = max([len(row) for row in rows] + [1])
+    out = np.full((len(rows), width), pad, dtype=np.int64)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
+
+
 def ctranslate2_predictions(
     model, tokenizer, sources: list[str], export_dir: Path, quantization, beams, max_new, max_source_length
 ) -> np.ndarray:
@@ -322,11 +332,7 @@ def ctranslate2_predictions(
         max_source_length=max_source_length,
         generation_config=model.generation_config,
     )
-    width = max([len(row) for row in ids] + [1])
-    out = np.full((len(ids), width), tokenizer.pad_token_id, dtype=np.int64)
-    for i, row in enumerate(ids):
-        out[i, : len(row)] = row
-    return out
+    return padded(ids, tokenizer.pad_token_id)
 
 
 def onnxruntime_predictions(
@@ -365,36 +371,27 @@ def onnxruntime_predictions(
     if report is not None:
         graph = getattr(ort_model, "generating_graph", None)
         report["test_onnxruntime_graph"] = graph.report() if graph is not None else "step graphs (no generating graph)"
-    width = max([len(row) for row in rows] + [1])
-    out = np.full((len(rows), width), tokenizer.pad_token_id, dtype=np.int64)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
-    return out
+    return padded(rows, tokenizer.pad_token_id)
 
 
 def _recorded_features(model_args, data_args, args, root, src: str, tgt: str):
-    """``(features, record cache, record, overwrite)``: :func:`cached_features`' answer read without the data files
+    """``(features, record cache, overwrite)``: :func:`cached_features`' answer read without the data files
     (``features`` None when the record, the tokenizer or the features are not in the cache: ``overwrite`` says
     whether what is found unreadable is rebuilt)."""
     record_cache, record = data_record(
         root, "translation_data", data_args, args.overwrite_cache, src=src, tgt=tgt, max_words=args.max_words
     )
     if record is None:
-        return None, record_cache, record, args.overwrite_cache
+        return None, record_cache, args.overwrite_cache
     cache = feature_cache(model_args, data_args, args, root, record["base"], tokenizer=None)
     if cache is None:
-        return None, record_cache, record, args.overwrite_cache
+        return None, record_cache, args.overwrite_cache
     tokenizer, cache = cache
     features = cache.load(list(record["descriptions"]))
     if features is None:
-        return None, record_cache, record, cache.overwrite  # an unreadable folder: rebuilt
+        return None, record_cache, cache.overwrite  # an unreadable folder: rebuilt
     logger.info("tokenized splits read from %s (data files not read)", cache.folder)
-    return (
-        finish_features(data_args, tokenizer, features, record["descriptions"]),
-        record_cache,
-        record,
-        cache.overwrite,
-    )
+    return finish_features(data_args, tokenizer, features, record["descriptions"]), record_cache, cache.overwrite
 
 
 def _short_capped_splits(raw: dict, columns: dict, data_args, args, src: str, tgt: str, mapped_files) -> DatasetDict:
@@ -465,10 +462,10 @@ def cached_features(model_args, data_args, args, training_args, src: str, tgt: s
     Arrow files: what a key needs from them (the split sizes and columns) and the splits' descriptions come from a
     record keyed by the files' fingerprints and the data settings, written by the run that read them."""
     root = cache_root(args, data_args)
-    found, record_cache, record, overwrite = _recorded_features(model_args, data_args, args, root, src, tgt)
+    found, record_cache, overwrite = _recorded_features(model_args, data_args, args, root, src, tgt)
     if found is not None:
         return found
-    built = _features_from_files(model_args, data_args, args, root, src, tgt, (record_cache, record, overwrite))
+    built = _features_from_files(model_args, data_args, args, root, src, tgt, (record_cache, overwrite))
     # the raw and filtered splits are gone with that call; pyarrow's allocator keeps what they held (the
     # max_words filter's row indices: 8 bytes a kept pair, in a buffer grown by doubling, 0.14 GB at 10 M pairs)
     # for the rest of the run unless it is handed back
@@ -477,10 +474,10 @@ def cached_features(model_args, data_args, args, training_args, src: str, tgt: s
 
 
 def _features_from_files(model_args, data_args, args, root, src: str, tgt: str, recorded: tuple):
-    """:func:`cached_features` of a run that reads the data files (``recorded``: the record cache, record and
-    overwrite flag :func:`_recorded_features` returned): the features read from the cache or built (filtered,
-    tokenizer built, tokenized), the record saved."""
-    record_cache, record, overwrite = recorded
+    """:func:`cached_features` of a run that reads the data files (``recorded``: the record cache and overwrite flag
+    :func:`_recorded_features` returned): the features read from the cache or built (filtered, tokenizer built,
+    tokenized), the record saved."""
+    record_cache, overwrite = recorded
     loaded = load_task_data(TASK, data_args)
     raw = {split: dataset for split, dataset in loaded.items() if split in ("train", "validation", "test")}
     columns = {split: check_pairs(dataset, src, tgt) for split, dataset in raw.items()}
@@ -514,8 +511,7 @@ def _features_from_files(model_args, data_args, args, root, src: str, tgt: str, 
     else:
         logger.info("tokenized splits read from %s", cache.folder)
     descriptions = {split: raw[split].info.description for split in raw}
-    if record_cache.on_disk and record != {"base": base, "descriptions": descriptions}:
-        record_cache.save_record({"base": base, "descriptions": descriptions})
+    record_cache.save_record({"base": base, "descriptions": descriptions})
     return finish_features(data_args, tokenizer, features, descriptions)
 
 
@@ -692,8 +688,6 @@ def build_translation_model(model_args, data_args, training_args, tokenizer):
         data_args,
         tokenizer,
         {
-            "vocab_size": len(tokenizer),
-            "pad_token_id": tokenizer.pad_token_id,
             "bos_token_id": tokenizer.bos_token_id,
             "eos_token_id": tokenizer.eos_token_id,
             "decoder_start_token_id": tokenizer.bos_token_id,
@@ -757,12 +751,7 @@ def test_decodes(run, store: dict, export_dir: Path | None = None) -> None:
             }[args.test_engine]
             sources, max_source = pairs["test"][0], run.data_args.max_source_length
             preds = engine(trainer.model, tokenizer, sources, export_dir, quantization, beams, max_new, max_source)
-            labels = np.array(
-                [
-                    row + [-100] * (max(map(len, tokenized["test"]["labels"])) - len(row))
-                    for row in tokenized["test"]["labels"]
-                ]
-            )
+            labels = padded(tokenized["test"]["labels"], -100)
             metrics = {f"test_{k}": v for k, v in run.compute_metrics((preds, labels)).items()}
             metrics["test_engine"] = args.test_engine
             metrics["test_quantization"] = quantization or "float32"
@@ -898,7 +887,7 @@ def main(argv: list[str] | None = None, command_prefix: list[str] | None = None)
                 model_args, data_args, args, training_args, src, tgt
             )
     model = build_translation_model(model_args, data_args, training_args, tokenizer)
-    n_params = sum(p.numel() for p in model.parameters())
+    n_params = model.num_parameters()
     logger.info("model %s: %.2fM parameters", model.config.model_type, n_params / 1e6)
 
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
