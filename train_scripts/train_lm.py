@@ -562,12 +562,6 @@ def evaluate_stream(
     return total / count, count
 
 
-CORPUS_NAMES = {
-    "shakespeare": "the works of Shakespeare (`hf_seq.toolkit.data.load_shakespeare()`, one text per work)",
-    "ptb": "the Penn Treebank language-modelling text (`hf_seq.toolkit.data.load_ptb()`, Mikolov's preprocessed version)",
-}
-
-
 def loss_report(prefix: str, loss: float, count: int, level: str) -> dict[str, float]:
     """nats (and bits) per char for characters, perplexity for words."""
     report = {f"{prefix}_loss_nats": round(loss, 4), f"{prefix}_tokens": count}
