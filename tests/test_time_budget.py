@@ -1,6 +1,9 @@
-"""The train scripts' time budget (train_scripts/common.py: TimeBudgetCallback): wall-clock and CPU-time limits."""
+"""The train scripts' time budget (train_scripts/common.py: TimeBudgetCallback): wall-clock and CPU-time limits; and
+the step-time markers (StepTimesCallback)."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 from hf_seq.train_scripts import common
@@ -63,3 +66,26 @@ def test_first_budget_reached_wins_and_no_budget_never_stops(clock):
     unlimited = common.TimeBudgetCallback()
     assert run_steps(unlimited, clock, 500, wall_per_step=1.0, cpu_per_step=1.0) == 500
     assert not unlimited.stopped_by_budget
+
+
+@pytest.mark.parametrize("process_zero", [True, False])
+def test_step_time_markers_of_a_resumed_run(monkeypatch, capsys, process_zero):
+    """StepTimesCallback, whose lines the data-scale benchmarks read: one line as the first step begins, one at the
+    end with the last step and when the first step ended (a resumed run's first step is its own, not step 1); the
+    other processes of a run print nothing."""
+    stamps = [100.0, 101.5, 109.0]  # first step begins, first step ends, training ends
+    monkeypatch.setattr(common, "time", SimpleNamespace(time=lambda: stamps.pop(0)))
+    args = TrainingArguments(output_dir="unused", report_to="none")
+    state = TrainerState(global_step=40, is_world_process_zero=process_zero)  # resumed from checkpoint-40
+    markers = common.StepTimesCallback()
+    for _ in range(3):
+        markers.on_step_begin(args, state, TrainerControl())
+        state.global_step += 1
+        markers.on_step_end(args, state, TrainerControl())
+    markers.on_train_end(args, state, TrainerControl())
+    expected = [
+        "[hf_seq] first training step begins at 100.000",
+        "[hf_seq] training ends at 109.000 after 43 steps; first step ended at 101.500 (step 41)",
+    ]
+    assert capsys.readouterr().out.splitlines() == (expected if process_zero else [])
+    assert stamps == ([] if process_zero else [109.0])  # one clock reading per marker, none per later step
